@@ -1,0 +1,52 @@
+# Switchyard build and test entry points. `make test` is what CI runs.
+# Every target installs or builds what it needs and caches it under
+# $(CACHE), so a warm machine skips the slow steps.
+
+SHELL := /bin/bash
+GO ?= go
+CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/switchyard
+export SWITCHYARD_CACHE := $(CACHE)
+BIN := bin
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X github.com/switchyard-lb/switchyard/core/version.Version=$(VERSION)
+STATICCHECK_VERSION ?= v0.8.2
+GOTEST_FLAGS ?=
+
+.PHONY: all build check test test-unit test-integration test-lab test-peers demo bench clean
+
+all: build
+
+build:
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
+
+check:
+	$(GO) vet ./...
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+
+# test: everything. Each part prints its own go test summary.
+test: check test-unit test-integration test-lab test-peers
+
+test-unit:
+	$(GO) test -race -count=1 $(GOTEST_FLAGS) ./...
+
+# Integration tests run against a real etcd and kube-apiserver built from the
+# Go module proxy at pinned versions (test/tools/kube-binaries.sh).
+test-integration:
+	@bin=$$(test/tools/kube-binaries.sh) && \
+	SWITCHYARD_KUBE_BIN=$$bin $(GO) test -tags integration -count=1 -run '^TestIntegration' $(GOTEST_FLAGS) ./...
+
+-include test/lab/lab.mk
+-include wasm-sdk/wasm.mk
+
+test-lab::
+test-peers::
+
+demo: build
+	test/demo/run.sh
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+clean:
+	rm -rf $(BIN)

@@ -1,0 +1,151 @@
+package model
+
+import (
+	"net/netip"
+	"slices"
+	"time"
+)
+
+// FrontendKind says how a virtual service is reached.
+type FrontendKind uint8
+
+const (
+	FrontendClusterIP FrontendKind = iota + 1
+	FrontendNodePort
+	FrontendLoadBalancer
+	FrontendExternalIP
+)
+
+func (k FrontendKind) String() string {
+	switch k {
+	case FrontendClusterIP:
+		return "ClusterIP"
+	case FrontendNodePort:
+		return "NodePort"
+	case FrontendLoadBalancer:
+		return "LoadBalancer"
+	case FrontendExternalIP:
+		return "ExternalIP"
+	}
+	return "Unknown"
+}
+
+// External reports whether traffic to the frontend comes from outside the
+// cluster, so externalTrafficPolicy applies to it.
+func (k FrontendKind) External() bool { return k != FrontendClusterIP }
+
+// VirtualServiceKey identifies a virtual service: an IPVS service.
+type VirtualServiceKey struct {
+	Addr     netip.Addr
+	Port     uint16
+	Protocol Protocol
+}
+
+// Compare orders keys by address, port, then protocol.
+func (k VirtualServiceKey) Compare(o VirtualServiceKey) int {
+	if c := k.Addr.Compare(o.Addr); c != 0 {
+		return c
+	}
+	if k.Port != o.Port {
+		if k.Port < o.Port {
+			return -1
+		}
+		return 1
+	}
+	if k.Protocol != o.Protocol {
+		if k.Protocol < o.Protocol {
+			return -1
+		}
+		return 1
+	}
+	return 0
+}
+
+// VirtualService is one frontend of one Service port, with the real
+// servers it balances over.
+type VirtualService struct {
+	VirtualServiceKey
+	Kind     FrontendKind
+	PortName string
+
+	// Scheduler is an IPVS scheduler name (rr, wrr, lc, wlc, sh, mh, ...);
+	// Flags are its flags (for example "mh-port", "sh-fallback").
+	Scheduler string
+	Flags     []string
+
+	// AffinityTimeout, when non-zero, makes the service persistent for
+	// that long (sessionAffinity ClientIP).
+	AffinityTimeout time.Duration
+
+	// Local is set when the frontend keeps the client's source address
+	// (externalTrafficPolicy Local on an external frontend): it must not
+	// be masqueraded and only node-local endpoints back it.
+	Local bool
+
+	// SourceRanges, when non-empty, are the only client prefixes allowed
+	// (loadBalancerSourceRanges).
+	SourceRanges []netip.Prefix
+
+	// Destinations are sorted by address then port. Empty means the
+	// Service has no usable endpoint for this frontend: the dataplane
+	// rejects its traffic rather than black-holing it.
+	Destinations []Destination
+}
+
+// Destination is a real server of a virtual service.
+type Destination struct {
+	Addr netip.Addr
+	Port uint16
+	// Weight 0 drains: established connections stay, new ones avoid it.
+	Weight uint32
+}
+
+// ServicePlan is the desired state derived from one Service.
+type ServicePlan struct {
+	Key ServiceKey
+	// VirtualServices are sorted by key.
+	VirtualServices []VirtualService
+	// Announce lists the addresses this node should make reachable from
+	// outside (LoadBalancer ingress IPs), sorted, before election.
+	Announce []netip.Addr
+	// HealthCheckNodePort, when non-zero, is the port on which this node
+	// answers kube-proxy's health check for the Service, reporting
+	// LocalEndpoints.
+	HealthCheckNodePort uint16
+	LocalEndpoints      int
+	// Rejected explains why the Service has no frontend (for example an
+	// unsupported type or a foreign loadBalancerClass); "" otherwise.
+	Rejected string
+}
+
+// Equal reports whether two plans want the same state.
+func (p *ServicePlan) Equal(o *ServicePlan) bool {
+	if p == nil || o == nil {
+		return p == o
+	}
+	return p.Key == o.Key && p.HealthCheckNodePort == o.HealthCheckNodePort &&
+		p.LocalEndpoints == o.LocalEndpoints && p.Rejected == o.Rejected &&
+		slices.Equal(p.Announce, o.Announce) &&
+		slices.EqualFunc(p.VirtualServices, o.VirtualServices, VirtualService.Equal)
+}
+
+// Equal reports whether two virtual services want the same state.
+func (v VirtualService) Equal(o VirtualService) bool {
+	return v.VirtualServiceKey == o.VirtualServiceKey && v.Kind == o.Kind &&
+		v.PortName == o.PortName && v.Scheduler == o.Scheduler &&
+		v.AffinityTimeout == o.AffinityTimeout && v.Local == o.Local &&
+		slices.Equal(v.Flags, o.Flags) && slices.Equal(v.SourceRanges, o.SourceRanges) &&
+		slices.Equal(v.Destinations, o.Destinations)
+}
+
+// Plan is the node's whole desired state: one ServicePlan per Service.
+// A Plan handed to a plugin is read-only for it.
+type Plan struct {
+	Services map[ServiceKey]*ServicePlan
+}
+
+// Announcement asks an announcer to make an address reachable at this node.
+type Announcement struct {
+	Addr    netip.Addr
+	Service ServiceKey
+}

@@ -1,0 +1,209 @@
+package model
+
+import (
+	"fmt"
+	"net/netip"
+	"time"
+)
+
+// ServiceKey identifies a Service.
+type ServiceKey struct {
+	Namespace string
+	Name      string
+}
+
+func (k ServiceKey) String() string { return k.Namespace + "/" + k.Name }
+
+// Compare orders keys by namespace, then name.
+func (k ServiceKey) Compare(o ServiceKey) int {
+	switch {
+	case k.Namespace < o.Namespace:
+		return -1
+	case k.Namespace > o.Namespace:
+		return 1
+	case k.Name < o.Name:
+		return -1
+	case k.Name > o.Name:
+		return 1
+	}
+	return 0
+}
+
+// Protocol is a transport protocol a Service port carries.
+type Protocol uint8
+
+const (
+	TCP Protocol = iota + 1
+	UDP
+	SCTP
+)
+
+func (p Protocol) String() string {
+	switch p {
+	case TCP:
+		return "TCP"
+	case UDP:
+		return "UDP"
+	case SCTP:
+		return "SCTP"
+	}
+	return fmt.Sprintf("Protocol(%d)", uint8(p))
+}
+
+// ParseProtocol parses the Kubernetes spelling of a protocol.
+func ParseProtocol(s string) (Protocol, error) {
+	switch s {
+	case "TCP", "":
+		return TCP, nil
+	case "UDP":
+		return UDP, nil
+	case "SCTP":
+		return SCTP, nil
+	}
+	return 0, fmt.Errorf("unknown protocol %q", s)
+}
+
+// ServiceType is the Kubernetes Service type.
+type ServiceType uint8
+
+const (
+	ClusterIP ServiceType = iota + 1
+	NodePort
+	LoadBalancer
+	ExternalName
+)
+
+func (t ServiceType) String() string {
+	switch t {
+	case ClusterIP:
+		return "ClusterIP"
+	case NodePort:
+		return "NodePort"
+	case LoadBalancer:
+		return "LoadBalancer"
+	case ExternalName:
+		return "ExternalName"
+	}
+	return fmt.Sprintf("ServiceType(%d)", uint8(t))
+}
+
+// TrafficPolicy is the value of externalTrafficPolicy or
+// internalTrafficPolicy.
+type TrafficPolicy uint8
+
+const (
+	// PolicyCluster (the zero value) routes to every usable endpoint.
+	PolicyCluster TrafficPolicy = iota
+	// PolicyLocal routes only to endpoints on this node.
+	PolicyLocal
+)
+
+func (p TrafficPolicy) String() string {
+	if p == PolicyLocal {
+		return "Local"
+	}
+	return "Cluster"
+}
+
+// TrafficDistribution values, as spec.trafficDistribution spells them.
+const (
+	DistributionPreferClose    = "PreferClose"
+	DistributionPreferSameZone = "PreferSameZone"
+	DistributionPreferSameNode = "PreferSameNode"
+)
+
+// Service is what the planner needs of a Kubernetes Service.
+//
+// Slices are sorted and deduplicated by the watch layer so that two
+// Services built from equal API objects compare equal.
+type Service struct {
+	Key  ServiceKey
+	Type ServiceType
+
+	// ClusterIPs is empty for headless Services.
+	ClusterIPs  []netip.Addr
+	ExternalIPs []netip.Addr
+	// LoadBalancerIPs are the IPs of status.loadBalancer.ingress.
+	LoadBalancerIPs          []netip.Addr
+	LoadBalancerSourceRanges []netip.Prefix
+	// LoadBalancerClass is spec.loadBalancerClass, "" when unset.
+	LoadBalancerClass string
+	// RequestedIPs are spec.loadBalancerIP plus the addresses of the
+	// switchyard.dev/load-balancer-ips annotation.
+	RequestedIPs []netip.Addr
+
+	Ports []ServicePort
+
+	ExternalTrafficPolicy TrafficPolicy
+	InternalTrafficPolicy TrafficPolicy
+	// HealthCheckNodePort is set for LoadBalancer Services with
+	// externalTrafficPolicy Local.
+	HealthCheckNodePort uint16
+
+	// AffinityTimeout is non-zero when sessionAffinity is ClientIP.
+	AffinityTimeout time.Duration
+
+	// TrafficDistribution is spec.trafficDistribution, "" when unset.
+	TrafficDistribution string
+
+	// Switchyard annotations.
+	Policy       string // switchyard.dev/policy
+	PolicyParams string // switchyard.dev/policy-params (JSON)
+	Scheduler    string // switchyard.dev/scheduler
+	AddressPool  string // switchyard.dev/address-pool
+	SharingKey   string // switchyard.dev/allow-shared-ip
+}
+
+// ServicePort is one port of a Service.
+type ServicePort struct {
+	Name     string
+	Protocol Protocol
+	Port     uint16
+	// NodePort is 0 when the Service has no node port for this port.
+	NodePort uint16
+}
+
+// Endpoint is one address of an EndpointSlice, with the port resolved for
+// one ServicePort (matched by port name and protocol).
+type Endpoint struct {
+	Addr     netip.Addr
+	Port     uint16
+	PortName string
+	Protocol Protocol
+
+	// NodeName and Zone are "" when the slice does not say.
+	NodeName string
+	Zone     string
+
+	// Conditions, with Kubernetes' defaulting already applied: a nil
+	// ready condition is ready, a nil serving condition equals ready, a
+	// nil terminating condition is false.
+	Ready       bool
+	Serving     bool
+	Terminating bool
+
+	// Hints from the EndpointSlice (for topology-aware routing).
+	HintZones []string
+	HintNodes []string
+}
+
+// EndpointKey identifies an endpoint of a Service port.
+type EndpointKey struct {
+	Addr     netip.Addr
+	Port     uint16
+	Protocol Protocol
+}
+
+// Key returns the endpoint's identity.
+func (e Endpoint) Key() EndpointKey { return EndpointKey{e.Addr, e.Port, e.Protocol} }
+
+// Node is what the planner needs of this node.
+type Node struct {
+	Name string
+	// Zone is the topology.kubernetes.io/zone label, "" when unset.
+	Zone string
+	// Addresses are the node's addresses that may carry NodePorts.
+	Addresses []netip.Addr
+	Ready     bool
+	Labels    map[string]string
+}

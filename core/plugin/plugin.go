@@ -1,0 +1,104 @@
+// Package plugin declares the three plugin kinds Switchyard's control loop
+// drives: the dataplane that forwards packets, the announcers that make
+// LoadBalancer addresses reachable, and the balancing policies that weigh
+// endpoints. It holds interfaces and their value types only.
+package plugin
+
+import (
+	"context"
+	"time"
+
+	"github.com/switchyard-lb/switchyard/core/model"
+)
+
+// Update is one round of desired state for a Dataplane.
+type Update struct {
+	// Plan is the whole desired state; read-only for the dataplane.
+	Plan *model.Plan
+	// Changed lists the Services whose plan may differ from the previous
+	// Apply (added, updated or deleted: a deleted Service is absent from
+	// Plan). It is ignored when Full is set.
+	Changed []model.ServiceKey
+	// Full asks the dataplane to reconcile everything it owns against
+	// Plan: on the first Apply, on a periodic resync and after an error.
+	Full bool
+}
+
+// Dataplane programs the kernel so that it forwards what the plan wants.
+// Apply is called from one goroutine at a time. It must never remove state
+// it does not own, and Close must leave working forwarding in place: a
+// restart or a shutdown never flushes traffic.
+type Dataplane interface {
+	Name() string
+	Apply(ctx context.Context, u Update) error
+	Close() error
+}
+
+// Announcer makes addresses reachable at this node. Announce is
+// declarative: set is the complete set this node should announce now, and
+// an empty set withdraws everything. It is called from one goroutine at a
+// time, after the dataplane serves every address in set.
+type Announcer interface {
+	Name() string
+	Announce(ctx context.Context, set []model.Announcement) error
+	Close() error
+}
+
+// Policy decides, for one Service port, which endpoints get new traffic
+// and with what weight. It runs in the control loop, never per packet, and
+// may be called concurrently for different Services.
+type Policy interface {
+	Name() string
+	Evaluate(ctx context.Context, in *PolicyInput) (PolicyResult, error)
+}
+
+// PolicyInput is what a policy sees of one Service port.
+type PolicyInput struct {
+	Service *model.Service
+	Port    model.ServicePort
+	Node    *model.Node
+	Now     time.Time
+	// Params is the JSON of switchyard.dev/policy-params, or the policy's
+	// defaults.
+	Params []byte
+	// Endpoints are the candidates the traffic policies left, sorted by
+	// address then port.
+	Endpoints []PolicyEndpoint
+}
+
+// PolicyEndpoint is a candidate endpoint with what is known of it.
+type PolicyEndpoint struct {
+	model.Endpoint
+	// Local is set when the endpoint runs on this node; SameZone when it
+	// runs in this node's zone.
+	Local, SameZone bool
+	// FirstSeen is when the daemon first saw the endpoint.
+	FirstSeen time.Time
+	Stats     EndpointStats
+}
+
+// EndpointStats are live IPVS counters of a real server.
+type EndpointStats struct {
+	ActiveConns, InactiveConns uint32
+	ConnRate                   uint32 // connections per second
+	BytesInRate, BytesOutRate  uint64 // bytes per second
+}
+
+// PolicyResult is a policy's decision for one Service port.
+type PolicyResult struct {
+	// Weights is index-aligned with PolicyInput.Endpoints; 0 drains.
+	Weights []uint32
+	// Scheduler and Flags, when Scheduler is non-empty, override the IPVS
+	// scheduler for the Service port.
+	Scheduler string
+	Flags     []string
+	// Reevaluate, when non-zero, asks to be evaluated again after it even
+	// if nothing changed.
+	Reevaluate time.Duration
+}
+
+// HealthReporter is implemented by plugins that can say whether they are
+// working, for /readyz and /debug/state.
+type HealthReporter interface {
+	Healthy() error
+}

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Builds etcd, kube-apiserver and kubectl at pinned versions from the Go module
+# proxy, once, into a cache directory, and prints that directory.
+#
+# k8s.io/kubernetes and etcd use replace directives, so `go install m@v` is
+# refused; instead a throwaway module in the cache requires them and replaces
+# each staging module by its published version (shared/notes/apiserver.md).
+#
+# Usage: test/tools/kube-binaries.sh   -> prints the bin directory on stdout.
+set -euo pipefail
+
+KUBE_VERSION=${KUBE_VERSION:-v1.36.3}
+ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
+STAGING_VERSION=v0${KUBE_VERSION#v1}
+
+cache=${SWITCHYARD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/switchyard}
+bin=$cache/kube/$KUBE_VERSION-etcd-$ETCD_VERSION/bin
+mkdir -p "$bin"
+log() { echo "kube-binaries: $*" >&2; }
+
+# mkmod DIR MODULE VERSION: a throwaway module in DIR requiring MODULE@VERSION
+# with every relative replace of MODULE's go.mod pointed at the published
+# module of the same name at STAGING (or MODULE's own VERSION for etcd).
+mkmod() {
+	local dir=$1 mod=$2 ver=$3 stag=$4
+	rm -rf "$dir"; mkdir -p "$dir"
+	local gomod
+	gomod=$(cd "$dir" && GOFLAGS=-mod=mod go mod download -json "$mod@$ver" | sed -n 's/.*"GoMod": "\(.*\)",/\1/p')
+	{
+		echo "module switchyard.local/kubebuild"
+		echo "go 1.26"
+		echo "require $mod $ver"
+		grep -E '^\s*(replace\s+)?[^ ]+ => \.\.?/' "$gomod" | grep -v FORBIDDEN | sed 's/^\s*replace\s*//' | awk -v v="$stag" '{print "replace " $1 " => " $1 " " v}'
+	} >"$dir/go.mod"
+}
+
+build_kube() {
+	local dir=$cache/kube/build-$KUBE_VERSION
+	mkmod "$dir" k8s.io/kubernetes "$KUBE_VERSION" "$STAGING_VERSION"
+	cat >"$dir/tools.go" <<'GO'
+//go:build tools
+
+package tools
+
+import _ "k8s.io/kubernetes/cmd/kube-apiserver"
+GO
+	mkdir -p "$dir/kubectl"
+	cat >"$dir/kubectl/main.go" <<'GO'
+package main
+
+import (
+	"os"
+
+	"k8s.io/component-base/cli"
+	"k8s.io/kubectl/pkg/cmd"
+)
+
+func main() { os.Exit(cli.Run(cmd.NewDefaultKubectlCommand())) }
+GO
+	local ld="-s -w -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${KUBE_VERSION#v1.}"
+	ld=${ld%.*}
+	(cd "$dir" && go mod tidy -e >/dev/null 2>&1 || true
+	 cd "$dir" && GOFLAGS=-mod=mod go get k8s.io/kubernetes/cmd/kube-apiserver@"$KUBE_VERSION" k8s.io/kubectl/pkg/cmd k8s.io/component-base/cli >/dev/null
+	 if [ ! -x "$bin/kube-apiserver" ]; then
+		log "building kube-apiserver $KUBE_VERSION (several minutes, once)"
+		CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -tags grpcnotrace -ldflags "$ld" -o "$bin/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver
+		mv "$bin/kube-apiserver.tmp" "$bin/kube-apiserver"
+	 fi
+	 if [ ! -x "$bin/kubectl" ]; then
+		log "building kubectl $KUBE_VERSION"
+		CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "$ld" -o "$bin/kubectl.tmp" ./kubectl
+		mv "$bin/kubectl.tmp" "$bin/kubectl"
+	 fi)
+}
+
+build_etcd() {
+	local dir=$cache/kube/build-etcd-$ETCD_VERSION
+	mkmod "$dir" go.etcd.io/etcd/server/v3 "$ETCD_VERSION" "$ETCD_VERSION"
+	(cd "$dir" && cat >tools.go <<'GO'
+//go:build tools
+
+package tools
+
+import _ "go.etcd.io/etcd/server/v3"
+GO
+	 GOFLAGS=-mod=mod go get go.etcd.io/etcd/server/v3@"$ETCD_VERSION" >/dev/null
+	 log "building etcd $ETCD_VERSION (a minute or two, once)"
+	 CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "-s -w" -o "$bin/etcd.tmp" go.etcd.io/etcd/server/v3
+	 mv "$bin/etcd.tmp" "$bin/etcd")
+}
+
+[ -x "$bin/etcd" ] || build_etcd
+{ [ -x "$bin/kube-apiserver" ] && [ -x "$bin/kubectl" ]; } || build_kube
+echo "$bin"
