@@ -207,3 +207,30 @@ type Node struct {
 	Ready     bool
 	Labels    map[string]string
 }
+
+// ServiceState is the watch layer's current view of one Service: the
+// Service (nil once deleted) and its endpoints from every EndpointSlice
+// (EndpointSlices may exist before or after their Service).
+type ServiceState struct {
+	Service   *Service
+	Endpoints []Endpoint
+}
+
+// Delta is what changed in the watched cluster since the previous Delta.
+// A Service or Node that changed and then changed back may be absent.
+type Delta struct {
+	// Services holds the current state of each changed Service.
+	Services map[ServiceKey]ServiceState
+	// Nodes holds the current state of each changed Node; nil once
+	// deleted.
+	Nodes map[string]*Node
+	// TriggerTimes are the EndpointSlice last-change-trigger-time
+	// annotations (endpoints.kubernetes.io/last-change-trigger-time) of
+	// the changes in this delta, for network programming latency.
+	TriggerTimes []time.Time
+}
+
+// Empty reports whether the delta carries no change.
+func (d *Delta) Empty() bool {
+	return len(d.Services) == 0 && len(d.Nodes) == 0
+}
