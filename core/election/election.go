@@ -1,0 +1,174 @@
+package election
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/switchyard-lb/switchyard/core/model"
+)
+
+// Candidate is a node that might announce a Service's address.
+type Candidate struct {
+	Name string
+	// Ready is the Kubernetes NodeReady condition: the fallback when
+	// membership does not know the node.
+	Ready  bool
+	Labels map[string]string
+	// LocalEndpoint is set when a ready endpoint of the Service runs on
+	// the node; it matters with externalTrafficPolicy Local.
+	LocalEndpoint bool
+}
+
+// CandidateFrom builds a Candidate from a node of the model.
+func CandidateFrom(n *model.Node, localEndpoint bool) Candidate {
+	return Candidate{Name: n.Name, Ready: n.Ready, Labels: n.Labels, LocalEndpoint: localEndpoint}
+}
+
+// Matcher selects nodes by their labels (an announcer's node selector;
+// ipam.Selector satisfies it).
+type Matcher interface {
+	Matches(labels map[string]string) bool
+}
+
+// AliveFunc reports what gossip membership knows of a node: known is
+// false when membership has no opinion (not a member yet, membership
+// disabled), and Kubernetes readiness decides instead.
+type AliveFunc func(node string) (alive, known bool)
+
+// Input is what election needs to decide for one announcer and one
+// Service.
+type Input struct {
+	Nodes []Candidate
+	// Selector is the announcer's node selector; nil selects every node.
+	Selector Matcher
+	// TrafficPolicy is the Service's externalTrafficPolicy: with Local,
+	// only nodes with a local endpoint are eligible.
+	TrafficPolicy model.TrafficPolicy
+	// Alive, when set, takes precedence over Candidate.Ready for the
+	// nodes it knows.
+	Alive AliveFunc
+}
+
+// eligible reports whether c may announce.
+func (in *Input) eligible(c *Candidate) bool {
+	up := c.Ready
+	if in.Alive != nil {
+		if alive, known := in.Alive(c.Name); known {
+			up = alive
+		}
+	}
+	return up && (in.Selector == nil || in.Selector.Matches(c.Labels)) &&
+		(in.TrafficPolicy != model.PolicyLocal || c.LocalEndpoint)
+}
+
+// Eligible returns the names of the eligible nodes, sorted, without
+// duplicates.
+func Eligible(in *Input) []string {
+	var out []string
+	for i := range in.Nodes {
+		if in.eligible(&in.Nodes[i]) {
+			out = append(out, in.Nodes[i].Name)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// BGPAnnouncers returns the nodes that announce the Service's addresses
+// over BGP: every eligible node, sorted.
+func BGPAnnouncers(in *Input) []string { return Eligible(in) }
+
+// score is a node's rank for an address: lower wins.
+func score(node string, ip netip.Addr) [sha256.Size]byte {
+	return sha256.Sum256([]byte(node + "#" + ip.String()))
+}
+
+// Layer2Owner returns the one node that answers ARP or NDP for ip: the
+// eligible node with the lowest sha256(node + "#" + ip), ties going to
+// the lower name. ok is false when no node is eligible: nobody announces.
+func Layer2Owner(in *Input, ip netip.Addr) (owner string, ok bool) {
+	var best [sha256.Size]byte
+	for i := range in.Nodes {
+		c := &in.Nodes[i]
+		if !in.eligible(c) {
+			continue
+		}
+		s := score(c.Name, ip)
+		if d := bytes.Compare(s[:], best[:]); !ok || d < 0 || (d == 0 && c.Name < owner) {
+			owner, best, ok = c.Name, s, true
+		}
+	}
+	return owner, ok
+}
+
+// Layer2Ranking returns the eligible nodes in the order they would take
+// ip over: the owner first, then who takes over if it fails, and so on.
+// It is for diagnostics (/debug/state); Layer2Owner is cheaper.
+func Layer2Ranking(in *Input, ip netip.Addr) []string {
+	type ranked struct {
+		name  string
+		score [sha256.Size]byte
+	}
+	var rs []ranked
+	for _, n := range Eligible(in) {
+		rs = append(rs, ranked{n, score(n, ip)})
+	}
+	slices.SortFunc(rs, func(a, b ranked) int {
+		if d := bytes.Compare(a.score[:], b.score[:]); d != 0 {
+			return d
+		}
+		return strings.Compare(a.name, b.name)
+	})
+	out := make([]string, len(rs))
+	for i, r := range rs {
+		out[i] = r.name
+	}
+	return out
+}
+
+// Layer2Owners returns the owner of each address that has one. Each
+// address is elected on its own, so a dual-stack Service's IPv4 and IPv6
+// addresses may have different owners; Services sharing an address
+// always agree on its owner, since the ipam package lets them share only
+// with the same backends.
+func Layer2Owners(in *Input, ips []netip.Addr) map[netip.Addr]string {
+	out := make(map[netip.Addr]string, len(ips))
+	for _, ip := range ips {
+		if o, ok := Layer2Owner(in, ip); ok {
+			out[ip] = o
+		}
+	}
+	return out
+}
+
+// Mode is how an announcer makes addresses reachable.
+type Mode uint8
+
+const (
+	// Layer2: one node per address (ARP, NDP).
+	Layer2 Mode = iota + 1
+	// BGP: every eligible node (ECMP).
+	BGP
+)
+
+// Announced returns the addresses of ips, in order, that node self
+// announces in mode m.
+func Announced(m Mode, self string, in *Input, ips []netip.Addr) []netip.Addr {
+	var out []netip.Addr
+	switch m {
+	case Layer2:
+		for _, ip := range ips {
+			if o, ok := Layer2Owner(in, ip); ok && o == self {
+				out = append(out, ip)
+			}
+		}
+	case BGP:
+		if slices.Contains(BGPAnnouncers(in), self) {
+			out = append(out, ips...)
+		}
+	}
+	return out
+}
