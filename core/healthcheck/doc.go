@@ -1,0 +1,11 @@
+// Package healthcheck owns the per-Service health check servers that
+// LoadBalancer Services with externalTrafficPolicy Local ask every node to
+// run on their healthCheckNodePort, answering as kube-proxy does: any path
+// gets JSON naming the Service and its local endpoint count, with status
+// 200 when the node has a local endpoint (and the proxy is healthy) and
+// 503 otherwise, so cloud load balancers send traffic only to nodes that
+// can serve it.
+//
+// Server.Sync is declarative: it opens a listener per port that appears,
+// closes those that disappear and updates the counts of the others.
+package healthcheck

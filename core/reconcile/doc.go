@@ -1,0 +1,25 @@
+// Package reconcile owns the control loop's one sync: it takes what changed
+// from the watch (Source), replans it (plan.Planner) and drives the
+// plugins, in an order that never attracts traffic the node cannot serve:
+//
+//  1. nothing happens until the Source has synced every cache, so the
+//     loop never acts (above all never deletes) on partial data;
+//  2. announcers withdraw addresses that are going away, before the
+//     dataplane removes their virtual services;
+//  3. the dataplane applies the changed Services (everything on the first
+//     sync, on a periodic full resync, on a sync without changes, and
+//     after any failure, so that a retry repairs whatever a failed Apply
+//     left);
+//  4. only then do announcers announce new addresses and the health check
+//     servers report new counts.
+//
+// Errors of every plugin are joined and returned, so the runner retries.
+// The handlers of the watch only record changes; this loop is the one
+// place that acts on them. The daemon wires it as
+//
+//	r := runner.New("sync", loop.Sync, minSyncPeriod, syncPeriod, retryPeriod)
+//	source := k8s.New(client, k8s.Options{NodeName: node, OnChange: r.Trigger}, log)
+//
+// and triggers r once the Source has synced, so the first full sync does
+// not wait for the periodic run.
+package reconcile

@@ -1,0 +1,398 @@
+package reconcile
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/switchyard-lb/switchyard/core/healthcheck"
+	"github.com/switchyard-lb/switchyard/core/metrics"
+	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/core/plan"
+	"github.com/switchyard-lb/switchyard/core/plugin"
+)
+
+// DefaultFullSyncPeriod is how often a busy loop, whose syncs always carry
+// changes, still asks the dataplane for a full resync.
+const DefaultFullSyncPeriod = time.Hour
+
+// maxPendingTriggers bounds the trigger times kept while the dataplane
+// keeps failing.
+const maxPendingTriggers = 10000
+
+// Source is what the loop needs of the watch layer.
+type Source interface {
+	// HasSynced reports whether every cache has synced.
+	HasSynced() bool
+	// Take returns what changed since the previous Take.
+	Take() model.Delta
+}
+
+// Config is what a Loop drives. Source, Planner and Dataplane are
+// required; the rest may be left zero.
+type Config struct {
+	// NodeName is this node's name: the Node the planner plans for.
+	NodeName   string
+	Source     Source
+	Planner    *plan.Planner
+	Dataplane  plugin.Dataplane
+	Announcers []plugin.Announcer
+	// Metrics nil: unregistered metrics.
+	Metrics *metrics.Metrics
+	// Health nil: no healthCheckNodePort servers.
+	Health *healthcheck.Server
+	// Log nil: discard.
+	Log *slog.Logger
+	// Now nil: time.Now.
+	Now func() time.Time
+	// FullSyncPeriod bounds the time between full resyncs while every
+	// sync carries changes; 0 means DefaultFullSyncPeriod.
+	FullSyncPeriod time.Duration
+}
+
+// Loop is the reconcile loop. Sync must not run concurrently with itself
+// (the runner guarantees it; a mutex makes it safe anyway); State,
+// LastSync, SetOptions and RequestFull may be called from any goroutine.
+type Loop struct {
+	cfg      Config
+	log      *slog.Logger
+	now      func() time.Time
+	m        *metrics.Metrics
+	fullSync time.Duration
+
+	syncMu sync.Mutex // serialises Sync; guards the fields below
+	nodes  map[string]*model.Node
+	// needFull is set until a full Apply succeeds: initially and after
+	// a failed Apply.
+	needFull bool
+	lastFull time.Time
+	triggers []time.Time // EndpointSlice trigger times not yet applied
+	announce map[model.ServiceKey][]netip.Addr
+	ann      []announcerState
+	health   map[model.ServiceKey]healthcheck.Port
+	// healthDirty is set when health changed or its last Sync failed.
+	healthDirty bool
+	counts      counts
+
+	mu          sync.Mutex // guards the fields below, read by State and LastSync
+	desired     map[model.ServiceKey]*model.ServicePlan
+	applied     map[model.ServiceKey]*model.ServicePlan
+	synced      bool
+	announced   map[string][]model.Announcement
+	lastSuccess time.Time
+	lastErr     error
+	pendingOpts *plan.Options
+	forceFull   bool
+}
+
+// announcerState is what the loop last sent one announcer.
+type announcerState struct {
+	sent []model.Announcement
+	ok   bool // the last send succeeded; false at start, so the first sync sends
+}
+
+// counts are what the dataplane has applied, for metrics.
+type counts struct{ services, virtualServices, realServers int }
+
+func (c *counts) add(sp *model.ServicePlan, sign int) {
+	if sp == nil || len(sp.VirtualServices) == 0 {
+		return
+	}
+	c.services += sign
+	c.virtualServices += sign * len(sp.VirtualServices)
+	for _, vs := range sp.VirtualServices {
+		c.realServers += sign * len(vs.Destinations)
+	}
+}
+
+// New returns a Loop for cfg.
+func New(cfg Config) *Loop {
+	l := &Loop{
+		cfg:         cfg,
+		log:         cfg.Log,
+		now:         cfg.Now,
+		m:           cfg.Metrics,
+		fullSync:    cfg.FullSyncPeriod,
+		nodes:       make(map[string]*model.Node),
+		needFull:    true,
+		announce:    make(map[model.ServiceKey][]netip.Addr),
+		ann:         make([]announcerState, len(cfg.Announcers)),
+		health:      make(map[model.ServiceKey]healthcheck.Port),
+		healthDirty: true,
+		desired:     make(map[model.ServiceKey]*model.ServicePlan),
+		applied:     make(map[model.ServiceKey]*model.ServicePlan),
+		announced:   make(map[string][]model.Announcement),
+	}
+	if l.log == nil {
+		l.log = slog.New(slog.DiscardHandler)
+	}
+	if l.now == nil {
+		l.now = time.Now
+	}
+	if l.m == nil {
+		l.m = metrics.New(nil)
+	}
+	if l.fullSync <= 0 {
+		l.fullSync = DefaultFullSyncPeriod
+	}
+	return l
+}
+
+// SetOptions makes the next Sync replan everything with opts (for a
+// configuration reload); trigger the runner afterwards.
+func (l *Loop) SetOptions(opts plan.Options) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.pendingOpts = &opts
+}
+
+// RequestFull makes the next Sync a full resync.
+func (l *Loop) RequestFull() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.forceFull = true
+}
+
+// LastSync returns when the last successful Sync ended (zero before the
+// first) and the error of the last Sync (nil when it succeeded or when the
+// Source had not synced yet).
+func (l *Loop) LastSync() (time.Time, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lastSuccess, l.lastErr
+}
+
+// Sync runs one round of reconciliation; it is the runner's function. It
+// returns nil without acting while the Source has not synced.
+func (l *Loop) Sync(ctx context.Context) (err error) {
+	l.syncMu.Lock()
+	defer l.syncMu.Unlock()
+	if !l.cfg.Source.HasSynced() {
+		return nil
+	}
+	start := l.now()
+	defer func() {
+		end := l.now()
+		l.m.SyncDuration.Observe(end.Sub(start).Seconds())
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.synced = true
+		l.lastErr = err
+		if err == nil {
+			l.lastSuccess = end
+			l.m.LastSyncTimestamp.Set(float64(end.UnixNano()) / 1e9)
+		}
+	}()
+
+	// 1. Take the changes and replan what they affect.
+	d := l.cfg.Source.Take()
+	for name, n := range d.Nodes {
+		if n == nil {
+			delete(l.nodes, name)
+		} else {
+			l.nodes[name] = n
+		}
+	}
+	l.mu.Lock()
+	opts, forceFull := l.pendingOpts, l.forceFull
+	l.pendingOpts, l.forceFull = nil, false
+	l.mu.Unlock()
+	changed := l.cfg.Planner.Update(l.nodes[l.cfg.NodeName], d.Services)
+	if opts != nil {
+		changed = union(changed, l.cfg.Planner.SetOptions(*opts))
+	}
+	p := l.cfg.Planner.Plan()
+	full := l.needFull || forceFull || (d.Empty() && len(changed) == 0) || start.Sub(l.lastFull) >= l.fullSync
+	l.triggers = append(l.triggers, d.TriggerTimes...)
+	if len(l.triggers) > maxPendingTriggers {
+		l.triggers = l.triggers[:maxPendingTriggers]
+	}
+	l.track(p, changed, full)
+	want := l.wantAnnouncements()
+
+	var errs []error
+	// 2. Withdraw what is going away before the dataplane removes it.
+	for i, a := range l.cfg.Announcers {
+		st := &l.ann[i]
+		keep := slices.DeleteFunc(slices.Clone(st.sent), func(x model.Announcement) bool {
+			_, found := slices.BinarySearchFunc(want, x, compareAnnouncements)
+			return !found
+		})
+		if len(keep) < len(st.sent) {
+			errs = append(errs, l.send(ctx, i, a, keep)...)
+		}
+	}
+
+	// 3. Apply.
+	mode := metrics.ModePartial
+	if full {
+		mode = metrics.ModeFull
+	}
+	l.m.Syncs.WithLabelValues(mode).Inc()
+	applyErr := error(nil)
+	if full || len(changed) > 0 {
+		applyErr = l.cfg.Dataplane.Apply(ctx, plugin.Update{Plan: p, Changed: changed, Full: full})
+	}
+	if applyErr != nil {
+		l.needFull = true
+		l.m.SyncErrors.WithLabelValues(metrics.StageDataplane).Inc()
+		errs = append(errs, fmt.Errorf("dataplane %s: %w", l.cfg.Dataplane.Name(), applyErr))
+	} else {
+		if full {
+			l.needFull = false
+			l.lastFull = start
+		}
+		l.markApplied(changed, full)
+		l.m.ObserveProgramming(l.now(), l.triggers)
+		l.triggers = l.triggers[:0]
+
+		// 4. Announce and report health only once the dataplane serves.
+		for i, a := range l.cfg.Announcers {
+			if st := &l.ann[i]; !st.ok || !slices.Equal(st.sent, want) {
+				errs = append(errs, l.send(ctx, i, a, want)...)
+			}
+		}
+		if l.cfg.Health != nil && l.healthDirty {
+			if err := l.cfg.Health.Sync(maps.Clone(l.health)); err != nil {
+				l.m.SyncErrors.WithLabelValues(metrics.StageHealthCheck).Inc()
+				errs = append(errs, err)
+			} else {
+				l.healthDirty = false
+			}
+			l.m.HealthCheckPorts.Set(float64(len(l.cfg.Health.Ports())))
+		}
+	}
+	l.log.Debug("sync", "full", full, "changed", len(changed), "took", l.now().Sub(start), "errors", len(errs))
+	return errors.Join(errs...)
+}
+
+// send announces set through announcer i and records the outcome.
+func (l *Loop) send(ctx context.Context, i int, a plugin.Announcer, set []model.Announcement) []error {
+	st := &l.ann[i]
+	st.sent = set
+	if err := a.Announce(ctx, set); err != nil {
+		st.ok = false
+		l.m.SyncErrors.WithLabelValues(metrics.StageAnnounce).Inc()
+		return []error{fmt.Errorf("announcer %s: %w", a.Name(), err)}
+	}
+	st.ok = true
+	l.mu.Lock()
+	l.announced[a.Name()] = set
+	l.mu.Unlock()
+	l.m.AnnouncedIPs.WithLabelValues(a.Name()).Set(float64(countAddrs(set)))
+	return nil
+}
+
+// track records the new desired state of the changed Services (of all on
+// a full sync): the plans for State, the addresses to announce and the
+// health checks to serve.
+func (l *Loop) track(p *model.Plan, changed []model.ServiceKey, full bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if full {
+		clear(l.desired)
+		clear(l.announce)
+		clear(l.health)
+		l.healthDirty = true
+		for k, sp := range p.Services {
+			l.trackOne(k, sp)
+		}
+		return
+	}
+	for _, k := range changed {
+		sp := p.Services[k]
+		old, had := l.health[k]
+		delete(l.desired, k)
+		delete(l.announce, k)
+		delete(l.health, k)
+		if sp != nil {
+			l.trackOne(k, sp)
+		}
+		if now, has := l.health[k]; had != has || old != now {
+			l.healthDirty = true
+		}
+	}
+}
+
+func (l *Loop) trackOne(k model.ServiceKey, sp *model.ServicePlan) {
+	l.desired[k] = sp // the planner replaces plans, never modifies them
+	if len(sp.Announce) > 0 {
+		l.announce[k] = sp.Announce
+	}
+	if sp.HealthCheckNodePort != 0 {
+		l.health[k] = healthcheck.Port{Port: sp.HealthCheckNodePort, LocalEndpoints: sp.LocalEndpoints}
+	}
+}
+
+// markApplied records that the dataplane now holds the desired plans of
+// the changed Services (of all on a full sync).
+func (l *Loop) markApplied(changed []model.ServiceKey, full bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if full {
+		l.applied = maps.Clone(l.desired)
+		l.counts = counts{}
+		for _, sp := range l.applied {
+			l.counts.add(sp, 1)
+		}
+	} else {
+		for _, k := range changed {
+			l.counts.add(l.applied[k], -1)
+			if sp := l.desired[k]; sp != nil {
+				l.applied[k] = sp
+				l.counts.add(sp, 1)
+			} else {
+				delete(l.applied, k)
+			}
+		}
+	}
+	l.m.ServicesProgrammed.Set(float64(l.counts.services))
+	l.m.VirtualServicesProgrammed.Set(float64(l.counts.virtualServices))
+	l.m.RealServersProgrammed.Set(float64(l.counts.realServers))
+}
+
+// wantAnnouncements returns the announcements of the desired state,
+// sorted by address then Service.
+func (l *Loop) wantAnnouncements() []model.Announcement {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []model.Announcement
+	for k, addrs := range l.announce {
+		for _, a := range addrs {
+			out = append(out, model.Announcement{Addr: a, Service: k})
+		}
+	}
+	slices.SortFunc(out, compareAnnouncements)
+	return out
+}
+
+func compareAnnouncements(a, b model.Announcement) int {
+	return cmp.Or(a.Addr.Compare(b.Addr), a.Service.Compare(b.Service))
+}
+
+func countAddrs(set []model.Announcement) int {
+	n := 0
+	for i, a := range set {
+		if i == 0 || a.Addr != set[i-1].Addr {
+			n++
+		}
+	}
+	return n
+}
+
+// union merges two sorted key lists.
+func union(a, b []model.ServiceKey) []model.ServiceKey {
+	if len(b) == 0 {
+		return a
+	}
+	out := slices.Concat(a, b)
+	slices.SortFunc(out, model.ServiceKey.Compare)
+	return slices.Compact(out)
+}

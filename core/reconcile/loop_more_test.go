@@ -1,0 +1,172 @@
+package reconcile_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/switchyard-lb/switchyard/core/metrics"
+	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/core/plan"
+	"github.com/switchyard-lb/switchyard/core/reconcile"
+)
+
+// initial pushes node-a with web and lb and marks the source synced.
+func (h *harness) initial() {
+	h.src.Push(model.Delta{
+		Nodes: map[string]*model.Node{"node-a": nodeA},
+		Services: map[model.ServiceKey]model.ServiceState{
+			webKey: clusterIP(webKey, "10.96.0.1", webEndpoints...),
+			lbKey:  lbLocal(lbKey, "10.96.0.20", "203.0.113.10", lbEndpoints...),
+		},
+	})
+	h.src.SetSynced(true)
+}
+
+func mustSync(t *testing.T, l *reconcile.Loop) {
+	t.Helper()
+	if err := l.Sync(context.Background()); err != nil {
+		t.Fatalf("Sync: %v", err)
+	}
+}
+
+func TestAnnouncerFailureIsRetried(t *testing.T) {
+	h := newHarness(t)
+	h.initial()
+	h.ann.FailNext(errors.New("socket closed"))
+	err := h.loop.Sync(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "announcer arp: socket closed") {
+		t.Fatalf("Sync error = %v, want the announcer's", err)
+	}
+	if got := testutil.ToFloat64(h.m.SyncErrors.WithLabelValues(metrics.StageAnnounce)); got != 1 {
+		t.Errorf("sync_errors_total{stage=announce} = %v, want 1", got)
+	}
+	if _, lastErr := h.loop.LastSync(); lastErr == nil {
+		t.Error("LastSync reports no error after a failed sync")
+	}
+	// The retry carries no change, yet the announcer gets its set again.
+	mustSync(t, h.loop)
+	want := []model.Announcement{announced("203.0.113.10", lbKey)}
+	if diff := cmp.Diff(want, h.ann.Current(), cmpOpts...); diff != "" {
+		t.Errorf("announced after retry (-want +got):\n%s", diff)
+	}
+	if last, lastErr := h.loop.LastSync(); lastErr != nil || !last.Equal(t0) {
+		t.Errorf("LastSync() = %v, %v; want %v, nil", last, lastErr, t0)
+	}
+}
+
+func TestStateShowsDesiredAndApplied(t *testing.T) {
+	h := newHarness(t)
+	if st := h.loop.State(); st.Synced || len(st.Desired) != 0 {
+		t.Errorf("State before any sync = %+v", st)
+	}
+	h.src.Push(model.Delta{
+		Nodes:    map[string]*model.Node{"node-a": nodeA},
+		Services: map[model.ServiceKey]model.ServiceState{webKey: clusterIP(webKey, "10.96.0.1", webEndpoints...)},
+	})
+	h.src.SetSynced(true)
+	mustSync(t, h.loop)
+	h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{webKey: clusterIP(webKey, "10.96.0.1", webEndpoints[0])}})
+	h.dp.FailNext(errors.New("boom"))
+	if err := h.loop.Sync(context.Background()); err == nil {
+		t.Fatal("Sync succeeded with a failing dataplane")
+	}
+	st := h.loop.State()
+	web := func(dsts ...string) reconcile.ServiceState {
+		vs := reconcile.VirtualServiceState{
+			Protocol: "TCP", Address: netip.MustParseAddrPort("10.96.0.1:80"), Kind: "ClusterIP",
+			PortName: "http", Scheduler: "rr", Destinations: []reconcile.DestinationState{},
+		}
+		for _, d := range dsts {
+			vs.Destinations = append(vs.Destinations, reconcile.DestinationState{Address: netip.MustParseAddrPort(d), Weight: 1})
+		}
+		return reconcile.ServiceState{Service: "default/web", VirtualServices: []reconcile.VirtualServiceState{vs}}
+	}
+	want := reconcile.State{
+		Node:      "node-a",
+		Synced:    true,
+		LastSync:  t0,
+		LastError: "dataplane dryrun: boom",
+		Desired:   []reconcile.ServiceState{web("10.244.1.2:8080")},
+		Applied:   []reconcile.ServiceState{web("10.244.1.2:8080", "10.244.2.2:8080")},
+		Announced: map[string][]reconcile.AnnouncementState{"arp": {}},
+	}
+	if diff := cmp.Diff(want, st, cmpOpts...); diff != "" {
+		t.Errorf("State (-want +got):\n%s", diff)
+	}
+	b, err := json.Marshal(st)
+	if err != nil {
+		t.Fatalf("marshal State: %v", err)
+	}
+	for _, sub := range []string{`"desired":[{"service":"default/web"`, `"address":"10.244.2.2:8080","weight":1`, `"lastError":"dataplane dryrun: boom"`} {
+		if !strings.Contains(string(b), sub) {
+			t.Errorf("State JSON lacks %s:\n%s", sub, b)
+		}
+	}
+}
+
+func TestSetOptionsReplansEverything(t *testing.T) {
+	h := newHarness(t)
+	h.initial()
+	mustSync(t, h.loop)
+	h.loop.SetOptions(plan.Options{Scheduler: "wlc"})
+	mustSync(t, h.loop)
+	if got := h.dry.Stats(); got.FullApplies != 1 || len(got.LastChanged) != 2 {
+		t.Errorf("after SetOptions: stats %+v, want a partial Apply of both Services", got)
+	}
+	for _, line := range table(h.dry) {
+		if strings.HasPrefix(line, "TCP ") && !strings.HasSuffix(line, " wlc") {
+			t.Errorf("virtual service %q does not use the new scheduler", line)
+		}
+	}
+}
+
+func TestRequestFullAndNodeChange(t *testing.T) {
+	h := newHarness(t)
+	h.initial()
+	mustSync(t, h.loop)
+	moved := &model.Node{Name: "node-a", Addresses: []netip.Addr{netip.MustParseAddr("192.168.1.99")}}
+	h.src.Push(model.Delta{Nodes: map[string]*model.Node{"node-a": moved, "node-b": {Name: "node-b"}}})
+	h.loop.RequestFull()
+	mustSync(t, h.loop)
+	if got := h.dry.Stats().FullApplies; got != 2 {
+		t.Errorf("FullApplies = %d after RequestFull, want 2", got)
+	}
+	got := strings.Join(table(h.dry), "\n")
+	if !strings.Contains(got, "TCP 192.168.1.99:30080 rr") || strings.Contains(got, "192.168.1.10") {
+		t.Errorf("the NodePort did not follow the node's address:\n%s", got)
+	}
+}
+
+func TestBusyLoopStillResyncsFully(t *testing.T) {
+	h := newHarness(t)
+	now := t0
+	h.loop = reconcile.New(reconcile.Config{
+		NodeName: "node-a", Source: h.src, Planner: plan.New(plan.Options{}), Dataplane: h.dp,
+		Now: func() time.Time { return now }, FullSyncPeriod: time.Minute,
+	})
+	h.initial()
+	mustSync(t, h.loop)
+	for i, want := range []int{1, 1, 2} { // at 0s (full), 30s, 60s
+		now = t0.Add(time.Duration(i) * 30 * time.Second)
+		if i == 0 {
+			continue
+		}
+		eps := append(webEndpoints, ep("10.244.9.9:8080", "node-z"))
+		if i == 2 {
+			eps = webEndpoints
+		}
+		h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{webKey: clusterIP(webKey, "10.96.0.1", eps...)}})
+		mustSync(t, h.loop)
+		if got := h.dry.Stats().FullApplies; got != want {
+			t.Errorf("at %v: %d full applies, want %d", now.Sub(t0), got, want)
+		}
+	}
+}
