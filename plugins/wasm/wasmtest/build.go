@@ -1,0 +1,114 @@
+package wasmtest
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// GoTool returns the go command to build with: $GO, else "go" from PATH
+// (go test puts its own toolchain first in PATH).
+func GoTool() string {
+	if g := os.Getenv("GO"); g != "" {
+		return g
+	}
+	return "go"
+}
+
+// CacheDir is where built modules are kept: $SWITCHYARD_CACHE/wasm-test,
+// else the user cache directory's switchyard/wasm-test.
+func CacheDir() (string, error) {
+	if d := os.Getenv("SWITCHYARD_CACHE"); d != "" {
+		return filepath.Join(d, "wasm-test"), nil
+	}
+	d, err := os.UserCacheDir()
+	if err != nil {
+		return "", fmt.Errorf("find a cache directory: %w", err)
+	}
+	return filepath.Join(d, "switchyard", "wasm-test"), nil
+}
+
+// BuildGo builds the Go main package in pkgDir (a directory inside the
+// module rooted at moduleDir) for wasip1 as a reactor, and returns the
+// module bytes. hashDirs are further source directories the build depends
+// on (for example an SDK); a change in any of them, or in pkgDir, rebuilds.
+func BuildGo(moduleDir, pkgDir string, hashDirs ...string) ([]byte, error) {
+	goTool := GoTool()
+	ver, err := exec.Command(goTool, "env", "GOVERSION").Output()
+	if err != nil {
+		return nil, fmt.Errorf("run %s env GOVERSION: %w", goTool, err)
+	}
+	h := sha256.New()
+	h.Write(ver)
+	for _, d := range append([]string{pkgDir, filepath.Join(moduleDir, "go.mod")}, hashDirs...) {
+		if err := hashTree(h, d); err != nil {
+			return nil, err
+		}
+	}
+	key := hex.EncodeToString(h.Sum(nil))[:24]
+	cache, err := CacheDir()
+	if err != nil {
+		return nil, err
+	}
+	out := filepath.Join(cache, filepath.Base(pkgDir)+"-"+key+".wasm")
+	if b, err := os.ReadFile(out); err == nil {
+		return b, nil
+	}
+	if err := os.MkdirAll(cache, 0o755); err != nil {
+		return nil, fmt.Errorf("create %s: %w", cache, err)
+	}
+	tmp, err := os.CreateTemp(cache, ".build-*.wasm")
+	if err != nil {
+		return nil, fmt.Errorf("create a temporary module file: %w", err)
+	}
+	tmp.Close()
+	defer os.Remove(tmp.Name())
+	rel, err := filepath.Rel(moduleDir, pkgDir)
+	if err != nil {
+		return nil, fmt.Errorf("locate %s in %s: %w", pkgDir, moduleDir, err)
+	}
+	cmd := exec.Command(goTool, "build", "-buildmode=c-shared", "-trimpath", "-ldflags=-s -w", "-o", tmp.Name(), "./"+filepath.ToSlash(rel))
+	cmd.Dir = moduleDir
+	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("build %s for wasip1: %w\n%s", rel, err, b)
+	}
+	if err := os.Rename(tmp.Name(), out); err != nil {
+		return nil, fmt.Errorf("store built module: %w", err)
+	}
+	return os.ReadFile(out)
+}
+
+// hashTree hashes the names and contents of the files under root (or
+// root itself when it is a file), skipping _test.go files.
+func hashTree(h interface{ Write([]byte) (int, error) }, root string) error {
+	var files []string
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() && !strings.HasSuffix(p, "_test.go") {
+			files = append(files, p)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("hash sources under %s: %w", root, err)
+	}
+	slices.Sort(files)
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return fmt.Errorf("hash sources: %w", err)
+		}
+		fmt.Fprintf(h, "%s\x00%d\x00", filepath.ToSlash(strings.TrimPrefix(f, root)), len(b))
+		h.Write(b)
+	}
+	return nil
+}

@@ -1,0 +1,4 @@
+// Package wasmtest builds WebAssembly test modules from Go source with the
+// real toolchain (GOOS=wasip1 GOARCH=wasm, -buildmode=c-shared), caching
+// each build by a hash of its sources so repeated test runs are fast.
+package wasmtest
