@@ -1,0 +1,236 @@
+package config
+
+// APIVersion and Kind identify the config file format.
+const (
+	APIVersion = "switchyard.dev/v1alpha1"
+	Kind       = "SwitchyardConfig"
+)
+
+// Dataplane modes.
+const (
+	ModeIPVS   = "ipvs"
+	ModeDryRun = "dryrun"
+)
+
+// Announcer types.
+const (
+	AnnouncerARP   = "arp"
+	AnnouncerBGP   = "bgp"
+	AnnouncerCloud = "cloud"
+)
+
+// Config is the daemon's configuration file. The zero value of every
+// field means "use the default" documented on it; SetDefaults fills them in.
+type Config struct {
+	// APIVersion must be "switchyard.dev/v1alpha1".
+	APIVersion string `yaml:"apiVersion"`
+	// Kind must be "SwitchyardConfig".
+	Kind string `yaml:"kind"`
+
+	Dataplane  Dataplane   `yaml:"dataplane"`
+	Policies   Policies    `yaml:"policies"`
+	Pools      []Pool      `yaml:"pools"`
+	Announcers []Announcer `yaml:"announcers"`
+	Membership Membership  `yaml:"membership"`
+	Metrics    Metrics     `yaml:"metrics"`
+	Health     Health      `yaml:"health"`
+
+	// LoadBalancerClass is the spec.loadBalancerClass Switchyard serves.
+	// Default "switchyard.dev/lb".
+	LoadBalancerClass string `yaml:"loadBalancerClass"`
+	// IgnoreUnclassed, when true, leaves LoadBalancer Services without a
+	// loadBalancerClass to someone else. Default false: they are served.
+	IgnoreUnclassed bool `yaml:"ignoreUnclassed"`
+}
+
+// Dataplane selects and tunes the dataplane.
+type Dataplane struct {
+	// Mode is "ipvs" or "dryrun" (records the desired table, touches no
+	// kernel state). Default "dryrun" until the IPVS dataplane lands.
+	Mode string `yaml:"mode"`
+	IPVS IPVS   `yaml:"ipvs"`
+}
+
+// IPVS holds the IPVS dataplane's settings, named as kube-proxy names them.
+type IPVS struct {
+	// Scheduler is the default IPVS scheduler: rr, wrr, lc, wlc, lblc,
+	// lblcr, dh, sh, sed, nq, fo, ovf, mh or twos. Default "rr".
+	Scheduler string `yaml:"scheduler"`
+	// TCPTimeout, TCPFinTimeout and UDPTimeout set the IPVS connection
+	// timeouts. Default 0: the kernel's values are left alone.
+	TCPTimeout    Duration `yaml:"tcpTimeout"`
+	TCPFinTimeout Duration `yaml:"tcpFinTimeout"`
+	UDPTimeout    Duration `yaml:"udpTimeout"`
+	// StrictARP sets arp_ignore=1 and arp_announce=2 so that only an
+	// announcer answers ARP for service addresses. Default true.
+	StrictARP *bool `yaml:"strictARP"`
+	// MasqueradeAll masquerades all traffic to service addresses. Default
+	// false.
+	MasqueradeAll bool `yaml:"masqueradeAll"`
+	// ClusterCIDRs are the pod networks: traffic from outside them to a
+	// service address is masqueraded. Default empty.
+	ClusterCIDRs []Prefix `yaml:"clusterCIDRs"`
+	// NodePortAddresses limits NodePorts to node addresses inside these
+	// prefixes. Default empty: every node address.
+	NodePortAddresses []Prefix `yaml:"nodePortAddresses"`
+	// SyncPeriod is the longest time between two full resyncs. Default 30s.
+	SyncPeriod Duration `yaml:"syncPeriod"`
+	// MinSyncPeriod is the shortest time between two syncs: changes that
+	// arrive faster are batched. Default 1s.
+	MinSyncPeriod Duration `yaml:"minSyncPeriod"`
+}
+
+// Policies configures the balancing policies.
+type Policies struct {
+	// Default is the policy for Services without a switchyard.dev/policy
+	// annotation: a policy ConfigMap's name or "builtin:<name>". Default
+	// "": no policy, every endpoint gets the same weight.
+	Default string `yaml:"default"`
+	// EvaluationDeadline bounds one policy evaluation. Default 50ms.
+	EvaluationDeadline Duration `yaml:"evaluationDeadline"`
+	// MemoryLimit caps a policy instance's memory, as a byte count or
+	// with a Ki, Mi or Gi suffix. Default 32Mi.
+	MemoryLimit ByteSize `yaml:"memoryLimit"`
+	// StatisticsInterval is how often live IPVS statistics are read and
+	// policies re-evaluated with them. Default 10s.
+	StatisticsInterval Duration `yaml:"statisticsInterval"`
+}
+
+// Pool is a named set of addresses LoadBalancer IPs are allocated from.
+type Pool struct {
+	// Name is the pool's name (a DNS label), used by the
+	// switchyard.dev/address-pool annotation. Required.
+	Name string `yaml:"name"`
+	// Addresses are CIDRs ("192.0.2.0/28", "2001:db8::/120") or inclusive
+	// ranges ("192.0.2.10-192.0.2.20"). At least one is required.
+	Addresses []string `yaml:"addresses"`
+	// AutoAssign lets Services that ask for no pool and no address get
+	// addresses from it. Default true.
+	AutoAssign *bool `yaml:"autoAssign"`
+	// AvoidBuggyIPs keeps IPv4 addresses ending in .0 or .255 out of the
+	// pool. Default false.
+	AvoidBuggyIPs bool `yaml:"avoidBuggyIPs"`
+	// Namespaces, when non-empty, are the only namespaces it serves.
+	Namespaces []string `yaml:"namespaces"`
+	// NamespaceSelectors, when non-empty, restrict it to namespaces whose
+	// labels match one of them.
+	NamespaceSelectors []LabelSelector `yaml:"namespaceSelectors"`
+	// ServiceSelectors, when non-empty, restrict it to Services whose
+	// labels match one of them.
+	ServiceSelectors []LabelSelector `yaml:"serviceSelectors"`
+}
+
+// LabelSelector matches labels as a Kubernetes LabelSelector does.
+type LabelSelector struct {
+	MatchLabels      map[string]string          `yaml:"matchLabels"`
+	MatchExpressions []LabelSelectorRequirement `yaml:"matchExpressions"`
+}
+
+// LabelSelectorRequirement is one expression of a LabelSelector.
+type LabelSelectorRequirement struct {
+	Key string `yaml:"key"`
+	// Operator is In, NotIn, Exists or DoesNotExist.
+	Operator string   `yaml:"operator"`
+	Values   []string `yaml:"values"`
+}
+
+// Announcer is one named announcer. Exactly the settings block matching
+// Type may be set.
+type Announcer struct {
+	// Name identifies the announcer (a DNS label). Required.
+	Name string `yaml:"name"`
+	// Type is "arp", "bgp" or "cloud". Required.
+	Type string `yaml:"type"`
+	// Pools are the pools whose addresses it announces. Default empty:
+	// every pool.
+	Pools []string `yaml:"pools"`
+	// NodeSelector, when non-empty, are labels a node must carry to
+	// announce.
+	NodeSelector map[string]string `yaml:"nodeSelector"`
+
+	ARP   *ARPAnnouncer   `yaml:"arp"`
+	BGP   *BGPAnnouncer   `yaml:"bgp"`
+	Cloud *CloudAnnouncer `yaml:"cloud"`
+}
+
+// ARPAnnouncer announces IPv4 addresses with ARP and IPv6 addresses with
+// neighbour advertisements.
+type ARPAnnouncer struct {
+	// Interfaces to answer on. Default empty: every interface that has a
+	// route towards the address.
+	Interfaces []string `yaml:"interfaces"`
+}
+
+// BGPAnnouncer is an embedded BGP speaker.
+type BGPAnnouncer struct {
+	// ASN is this node's AS number. Required.
+	ASN uint32 `yaml:"asn"`
+	// RouterID is an IPv4 address. Default: the node's first IPv4 address.
+	RouterID string `yaml:"routerID"`
+	// ListenPort is the port to accept sessions on. Default 0: no
+	// listening socket, sessions are initiated by this node.
+	ListenPort int `yaml:"listenPort"`
+	// Peers to announce to. At least one is required.
+	Peers []BGPPeer `yaml:"peers"`
+}
+
+// BGPPeer is one BGP neighbour.
+type BGPPeer struct {
+	// Address is the peer's IP address. Required.
+	Address string `yaml:"address"`
+	// ASN is the peer's AS number. Required.
+	ASN uint32 `yaml:"asn"`
+	// Port is the peer's port. Default 179.
+	Port int `yaml:"port"`
+	// HoldTime is the proposed hold time, at least 3s. Default 90s.
+	HoldTime Duration `yaml:"holdTime"`
+	// KeepaliveTime must be shorter than HoldTime. Default HoldTime/3.
+	KeepaliveTime Duration `yaml:"keepaliveTime"`
+	// PasswordSecret names the Secret (in the daemon's namespace) holding
+	// the TCP MD5 password. Default none.
+	PasswordSecret *SecretKeyRef `yaml:"passwordSecret"`
+	// EBGPMultihop is the TTL for eBGP sessions. Default 0: directly
+	// connected.
+	EBGPMultihop int `yaml:"ebgpMultihop"`
+	// NodeSelector, when non-empty, are labels a node must carry to peer.
+	NodeSelector map[string]string `yaml:"nodeSelector"`
+	// Communities to attach, as "ASN:value". Default none.
+	Communities []string `yaml:"communities"`
+	// LocalPreference to attach (iBGP only). Default 0: not sent.
+	LocalPreference uint32 `yaml:"localPreference"`
+}
+
+// SecretKeyRef names a key of a Secret.
+type SecretKeyRef struct {
+	Name string `yaml:"name"`
+	Key  string `yaml:"key"`
+}
+
+// CloudAnnouncer asks a cloud load balancer, through an HTTP webhook, to
+// send an address's traffic to this node.
+type CloudAnnouncer struct {
+	// URL of the webhook (http or https). Required.
+	URL string `yaml:"url"`
+	// Timeout bounds one webhook call. Default 10s.
+	Timeout Duration `yaml:"timeout"`
+}
+
+// Membership configures gossip membership among the daemons.
+type Membership struct {
+	// BindAddress is the IP address to gossip on. Default "0.0.0.0".
+	BindAddress string `yaml:"bindAddress"`
+	// Port is the gossip port (TCP and UDP). Default 7946.
+	Port int `yaml:"port"`
+}
+
+// Metrics configures the metrics server (/metrics and /debug/state).
+type Metrics struct {
+	// BindAddress is host:port. Default "127.0.0.1:10249".
+	BindAddress string `yaml:"bindAddress"`
+}
+
+// Health configures the health server (/healthz, /livez, /readyz).
+type Health struct {
+	// BindAddress is host:port. Default "0.0.0.0:10256".
+	BindAddress string `yaml:"bindAddress"`
+}

@@ -1,0 +1,506 @@
+package config
+
+import (
+	"errors"
+	"net/netip"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/switchyard-lb/switchyard/core/plan"
+)
+
+const header = "apiVersion: switchyard.dev/v1alpha1\nkind: SwitchyardConfig\n"
+
+var cmpOpts = cmp.Options{
+	cmpopts.EquateEmpty(),
+	cmp.Comparer(func(a, b Prefix) bool { return a == b }),
+	cmp.Comparer(func(a, b netip.Prefix) bool { return a == b }),
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func mustPrefix(s string) Prefix { return Prefix(netip.MustParsePrefix(s)) }
+
+// defaults is the documented default config, written out so that a
+// changed default fails here.
+func defaults() *Config {
+	return &Config{
+		APIVersion: APIVersion,
+		Kind:       Kind,
+		Dataplane: Dataplane{
+			Mode: "dryrun",
+			IPVS: IPVS{
+				Scheduler:     "rr",
+				StrictARP:     ptr(true),
+				SyncPeriod:    Duration(30 * time.Second),
+				MinSyncPeriod: Duration(time.Second),
+			},
+		},
+		Policies: Policies{
+			EvaluationDeadline: Duration(50 * time.Millisecond),
+			MemoryLimit:        32 << 20,
+			StatisticsInterval: Duration(10 * time.Second),
+		},
+		Membership:        Membership{BindAddress: "0.0.0.0", Port: 7946},
+		Metrics:           Metrics{BindAddress: "127.0.0.1:10249"},
+		Health:            Health{BindAddress: "0.0.0.0:10256"},
+		LoadBalancerClass: "switchyard.dev/lb",
+	}
+}
+
+func TestParse(t *testing.T) {
+	full, err := os.ReadFile("testdata/full.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		in   string
+		want *Config
+	}{
+		{name: "header only", in: header, want: defaults()},
+		{name: "empty sections", in: header + "dataplane: {}\npolicies:\npools: []\n", want: defaults()},
+		{
+			name: "defaults inside list items",
+			in: header + `pools: [{name: a, addresses: [192.0.2.1-192.0.2.1]}]
+announcers:
+- {name: b, type: bgp, bgp: {asn: 1, peers: [{address: "::1", asn: 2, holdTime: 30s}]}}
+- {name: c, type: cloud, cloud: {url: "http://127.0.0.1:1/"}}
+`,
+			want: func() *Config {
+				c := defaults()
+				c.Pools = []Pool{{Name: "a", Addresses: []string{"192.0.2.1-192.0.2.1"}, AutoAssign: ptr(true)}}
+				c.Announcers = []Announcer{
+					{Name: "b", Type: "bgp", BGP: &BGPAnnouncer{ASN: 1, Peers: []BGPPeer{{
+						Address: "::1", ASN: 2, Port: 179,
+						HoldTime: Duration(30 * time.Second), KeepaliveTime: Duration(10 * time.Second),
+					}}}},
+					{Name: "c", Type: "cloud", Cloud: &CloudAnnouncer{URL: "http://127.0.0.1:1/", Timeout: Duration(10 * time.Second)}},
+				}
+				return c
+			}(),
+		},
+		{
+			name: "every field",
+			in:   string(full),
+			want: &Config{
+				APIVersion: APIVersion,
+				Kind:       Kind,
+				Dataplane: Dataplane{
+					Mode: "ipvs",
+					IPVS: IPVS{
+						Scheduler:         "mh",
+						TCPTimeout:        Duration(15 * time.Minute),
+						TCPFinTimeout:     Duration(30 * time.Second),
+						UDPTimeout:        Duration(5 * time.Minute),
+						StrictARP:         ptr(false),
+						MasqueradeAll:     true,
+						ClusterCIDRs:      []Prefix{mustPrefix("10.244.0.0/16"), mustPrefix("fd00:10:244::/56")},
+						NodePortAddresses: []Prefix{mustPrefix("192.168.0.0/24")},
+						SyncPeriod:        Duration(time.Minute),
+						MinSyncPeriod:     Duration(2 * time.Second),
+					},
+				},
+				Policies: Policies{
+					Default:            "builtin:local-first",
+					EvaluationDeadline: Duration(20 * time.Millisecond),
+					MemoryLimit:        64 << 20,
+					StatisticsInterval: Duration(5 * time.Second),
+				},
+				Pools: []Pool{{
+					Name:               "public",
+					Addresses:          []string{"192.0.2.0/28", "198.51.100.10-198.51.100.20", "2001:db8::/120"},
+					AutoAssign:         ptr(false),
+					AvoidBuggyIPs:      true,
+					Namespaces:         []string{"web"},
+					NamespaceSelectors: []LabelSelector{{MatchLabels: map[string]string{"team": "a"}}},
+					ServiceSelectors: []LabelSelector{{MatchExpressions: []LabelSelectorRequirement{
+						{Key: "tier", Operator: "In", Values: []string{"edge"}},
+					}}},
+				}},
+				Announcers: []Announcer{
+					{
+						Name: "l2", Type: "arp", Pools: []string{"public"},
+						NodeSelector: map[string]string{"kubernetes.io/os": "linux"},
+						ARP:          &ARPAnnouncer{Interfaces: []string{"eth0"}},
+					},
+					{
+						Name: "tor", Type: "bgp",
+						BGP: &BGPAnnouncer{ASN: 64512, RouterID: "10.0.0.1", ListenPort: 1790, Peers: []BGPPeer{{
+							Address: "10.0.0.254", ASN: 64513, Port: 1179,
+							HoldTime: Duration(9 * time.Second), KeepaliveTime: Duration(3 * time.Second),
+							PasswordSecret: &SecretKeyRef{Name: "bgp-auth", Key: "password"},
+							EBGPMultihop:   2, NodeSelector: map[string]string{"rack": "a"},
+							Communities: []string{"64512:100"}, LocalPreference: 200,
+						}}},
+					},
+					{
+						Name: "cloud", Type: "cloud",
+						Cloud: &CloudAnnouncer{URL: "https://lb.example.internal/v1", Timeout: Duration(3 * time.Second)},
+					},
+				},
+				Membership:        Membership{BindAddress: "10.0.0.1", Port: 7947},
+				Metrics:           Metrics{BindAddress: "0.0.0.0:9249"},
+				Health:            Health{BindAddress: "[::]:9256"},
+				LoadBalancerClass: "example.com/lb",
+				IgnoreUnclassed:   true,
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := Parse([]byte(tt.in))
+			if err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			if diff := cmp.Diff(tt.want, got, cmpOpts); diff != "" {
+				t.Errorf("Parse mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestDefault(t *testing.T) {
+	if diff := cmp.Diff(defaults(), Default(), cmpOpts); diff != "" {
+		t.Errorf("Default mismatch (-want +got):\n%s", diff)
+	}
+	if err := Default().Validate(); err != nil {
+		t.Errorf("Default().Validate() = %v", err)
+	}
+}
+
+// TestParseErrors covers documents that fail to decode: each stops at its
+// first problem, which names the field and its line.
+func TestParseErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		in   string
+		want string
+	}{
+		{"unknown top-level field", header + "bogus: 1\n", `line 3: bogus: unknown field "bogus"`},
+		{"unknown nested field", header + "dataplane:\n  ipvs:\n    schedular: rr\n", `line 5: dataplane.ipvs.schedular: unknown field "schedular"`},
+		{"unknown field in a list item", header + "pools:\n- name: a\n  addresses: [192.0.2.0/24]\n  autoassign: true\n", `line 6: pools[0].autoassign: unknown field "autoassign"`},
+		{"unknown field in a peer", header + "announcers:\n- name: b\n  type: bgp\n  bgp:\n    asn: 1\n    peers:\n    - address: 10.0.0.1\n      asn: 2\n      password: x\n", `line 11: announcers[0].bgp.peers[0].password: unknown field "password"`},
+		{"wrong type", header + "membership:\n  port: abc\n", "line 4: membership.port: want an integer, got a string"},
+		{"wrong type bool", header + "ignoreUnclassed: maybe\n", "line 3: ignoreUnclassed: want a boolean, got a string"},
+		{"section not a mapping", header + "dataplane: ipvs\n", "line 3: dataplane: want a mapping, got a string"},
+		{"duplicate key", header + "metrics: {}\nmetrics: {}\n", `line 4: mapping key "metrics" already defined at [3:1]`},
+		{"syntax error", header + "pools: [\n", "line 3: sequence end token ']' not found"},
+		{"two documents", header + "---\n" + header, "line 4: want one YAML document, found 2"},
+		{"not a mapping", "- a\n", "line 1: want a mapping with apiVersion and kind"},
+		{"empty", "", `apiVersion: missing (want "switchyard.dev/v1alpha1"); kind: missing (want "SwitchyardConfig")`},
+		{"wrong apiVersion", "apiVersion: switchyard.dev/v1\nkind: SwitchyardConfig\n", `line 1: apiVersion: got "switchyard.dev/v1", want "switchyard.dev/v1alpha1"`},
+		{"wrong kind", "apiVersion: switchyard.dev/v1alpha1\nkind: ConfigMap\ndata: {}\n", `line 2: kind: got "ConfigMap", want "SwitchyardConfig"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := Parse([]byte(tt.in))
+			if err == nil {
+				t.Fatalf("Parse succeeded: %+v", c)
+			}
+			if diff := cmp.Diff(tt.want, err.Error()); diff != "" {
+				t.Errorf("error mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestValidate covers documents that decode but hold bad values: every
+// problem is reported, with its path and line.
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		name string
+		in   string
+		want []FieldError
+	}{
+		{
+			name: "dataplane",
+			in: header + `dataplane:
+  mode: iptables
+  ipvs:
+    scheduler: foo
+    tcpTimeout: -1s
+    syncPeriod: 5x
+    minSyncPeriod: 30
+    clusterCIDRs: [10.0.0.1/8, bad, [1]]
+    nodePortAddresses: [192.168.0.0/24]
+`,
+			want: []FieldError{
+				{Path: "dataplane.mode", Line: 4, Msg: `unknown mode "iptables" (want ipvs or dryrun)`},
+				{Path: "dataplane.ipvs.scheduler", Line: 6, Msg: `unknown scheduler "foo" (want rr, wrr, lc, wlc, lblc, lblcr, dh, sh, sed, nq, fo, ovf, mh, twos)`},
+				{Path: "dataplane.ipvs.tcpTimeout", Line: 7, Msg: "-1s is negative"},
+				{Path: "dataplane.ipvs.syncPeriod", Line: 8, Msg: `invalid duration "5x" (want a Go duration such as "30s" or "1m30s")`},
+				{Path: "dataplane.ipvs.minSyncPeriod", Line: 9, Msg: `invalid duration "30" (want a Go duration such as "30s" or "1m30s")`},
+				{Path: "dataplane.ipvs.clusterCIDRs[0]", Line: 10, Msg: `invalid CIDR "10.0.0.1/8": host bits set (want 10.0.0.0/8)`},
+				{Path: "dataplane.ipvs.clusterCIDRs[1]", Line: 10, Msg: `invalid CIDR "bad"`},
+				{Path: "dataplane.ipvs.clusterCIDRs[2]", Line: 10, Msg: `want a CIDR string such as "10.0.0.0/8"`},
+			},
+		},
+		{
+			name: "sync periods out of order",
+			in:   header + "dataplane:\n  ipvs:\n    syncPeriod: 1s\n    minSyncPeriod: 2s\n",
+			want: []FieldError{{Path: "dataplane.ipvs.minSyncPeriod", Line: 6, Msg: "2s is longer than syncPeriod 1s"}},
+		},
+		{
+			name: "policies",
+			in:   header + "policies:\n  default: Not_A_Name\n  evaluationDeadline: 0s\n  memoryLimit: 12Xi\n  statisticsInterval: -1s\n",
+			want: []FieldError{
+				{Path: "policies.default", Line: 4, Msg: `invalid policy "Not_A_Name" (want a ConfigMap name or builtin:<name>)`},
+				{Path: "policies.memoryLimit", Line: 6, Msg: `invalid size "12Xi" (want bytes, or a number with Ki, Mi or Gi)`},
+				{Path: "policies.statisticsInterval", Line: 7, Msg: "-1s is not positive"},
+			},
+		},
+		{
+			name: "memory limit too small",
+			in:   header + "policies:\n  memoryLimit: 64Ki\n",
+			want: []FieldError{{Path: "policies.memoryLimit", Line: 4, Msg: "64Ki is out of range (want 1Mi to 4Gi)"}},
+		},
+		{
+			name: "pools",
+			in: header + `pools:
+- name: a
+  addresses: [192.0.2.0/24, 192.0.2.9-192.0.2.1, 192.0.2.1-2001:db8::1, nope, 192.0.2.1/24]
+- name: a
+  addresses: []
+  namespaces: [Bad_NS]
+  serviceSelectors:
+  - matchExpressions:
+    - {key: a, operator: In}
+    - {key: "", operator: Exists, values: [x]}
+    - {key: b, operator: Near}
+- addresses: [192.0.2.0/24, "fe80::1%eth0/128", "::ffff:1.2.3.4-::ffff:1.2.3.5", 2001:db8::/64, 2001:db8::5-2001:db9::]
+`,
+			want: []FieldError{
+				{Path: "pools[0].addresses[1]", Line: 5, Msg: `invalid range "192.0.2.9-192.0.2.1": last address before first`},
+				{Path: "pools[0].addresses[2]", Line: 5, Msg: `invalid range "192.0.2.1-2001:db8::1": mixes IPv4 and IPv6`},
+				{Path: "pools[0].addresses[3]", Line: 5, Msg: `invalid CIDR or range "nope"`},
+				{Path: "pools[0].addresses[4]", Line: 5, Msg: `invalid CIDR "192.0.2.1/24": host bits set (want 192.0.2.0/24)`},
+				{Path: "pools[1].name", Line: 6, Msg: `duplicate name "a"`},
+				{Path: "pools[1].addresses", Line: 7, Msg: "at least one CIDR or range is required"},
+				{Path: "pools[1].namespaces[0]", Line: 8, Msg: `invalid namespace "Bad_NS"`},
+				{Path: "pools[1].serviceSelectors[0].matchExpressions[0].values", Line: 11, Msg: "required for operator In"},
+				{Path: "pools[1].serviceSelectors[0].matchExpressions[1].key", Line: 12, Msg: "required"},
+				{Path: "pools[1].serviceSelectors[0].matchExpressions[1].values", Line: 12, Msg: "must be empty for operator Exists"},
+				{Path: "pools[1].serviceSelectors[0].matchExpressions[2].operator", Line: 13, Msg: `unknown operator "Near" (want In, NotIn, Exists or DoesNotExist)`},
+				{Path: "pools[2].name", Line: 14, Msg: "required"},
+				{Path: "pools[2].addresses[0]", Line: 14, Msg: `"192.0.2.0/24" overlaps pools[0].addresses[0]`},
+				{Path: "pools[2].addresses[1]", Line: 14, Msg: `invalid CIDR or range "fe80::1%eth0/128"`},
+				{Path: "pools[2].addresses[2]", Line: 14, Msg: `invalid range "::ffff:1.2.3.4-::ffff:1.2.3.5" (want first-last)`},
+				{Path: "pools[2].addresses[4]", Line: 14, Msg: `"2001:db8::5-2001:db9::" overlaps pools[2].addresses[3]`},
+			},
+		},
+		{
+			name: "announcers",
+			in: header + `pools: [{name: p, addresses: [192.0.2.0/24]}]
+announcers:
+- name: a
+  type: arp
+  pools: [p, q]
+  bgp: {asn: 1}
+- name: b
+  type: bgp
+- name: c
+  type: bgp
+  bgp:
+    routerID: "::1"
+    peers:
+    - address: 10.0.0.300
+      port: 70000
+      holdTime: 1s
+      keepaliveTime: 2s
+      passwordSecret: {name: s}
+      ebgpMultihop: 256
+      communities: ["1:2", "x"]
+- name: d
+  type: cloud
+  cloud: {url: "ftp://x"}
+- name: e
+  type: gossip
+`,
+			want: []FieldError{
+				{Path: "announcers[0].pools[1]", Line: 7, Msg: `unknown pool "q"`},
+				{Path: "announcers[0].bgp", Line: 8, Msg: `set, but type is "arp"`},
+				{Path: "announcers[1].bgp", Line: 9, Msg: "required for type bgp"},
+				{Path: "announcers[2].bgp.asn", Line: 14, Msg: "required"},
+				{Path: "announcers[2].bgp.routerID", Line: 14, Msg: `invalid router ID "::1" (want an IPv4 address)`},
+				{Path: "announcers[2].bgp.peers[0].address", Line: 16, Msg: `invalid IP address "10.0.0.300"`},
+				{Path: "announcers[2].bgp.peers[0].asn", Line: 16, Msg: "required"},
+				{Path: "announcers[2].bgp.peers[0].port", Line: 17, Msg: "port 70000 is out of range (want 1 to 65535)"},
+				{Path: "announcers[2].bgp.peers[0].holdTime", Line: 18, Msg: "1s is shorter than 3s"},
+				{Path: "announcers[2].bgp.peers[0].keepaliveTime", Line: 19, Msg: "2s is not between 0s and holdTime 1s"},
+				{Path: "announcers[2].bgp.peers[0].passwordSecret.key", Line: 20, Msg: "required"},
+				{Path: "announcers[2].bgp.peers[0].ebgpMultihop", Line: 21, Msg: "256 is out of range (want 0 to 255)"},
+				{Path: "announcers[2].bgp.peers[0].communities[1]", Line: 22, Msg: `invalid community "x" (want ASN:value, each 0 to 65535)`},
+				{Path: "announcers[3].cloud.url", Line: 25, Msg: `invalid URL "ftp://x" (want an absolute http or https URL)`},
+				{Path: "announcers[4].type", Line: 27, Msg: `unknown type "gossip" (want arp, bgp or cloud)`},
+			},
+		},
+		{
+			name: "addresses and class",
+			in: header + `membership: {bindAddress: eth0, port: 0}
+metrics: {bindAddress: "127.0.0.1"}
+health: {bindAddress: "localhost:10256"}
+loadBalancerClass: "bad class"
+`,
+			want: []FieldError{
+				{Path: "membership.bindAddress", Line: 3, Msg: `invalid IP address "eth0"`},
+				{Path: "metrics.bindAddress", Line: 4, Msg: `invalid address "127.0.0.1" (want host:port, such as "127.0.0.1:10249")`},
+				{Path: "health.bindAddress", Line: 5, Msg: `invalid address "localhost:10256": host "localhost" is not an IP address`},
+				{Path: "loadBalancerClass", Line: 6, Msg: `invalid class "bad class" (want a qualified name such as "switchyard.dev/lb")`},
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := Parse([]byte(tt.in))
+			if err == nil {
+				t.Fatalf("Parse succeeded: %+v", c)
+			}
+			var errs Errors
+			if !errors.As(err, &errs) {
+				t.Fatalf("error is %T, want Errors: %v", err, err)
+			}
+			got := make([]FieldError, len(errs))
+			for i, e := range errs {
+				got[i] = *e
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("errors mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestValidateBuilt checks Validate on a config built in Go rather than
+// parsed: problems carry paths but no lines.
+func TestValidateBuilt(t *testing.T) {
+	c := Default()
+	c.Dataplane.IPVS.Scheduler = "foo"
+	c.Kind = ""
+	err := c.Validate()
+	want := `kind: missing (want "SwitchyardConfig"); dataplane.ipvs.scheduler: unknown scheduler "foo" (want rr, wrr, lc, wlc, lblc, lblcr, dh, sh, sed, nq, fo, ovf, mh, twos)`
+	if err == nil || err.Error() != want {
+		t.Errorf("Validate() = %v, want %s", err, want)
+	}
+}
+
+func TestLoad(t *testing.T) {
+	dir := t.TempDir()
+	path := dir + "/config.yaml"
+	if _, err := Load(path); err == nil || !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Load(missing) = %v, want ErrNotExist", err)
+	}
+	if err := os.WriteFile(path, []byte(header+"dataplane: {ipvs: {scheduler: foo}}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Load(path)
+	if err == nil || !strings.Contains(err.Error(), path+": line 3: dataplane.ipvs.scheduler: unknown scheduler") {
+		t.Errorf("Load(bad) = %v, want the path, line and field", err)
+	}
+}
+
+func TestPlanOptions(t *testing.T) {
+	c, err := Parse([]byte(header + `dataplane: {ipvs: {scheduler: wlc, nodePortAddresses: [192.168.0.0/24, "fd00::/64"]}}
+loadBalancerClass: example.com/lb
+ignoreUnclassed: true
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := plan.Options{
+		NodePortAddresses: []netip.Prefix{netip.MustParsePrefix("192.168.0.0/24"), netip.MustParsePrefix("fd00::/64")},
+		Scheduler:         "wlc",
+		LoadBalancerClass: "example.com/lb",
+		IgnoreUnclassed:   true,
+	}
+	if diff := cmp.Diff(want, c.PlanOptions(), cmpOpts); diff != "" {
+		t.Errorf("PlanOptions mismatch (-want +got):\n%s", diff)
+	}
+	if got := Default().PlanOptions(); got.Scheduler != "rr" || got.LoadBalancerClass != "switchyard.dev/lb" || got.NodePortAddresses != nil {
+		t.Errorf("Default().PlanOptions() = %+v", got)
+	}
+}
+
+func TestByteSize(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    ByteSize
+		str     string
+		wantErr bool
+	}{
+		{in: "0", want: 0, str: "0"},
+		{in: "1000", want: 1000, str: "1000"},
+		{in: "2048", want: 2048, str: "2Ki"},
+		{in: "64Ki", want: 64 << 10, str: "64Ki"},
+		{in: "32Mi", want: 32 << 20, str: "32Mi"},
+		{in: "4Gi", want: 4 << 30, str: "4Gi"},
+		{in: "1536Mi", want: 1536 << 20, str: "1536Mi"},
+		{in: "17179869184Gi", wantErr: true},
+		{in: "1.5Mi", wantErr: true},
+		{in: "Mi", wantErr: true},
+		{in: "-1", wantErr: true},
+		{in: "1MB", wantErr: true},
+	}
+	for _, tt := range tests {
+		got, err := ParseByteSize(tt.in)
+		if (err != nil) != tt.wantErr {
+			t.Errorf("ParseByteSize(%q) error = %v, want error %v", tt.in, err, tt.wantErr)
+			continue
+		}
+		if err == nil && (got != tt.want || got.String() != tt.str) {
+			t.Errorf("ParseByteSize(%q) = %d (%s), want %d (%s)", tt.in, got, got, tt.want, tt.str)
+		}
+	}
+}
+
+func TestParseAddressRange(t *testing.T) {
+	tests := []struct {
+		in          string
+		first, last string
+	}{
+		{"192.0.2.0/28", "192.0.2.0", "192.0.2.15"},
+		{"192.0.2.7/32", "192.0.2.7", "192.0.2.7"},
+		{"10.0.0.0/9", "10.0.0.0", "10.127.255.255"},
+		{"192.0.2.10-192.0.2.20", "192.0.2.10", "192.0.2.20"},
+		{"192.0.2.10 - 192.0.2.20", "192.0.2.10", "192.0.2.20"},
+		{"2001:db8::/120", "2001:db8::", "2001:db8::ff"},
+		{"2001:db8::/64", "2001:db8::", "2001:db8::ffff:ffff:ffff:ffff"},
+		{"2001:db8::1-2001:db8::1", "2001:db8::1", "2001:db8::1"},
+	}
+	for _, tt := range tests {
+		first, last, err := ParseAddressRange(tt.in)
+		if err != nil {
+			t.Errorf("ParseAddressRange(%q): %v", tt.in, err)
+			continue
+		}
+		if first.String() != tt.first || last.String() != tt.last {
+			t.Errorf("ParseAddressRange(%q) = %s, %s, want %s, %s", tt.in, first, last, tt.first, tt.last)
+		}
+	}
+}
+
+func TestChanged(t *testing.T) {
+	a := Default()
+	b := Default()
+	if got := Changed(a, b); len(got) != 0 {
+		t.Errorf("Changed(default, default) = %v, want none", got)
+	}
+	b.Dataplane.IPVS.Scheduler = "wlc"
+	b.Dataplane.IPVS.StrictARP = ptr(false)
+	b.Dataplane.IPVS.ClusterCIDRs = []Prefix{mustPrefix("10.0.0.0/8")}
+	b.Pools = []Pool{{Name: "p"}}
+	b.Metrics.BindAddress = "127.0.0.1:1"
+	b.IgnoreUnclassed = true
+	want := []string{
+		"dataplane.ipvs.scheduler", "dataplane.ipvs.strictARP", "dataplane.ipvs.clusterCIDRs",
+		"pools", "metrics.bindAddress", "ignoreUnclassed",
+	}
+	if diff := cmp.Diff(want, Changed(a, b)); diff != "" {
+		t.Errorf("Changed mismatch (-want +got):\n%s", diff)
+	}
+}

@@ -1,0 +1,93 @@
+package config
+
+import "time"
+
+// Default values; each is documented on the field it fills.
+const (
+	DefaultMode               = ModeDryRun
+	DefaultScheduler          = "rr"
+	DefaultSyncPeriod         = 30 * time.Second
+	DefaultMinSyncPeriod      = time.Second
+	DefaultEvaluationDeadline = 50 * time.Millisecond
+	DefaultMemoryLimit        = 32 << 20
+	DefaultStatisticsInterval = 10 * time.Second
+	DefaultBGPPort            = 179
+	DefaultHoldTime           = 90 * time.Second
+	DefaultCloudTimeout       = 10 * time.Second
+	DefaultMembershipAddress  = "0.0.0.0"
+	DefaultMembershipPort     = 7946
+	DefaultMetricsAddress     = "127.0.0.1:10249"
+	DefaultHealthAddress      = "0.0.0.0:10256"
+	DefaultLoadBalancerClass  = "switchyard.dev/lb"
+)
+
+// Default returns the configuration used when the file sets nothing.
+func Default() *Config {
+	c := &Config{APIVersion: APIVersion, Kind: Kind}
+	c.SetDefaults()
+	return c
+}
+
+// SetDefaults fills every unset field with its documented default. It is
+// the only place defaults are applied.
+func (c *Config) SetDefaults() {
+	setString(&c.Dataplane.Mode, DefaultMode)
+	ipvs := &c.Dataplane.IPVS
+	setString(&ipvs.Scheduler, DefaultScheduler)
+	setBool(&ipvs.StrictARP, true)
+	setDuration(&ipvs.SyncPeriod, DefaultSyncPeriod)
+	setDuration(&ipvs.MinSyncPeriod, DefaultMinSyncPeriod)
+
+	p := &c.Policies
+	setDuration(&p.EvaluationDeadline, DefaultEvaluationDeadline)
+	if p.MemoryLimit == 0 {
+		p.MemoryLimit = DefaultMemoryLimit
+	}
+	setDuration(&p.StatisticsInterval, DefaultStatisticsInterval)
+
+	for i := range c.Pools {
+		setBool(&c.Pools[i].AutoAssign, true)
+	}
+	for i := range c.Announcers {
+		a := &c.Announcers[i]
+		if a.BGP != nil {
+			for j := range a.BGP.Peers {
+				peer := &a.BGP.Peers[j]
+				if peer.Port == 0 {
+					peer.Port = DefaultBGPPort
+				}
+				setDuration(&peer.HoldTime, DefaultHoldTime)
+				setDuration(&peer.KeepaliveTime, time.Duration(peer.HoldTime)/3)
+			}
+		}
+		if a.Cloud != nil {
+			setDuration(&a.Cloud.Timeout, DefaultCloudTimeout)
+		}
+	}
+
+	setString(&c.Membership.BindAddress, DefaultMembershipAddress)
+	if c.Membership.Port == 0 {
+		c.Membership.Port = DefaultMembershipPort
+	}
+	setString(&c.Metrics.BindAddress, DefaultMetricsAddress)
+	setString(&c.Health.BindAddress, DefaultHealthAddress)
+	setString(&c.LoadBalancerClass, DefaultLoadBalancerClass)
+}
+
+func setString(p *string, v string) {
+	if *p == "" {
+		*p = v
+	}
+}
+
+func setBool(p **bool, v bool) {
+	if *p == nil {
+		*p = &v
+	}
+}
+
+func setDuration(p *Duration, v time.Duration) {
+	if *p == 0 {
+		*p = Duration(v)
+	}
+}

@@ -1,0 +1,14 @@
+package config
+
+import "github.com/switchyard-lb/switchyard/core/plan"
+
+// PlanOptions returns the planner's options from a config with its
+// defaults applied.
+func (c *Config) PlanOptions() plan.Options {
+	return plan.Options{
+		NodePortAddresses: Prefixes(c.Dataplane.IPVS.NodePortAddresses),
+		Scheduler:         c.Dataplane.IPVS.Scheduler,
+		LoadBalancerClass: c.LoadBalancerClass,
+		IgnoreUnclassed:   c.IgnoreUnclassed,
+	}
+}

@@ -1,0 +1,393 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Schedulers are the IPVS schedulers the kernel provides.
+var Schedulers = []string{"rr", "wrr", "lc", "wlc", "lblc", "lblcr", "dh", "sh", "sed", "nq", "fo", "ovf", "mh", "twos"}
+
+var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
+
+// labelName is the name part of a qualified name.
+var labelName = regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`)
+
+// dns1123Subdomain is the shape of a ConfigMap name.
+var dns1123Subdomain = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+
+// Validate checks a config whose defaults are applied and returns every
+// problem as an Errors, or nil.
+func (c *Config) Validate() error {
+	v := &validator{}
+	if c.APIVersion != APIVersion {
+		v.add("apiVersion", "%s", gotWant(c.APIVersion, APIVersion))
+	}
+	if c.Kind != Kind {
+		v.add("kind", "%s", gotWant(c.Kind, Kind))
+	}
+	v.dataplane("dataplane", &c.Dataplane)
+	v.policies("policies", &c.Policies)
+	pools := v.pools("pools", c.Pools)
+	v.announcers("announcers", c.Announcers, pools)
+	v.ipAddr("membership.bindAddress", c.Membership.BindAddress)
+	v.port("membership.port", c.Membership.Port)
+	v.hostPort("metrics.bindAddress", c.Metrics.BindAddress, DefaultMetricsAddress)
+	v.hostPort("health.bindAddress", c.Health.BindAddress, DefaultHealthAddress)
+	v.qualifiedName("loadBalancerClass", c.LoadBalancerClass)
+	if len(v.errs) == 0 {
+		return nil
+	}
+	return v.errs
+}
+
+type validator struct{ errs Errors }
+
+func (v *validator) add(path, format string, args ...any) {
+	v.errs = append(v.errs, &FieldError{Path: path, Msg: fmt.Sprintf(format, args...)})
+}
+
+func (v *validator) dataplane(path string, d *Dataplane) {
+	switch d.Mode {
+	case ModeIPVS, ModeDryRun:
+	default:
+		v.add(path+".mode", "unknown mode %q (want %s or %s)", d.Mode, ModeIPVS, ModeDryRun)
+	}
+	ipvs, p := &d.IPVS, path+".ipvs"
+	if !slices.Contains(Schedulers, ipvs.Scheduler) {
+		v.add(p+".scheduler", "unknown scheduler %q (want %s)", ipvs.Scheduler, strings.Join(Schedulers, ", "))
+	}
+	v.nonNegative(p+".tcpTimeout", ipvs.TCPTimeout)
+	v.nonNegative(p+".tcpFinTimeout", ipvs.TCPFinTimeout)
+	v.nonNegative(p+".udpTimeout", ipvs.UDPTimeout)
+	v.positive(p+".syncPeriod", ipvs.SyncPeriod)
+	v.positive(p+".minSyncPeriod", ipvs.MinSyncPeriod)
+	if ipvs.MinSyncPeriod > ipvs.SyncPeriod && ipvs.SyncPeriod > 0 {
+		v.add(p+".minSyncPeriod", "%s is longer than syncPeriod %s", ipvs.MinSyncPeriod, ipvs.SyncPeriod)
+	}
+}
+
+func (v *validator) policies(path string, p *Policies) {
+	if p.Default != "" {
+		v.policyName(path+".default", p.Default)
+	}
+	v.positive(path+".evaluationDeadline", p.EvaluationDeadline)
+	if p.MemoryLimit < 1<<20 || p.MemoryLimit > 4<<30 {
+		v.add(path+".memoryLimit", "%s is out of range (want 1Mi to 4Gi)", p.MemoryLimit)
+	}
+	v.positive(path+".statisticsInterval", p.StatisticsInterval)
+}
+
+func (v *validator) policyName(path, name string) {
+	if b, ok := strings.CutPrefix(name, "builtin:"); ok {
+		if !dnsLabel.MatchString(b) {
+			v.add(path, "invalid builtin policy name %q", b)
+		}
+		return
+	}
+	if len(name) > 253 || !dns1123Subdomain.MatchString(name) {
+		v.add(path, "invalid policy %q (want a ConfigMap name or builtin:<name>)", name)
+	}
+}
+
+// pools validates the pools and returns their names.
+func (v *validator) pools(path string, pools []Pool) map[string]bool {
+	type span struct {
+		path        string
+		first, last netip.Addr
+	}
+	var spans []span
+	names := make(map[string]bool, len(pools))
+	for i, pool := range pools {
+		p := fmt.Sprintf("%s[%d]", path, i)
+		v.name(p+".name", pool.Name, names)
+		if len(pool.Addresses) == 0 {
+			v.add(p+".addresses", "at least one CIDR or range is required")
+		}
+		for j, a := range pool.Addresses {
+			ap := fmt.Sprintf("%s.addresses[%d]", p, j)
+			first, last, err := ParseAddressRange(a)
+			if err != nil {
+				v.add(ap, "%v", err)
+				continue
+			}
+			for _, o := range spans {
+				if !last.Less(o.first) && !o.last.Less(first) {
+					v.add(ap, "%q overlaps %s", a, o.path)
+				}
+			}
+			spans = append(spans, span{ap, first, last})
+		}
+		for j, ns := range pool.Namespaces {
+			if !dnsLabel.MatchString(ns) {
+				v.add(fmt.Sprintf("%s.namespaces[%d]", p, j), "invalid namespace %q", ns)
+			}
+		}
+		for j, s := range pool.NamespaceSelectors {
+			v.selector(fmt.Sprintf("%s.namespaceSelectors[%d]", p, j), s)
+		}
+		for j, s := range pool.ServiceSelectors {
+			v.selector(fmt.Sprintf("%s.serviceSelectors[%d]", p, j), s)
+		}
+	}
+	return names
+}
+
+func (v *validator) selector(path string, s LabelSelector) {
+	v.labels(path+".matchLabels", s.MatchLabels)
+	for i, r := range s.MatchExpressions {
+		p := fmt.Sprintf("%s.matchExpressions[%d]", path, i)
+		if r.Key == "" {
+			v.add(p+".key", "required")
+		}
+		switch r.Operator {
+		case "In", "NotIn":
+			if len(r.Values) == 0 {
+				v.add(p+".values", "required for operator %s", r.Operator)
+			}
+		case "Exists", "DoesNotExist":
+			if len(r.Values) > 0 {
+				v.add(p+".values", "must be empty for operator %s", r.Operator)
+			}
+		default:
+			v.add(p+".operator", "unknown operator %q (want In, NotIn, Exists or DoesNotExist)", r.Operator)
+		}
+	}
+}
+
+func (v *validator) announcers(path string, as []Announcer, pools map[string]bool) {
+	names := make(map[string]bool, len(as))
+	for i, a := range as {
+		p := fmt.Sprintf("%s[%d]", path, i)
+		v.name(p+".name", a.Name, names)
+		for j, pool := range a.Pools {
+			if !pools[pool] {
+				v.add(fmt.Sprintf("%s.pools[%d]", p, j), "unknown pool %q", pool)
+			}
+		}
+		v.labels(p+".nodeSelector", a.NodeSelector)
+		blocks := map[string]bool{AnnouncerARP: a.ARP != nil, AnnouncerBGP: a.BGP != nil, AnnouncerCloud: a.Cloud != nil}
+		switch a.Type {
+		case AnnouncerARP, AnnouncerBGP, AnnouncerCloud:
+		default:
+			v.add(p+".type", "unknown type %q (want arp, bgp or cloud)", a.Type)
+		}
+		for _, t := range []string{AnnouncerARP, AnnouncerBGP, AnnouncerCloud} {
+			if blocks[t] && t != a.Type {
+				v.add(p+"."+t, "set, but type is %q", a.Type)
+			}
+		}
+		switch {
+		case a.Type == AnnouncerBGP && a.BGP == nil:
+			v.add(p+".bgp", "required for type bgp")
+		case a.Type == AnnouncerCloud && a.Cloud == nil:
+			v.add(p+".cloud", "required for type cloud")
+		}
+		if a.Type == AnnouncerBGP && a.BGP != nil {
+			v.bgp(p+".bgp", a.BGP)
+		}
+		if a.Type == AnnouncerCloud && a.Cloud != nil {
+			v.cloud(p+".cloud", a.Cloud)
+		}
+	}
+}
+
+func (v *validator) bgp(path string, b *BGPAnnouncer) {
+	if b.ASN == 0 {
+		v.add(path+".asn", "required")
+	}
+	if b.RouterID != "" {
+		if a, err := netip.ParseAddr(b.RouterID); err != nil || !a.Is4() {
+			v.add(path+".routerID", "invalid router ID %q (want an IPv4 address)", b.RouterID)
+		}
+	}
+	if b.ListenPort != 0 {
+		v.port(path+".listenPort", b.ListenPort)
+	}
+	if len(b.Peers) == 0 {
+		v.add(path+".peers", "at least one peer is required")
+	}
+	for i, peer := range b.Peers {
+		p := fmt.Sprintf("%s.peers[%d]", path, i)
+		if _, err := netip.ParseAddr(peer.Address); err != nil {
+			v.add(p+".address", "invalid IP address %q", peer.Address)
+		}
+		if peer.ASN == 0 {
+			v.add(p+".asn", "required")
+		}
+		v.port(p+".port", peer.Port)
+		if peer.HoldTime < Duration(3*time.Second) {
+			v.add(p+".holdTime", "%s is shorter than 3s", peer.HoldTime)
+		}
+		if peer.KeepaliveTime <= 0 || peer.KeepaliveTime >= peer.HoldTime {
+			v.add(p+".keepaliveTime", "%s is not between 0s and holdTime %s", peer.KeepaliveTime, peer.HoldTime)
+		}
+		if s := peer.PasswordSecret; s != nil {
+			if !dns1123Subdomain.MatchString(s.Name) {
+				v.add(p+".passwordSecret.name", "invalid Secret name %q", s.Name)
+			}
+			if s.Key == "" {
+				v.add(p+".passwordSecret.key", "required")
+			}
+		}
+		if peer.EBGPMultihop < 0 || peer.EBGPMultihop > 255 {
+			v.add(p+".ebgpMultihop", "%d is out of range (want 0 to 255)", peer.EBGPMultihop)
+		}
+		v.labels(p+".nodeSelector", peer.NodeSelector)
+		for j, c := range peer.Communities {
+			if !validCommunity(c) {
+				v.add(fmt.Sprintf("%s.communities[%d]", p, j), "invalid community %q (want ASN:value, each 0 to 65535)", c)
+			}
+		}
+	}
+}
+
+func validCommunity(c string) bool {
+	hi, lo, ok := strings.Cut(c, ":")
+	if !ok {
+		return false
+	}
+	_, err1 := strconv.ParseUint(hi, 10, 16)
+	_, err2 := strconv.ParseUint(lo, 10, 16)
+	return err1 == nil && err2 == nil
+}
+
+func (v *validator) cloud(path string, c *CloudAnnouncer) {
+	u, err := url.Parse(c.URL)
+	if c.URL == "" {
+		v.add(path+".url", "required")
+	} else if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		v.add(path+".url", "invalid URL %q (want an absolute http or https URL)", c.URL)
+	}
+	v.positive(path+".timeout", c.Timeout)
+}
+
+func (v *validator) name(path, name string, seen map[string]bool) {
+	switch {
+	case name == "":
+		v.add(path, "required")
+	case !dnsLabel.MatchString(name):
+		v.add(path, "invalid name %q (want a DNS label: lower-case letters, digits and '-')", name)
+	case seen[name]:
+		v.add(path, "duplicate name %q", name)
+	}
+	seen[name] = true
+}
+
+func (v *validator) labels(path string, labels map[string]string) {
+	for k := range labels {
+		if k == "" || len(k) > 317 || strings.ContainsAny(k, " \t\n,=") {
+			v.add(path, "invalid label key %q", k)
+		}
+	}
+}
+
+func (v *validator) qualifiedName(path, s string) {
+	prefix, name, ok := strings.Cut(s, "/")
+	if !ok {
+		prefix, name = "", s
+	}
+	if name == "" || len(name) > 63 || (ok && !dns1123Subdomain.MatchString(prefix)) ||
+		!labelName.MatchString(name) {
+		v.add(path, "invalid class %q (want a qualified name such as %q)", s, DefaultLoadBalancerClass)
+	}
+}
+
+func (v *validator) positive(path string, d Duration) {
+	if d <= 0 {
+		v.add(path, "%s is not positive", d)
+	}
+}
+
+func (v *validator) nonNegative(path string, d Duration) {
+	if d < 0 {
+		v.add(path, "%s is negative", d)
+	}
+}
+
+func (v *validator) port(path string, port int) {
+	if port < 1 || port > 65535 {
+		v.add(path, "port %d is out of range (want 1 to 65535)", port)
+	}
+}
+
+func (v *validator) ipAddr(path, s string) {
+	if _, err := netip.ParseAddr(s); err != nil {
+		v.add(path, "invalid IP address %q", s)
+	}
+}
+
+func (v *validator) hostPort(path, s, example string) {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		v.add(path, "invalid address %q (want host:port, such as %q)", s, example)
+		return
+	}
+	if host != "" {
+		if _, err := netip.ParseAddr(host); err != nil {
+			v.add(path, "invalid address %q: host %q is not an IP address", s, host)
+		}
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		v.add(path, "invalid address %q: bad port %q", s, port)
+	}
+}
+
+// ParseAddressRange parses a pool entry: a CIDR ("192.0.2.0/28") or an
+// inclusive range of one family ("192.0.2.10-192.0.2.20"), and returns
+// its first and last addresses.
+func ParseAddressRange(s string) (first, last netip.Addr, err error) {
+	if lo, hi, ok := strings.Cut(s, "-"); ok {
+		var err1, err2 error
+		first, err1 = netip.ParseAddr(strings.TrimSpace(lo))
+		last, err2 = netip.ParseAddr(strings.TrimSpace(hi))
+		switch {
+		case err1 != nil || err2 != nil || !plainAddr(first) || !plainAddr(last):
+			return netip.Addr{}, netip.Addr{}, fmt.Errorf("invalid range %q (want first-last)", s)
+		case first.Is4() != last.Is4():
+			return netip.Addr{}, netip.Addr{}, fmt.Errorf("invalid range %q: mixes IPv4 and IPv6", s)
+		case last.Less(first):
+			return netip.Addr{}, netip.Addr{}, fmt.Errorf("invalid range %q: last address before first", s)
+		}
+		return first, last, nil
+	}
+	p, err := netip.ParsePrefix(s)
+	if err != nil || !plainAddr(p.Addr()) {
+		return netip.Addr{}, netip.Addr{}, fmt.Errorf("invalid CIDR or range %q", s)
+	}
+	if p != p.Masked() {
+		return netip.Addr{}, netip.Addr{}, fmt.Errorf("invalid CIDR %q: host bits set (want %s)", s, p.Masked())
+	}
+	first = p.Addr()
+	last = lastAddr(p)
+	return first, last, nil
+}
+
+func lastAddr(p netip.Prefix) netip.Addr {
+	b := p.Addr().AsSlice()
+	bits := p.Bits()
+	for i := range b {
+		switch {
+		case bits >= 8:
+			bits -= 8
+		case bits > 0:
+			b[i] |= 0xff >> bits
+			bits = 0
+		default:
+			b[i] = 0xff
+		}
+	}
+	a, _ := netip.AddrFromSlice(b)
+	return a
+}
+
+// plainAddr rejects zoned and IPv4-mapped IPv6 addresses: in a pool they
+// are typing mistakes.
+func plainAddr(a netip.Addr) bool { return a.Zone() == "" && !a.Is4In6() }

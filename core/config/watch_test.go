@@ -1,0 +1,169 @@
+package config
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// configMapDir lays files out as the kubelet does for a ConfigMap volume:
+// dir/config.yaml -> ..data/config.yaml, ..data -> ..<version>, and an
+// update swaps the ..data symlink atomically.
+type configMapDir struct {
+	t       *testing.T
+	dir     string
+	version int
+}
+
+func newConfigMapDir(t *testing.T, content string) *configMapDir {
+	d := &configMapDir{t: t, dir: t.TempDir()}
+	d.update(content)
+	if err := os.Symlink(filepath.Join("..data", "config.yaml"), d.path()); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func (d *configMapDir) path() string { return filepath.Join(d.dir, "config.yaml") }
+
+func (d *configMapDir) update(content string) {
+	d.t.Helper()
+	d.version++
+	v := fmt.Sprintf("..v%d", d.version)
+	if err := os.Mkdir(filepath.Join(d.dir, v), 0o755); err != nil {
+		d.t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(d.dir, v, "config.yaml"), []byte(content), 0o644); err != nil {
+		d.t.Fatal(err)
+	}
+	tmp := filepath.Join(d.dir, "..data_tmp")
+	if err := os.Symlink(v, tmp); err != nil {
+		d.t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(d.dir, "..data")); err != nil {
+		d.t.Fatal(err)
+	}
+}
+
+func withScheduler(s string) string {
+	return header + "dataplane:\n  ipvs:\n    scheduler: " + s + "\n"
+}
+
+func TestWatcherKeepsLastGood(t *testing.T) {
+	d := newConfigMapDir(t, withScheduler("rr"))
+	w, err := NewWatcher(d.path())
+	if err != nil {
+		t.Fatalf("NewWatcher: %v", err)
+	}
+
+	// Each step changes the file (or not), polls, and checks what Poll
+	// handed over and which config is in force afterwards.
+	steps := []struct {
+		name      string
+		change    func()
+		wantNew   string // scheduler of the config Poll returns; "" for none
+		wantErr   string // substring of Poll's error; "" for none
+		wantInUse string
+	}{
+		{name: "unchanged", change: func() {}, wantInUse: "rr"},
+		{name: "good update", change: func() { d.update(withScheduler("wlc")) }, wantNew: "wlc", wantInUse: "wlc"},
+		{name: "same content again", change: func() { d.update(withScheduler("wlc")) }, wantInUse: "wlc"},
+		{
+			name: "bad update", change: func() { d.update(withScheduler("foo")) },
+			wantErr: `line 5: dataplane.ipvs.scheduler: unknown scheduler "foo"`, wantInUse: "wlc",
+		},
+		{name: "bad reported once", change: func() {}, wantInUse: "wlc"},
+		{
+			name: "unknown field", change: func() { d.update(withScheduler("sh") + "extra: 1\n") },
+			wantErr: `line 6: extra: unknown field "extra"`, wantInUse: "wlc",
+		},
+		{
+			name: "file gone", change: func() { os.Remove(filepath.Join(d.dir, "..data")) },
+			wantErr: "no such file or directory", wantInUse: "wlc",
+		},
+		{name: "gone reported once", change: func() {}, wantInUse: "wlc"},
+		{name: "good again", change: func() { d.update(withScheduler("mh")) }, wantNew: "mh", wantInUse: "mh"},
+	}
+	for _, s := range steps {
+		s.change()
+		got, err := w.Poll()
+		gotNew := ""
+		if got != nil {
+			gotNew = got.Dataplane.IPVS.Scheduler
+		}
+		if gotNew != s.wantNew {
+			t.Errorf("%s: Poll returned config with scheduler %q, want %q", s.name, gotNew, s.wantNew)
+		}
+		switch {
+		case s.wantErr == "" && err != nil:
+			t.Errorf("%s: Poll error: %v", s.name, err)
+		case s.wantErr != "" && (err == nil || !strings.Contains(err.Error(), s.wantErr)):
+			t.Errorf("%s: Poll error = %v, want one containing %q", s.name, err, s.wantErr)
+		}
+		if in := w.Config().Dataplane.IPVS.Scheduler; in != s.wantInUse {
+			t.Errorf("%s: config in use has scheduler %q, want %q", s.name, in, s.wantInUse)
+		}
+	}
+}
+
+func TestNewWatcherRefusesBadConfig(t *testing.T) {
+	d := newConfigMapDir(t, withScheduler("foo"))
+	_, err := NewWatcher(d.path())
+	if err == nil || !strings.Contains(err.Error(), "dataplane.ipvs.scheduler") {
+		t.Errorf("NewWatcher(bad) = %v, want an error naming dataplane.ipvs.scheduler", err)
+	}
+	if _, err := NewWatcher(filepath.Join(t.TempDir(), "missing.yaml")); err == nil {
+		t.Error("NewWatcher(missing) succeeded")
+	}
+}
+
+func TestWatcherRun(t *testing.T) {
+	d := newConfigMapDir(t, withScheduler("rr"))
+	w, err := NewWatcher(d.path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	changes := make(chan *Config)
+	errs := make(chan error)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w.Run(ctx, time.Millisecond,
+			func(c *Config) { changes <- c },
+			func(err error) { errs <- err })
+	}()
+	// Guards against a hang, not a performance threshold.
+	deadline := time.After(30 * time.Second)
+
+	d.update(withScheduler("foo"))
+	select {
+	case err := <-errs:
+		if !strings.Contains(err.Error(), "dataplane.ipvs.scheduler") {
+			t.Errorf("onError(%v), want the field named", err)
+		}
+	case c := <-changes:
+		t.Fatalf("bad config handed over: %+v", c.Dataplane.IPVS)
+	case <-deadline:
+		t.Fatal("no error reported for a bad config")
+	}
+
+	d.update(withScheduler("lc"))
+	select {
+	case c := <-changes:
+		if c.Dataplane.IPVS.Scheduler != "lc" {
+			t.Errorf("onChange got scheduler %q, want lc", c.Dataplane.IPVS.Scheduler)
+		}
+	case err := <-errs:
+		t.Fatalf("onError(%v) for a good config", err)
+	case <-deadline:
+		t.Fatal("no change reported for a good config")
+	}
+
+	cancel()
+	<-done
+}
