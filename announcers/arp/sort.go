@@ -1,0 +1,8 @@
+package arp
+
+import (
+	"net/netip"
+	"slices"
+)
+
+func sortAddrs(s []netip.Addr) { slices.SortFunc(s, netip.Addr.Compare) }

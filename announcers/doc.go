@@ -1,0 +1,12 @@
+// Package announcers is the home of Switchyard's announcers: the
+// plugin.Announcer implementations that make LoadBalancer addresses
+// reachable from outside the cluster once the election has given them to
+// this node. Each lives in its own subpackage and owns only its own
+// sockets and sessions:
+//
+//   - arp: layer 2, answering ARP and IPv6 neighbour discovery on the
+//     local segment and announcing ownership changes gratuitously;
+//   - bgp: an embedded BGP speaker advertising host routes to routers.
+//
+// This package itself holds no code.
+package announcers

@@ -1,0 +1,26 @@
+# test-peers: the announcers against real peers in network namespaces
+# (kernel neighbour tables, arping, FRR, BIRD). Included by the top
+# Makefile. Needs root; without it the tests skip themselves.
+
+PEERS_APT_PACKAGES := arping iproute2 iputils-ping frr bird2
+
+.PHONY: peers-deps
+
+# peers-deps installs the peer software with apt when any of it is missing.
+peers-deps:
+	@missing=""; for p in $(PEERS_APT_PACKAGES); do \
+		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || missing="$$missing $$p"; \
+	done; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" != 0 ]; then echo "peers: not root, cannot install:$$missing (the peer tests will skip)"; exit 0; fi; \
+	echo "peers: installing$$missing"; \
+	export DEBIAN_FRONTEND=noninteractive; \
+	apt-get -o DPkg::Lock::Timeout=300 update -qq && \
+	apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends $$missing >/dev/null
+
+# Verbose so that the tests' "measured:" lines show; the per-test RUN noise
+# is filtered out, and go test's exit status is kept.
+test-peers:: peers-deps
+	@set -o pipefail; \
+	$(GO) test -tags peers -count=1 -v -run '^TestPeers' $(GOTEST_FLAGS) ./... 2>&1 \
+		| grep -vE '^=== (RUN|PAUSE|CONT|NAME)|^\?.*\[no test files\]|^testing: warning: no tests to run|^PASS$$|^ok .*\[no tests to run\]'
