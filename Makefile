@@ -38,6 +38,7 @@ test-integration:
 
 -include test/lab/lab.mk
 -include wasm-sdk/wasm.mk
+-include test/peers/peers.mk
 
 test-lab::
 test-peers::

@@ -1,0 +1,19 @@
+package ipvs
+
+import "net/netip"
+
+// Addresses is the dummy interface that holds the dataplane's virtual IPs:
+// the kernel delivers traffic for an address locally (where IPVS takes it)
+// only when some interface holds it. Implementations are safe for
+// concurrent use.
+type Addresses interface {
+	// EnsureDummy creates the dummy link name if it is missing and leaves
+	// it down. It fails if name exists and is not a dummy link.
+	EnsureDummy(name string) error
+	// Addrs lists the addresses on link name, sorted.
+	Addrs(name string) ([]netip.Addr, error)
+	// AddAddr binds a as a /32 or /128 host address to link name.
+	AddAddr(name string, a netip.Addr) error
+	// DelAddr unbinds a from link name.
+	DelAddr(name string, a netip.Addr) error
+}

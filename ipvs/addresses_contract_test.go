@@ -1,0 +1,94 @@
+package ipvs_test
+
+import (
+	"errors"
+	"net/netip"
+	"os"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/vishvananda/netlink"
+
+	"github.com/switchyard-lb/switchyard/ipvs"
+	"github.com/switchyard-lb/switchyard/ipvs/ipvstest"
+	"github.com/switchyard-lb/switchyard/test/lab"
+)
+
+func TestAddressesContractFake(t *testing.T) {
+	f := ipvstest.NewFakeAddresses()
+	f.AddLink("lo", "device") // what every network namespace has
+	testAddressesContract(t, f)
+}
+
+func TestAddressesContractNetlink(t *testing.T) {
+	if os.Getenv(lab.GuestEnv) != "1" {
+		t.Skipf("guest-only: creates links in the kernel lab (%s=1); run `make test-lab`", lab.GuestEnv)
+	}
+	n, err := ipvs.NewNetlinkAddresses()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		n.Close()
+		// The interface never deletes links; the test removes its own so
+		// that it can run again in the same VM.
+		if l, err := netlink.LinkByName(contractDummy); err == nil {
+			if err := netlink.LinkDel(l); err != nil {
+				t.Errorf("delete %s: %v", contractDummy, err)
+			}
+		}
+	})
+	testAddressesContract(t, n)
+}
+
+const contractDummy = "sy-contract0"
+
+func testAddressesContract(t *testing.T, a ipvs.Addresses) {
+	const dummy = contractDummy
+	v4 := netip.MustParseAddr("10.96.8.1")
+	v4b := netip.MustParseAddr("10.96.8.2")
+	v6 := netip.MustParseAddr("fd00:96::8:1")
+
+	steps := []struct {
+		name    string
+		do      func() error
+		wantErr error        // nil, errInvalid (any error), or a sentinel
+		want    []netip.Addr // addresses on dummy after the step, when not nil
+	}{
+		{name: "list on a missing link", do: func() error { _, err := a.Addrs(dummy); return err }, wantErr: ipvs.ErrNotFound},
+		{name: "bind on a missing link", do: func() error { return a.AddAddr(dummy, v4) }, wantErr: ipvs.ErrNotFound},
+		{name: "create the dummy", do: func() error { return a.EnsureDummy(dummy) }, want: []netip.Addr{}},
+		{name: "create it again", do: func() error { return a.EnsureDummy(dummy) }},
+		{name: "refuse a link of another type", do: func() error { return a.EnsureDummy("lo") }, wantErr: errInvalid},
+		{name: "bind three", do: func() error {
+			return errors.Join(a.AddAddr(dummy, v6), a.AddAddr(dummy, v4b), a.AddAddr(dummy, v4))
+		}, want: []netip.Addr{v4, v4b, v6}},
+		{name: "bind one again", do: func() error { return a.AddAddr(dummy, v4) }, wantErr: ipvs.ErrExists},
+		{name: "bind an invalid address", do: func() error { return a.AddAddr(dummy, netip.Addr{}) }, wantErr: errInvalid},
+		{name: "unbind one", do: func() error { return a.DelAddr(dummy, v4b) }, want: []netip.Addr{v4, v6}},
+		{name: "unbind it again", do: func() error { return a.DelAddr(dummy, v4b) }, wantErr: ipvs.ErrNotFound},
+		{name: "unbind the rest", do: func() error { return errors.Join(a.DelAddr(dummy, v4), a.DelAddr(dummy, v6)) }, want: []netip.Addr{}},
+	}
+	for _, st := range steps {
+		err := st.do()
+		switch {
+		case st.wantErr == nil && err != nil:
+			t.Fatalf("%s: %v", st.name, err)
+		case st.wantErr == errInvalid && err == nil:
+			t.Fatalf("%s: no error, want one", st.name)
+		case st.wantErr != nil && st.wantErr != errInvalid && !errors.Is(err, st.wantErr):
+			t.Fatalf("%s: error %v, want %v", st.name, err, st.wantErr)
+		}
+		if st.want == nil {
+			continue
+		}
+		got, err := a.Addrs(dummy)
+		if err != nil {
+			t.Fatalf("%s: %v", st.name, err)
+		}
+		if diff := cmp.Diff(st.want, got, cmpopts.EquateComparable(netip.Addr{}), cmpopts.EquateEmpty()); diff != "" {
+			t.Fatalf("%s: addresses on %s (-want +got):\n%s", st.name, dummy, diff)
+		}
+	}
+}

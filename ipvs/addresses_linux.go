@@ -1,0 +1,130 @@
+package ipvs
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"sync"
+	"syscall"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// NetlinkAddresses is Addresses over route netlink, in the network
+// namespace of the thread that created it.
+type NetlinkAddresses struct {
+	mu sync.Mutex
+	h  *netlink.Handle
+}
+
+var _ Addresses = (*NetlinkAddresses)(nil)
+
+// NewNetlinkAddresses opens a route-netlink handle. Only NETLINK_ROUTE: the
+// library's default set includes XFRM, which hosts without xfrm_user lack
+// (kernel-lab.md pitfall 4).
+func NewNetlinkAddresses() (*NetlinkAddresses, error) {
+	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	if err != nil {
+		return nil, fmt.Errorf("ipvs: open route netlink: %w", err)
+	}
+	return &NetlinkAddresses{h: h}, nil
+}
+
+// Close releases the netlink handle.
+func (n *NetlinkAddresses) Close() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.h.Close()
+	return nil
+}
+
+func (n *NetlinkAddresses) EnsureDummy(name string) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	link, err := n.h.LinkByName(name)
+	if err == nil {
+		if link.Type() != "dummy" {
+			return fmt.Errorf("ipvs: link %s exists and is a %s link, not dummy", name, link.Type())
+		}
+		return nil
+	}
+	var notFound netlink.LinkNotFoundError
+	if !errors.As(err, &notFound) {
+		return fmt.Errorf("ipvs: find link %s: %w", name, err)
+	}
+	if err := n.h.LinkAdd(&netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Name: name}}); err != nil {
+		return fmt.Errorf("ipvs: create dummy link %s: %w", name, err)
+	}
+	return nil
+}
+
+func (n *NetlinkAddresses) link(name string) (netlink.Link, error) {
+	link, err := n.h.LinkByName(name)
+	var notFound netlink.LinkNotFoundError
+	if errors.As(err, &notFound) {
+		return nil, fmt.Errorf("link %s: %w", name, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("find link %s: %w", name, err)
+	}
+	return link, nil
+}
+
+func (n *NetlinkAddresses) Addrs(name string) ([]netip.Addr, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	link, err := n.link(name)
+	if err != nil {
+		return nil, fmt.Errorf("ipvs: list addresses: %w", err)
+	}
+	list, err := n.h.AddrList(link, netlink.FAMILY_ALL)
+	if err != nil {
+		return nil, fmt.Errorf("ipvs: list addresses of %s: %w", name, err)
+	}
+	out := make([]netip.Addr, 0, len(list))
+	for _, a := range list {
+		if addr, ok := netip.AddrFromSlice(a.IP); ok {
+			out = append(out, addr.Unmap())
+		}
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return out, nil
+}
+
+func (n *NetlinkAddresses) AddAddr(name string, a netip.Addr) error {
+	return n.addrOp("bind", name, a, func(l netlink.Link, addr *netlink.Addr) error { return n.h.AddrAdd(l, addr) })
+}
+
+func (n *NetlinkAddresses) DelAddr(name string, a netip.Addr) error {
+	return n.addrOp("unbind", name, a, func(l netlink.Link, addr *netlink.Addr) error { return n.h.AddrDel(l, addr) })
+}
+
+func (n *NetlinkAddresses) addrOp(op, name string, a netip.Addr, fn func(netlink.Link, *netlink.Addr) error) error {
+	if !a.IsValid() || a.Is4In6() {
+		return fmt.Errorf("ipvs: %s address %v: want an IPv4 or IPv6 address", op, a)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	link, err := n.link(name)
+	if err != nil {
+		return fmt.Errorf("ipvs: %s %s: %w", op, a, err)
+	}
+	err = fn(link, &netlink.Addr{
+		IPNet: &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(a.BitLen(), a.BitLen())},
+		// No duplicate address detection: a VIP is not announced from this
+		// link, and DAD would leave an IPv6 VIP tentative for seconds.
+		Flags: unix.IFA_F_NODAD,
+	})
+	switch {
+	case errors.Is(err, syscall.EEXIST):
+		return fmt.Errorf("ipvs: %s %s on %s: %w: %w", op, a, name, ErrExists, err)
+	case errors.Is(err, syscall.EADDRNOTAVAIL):
+		return fmt.Errorf("ipvs: %s %s on %s: %w: %w", op, a, name, ErrNotFound, err)
+	case err != nil:
+		return fmt.Errorf("ipvs: %s %s on %s: %w", op, a, name, err)
+	}
+	return nil
+}

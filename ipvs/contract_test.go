@@ -1,0 +1,152 @@
+package ipvs_test
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/ipvs"
+	"github.com/switchyard-lb/switchyard/ipvs/ipvstest"
+	"github.com/switchyard-lb/switchyard/test/lab"
+)
+
+// The contract: one scenario, run against the fake on any host and
+// against the real kernel in the lab. Where they differ, the fake is
+// wrong.
+
+func TestKernelContractFake(t *testing.T) {
+	testKernelContract(t, ipvstest.NewFake())
+}
+
+func TestKernelContractNetlink(t *testing.T) {
+	if os.Getenv(lab.GuestEnv) != "1" {
+		t.Skipf("guest-only: needs IPVS in the kernel lab (%s=1); run `make test-lab`", lab.GuestEnv)
+	}
+	n, err := ipvs.NewNetlink()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	testKernelContract(t, n)
+}
+
+// errInvalid stands for "any error": input the interface rejects itself.
+var errInvalid = errors.New("invalid input")
+
+func testKernelContract(t *testing.T, k ipvs.Kernel) {
+	vip4 := model.VirtualServiceKey{Addr: netip.MustParseAddr("10.96.7.1"), Port: 80, Protocol: model.TCP}
+	vip4udp := model.VirtualServiceKey{Addr: vip4.Addr, Port: 80, Protocol: model.UDP}
+	vip6 := model.VirtualServiceKey{Addr: netip.MustParseAddr("fd00:96::7:1"), Port: 443, Protocol: model.SCTP}
+	missing := model.VirtualServiceKey{Addr: netip.MustParseAddr("10.96.7.99"), Port: 80, Protocol: model.TCP}
+	be := func(addr string, port uint16, weight uint32) ipvs.Destination {
+		return ipvs.Destination{DestinationKey: ipvs.DestinationKey{Addr: netip.MustParseAddr(addr), Port: port}, Weight: weight}
+	}
+	state := func(d ipvs.Destination) ipvs.DestinationState { return ipvs.DestinationState{Destination: d} }
+
+	rr4 := ipvs.Service{VirtualServiceKey: vip4, Scheduler: "rr"}
+	sticky4 := ipvs.Service{VirtualServiceKey: vip4, Scheduler: "wrr", Flags: ipvs.FlagPersistent, Persistence: 3 * time.Hour}
+	udp4 := ipvs.Service{VirtualServiceKey: vip4udp, Scheduler: "mh", Flags: ipvs.FlagSchedOpt2}
+	sctp6 := ipvs.Service{VirtualServiceKey: vip6, Scheduler: "sh"}
+
+	steps := []struct {
+		name    string
+		do      func() error
+		wantErr error
+		want    []ipvstest.Entry // the table after the step, when not nil
+	}{
+		{name: "add tcp service", do: func() error { return k.AddService(rr4) },
+			want: []ipvstest.Entry{{Service: rr4}}},
+		{name: "add it again", do: func() error { return k.AddService(rr4) }, wantErr: ipvs.ErrExists},
+		{name: "same address and port, udp, mh with mh-port", do: func() error { return k.AddService(udp4) }},
+		{name: "ipv6 sctp service", do: func() error { return k.AddService(sctp6) },
+			want: []ipvstest.Entry{{Service: rr4}, {Service: udp4}, {Service: sctp6}}},
+		{name: "add destinations", do: func() error {
+			return errors.Join(
+				k.AddDestination(vip4, be("10.244.2.2", 8080, 1)),
+				k.AddDestination(vip4, be("10.244.1.2", 8080, 2)),
+				k.AddDestination(vip4, be("10.244.1.2", 8081, 0)),
+				k.AddDestination(vip6, be("fd00:244:1::2", 8443, 5)),
+			)
+		}},
+		{name: "add a destination again", do: func() error { return k.AddDestination(vip4, be("10.244.2.2", 8080, 7)) }, wantErr: ipvs.ErrExists},
+		{name: "destination of the other family", do: func() error { return k.AddDestination(vip4, be("fd00:244:1::2", 8080, 1)) }, wantErr: errInvalid},
+		{name: "destination of a missing service", do: func() error { return k.AddDestination(missing, be("10.244.1.2", 8080, 1)) }, wantErr: ipvs.ErrNotFound},
+		{name: "a missing service has no destinations", do: func() error {
+			if got, err := k.Destinations(missing); err != nil || len(got) != 0 {
+				return fmt.Errorf("Destinations(missing) = %v, %v; want none, no error", got, err)
+			}
+			return nil
+		}},
+		{name: "drain one", do: func() error { return k.UpdateDestination(vip4, be("10.244.2.2", 8080, 0)) },
+			want: []ipvstest.Entry{
+				{Service: rr4, Destinations: []ipvs.DestinationState{
+					state(be("10.244.1.2", 8080, 2)), state(be("10.244.1.2", 8081, 0)), state(be("10.244.2.2", 8080, 0)),
+				}},
+				{Service: udp4},
+				{Service: sctp6, Destinations: []ipvs.DestinationState{state(be("fd00:244:1::2", 8443, 5))}},
+			}},
+		{name: "update a missing destination", do: func() error { return k.UpdateDestination(vip4, be("10.244.3.2", 8080, 1)) }, wantErr: ipvs.ErrNotFound},
+		{name: "delete a missing destination", do: func() error { return k.DeleteDestination(vip4, be("10.244.3.2", 8080, 0).DestinationKey) }, wantErr: ipvs.ErrNotFound},
+		{name: "delete a destination", do: func() error { return k.DeleteDestination(vip4, be("10.244.1.2", 8081, 0).DestinationKey) }},
+		{name: "make the service sticky", do: func() error { return k.UpdateService(sticky4) },
+			want: []ipvstest.Entry{
+				{Service: sticky4, Destinations: []ipvs.DestinationState{state(be("10.244.1.2", 8080, 2)), state(be("10.244.2.2", 8080, 0))}},
+				{Service: udp4},
+				{Service: sctp6, Destinations: []ipvs.DestinationState{state(be("fd00:244:1::2", 8443, 5))}},
+			}},
+		{name: "persistence without its flag", do: func() error {
+			return k.UpdateService(ipvs.Service{VirtualServiceKey: vip4, Scheduler: "rr", Persistence: time.Minute})
+		}, wantErr: errInvalid},
+		{name: "update a missing service", do: func() error { return k.UpdateService(ipvs.Service{VirtualServiceKey: missing, Scheduler: "rr"}) }, wantErr: ipvs.ErrNotFound},
+		{name: "delete a missing service", do: func() error { return k.DeleteService(missing) }, wantErr: ipvs.ErrNotFound},
+		{name: "delete services with their destinations", do: func() error {
+			return errors.Join(k.DeleteService(vip4), k.DeleteService(vip6))
+		}, want: []ipvstest.Entry{{Service: udp4}}},
+		{name: "delete the last", do: func() error { return k.DeleteService(vip4udp) }, want: []ipvstest.Entry{}},
+	}
+	for _, st := range steps {
+		err := st.do()
+		switch {
+		case st.wantErr == nil && err != nil:
+			t.Fatalf("%s: %v", st.name, err)
+		case st.wantErr == errInvalid && err == nil:
+			t.Fatalf("%s: no error, want one", st.name)
+		case st.wantErr != nil && st.wantErr != errInvalid && !errors.Is(err, st.wantErr):
+			t.Fatalf("%s: error %v, want %v", st.name, err, st.wantErr)
+		}
+		if st.want == nil {
+			continue
+		}
+		if diff := cmp.Diff(st.want, dump(t, k), cmpopts.EquateComparable(netip.Addr{})); diff != "" {
+			t.Fatalf("%s: table (-want +got):\n%s", st.name, diff)
+		}
+	}
+}
+
+// dump reads the whole table through the interface.
+func dump(t *testing.T, k ipvs.Kernel) []ipvstest.Entry {
+	t.Helper()
+	svcs, err := k.Services()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := []ipvstest.Entry{}
+	for _, s := range svcs {
+		dsts, err := k.Destinations(s.VirtualServiceKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(dsts) == 0 {
+			dsts = nil
+		}
+		out = append(out, ipvstest.Entry{Service: s, Destinations: dsts})
+	}
+	return out
+}

@@ -1,0 +1,241 @@
+package ipvstest
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/ipvs"
+)
+
+// Op names a Kernel method, for error injection.
+type Op string
+
+// The Kernel methods.
+const (
+	OpServices          Op = "Services"
+	OpAddService        Op = "AddService"
+	OpUpdateService     Op = "UpdateService"
+	OpDeleteService     Op = "DeleteService"
+	OpDestinations      Op = "Destinations"
+	OpAddDestination    Op = "AddDestination"
+	OpUpdateDestination Op = "UpdateDestination"
+	OpDeleteDestination Op = "DeleteDestination"
+)
+
+// Entry is one virtual service of the fake's table with its destinations,
+// sorted by key.
+type Entry struct {
+	Service      ipvs.Service
+	Destinations []ipvs.DestinationState
+}
+
+// Fake is an in-memory IPVS table. The zero value is empty and ready.
+type Fake struct {
+	mu     sync.Mutex
+	table  map[model.VirtualServiceKey]*Entry
+	errors map[Op]error
+	calls  map[Op]int
+}
+
+var _ ipvs.Kernel = (*Fake)(nil)
+
+// NewFake returns an empty table.
+func NewFake() *Fake { return &Fake{} }
+
+// SetError makes every later call of op fail with err (nil clears it)
+// without changing the table.
+func (f *Fake) SetError(op Op, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.errors == nil {
+		f.errors = map[Op]error{}
+	}
+	f.errors[op] = err
+}
+
+// Calls returns how often op was called, failed calls included.
+func (f *Fake) Calls(op Op) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls[op]
+}
+
+// Table returns a deep copy of the table, sorted by service key.
+func (f *Fake) Table() []Entry {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]Entry, 0, len(f.table))
+	for _, e := range f.table {
+		out = append(out, Entry{Service: e.Service, Destinations: slices.Clone(e.Destinations)})
+	}
+	slices.SortFunc(out, func(a, b Entry) int { return a.Service.Compare(b.Service.VirtualServiceKey) })
+	return out
+}
+
+// SetConns sets a destination's connection counts, as traffic would.
+func (f *Fake) SetConns(k model.VirtualServiceKey, d ipvs.DestinationKey, active, inactive uint32) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	e, ok := f.table[k]
+	if !ok {
+		return fmt.Errorf("ipvstest: set conns: service %v: %w", k, ipvs.ErrNotFound)
+	}
+	i, ok := findDest(e, d)
+	if !ok {
+		return fmt.Errorf("ipvstest: set conns: destination %v: %w", d, ipvs.ErrNotFound)
+	}
+	e.Destinations[i].ActiveConns, e.Destinations[i].InactiveConns = active, inactive
+	return nil
+}
+
+// begin locks f, counts the call and returns the injected error, if any.
+// It returns with f locked either way: every caller first defers the
+// unlock, then calls begin.
+func (f *Fake) begin(op Op) error {
+	f.mu.Lock()
+	if f.calls == nil {
+		f.calls = map[Op]int{}
+	}
+	if f.table == nil {
+		f.table = map[model.VirtualServiceKey]*Entry{}
+	}
+	f.calls[op]++
+	if err := f.errors[op]; err != nil {
+		return fmt.Errorf("ipvstest: %s: %w", op, err)
+	}
+	return nil
+}
+
+func (f *Fake) Services() ([]ipvs.Service, error) {
+	defer f.mu.Unlock()
+	if err := f.begin(OpServices); err != nil {
+		return nil, err
+	}
+	out := make([]ipvs.Service, 0, len(f.table))
+	for _, e := range f.table {
+		out = append(out, e.Service)
+	}
+	ipvs.SortServices(out)
+	return out, nil
+}
+
+func (f *Fake) AddService(s ipvs.Service) error {
+	defer f.mu.Unlock()
+	if err := f.begin(OpAddService); err != nil {
+		return err
+	}
+	if err := ipvs.ValidateService(s); err != nil {
+		return fmt.Errorf("ipvstest: add service: %w", err)
+	}
+	if _, ok := f.table[s.VirtualServiceKey]; ok {
+		return fmt.Errorf("ipvstest: add service %v: %w", s.VirtualServiceKey, ipvs.ErrExists)
+	}
+	f.table[s.VirtualServiceKey] = &Entry{Service: s}
+	return nil
+}
+
+func (f *Fake) UpdateService(s ipvs.Service) error {
+	defer f.mu.Unlock()
+	if err := f.begin(OpUpdateService); err != nil {
+		return err
+	}
+	if err := ipvs.ValidateService(s); err != nil {
+		return fmt.Errorf("ipvstest: update service: %w", err)
+	}
+	e, ok := f.table[s.VirtualServiceKey]
+	if !ok {
+		return fmt.Errorf("ipvstest: update service %v: %w", s.VirtualServiceKey, ipvs.ErrNotFound)
+	}
+	e.Service = s
+	return nil
+}
+
+func (f *Fake) DeleteService(k model.VirtualServiceKey) error {
+	defer f.mu.Unlock()
+	if err := f.begin(OpDeleteService); err != nil {
+		return err
+	}
+	if _, ok := f.table[k]; !ok {
+		return fmt.Errorf("ipvstest: delete service %v: %w", k, ipvs.ErrNotFound)
+	}
+	delete(f.table, k)
+	return nil
+}
+
+func (f *Fake) Destinations(k model.VirtualServiceKey) ([]ipvs.DestinationState, error) {
+	defer f.mu.Unlock()
+	if err := f.begin(OpDestinations); err != nil {
+		return nil, err
+	}
+	e, ok := f.table[k]
+	if !ok {
+		return nil, nil // as the kernel: an empty dump
+	}
+	return slices.Clone(e.Destinations), nil
+}
+
+func (f *Fake) AddDestination(k model.VirtualServiceKey, d ipvs.Destination) error {
+	defer f.mu.Unlock()
+	e, err := f.destOp(OpAddDestination, k, d)
+	if err != nil {
+		return err
+	}
+	if _, ok := findDest(e, d.DestinationKey); ok {
+		return fmt.Errorf("ipvstest: add destination %v of %v: %w", d.Addr, k, ipvs.ErrExists)
+	}
+	e.Destinations = append(e.Destinations, ipvs.DestinationState{Destination: d})
+	ipvs.SortDestinations(e.Destinations)
+	return nil
+}
+
+func (f *Fake) UpdateDestination(k model.VirtualServiceKey, d ipvs.Destination) error {
+	defer f.mu.Unlock()
+	e, err := f.destOp(OpUpdateDestination, k, d)
+	if err != nil {
+		return err
+	}
+	i, ok := findDest(e, d.DestinationKey)
+	if !ok {
+		return fmt.Errorf("ipvstest: update destination %v of %v: %w", d.Addr, k, ipvs.ErrNotFound)
+	}
+	e.Destinations[i].Weight = d.Weight
+	return nil
+}
+
+func (f *Fake) DeleteDestination(k model.VirtualServiceKey, d ipvs.DestinationKey) error {
+	defer f.mu.Unlock()
+	e, err := f.destOp(OpDeleteDestination, k, ipvs.Destination{DestinationKey: d})
+	if err != nil {
+		return err
+	}
+	i, ok := findDest(e, d)
+	if !ok {
+		return fmt.Errorf("ipvstest: delete destination %v of %v: %w", d.Addr, k, ipvs.ErrNotFound)
+	}
+	e.Destinations = slices.Delete(e.Destinations, i, i+1)
+	return nil
+}
+
+// destOp starts a destination call: injected error, validation, service
+// lookup. The caller must unlock.
+func (f *Fake) destOp(op Op, k model.VirtualServiceKey, d ipvs.Destination) (*Entry, error) {
+	if err := f.begin(op); err != nil {
+		return nil, err
+	}
+	if err := ipvs.ValidateDestination(k, d); err != nil {
+		return nil, fmt.Errorf("ipvstest: %s: %w", op, err)
+	}
+	e, ok := f.table[k]
+	if !ok {
+		return nil, fmt.Errorf("ipvstest: %s: service %v: %w", op, k, ipvs.ErrNotFound)
+	}
+	return e, nil
+}
+
+func findDest(e *Entry, d ipvs.DestinationKey) (int, bool) {
+	return slices.BinarySearchFunc(e.Destinations, d, func(s ipvs.DestinationState, k ipvs.DestinationKey) int {
+		return s.DestinationKey.Compare(k)
+	})
+}

@@ -1,0 +1,155 @@
+package ipvs
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/switchyard-lb/switchyard/core/model"
+)
+
+// Errors the kernel interfaces (Kernel, Addresses, Sysctls) wrap, whatever
+// the errno behind them.
+var (
+	// ErrExists: the service or destination to add is already there.
+	ErrExists = errors.New("already exists")
+	// ErrNotFound: the service or destination to change or delete is not
+	// there.
+	ErrNotFound = errors.New("not found")
+)
+
+// Kernel is the IPVS table as the dataplane uses it. Implementations are
+// safe for concurrent use.
+type Kernel interface {
+	// Services lists every virtual service, the dataplane's or not,
+	// sorted by key.
+	Services() ([]Service, error)
+	AddService(Service) error
+	// UpdateService changes the scheduler, flags and persistence of an
+	// existing service.
+	UpdateService(Service) error
+	// DeleteService removes a service and its destinations.
+	DeleteService(model.VirtualServiceKey) error
+
+	// Destinations lists a service's real servers, sorted by key. A
+	// missing service has none: the kernel's dump does not tell the two
+	// apart.
+	Destinations(model.VirtualServiceKey) ([]DestinationState, error)
+	AddDestination(model.VirtualServiceKey, Destination) error
+	// UpdateDestination changes the weight of an existing destination.
+	UpdateDestination(model.VirtualServiceKey, Destination) error
+	DeleteDestination(model.VirtualServiceKey, DestinationKey) error
+}
+
+// Flags are IPVS service flags the dataplane sets.
+type Flags uint32
+
+// The flags, with the kernel's values.
+const (
+	FlagPersistent Flags = 0x0001
+	// FlagSchedOpt1..3 are scheduler-specific: sh-fallback, sh-port for
+	// sh; mh-fallback, mh-port for mh.
+	FlagSchedOpt1 Flags = 0x0008
+	FlagSchedOpt2 Flags = 0x0010
+	FlagSchedOpt3 Flags = 0x0020
+)
+
+// knownFlags are the flags a Service may carry; the kernel adds others
+// (hashed) that are its own business.
+const knownFlags = FlagPersistent | FlagSchedOpt1 | FlagSchedOpt2 | FlagSchedOpt3
+
+// Service is one IPVS virtual service.
+type Service struct {
+	model.VirtualServiceKey
+	Scheduler string
+	Flags     Flags
+	// Persistence is the affinity timeout when FlagPersistent is set,
+	// whole seconds.
+	Persistence time.Duration
+}
+
+// DestinationKey identifies a real server within a service.
+type DestinationKey struct {
+	Addr netip.Addr
+	Port uint16
+}
+
+// Compare orders keys by address, then port.
+func (k DestinationKey) Compare(o DestinationKey) int {
+	if c := k.Addr.Compare(o.Addr); c != 0 {
+		return c
+	}
+	return int(k.Port) - int(o.Port)
+}
+
+// Destination is a real server and its weight; weight 0 drains it.
+type Destination struct {
+	DestinationKey
+	Weight uint32
+}
+
+// DestinationState is a destination with its connection counts, which
+// graceful termination waits on.
+type DestinationState struct {
+	Destination
+	ActiveConns   uint32
+	InactiveConns uint32
+}
+
+// ValidateService checks what every Kernel rejects before it reaches the
+// kernel, so that the fake and the kernel fail alike.
+func ValidateService(s Service) error {
+	if !s.Addr.IsValid() || s.Addr.Is4In6() {
+		return fmt.Errorf("service address %v: want an IPv4 or IPv6 address", s.Addr)
+	}
+	switch s.Protocol {
+	case model.TCP, model.UDP, model.SCTP:
+	default:
+		return fmt.Errorf("service %s: unsupported protocol %v", keyString(s.VirtualServiceKey), s.Protocol)
+	}
+	if s.Port == 0 {
+		return fmt.Errorf("service %s: port 0", s.Addr)
+	}
+	if s.Scheduler == "" {
+		return fmt.Errorf("service %s: no scheduler", s.Addr)
+	}
+	if s.Flags&^knownFlags != 0 {
+		return fmt.Errorf("service %s: unknown flags %#x", s.Addr, uint32(s.Flags&^knownFlags))
+	}
+	if s.Persistence%time.Second != 0 || s.Persistence < 0 {
+		return fmt.Errorf("service %s: persistence %s is not whole seconds", s.Addr, s.Persistence)
+	}
+	if (s.Flags&FlagPersistent != 0) != (s.Persistence > 0) {
+		return fmt.Errorf("service %s: persistence %s does not match flags %#x", s.Addr, s.Persistence, uint32(s.Flags))
+	}
+	return nil
+}
+
+// ValidateDestination checks a destination against the service it joins:
+// the same address family, a port.
+func ValidateDestination(svc model.VirtualServiceKey, d Destination) error {
+	if !d.Addr.IsValid() || d.Addr.Is4() != svc.Addr.Is4() {
+		return fmt.Errorf("destination %v of %s: want an address of the service's family", d.Addr, svc.Addr)
+	}
+	if d.Port == 0 {
+		return fmt.Errorf("destination %s of %s: port 0", d.Addr, svc.Addr)
+	}
+	return nil
+}
+
+// SortServices sorts services by key.
+func SortServices(ss []Service) {
+	slices.SortFunc(ss, func(a, b Service) int { return a.VirtualServiceKey.Compare(b.VirtualServiceKey) })
+}
+
+// SortDestinations sorts destinations by key.
+func SortDestinations(ds []DestinationState) {
+	slices.SortFunc(ds, func(a, b DestinationState) int { return a.DestinationKey.Compare(b.DestinationKey) })
+}
+
+// keyString formats a key for errors: "TCP/10.96.0.10:80".
+func keyString(k model.VirtualServiceKey) string {
+	return k.Protocol.String() + "/" + netip.AddrPortFrom(k.Addr, k.Port).String()
+}

@@ -1,0 +1,23 @@
+// Package labtest builds the network a kernel-lab guest test needs and
+// drives real traffic through it. It runs only inside the lab's VM (see
+// test/lab), where it may freely create namespaces and links.
+//
+// The topology: the guest's root namespace is the node. Each backend lives
+// in its own network namespace behind a veth pair, serving HTTP on TCP 8080
+// and a UDP echo on 5353 over IPv4 and IPv6; each answer names the backend.
+// A client namespace reaches the node through its own veth pair, and the
+// node's root namespace can act as a hostNetwork client. Virtual IPs live on
+// the dummy interface switchyard0.
+//
+// Every client connection binds a unique source port: IPVS reschedules a
+// SYN that a backend drops because the reused 4-tuple is still in TIME_WAIT
+// there, which breaks exact splits (kernel-lab.md pitfall 1).
+//
+// The suite in this package (guest-only tests) checks the IPVS behaviour the
+// dataplane relies on: exact rr and wrr splits over TCP and UDP, IPv4 and
+// IPv6, from a client namespace and from the node itself, with the
+// kernel's own counters agreeing; and the facts graceful termination rests
+// on: a weight-0 real server keeps its established connections while new
+// ones avoid it, whereas a deleted real server's established connections
+// are silently dropped (expire_nodest_conn=0).
+package labtest

@@ -1,0 +1,504 @@
+//go:build linux
+
+package labtest
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// Ports the backends serve.
+const (
+	HTTPPort = 8080
+	UDPPort  = 5353
+)
+
+// DummyName is the interface that holds virtual IPs.
+const DummyName = "switchyard0"
+
+// Namespace is a network namespace. The zero Namespace (Root) is the
+// node's own namespace.
+type Namespace struct {
+	Name   string
+	handle netns.NsHandle // -1 for the root namespace
+}
+
+// Root is the node's namespace, the one the test process starts in.
+var Root = &Namespace{Name: "node", handle: -1}
+
+// newNamespace creates an unnamed network namespace. The thread that made
+// it is discarded, so no goroutine is left in it.
+func newNamespace(name string) (*Namespace, error) {
+	type result struct {
+		h   netns.NsHandle
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
+		h, err := netns.New()
+		ch <- result{h, err}
+	}()
+	r := <-ch
+	if r.err != nil {
+		return nil, fmt.Errorf("create namespace %s: %w", name, r.err)
+	}
+	return &Namespace{Name: name, handle: r.h}, nil
+}
+
+// Do runs fn on an OS thread inside the namespace. Sockets fn creates
+// belong to the namespace and stay usable from any goroutine afterwards.
+// The thread is discarded after fn, so the namespace switch cannot leak
+// into other goroutines (kernel-lab.md pitfall 5).
+func (ns *Namespace) Do(fn func() error) error {
+	if ns.handle < 0 {
+		return fn()
+	}
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked, see above
+		if err := netns.Set(ns.handle); err != nil {
+			errc <- fmt.Errorf("enter namespace %s: %w", ns.Name, err)
+			return
+		}
+		errc <- fn()
+	}()
+	return <-errc
+}
+
+// netlink returns a route-netlink handle for the namespace. Only
+// NETLINK_ROUTE: the default set includes XFRM, which the guest lacks
+// (kernel-lab.md pitfall 4).
+func (ns *Namespace) netlink() (*netlink.Handle, error) {
+	if ns.handle < 0 {
+		return netlink.NewHandle(unix.NETLINK_ROUTE)
+	}
+	return netlink.NewHandleAt(ns.handle, unix.NETLINK_ROUTE)
+}
+
+func (ns *Namespace) close() {
+	if ns.handle >= 0 {
+		ns.handle.Close()
+	}
+}
+
+// Backend is one server namespace.
+type Backend struct {
+	Name string
+	NS   *Namespace
+	IPv4 netip.Addr
+	IPv6 netip.Addr
+	stop []io.Closer
+}
+
+// Topology is the node, its backends and a client namespace.
+type Topology struct {
+	Client     *Namespace
+	ClientIPv4 netip.Addr
+	ClientIPv6 netip.Addr
+	Backends   []*Backend
+	node       *netlink.Handle
+	dummy      netlink.Link
+	links      []netlink.Link // node-side veths
+}
+
+// NewTopology builds n backends (be1..beN at 10.244.N.2 and fd00:244:N::2)
+// and a client namespace (10.244.0.2, fd00:244::2), each behind a veth pair
+// to the node, turns on forwarding and creates switchyard0.
+func NewTopology(n int) (_ *Topology, err error) {
+	node, err := Root.netlink()
+	if err != nil {
+		return nil, fmt.Errorf("node netlink: %w", err)
+	}
+	t := &Topology{node: node}
+	defer func() {
+		if err != nil {
+			t.Close()
+		}
+	}()
+	for _, s := range []string{"net/ipv4/ip_forward", "net/ipv6/conf/all/forwarding"} {
+		if err := os.WriteFile("/proc/sys/"+s, []byte("1"), 0o644); err != nil {
+			return nil, fmt.Errorf("sysctl %s: %w", s, err)
+		}
+	}
+	t.dummy = &netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Name: DummyName}}
+	if err := node.LinkAdd(t.dummy); err != nil {
+		return nil, fmt.Errorf("create %s: %w", DummyName, err)
+	}
+
+	t.Client, err = newNamespace("client")
+	if err != nil {
+		return nil, err
+	}
+	t.ClientIPv4, t.ClientIPv6, err = t.wire(t.Client, "sy-client", 0)
+	if err != nil {
+		return nil, err
+	}
+	for i := 1; i <= n; i++ {
+		be := &Backend{Name: fmt.Sprintf("be%d", i)}
+		t.Backends = append(t.Backends, be)
+		if be.NS, err = newNamespace(be.Name); err != nil {
+			return nil, err
+		}
+		if be.IPv4, be.IPv6, err = t.wire(be.NS, "sy-"+be.Name, i); err != nil {
+			return nil, err
+		}
+		if err := be.serve(); err != nil {
+			return nil, err
+		}
+	}
+	return t, nil
+}
+
+// wire connects ns to the node through a veth pair on subnet index i:
+// node 10.244.i.1/24 and fd00:244:i::1/64, ns .2 and ::2 with default
+// routes through the node.
+func (t *Topology) wire(ns *Namespace, nodeSide string, i int) (v4, v6 netip.Addr, err error) {
+	nodeV4 := netip.AddrFrom4([4]byte{10, 244, byte(i), 1})
+	v4 = netip.AddrFrom4([4]byte{10, 244, byte(i), 2})
+	nodeV6 := netip.MustParseAddr(fmt.Sprintf("fd00:244:%x::1", i))
+	v6 = netip.MustParseAddr(fmt.Sprintf("fd00:244:%x::2", i))
+
+	veth := &netlink.Veth{
+		LinkAttrs:     netlink.LinkAttrs{Name: nodeSide},
+		PeerName:      "eth0",
+		PeerNamespace: netlink.NsFd(int(ns.handle)),
+	}
+	if err := t.node.LinkAdd(veth); err != nil {
+		return v4, v6, fmt.Errorf("create veth %s: %w", nodeSide, err)
+	}
+	t.links = append(t.links, veth)
+	if err := configureLink(t.node, nodeSide, netip.PrefixFrom(nodeV4, 24), netip.PrefixFrom(nodeV6, 64)); err != nil {
+		return v4, v6, err
+	}
+	h, err := ns.netlink()
+	if err != nil {
+		return v4, v6, fmt.Errorf("netlink in %s: %w", ns.Name, err)
+	}
+	defer h.Close()
+	if err := configureLink(h, "lo"); err != nil {
+		return v4, v6, err
+	}
+	if err := configureLink(h, "eth0", netip.PrefixFrom(v4, 24), netip.PrefixFrom(v6, 64)); err != nil {
+		return v4, v6, err
+	}
+	eth0, err := h.LinkByName("eth0")
+	if err != nil {
+		return v4, v6, fmt.Errorf("%s eth0: %w", ns.Name, err)
+	}
+	for _, gw := range []netip.Addr{nodeV4, nodeV6} {
+		route := &netlink.Route{LinkIndex: eth0.Attrs().Index, Gw: gw.AsSlice()}
+		if err := h.RouteAdd(route); err != nil {
+			return v4, v6, fmt.Errorf("%s default route via %s: %w", ns.Name, gw, err)
+		}
+	}
+	return v4, v6, nil
+}
+
+// configureLink adds addresses (without duplicate address detection, which
+// would leave IPv6 addresses tentative for seconds) and sets the link up.
+func configureLink(h *netlink.Handle, name string, addrs ...netip.Prefix) error {
+	link, err := h.LinkByName(name)
+	if err != nil {
+		return fmt.Errorf("find link %s: %w", name, err)
+	}
+	for _, p := range addrs {
+		if err := h.AddrAdd(link, nlAddr(p)); err != nil {
+			return fmt.Errorf("add %s to %s: %w", p, name, err)
+		}
+	}
+	if err := h.LinkSetUp(link); err != nil {
+		return fmt.Errorf("set %s up: %w", name, err)
+	}
+	return nil
+}
+
+func nlAddr(p netip.Prefix) *netlink.Addr {
+	return &netlink.Addr{
+		IPNet: &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())},
+		Flags: unix.IFA_F_NODAD,
+	}
+}
+
+// AddVIP binds addr (as a /32 or /128) to switchyard0, the way the
+// dataplane binds service IPs: the link stays down, the kernel still
+// treats the address as local.
+func (t *Topology) AddVIP(addr netip.Addr) error {
+	if err := t.node.AddrAdd(t.dummy, nlAddr(netip.PrefixFrom(addr, addr.BitLen()))); err != nil {
+		return fmt.Errorf("bind %s to %s: %w", addr, DummyName, err)
+	}
+	return nil
+}
+
+// DelVIP removes addr from switchyard0.
+func (t *Topology) DelVIP(addr netip.Addr) error {
+	if err := t.node.AddrDel(t.dummy, nlAddr(netip.PrefixFrom(addr, addr.BitLen()))); err != nil {
+		return fmt.Errorf("unbind %s from %s: %w", addr, DummyName, err)
+	}
+	return nil
+}
+
+// SetDummyUp sets switchyard0 up or down.
+func (t *Topology) SetDummyUp(up bool) error {
+	set := t.node.LinkSetDown
+	if up {
+		set = t.node.LinkSetUp
+	}
+	if err := set(t.dummy); err != nil {
+		return fmt.Errorf("set %s up=%t: %w", DummyName, up, err)
+	}
+	return nil
+}
+
+// Close stops the servers and removes the links and namespaces it made.
+func (t *Topology) Close() {
+	for _, be := range t.Backends {
+		for _, c := range be.stop {
+			c.Close()
+		}
+		if be.NS != nil {
+			be.NS.close()
+		}
+	}
+	if t.Client != nil {
+		t.Client.close()
+	}
+	for _, l := range t.links {
+		t.node.LinkDel(l)
+	}
+	if t.dummy != nil {
+		t.node.LinkDel(t.dummy)
+	}
+	t.node.Close()
+}
+
+// serve starts the backend's HTTP and UDP servers inside its namespace.
+// Both listen on the wildcard address, so they answer over IPv4 and IPv6.
+func (be *Backend) serve() error {
+	var (
+		ln  net.Listener
+		udp net.PacketConn
+	)
+	err := be.NS.Do(func() error {
+		var err error
+		if ln, err = net.Listen("tcp", fmt.Sprintf(":%d", HTTPPort)); err != nil {
+			return fmt.Errorf("%s: listen http: %w", be.Name, err)
+		}
+		if udp, err = net.ListenPacket("udp", fmt.Sprintf(":%d", UDPPort)); err != nil {
+			ln.Close()
+			return fmt.Errorf("%s: listen udp: %w", be.Name, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, be.Name)
+		}),
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+	go srv.Serve(ln)
+	go func() {
+		buf := make([]byte, 1500)
+		for {
+			_, from, err := udp.ReadFrom(buf)
+			if err != nil {
+				return // closed
+			}
+			udp.WriteTo([]byte(be.Name), from)
+		}
+	}()
+	be.stop = append(be.stop, srv, udp)
+	return nil
+}
+
+// sourcePorts hands out client source ports, each used once per test
+// binary, below the kernel's ephemeral range.
+var sourcePorts atomic.Int32
+
+const firstSourcePort, lastSourcePort = 10000, 32000
+
+func nextSourcePort() (int, error) {
+	p := firstSourcePort + int(sourcePorts.Add(1)) - 1
+	if p > lastSourcePort {
+		return 0, errors.New("out of unique client source ports")
+	}
+	return p, nil
+}
+
+// Split sends n requests from namespace from to target, each on a new
+// connection (TCP) or a new flow (UDP) with its own source port, and counts
+// the answers per backend name. Any failed request is an error: the counts
+// are only returned when all n were answered.
+func Split(ctx context.Context, from *Namespace, network string, target netip.AddrPort, n int) (map[string]int, error) {
+	got := map[string]int{}
+	err := from.Do(func() error {
+		for i := range n {
+			port, err := nextSourcePort()
+			if err != nil {
+				return err
+			}
+			var name string
+			switch network {
+			case "tcp":
+				name, err = httpGet(ctx, port, target)
+			case "udp":
+				name, err = udpAsk(ctx, port, target)
+			default:
+				return fmt.Errorf("unknown network %q", network)
+			}
+			if err != nil {
+				return fmt.Errorf("request %d of %d to %s/%s from %s: %w", i+1, n, network, target, from.Name, err)
+			}
+			got[name]++
+		}
+		return nil
+	})
+	return got, err
+}
+
+const requestTimeout = 5 * time.Second
+
+// httpGet makes one HTTP/1.0 request on a fresh connection from the given
+// source port and returns the body. It dials itself, so that no transport
+// can retry on another connection unseen (kernel-lab.md pitfall 12).
+func httpGet(ctx context.Context, srcPort int, target netip.AddrPort) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{Port: srcPort}}
+	conn, err := d.DialContext(ctx, "tcp", target.String())
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		conn.SetDeadline(dl)
+	}
+	if _, err := fmt.Fprintf(conn, "GET / HTTP/1.0\r\nHost: %s\r\n\r\n", target); err != nil {
+		return "", fmt.Errorf("send request: %w", err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		return "", fmt.Errorf("read response: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", fmt.Errorf("read body: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("status %s: %s", resp.Status, body)
+	}
+	return strings.TrimSpace(string(body)), nil
+}
+
+// udpAsk sends one datagram from the given source port and returns the
+// answer. A lost datagram is resent from the same port, which keeps the
+// flow, and therefore its backend, the same.
+func udpAsk(ctx context.Context, srcPort int, target netip.AddrPort) (string, error) {
+	network := "udp4"
+	if target.Addr().Is6() {
+		network = "udp6"
+	}
+	conn, err := net.ListenUDP(network, &net.UDPAddr{Port: srcPort})
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	dst := net.UDPAddrFromAddrPort(target)
+	buf := make([]byte, 1500)
+	var lastErr error
+	for range 3 {
+		if err := ctx.Err(); err != nil {
+			return "", err
+		}
+		if _, err := conn.WriteToUDP([]byte("who"), dst); err != nil {
+			return "", fmt.Errorf("send: %w", err)
+		}
+		conn.SetReadDeadline(time.Now().Add(requestTimeout / 3))
+		n, from, err := conn.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		if from.Addr().Unmap() != target.Addr() || from.Port() != target.Port() {
+			return "", fmt.Errorf("answer from %s, want %s", from, target)
+		}
+		return string(buf[:n]), nil
+	}
+	return "", fmt.Errorf("no answer: %w", lastErr)
+}
+
+// HTTPConn is one kept-alive HTTP/1.1 connection: every Get travels on the
+// same TCP connection, so it reaches the backend IPVS chose when it was
+// opened.
+type HTTPConn struct {
+	conn   net.Conn
+	br     *bufio.Reader
+	target netip.AddrPort
+	// Timeout bounds each Get; DialHTTP sets it to 5 s.
+	Timeout time.Duration
+}
+
+// DialHTTP opens a connection from namespace from to target, from a unique
+// source port.
+func DialHTTP(ctx context.Context, from *Namespace, target netip.AddrPort) (*HTTPConn, error) {
+	var c net.Conn
+	err := from.Do(func() error {
+		port, err := nextSourcePort()
+		if err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+		defer cancel()
+		d := net.Dialer{LocalAddr: &net.TCPAddr{Port: port}}
+		c, err = d.DialContext(ctx, "tcp", target.String())
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dial %s from %s: %w", target, from.Name, err)
+	}
+	return &HTTPConn{conn: c, br: bufio.NewReader(c), target: target, Timeout: requestTimeout}, nil
+}
+
+// Get sends one request on the connection and returns the answering
+// backend's name.
+func (h *HTTPConn) Get() (string, error) {
+	h.conn.SetDeadline(time.Now().Add(h.Timeout))
+	if _, err := fmt.Fprintf(h.conn, "GET / HTTP/1.1\r\nHost: %s\r\n\r\n", h.target); err != nil {
+		return "", fmt.Errorf("send request: %w", err)
+	}
+	resp, err := http.ReadResponse(h.br, nil)
+	if err != nil {
+		return "", fmt.Errorf("read response: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", fmt.Errorf("read body: %w", err)
+	}
+	if resp.Close {
+		return "", errors.New("server closed the kept-alive connection")
+	}
+	return strings.TrimSpace(string(body)), nil
+}
+
+// Close closes the connection.
+func (h *HTTPConn) Close() error { return h.conn.Close() }

@@ -1,0 +1,240 @@
+package ipvs
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	cipvs "github.com/cloudflare/ipvs"
+	"github.com/cloudflare/ipvs/netmask"
+
+	"github.com/switchyard-lb/switchyard/core/model"
+)
+
+// Netlink is the Kernel of the running host, over cloudflare/ipvs (generic
+// netlink; no ipvsadm). It uses the network namespace of the thread that
+// created it.
+type Netlink struct {
+	mu sync.Mutex // serialises requests on the one netlink socket
+	c  cipvs.Client
+}
+
+var _ Kernel = (*Netlink)(nil)
+
+// NewNetlink connects to the kernel's IPVS. It fails where IPVS is missing
+// (no ip_vs module).
+func NewNetlink() (*Netlink, error) {
+	c, err := cipvs.New()
+	if err != nil {
+		return nil, fmt.Errorf("ipvs: connect to the kernel: %w", err)
+	}
+	return &Netlink{c: c}, nil
+}
+
+// Close releases the netlink socket.
+func (n *Netlink) Close() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if c, ok := n.c.(io.Closer); ok {
+		return c.Close()
+	}
+	return nil
+}
+
+// Services lists the address-based virtual services; firewall-mark services
+// have no key the dataplane could own and are left out.
+func (n *Netlink) Services() ([]Service, error) {
+	n.mu.Lock()
+	list, err := n.c.Services()
+	n.mu.Unlock()
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil // an empty table; see Destinations
+	}
+	if err != nil {
+		return nil, fmt.Errorf("ipvs: list services: %w", kernelErr(err))
+	}
+	out := make([]Service, 0, len(list))
+	for _, s := range list {
+		if svc, ok := fromLibService(s.Service); ok {
+			out = append(out, svc)
+		}
+	}
+	SortServices(out)
+	return out, nil
+}
+
+func (n *Netlink) AddService(s Service) error {
+	return n.serviceOp("add", s, n.c.CreateService)
+}
+
+func (n *Netlink) UpdateService(s Service) error {
+	return n.serviceOp("update", s, n.c.UpdateService)
+}
+
+func (n *Netlink) serviceOp(op string, s Service, fn func(cipvs.Service) error) error {
+	if err := ValidateService(s); err != nil {
+		return fmt.Errorf("ipvs: %s service: %w", op, err)
+	}
+	n.mu.Lock()
+	err := fn(toLibService(s))
+	n.mu.Unlock()
+	if errors.Is(err, syscall.ENOENT) {
+		// For a service the kernel says ENOENT when it has no such
+		// scheduler module.
+		return fmt.Errorf("ipvs: %s service %s: scheduler %q not available: %w", op, keyString(s.VirtualServiceKey), s.Scheduler, err)
+	}
+	if err != nil {
+		return fmt.Errorf("ipvs: %s service %s: %w", op, keyString(s.VirtualServiceKey), kernelErr(err))
+	}
+	return nil
+}
+
+func (n *Netlink) DeleteService(k model.VirtualServiceKey) error {
+	n.mu.Lock()
+	err := n.c.RemoveService(libKey(k))
+	n.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("ipvs: delete service %s: %w", keyString(k), kernelErr(err))
+	}
+	return nil
+}
+
+func (n *Netlink) Destinations(k model.VirtualServiceKey) ([]DestinationState, error) {
+	n.mu.Lock()
+	list, err := n.c.Destinations(libKey(k))
+	n.mu.Unlock()
+	if errors.Is(err, os.ErrNotExist) {
+		// cloudflare/ipvs reports an empty dump this way.
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("ipvs: list destinations of %s: %w", keyString(k), kernelErr(err))
+	}
+	out := make([]DestinationState, 0, len(list))
+	for _, d := range list {
+		out = append(out, DestinationState{
+			Destination: Destination{
+				DestinationKey: DestinationKey{Addr: d.Address, Port: d.Port},
+				Weight:         d.Weight,
+			},
+			ActiveConns:   d.ActiveConnections,
+			InactiveConns: d.InactiveConnections,
+		})
+	}
+	SortDestinations(out)
+	return out, nil
+}
+
+func (n *Netlink) AddDestination(k model.VirtualServiceKey, d Destination) error {
+	return n.destinationOp("add", k, d, n.c.CreateDestination)
+}
+
+func (n *Netlink) UpdateDestination(k model.VirtualServiceKey, d Destination) error {
+	return n.destinationOp("update", k, d, n.c.UpdateDestination)
+}
+
+func (n *Netlink) DeleteDestination(k model.VirtualServiceKey, d DestinationKey) error {
+	return n.destinationOp("delete", k, Destination{DestinationKey: d}, n.c.RemoveDestination)
+}
+
+func (n *Netlink) destinationOp(op string, k model.VirtualServiceKey, d Destination, fn func(cipvs.Service, cipvs.Destination) error) error {
+	if err := ValidateDestination(k, d); err != nil {
+		return fmt.Errorf("ipvs: %s destination: %w", op, err)
+	}
+	n.mu.Lock()
+	err := fn(libKey(k), toLibDestination(d))
+	n.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("ipvs: %s destination %s of %s: %w", op, d.Addr, keyString(k), kernelErr(err))
+	}
+	return nil
+}
+
+// kernelErr adds ErrExists or ErrNotFound to the kernel's errno: EEXIST
+// for an existing service or destination, ESRCH for a missing service,
+// ENOENT for a missing destination.
+func kernelErr(err error) error {
+	switch {
+	case errors.Is(err, syscall.EEXIST):
+		return fmt.Errorf("%w: %w", ErrExists, err)
+	case errors.Is(err, syscall.ESRCH), errors.Is(err, syscall.ENOENT):
+		return fmt.Errorf("%w: %w", ErrNotFound, err)
+	}
+	return err
+}
+
+var protocols = map[model.Protocol]cipvs.Protocol{
+	model.TCP:  cipvs.TCP,
+	model.UDP:  cipvs.UDP,
+	model.SCTP: cipvs.SCTP,
+}
+
+func family(k model.VirtualServiceKey) (cipvs.AddressFamily, netmask.Mask) {
+	if k.Addr.Is4() {
+		return cipvs.INET, netmask.MaskFrom(32, 32)
+	}
+	return cipvs.INET6, netmask.MaskFrom(128, 128)
+}
+
+// libKey is the identifying part of a service for cloudflare/ipvs.
+func libKey(k model.VirtualServiceKey) cipvs.Service {
+	fam, mask := family(k)
+	return cipvs.Service{
+		Address:  k.Addr,
+		Port:     k.Port,
+		Protocol: protocols[k.Protocol],
+		Family:   fam,
+		// The kernel requires a netmask (kernel-lab.md pitfall 13).
+		Netmask: mask,
+	}
+}
+
+func toLibService(s Service) cipvs.Service {
+	ls := libKey(s.VirtualServiceKey)
+	ls.Scheduler = s.Scheduler
+	ls.Flags = cipvs.Flags(s.Flags)
+	ls.Timeout = uint32(s.Persistence / time.Second)
+	return ls
+}
+
+func fromLibService(ls cipvs.Service) (Service, bool) {
+	if ls.FWMark != 0 || !ls.Address.IsValid() {
+		return Service{}, false
+	}
+	var proto model.Protocol
+	for p, lp := range protocols {
+		if lp == ls.Protocol {
+			proto = p
+		}
+	}
+	if proto == 0 {
+		return Service{}, false
+	}
+	s := Service{
+		VirtualServiceKey: model.VirtualServiceKey{Addr: ls.Address.Unmap(), Port: ls.Port, Protocol: proto},
+		Scheduler:         ls.Scheduler,
+		Flags:             Flags(ls.Flags) & knownFlags,
+	}
+	if s.Flags&FlagPersistent != 0 {
+		s.Persistence = time.Duration(ls.Timeout) * time.Second
+	}
+	return s, true
+}
+
+func toLibDestination(d Destination) cipvs.Destination {
+	fam := cipvs.INET6
+	if d.Addr.Is4() {
+		fam = cipvs.INET
+	}
+	return cipvs.Destination{
+		Address:   d.Addr,
+		Port:      d.Port,
+		Family:    fam,
+		FwdMethod: cipvs.Masquerade,
+		Weight:    d.Weight,
+	}
+}
