@@ -1,0 +1,64 @@
+package cloud
+
+import (
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/switchyard-lb/switchyard/core/model"
+)
+
+func TestBackoff(t *testing.T) {
+	a := &Announcer{opts: Options{InitialBackoff: 500 * time.Millisecond, MaxBackoff: 30 * time.Second}}
+	tests := []struct {
+		n    int
+		hint time.Duration
+		base time.Duration // the wait before jitter
+	}{
+		{1, 0, 500 * time.Millisecond},
+		{2, 0, time.Second},
+		{3, 0, 2 * time.Second},
+		{7, 0, 30 * time.Second}, // 32 s capped
+		{100, 0, 30 * time.Second},
+		{1, 5 * time.Second, 5 * time.Second}, // Retry-After lengthens
+		{1, time.Hour, 30 * time.Second},      // never beyond the cap
+		{4, time.Second, 4 * time.Second},     // a shorter Retry-After does not shorten
+	}
+	for _, tt := range tests {
+		for range 20 {
+			got := a.backoff(tt.n, tt.hint)
+			if got < tt.base || got > tt.base+tt.base/5 {
+				t.Errorf("backoff(%d, %v) = %v, want within [%v, %v]", tt.n, tt.hint, got, tt.base, tt.base+tt.base/5)
+			}
+		}
+	}
+}
+
+func TestParseRetryAfter(t *testing.T) {
+	for in, want := range map[string]time.Duration{
+		"": 0, "3": 3 * time.Second, " 10 ": 10 * time.Second, "-1": 0,
+		"Wed, 21 Oct 2015 07:28:00 GMT": 0,
+	} {
+		if got := parseRetryAfter(in); got != want {
+			t.Errorf("parseRetryAfter(%q) = %v, want %v", in, got, want)
+		}
+	}
+}
+
+func TestEncodeEnsureIsCanonical(t *testing.T) {
+	ip := netip.MustParseAddr("2001:db8::10")
+	n1 := Node{Name: "b", Addrs: []netip.Addr{netip.MustParseAddr("10.0.0.2"), netip.MustParseAddr("10.0.0.1")}}
+	n2 := Node{Name: "a"}
+	web := model.ServiceKey{Namespace: "default", Name: "web"}
+	api := model.ServiceKey{Namespace: "shop", Name: "api"}
+	got := string(encodeEnsure(ip, "a", []model.ServiceKey{api, web, api}, []Node{n1, n2}))
+	want := `{"address":"2001:db8::10","owner":"a","services":["default/web","shop/api"],` +
+		`"nodes":[{"name":"a","addresses":[]},{"name":"b","addresses":["10.0.0.1","10.0.0.2"]}]}`
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("body (-want +got):\n%s", diff)
+	}
+	if got := addressPath(ip); got != "/v1/addresses/2001:db8::10" {
+		t.Errorf("path %q", got)
+	}
+}

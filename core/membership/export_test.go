@@ -1,0 +1,11 @@
+package membership
+
+// Crash stops gossiping without leaving, as a killed daemon or a dead
+// node would.
+func (m *Membership) Crash() error {
+	m.mu.Lock()
+	m.closed = true
+	m.mu.Unlock()
+	close(m.done)
+	return m.ml.Shutdown()
+}

@@ -1,0 +1,275 @@
+package membership_test
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/switchyard-lb/switchyard/core/election"
+	"github.com/switchyard-lb/switchyard/core/membership"
+)
+
+// Membership serves the election directly.
+var _ election.AliveFunc = (*membership.Membership)(nil).Alive
+
+func TestJoin(t *testing.T) {
+	ms := cluster(t, 3)
+	want := map[string]string{"node-0": "alive", "node-1": "alive", "node-2": "alive"}
+	for i, m := range ms {
+		if diff := cmp.Diff(want, states(m)); diff != "" {
+			t.Errorf("%s: members (-want +got):\n%s", name(i), diff)
+		}
+		wantView := map[string]string{
+			"node-0": "alive=true known=true", "node-1": "alive=true known=true",
+			"node-2": "alive=true known=true", "node-9": "alive=false known=false",
+		}
+		if diff := cmp.Diff(wantView, view(m, "node-0", "node-1", "node-2", "node-9")); diff != "" {
+			t.Errorf("%s: Alive (-want +got):\n%s", name(i), diff)
+		}
+		select {
+		case <-m.Changes():
+		default:
+			t.Errorf("%s: no change notified after joining", name(i))
+		}
+	}
+	for i, m := range ms {
+		if err := m.JoinErr(); err != nil {
+			t.Errorf("%s: JoinErr = %v", name(i), err)
+		}
+	}
+}
+
+// TestDeadDetected kills a member without leaving and measures how long
+// each survivor takes to declare it dead. The time is reported, never
+// asserted: it depends on the machine.
+func TestDeadDetected(t *testing.T) {
+	ms := cluster(t, 4)
+	victim := ms[3]
+	for _, m := range ms[:3] {
+		drain(m.Changes())
+	}
+	killed := time.Now()
+	if err := victim.Crash(); err != nil {
+		t.Fatal(err)
+	}
+	var times []time.Duration
+	for i, m := range ms[:3] {
+		eventually(t, fmt.Sprintf("%s sees node-3 dead", name(i)), func() bool {
+			alive, known := m.Alive("node-3")
+			return known && !alive
+		})
+		times = append(times, time.Since(killed))
+	}
+	// Polling one survivor after the other only overstates the later
+	// ones; the first is accurate to the poll period.
+	t.Logf("dead member detected after %v (first survivor polled), all three by %v", times[0], slices.Max(times))
+	for i, m := range ms[:3] {
+		select {
+		case <-m.Changes():
+		default:
+			t.Errorf("%s: no change notified for the death", name(i))
+		}
+		want := map[string]string{"node-0": "alive", "node-1": "alive", "node-2": "alive", "node-3": "dead"}
+		if diff := cmp.Diff(want, states(m)); diff != "" {
+			t.Errorf("%s: members (-want +got):\n%s", name(i), diff)
+		}
+		if got := m.Size(); got != 3 {
+			t.Errorf("%s: Size = %d, want 3", name(i), got)
+		}
+	}
+}
+
+func drain(c <-chan struct{}) {
+	select {
+	case <-c:
+	default:
+	}
+}
+
+func TestGracefulLeave(t *testing.T) {
+	ms := cluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := ms[2].Close(ctx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	for i, m := range ms[:2] {
+		eventually(t, fmt.Sprintf("%s sees node-2 left", name(i)), func() bool { return states(m)["node-2"] == "left" })
+		if alive, known := m.Alive("node-2"); alive || !known {
+			t.Errorf("%s: Alive(node-2) = %v, %v; want false, true", name(i), alive, known)
+		}
+		// Leaving does not cost the others their quorum.
+		if !m.HasQuorum() {
+			t.Errorf("%s: lost quorum after a graceful leave", name(i))
+		}
+	}
+	if err := ms[2].Close(ctx); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+}
+
+func TestRejoinAfterRestart(t *testing.T) {
+	ms := cluster(t, 3)
+	port := ms[2].LocalAddr().Port()
+	if err := ms[2].Crash(); err != nil {
+		t.Fatal(err)
+	}
+	for i, m := range ms[:2] {
+		eventually(t, fmt.Sprintf("%s sees node-2 dead", name(i)), func() bool { return states(m)["node-2"] == "dead" })
+	}
+	// The daemon restarts on the same node: same name, same address.
+	again := start(t, 2, func(c *membership.Config) { c.BindPort = int(port) })
+	again.SetPeers(peersOf(ms[0], ms[1]))
+	for i, m := range append(ms[:2], again) {
+		eventually(t, fmt.Sprintf("%s sees all three alive", name(i)), func() bool {
+			return cmp.Equal(map[string]string{"node-0": "alive", "node-1": "alive", "node-2": "alive"}, states(m))
+		})
+	}
+}
+
+// TestPeersRejoinAndForget: a member that is only told about peers joins
+// them; peers gone from Kubernetes are forgotten once dead.
+func TestPeersRejoinAndForget(t *testing.T) {
+	ms := cluster(t, 4)
+	if err := ms[3].Crash(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "node-0 sees node-3 dead", func() bool { return states(ms[0])["node-3"] == "dead" })
+	// node-3 still exists in Kubernetes: still known, and dead.
+	ms[0].SetPeers(peersOf(ms[1], ms[2], ms[3]))
+	if diff := cmp.Diff(map[string]string{"node-3": "alive=false known=true"}, view(ms[0], "node-3")); diff != "" {
+		t.Errorf("while node-3 is a peer, Alive (-want +got):\n%s", diff)
+	}
+	// node-3 is deleted from Kubernetes: forgotten.
+	ms[0].SetPeers(peersOf(ms[1], ms[2]))
+	if diff := cmp.Diff(map[string]string{"node-1": "alive=true known=true", "node-3": "alive=false known=false"},
+		view(ms[0], "node-1", "node-3")); diff != "" {
+		t.Errorf("after node-3 left the peer list, Alive (-want +got):\n%s", diff)
+	}
+}
+
+// TestQuorumGuard: with two of four members dead, no survivor sees a
+// majority; a guarded one abstains, an unguarded one trusts its view.
+func TestQuorumGuard(t *testing.T) {
+	ms := make([]*membership.Membership, 4)
+	for i := range ms {
+		ms[i] = start(t, i, func(c *membership.Config) { c.DisableQuorumGuard = i == 1 })
+	}
+	for _, m := range ms[1:] {
+		m.SetPeers(peersOf(ms[0]))
+	}
+	for i, m := range ms {
+		eventually(t, fmt.Sprintf("%s sees 4 alive", name(i)), func() bool { return m.Size() == 4 })
+	}
+	for _, m := range ms[2:] {
+		if err := m.Crash(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, m := range ms[:2] {
+		eventually(t, fmt.Sprintf("%s sees two dead", name(i)), func() bool { return m.Size() == 2 && len(m.Members()) == 4 })
+		if m.HasQuorum() {
+			t.Errorf("%s: HasQuorum with 2 of 4 alive", name(i))
+		}
+	}
+	names := []string{"node-0", "node-2"}
+	if diff := cmp.Diff(map[string]string{"node-0": "alive=false known=false", "node-2": "alive=false known=false"},
+		view(ms[0], names...)); diff != "" {
+		t.Errorf("guarded member (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string]string{"node-0": "alive=true known=true", "node-2": "alive=false known=true"},
+		view(ms[1], names...)); diff != "" {
+		t.Errorf("unguarded member (-want +got):\n%s", diff)
+	}
+}
+
+func TestEncryption(t *testing.T) {
+	key := []byte("0123456789abcdef")
+	other := []byte("fedcba9876543210")
+	withKeys := func(keys ...[]byte) option { return func(c *membership.Config) { c.Keys = keys } }
+	a := start(t, 0, withKeys(key))
+	b := start(t, 1, withKeys(key, other)) // rotating: encrypts with key, accepts other too
+	c := start(t, 2, withKeys(other))
+	b.SetPeers(peersOf(a))
+	eventually(t, "a and b joined with a shared key", func() bool { return a.Size() == 2 && b.Size() == 2 })
+	c.SetPeers(peersOf(a))
+	eventually(t, "c fails to join a with a key a lacks", func() bool { return c.JoinErr() != nil })
+	if got := c.Size(); got != 1 {
+		t.Errorf("c's Size = %d, want 1 (alone)", got)
+	}
+	if _, known := a.Alive("node-2"); known {
+		t.Error("a knows c although c gossips with a key a lacks")
+	}
+	if _, err := membership.New(membership.Config{NodeName: "x", BindAddr: addr(3), BindPort: -1, Keys: [][]byte{[]byte("short")}}); err == nil {
+		t.Error("New accepted a 5-byte key")
+	}
+}
+
+func TestParseKeys(t *testing.T) {
+	k16 := []byte("0123456789abcdef")
+	k32 := []byte("0123456789abcdef0123456789abcdef")
+	b64 := base64.StdEncoding.EncodeToString
+	tests := []struct {
+		name    string
+		in      string
+		want    [][]byte
+		wantErr bool
+	}{
+		{"one", b64(k16) + "\n", [][]byte{k16}, false},
+		{"two with comments and blanks", "# primary\n" + b64(k32) + "\n\n  " + b64(k16) + "  \n", [][]byte{k32, k16}, false},
+		{"empty", "", nil, false},
+		{"not base64", "not base64!\n", nil, true},
+		{"wrong size", b64([]byte("short")), nil, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := membership.ParseKeys([]byte(tt.in))
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("err = %v, want error %v", err, tt.wantErr)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("keys (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestNewErrors(t *testing.T) {
+	if _, err := membership.New(membership.Config{BindAddr: addr(0), BindPort: -1}); err == nil {
+		t.Error("New accepted an empty node name")
+	}
+	a := start(t, 0)
+	_, err := membership.New(membership.Config{NodeName: "b", BindAddr: addr(0), BindPort: int(a.LocalAddr().Port())})
+	if err == nil {
+		t.Error("New bound a port already in use")
+	}
+}
+
+// TestPeerWithoutPort: as in a DaemonSet, every daemon gossips on the
+// same port, so peers from the Node informer are bare node addresses.
+func TestPeerWithoutPort(t *testing.T) {
+	a := start(t, 0)
+	port := int(a.LocalAddr().Port())
+	b := start(t, 1, func(c *membership.Config) { c.BindPort = port })
+	b.SetPeers([]membership.Peer{{Name: "node-0", Addr: addr(0)}, {Name: "node-1", Addr: addr(1)}})
+	eventually(t, "node-1 joins node-0 by address alone", func() bool { return a.Size() == 2 && b.Size() == 2 })
+	if err := b.JoinErr(); err != nil {
+		t.Errorf("JoinErr = %v", err)
+	}
+}
+
+func TestAdvertiseAddr(t *testing.T) {
+	// Bound to every address, advertising the node's own: what a
+	// hostNetwork DaemonSet does with the node's InternalIP.
+	a := start(t, 0, func(c *membership.Config) { c.BindAddr = "0.0.0.0"; c.AdvertiseAddr = addr(0) })
+	if got := a.LocalAddr().Addr().String(); got != addr(0) {
+		t.Errorf("LocalAddr = %v, want %s", a.LocalAddr(), addr(0))
+	}
+	b := start(t, 1)
+	b.SetPeers(peersOf(a))
+	eventually(t, "join through the advertised address", func() bool { return a.Size() == 2 && b.Size() == 2 })
+}
