@@ -18,6 +18,13 @@ bin=$cache/kube/$KUBE_VERSION-etcd-$ETCD_VERSION/bin
 mkdir -p "$bin"
 log() { echo "kube-binaries: $*" >&2; }
 
+# One build at a time per cache (make demo and make test may start
+# together): the second waits, then finds the binaries built.
+if command -v flock >/dev/null; then
+	exec 9>"$cache/kube/.lock"
+	flock 9
+fi
+
 # mkmod DIR MODULE VERSION: a throwaway module in DIR requiring MODULE@VERSION
 # with every relative replace of MODULE's go.mod pointed at the published
 # module of the same name at STAGING (or MODULE's own VERSION for etcd).
@@ -60,16 +67,22 @@ GO
 	local ld="-s -w -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${KUBE_VERSION#v1.}"
 	ld=${ld%.*}
 	(cd "$dir" && go mod tidy -e >/dev/null 2>&1 || true
-	 cd "$dir" && GOFLAGS=-mod=mod go get k8s.io/kubernetes/cmd/kube-apiserver@"$KUBE_VERSION" k8s.io/kubectl/pkg/cmd k8s.io/component-base/cli >/dev/null
+	 cd "$dir" && GOFLAGS=-mod=mod go get k8s.io/kubernetes/cmd/kube-apiserver@"$KUBE_VERSION" k8s.io/kubectl/pkg/cmd@"$STAGING_VERSION" k8s.io/component-base/cli@"$STAGING_VERSION" >/dev/null
 	 if [ ! -x "$bin/kube-apiserver" ]; then
 		log "building kube-apiserver $KUBE_VERSION (several minutes, once)"
+		SECONDS=0
 		CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -tags grpcnotrace -ldflags "$ld" -o "$bin/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver
+		"$bin/kube-apiserver.tmp" --version >/dev/null
 		mv "$bin/kube-apiserver.tmp" "$bin/kube-apiserver"
+		log "kube-apiserver built in ${SECONDS}s"
 	 fi
 	 if [ ! -x "$bin/kubectl" ]; then
 		log "building kubectl $KUBE_VERSION"
+		SECONDS=0
 		CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "$ld" -o "$bin/kubectl.tmp" ./kubectl
+		"$bin/kubectl.tmp" version --client >/dev/null
 		mv "$bin/kubectl.tmp" "$bin/kubectl"
+		log "kubectl built in ${SECONDS}s"
 	 fi)
 }
 
@@ -85,8 +98,11 @@ import _ "go.etcd.io/etcd/server/v3"
 GO
 	 GOFLAGS=-mod=mod go get go.etcd.io/etcd/server/v3@"$ETCD_VERSION" >/dev/null
 	 log "building etcd $ETCD_VERSION (a minute or two, once)"
+	 SECONDS=0
 	 CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "-s -w" -o "$bin/etcd.tmp" go.etcd.io/etcd/server/v3
-	 mv "$bin/etcd.tmp" "$bin/etcd")
+	 "$bin/etcd.tmp" --version >/dev/null
+	 mv "$bin/etcd.tmp" "$bin/etcd"
+	 log "etcd built in ${SECONDS}s")
 }
 
 [ -x "$bin/etcd" ] || build_etcd

@@ -1,0 +1,232 @@
+//go:build integration
+
+package deploy
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/switchyard-lb/switchyard/core/ipam"
+	"github.com/switchyard-lb/switchyard/core/lbipam"
+	"github.com/switchyard-lb/switchyard/test/apitest"
+)
+
+// TestIntegrationDaemonWithDeployRBAC runs the daemon and the address
+// allocator with the token of the ServiceAccount deploy/ creates, bound by
+// exactly deploy/'s RBAC: both must do their work without a single denial.
+func TestIntegrationDaemonWithDeployRBAC(t *testing.T) {
+	s := apitest.Start(t)
+	mustKubectl(t, s, "apply", "-f", "namespace.yaml")
+	mustKubectl(t, s, "apply", "-k", ".")
+	ctx := t.Context()
+
+	if _, err := s.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "node-a"},
+		Status:     corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.168.0.10"}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	app := s.Namespace(t)
+	svc, err := s.Client.CoreV1().Services(app).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: corev1.ServiceSpec{
+			Type:     corev1.ServiceTypeLoadBalancer,
+			Selector: map[string]string{"app": "web"},
+			Ports:    []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready, port, proto := true, int32(8080), corev1.ProtocolTCP
+	if _, err := s.Client.DiscoveryV1().EndpointSlices(app).Create(ctx, &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Name: "web-1", Labels: map[string]string{discoveryv1.LabelServiceName: "web"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"10.1.0.1"}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}}},
+		Ports:       []discoveryv1.EndpointPort{{Name: new("http"), Port: &port, Protocol: &proto}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	token := s.ServiceAccountConfig(t, namespace, "switchyard")
+
+	t.Run("daemon", func(t *testing.T) {
+		bin := buildDaemon(t)
+		metricsAddr, healthAddr := freeAddr(t), freeAddr(t)
+		cfgPath := filepath.Join(t.TempDir(), "config.yaml")
+		cfg := fmt.Sprintf("apiVersion: switchyard.dev/v1alpha1\nkind: SwitchyardConfig\ndataplane: {mode: dryrun}\n"+
+			"metrics: {bindAddress: %q}\nhealth: {bindAddress: %q}\n", metricsAddr, healthAddr)
+		if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		var logs lockedBuffer
+		cmd := exec.Command(bin, "--config", cfgPath, "--kubeconfig", s.WriteKubeconfig(t, token),
+			"--hostname-override", "node-a", "--log-format", "text", "--v=2")
+		cmd.Stdout, cmd.Stderr = &logs, &logs
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			cmd.Process.Kill()
+			cmd.Wait()
+			if t.Failed() {
+				t.Logf("daemon logs:\n%s", logs.String())
+			}
+		}()
+
+		waitFor(t, 60*time.Second, func() error {
+			code, body, err := httpGet("http://" + metricsAddr + "/debug/state")
+			if err != nil || code != http.StatusOK {
+				return fmt.Errorf("/debug/state = %d %v", code, err)
+			}
+			if !strings.Contains(body, svc.Spec.ClusterIP) || !strings.Contains(body, "10.1.0.1") {
+				return fmt.Errorf("/debug/state lacks %s -> 10.1.0.1:\n%s", svc.Spec.ClusterIP, body)
+			}
+			return nil
+		})
+		waitFor(t, 30*time.Second, func() error {
+			if code, body, err := httpGet("http://" + healthAddr + "/readyz"); err != nil || code != http.StatusOK {
+				return fmt.Errorf("/readyz = %d %q %v", code, body, err)
+			}
+			return nil
+		})
+		if l := strings.ToLower(logs.String()); strings.Contains(l, "forbidden") {
+			t.Errorf("the daemon was denied something:\n%s", logs.String())
+		}
+	})
+
+	t.Run("address allocator", func(t *testing.T) {
+		var logs lockedBuffer
+		c, err := lbipam.New(lbipam.Config{
+			Client:   kubernetes.NewForConfigOrDie(token),
+			Identity: "node-a",
+			Pools:    []ipam.Pool{{Name: "public", Addresses: []string{"198.51.100.10-198.51.100.19"}, AutoAssign: true}},
+			Log:      slog.New(slog.NewTextHandler(&logs, nil)),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		runCtx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); c.Run(runCtx) }()
+		defer func() {
+			cancel()
+			<-done
+			if t.Failed() {
+				t.Logf("allocator logs:\n%s", logs.String())
+			}
+		}()
+
+		waitFor(t, 60*time.Second, func() error {
+			got, err := s.Client.CoreV1().Services(app).Get(ctx, "web", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if ing := got.Status.LoadBalancer.Ingress; len(ing) != 1 || !strings.HasPrefix(ing[0].IP, "198.51.100.") {
+				return fmt.Errorf("status.loadBalancer.ingress = %+v, want one address from the pool", ing)
+			}
+			return nil
+		})
+		lease, err := s.Client.CoordinationV1().Leases(namespace).Get(ctx, lbipam.DefaultLeaseName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("allocator Lease: %v", err)
+		}
+		if h := lease.Spec.HolderIdentity; h == nil || *h != "node-a" {
+			t.Errorf("Lease holder = %v, want node-a", h)
+		}
+		if l := strings.ToLower(logs.String()); strings.Contains(l, "forbidden") {
+			t.Errorf("the allocator was denied something:\n%s", logs.String())
+		}
+	})
+}
+
+// buildDaemon builds cmd/switchyard into a temporary directory.
+func buildDaemon(t *testing.T) string {
+	t.Helper()
+	// go test puts its own GOROOT/bin first in PATH.
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("find the go command: %v", err)
+	}
+	out := filepath.Join(t.TempDir(), "switchyard")
+	cmd := exec.Command(goBin, "build", "-o", out, "./cmd/switchyard")
+	cmd.Dir = ".."
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build the daemon: %v\n%s", err, b)
+	}
+	return out
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func httpGet(url string) (int, string, error) {
+	c := http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), err
+}
+
+// waitFor polls fn until it returns nil or timeout passes.
+func waitFor(t *testing.T, timeout time.Duration, fn func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		err := fn()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s: %v", timeout, err)
+		}
+		<-tick.C
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for a writer and a reader at once.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

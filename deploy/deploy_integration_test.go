@@ -1,0 +1,272 @@
+//go:build integration
+
+package deploy
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/switchyard-lb/switchyard/test/apitest"
+)
+
+const namespace = "switchyard-system"
+
+// clusterWide and inNamespace are the daemon's effective permissions, as
+// "verb group/resource", beyond what every authenticated user has.
+var (
+	clusterWide = []string{
+		"create /events", "create events.k8s.io/events",
+		"get /nodes", "get /services", "get discovery.k8s.io/endpointslices",
+		"list /nodes", "list /services", "list discovery.k8s.io/endpointslices",
+		"patch /events", "patch /services/status", "patch events.k8s.io/events",
+		"update /services/status",
+		"watch /nodes", "watch /services", "watch discovery.k8s.io/endpointslices",
+	}
+	inNamespace = slices.Sorted(slices.Values(slices.Concat(clusterWide, []string{
+		"create coordination.k8s.io/leases", "get /configmaps", "get coordination.k8s.io/leases",
+		"list /configmaps", "update coordination.k8s.io/leases", "watch /configmaps",
+	})))
+)
+
+func TestIntegrationDeploy(t *testing.T) {
+	s := apitest.Start(t)
+
+	t.Run("server dry run", func(t *testing.T) {
+		// Objects in a namespace that does not exist yet fail a dry run
+		// (nothing is persisted, so the namespace never appears): create the
+		// namespace first, as `kubectl apply -f namespace.yaml` would.
+		mustKubectl(t, s, "apply", "-f", "namespace.yaml")
+		out := mustKubectl(t, s, "apply", "--dry-run=server", "-k", ".")
+		if n := strings.Count(out, "(server dry run)"); n != 8 {
+			t.Errorf("dry run reported %d objects, want 8:\n%s", n, out)
+		}
+		if _, err := s.Client.AppsV1().DaemonSets(namespace).Get(t.Context(), "switchyard", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("DaemonSet after a dry run: err = %v, want NotFound", err)
+		}
+	})
+
+	mustKubectl(t, s, "apply", "-k", ".")
+	// Applying again changes nothing: the manifests are what the server
+	// stores (no defaulting fights).
+	if out := mustKubectl(t, s, "apply", "--dry-run=server", "-k", "."); strings.Count(out, "unchanged") != 8 {
+		t.Errorf("second apply is not a no-op:\n%s", out)
+	}
+
+	daemon := s.ServiceAccountConfig(t, namespace, "switchyard")
+	client, err := kubernetes.NewForConfig(daemon)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A ServiceAccount with no bindings: what everyone may do anyway.
+	nobody, err := kubernetes.NewForConfig(s.ServiceAccountConfig(t, namespace, "nobody"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("effective permissions are exactly the intended ones", func(t *testing.T) {
+		for _, tc := range []struct {
+			ns   string
+			want []string
+		}{
+			{ns: namespace, want: inNamespace},
+			{ns: "default", want: clusterWide},
+		} {
+			base := rules(t, nobody, tc.ns)
+			got := slices.DeleteFunc(rules(t, client, tc.ns), func(r string) bool { return slices.Contains(base, r) })
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("permissions in %s (-want +got):\n%s", tc.ns, diff)
+			}
+		}
+	})
+
+	ctx := t.Context()
+	app := s.Namespace(t)
+	svc, err := s.Client.CoreV1().Services(app).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "lb"},
+		Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Ports: []corev1.ServicePort{{Port: 80}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("reads what it watches", func(t *testing.T) {
+		if _, err := client.CoreV1().Services("").List(ctx, metav1.ListOptions{}); err != nil {
+			t.Errorf("list services: %v", err)
+		}
+		if _, err := client.DiscoveryV1().EndpointSlices("").List(ctx, metav1.ListOptions{}); err != nil {
+			t.Errorf("list endpointslices: %v", err)
+		}
+		if _, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); err != nil {
+			t.Errorf("list nodes: %v", err)
+		}
+		if _, err := client.CoreV1().ConfigMaps(namespace).Get(ctx, "switchyard-config", metav1.GetOptions{}); err != nil {
+			t.Errorf("get its config ConfigMap: %v", err)
+		}
+		w, err := client.DiscoveryV1().EndpointSlices(app).Watch(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatalf("watch endpointslices: %v", err)
+		}
+		defer w.Stop()
+		slice := &discoveryv1.EndpointSlice{
+			ObjectMeta:  metav1.ObjectMeta{Name: "lb-1", Labels: map[string]string{discoveryv1.LabelServiceName: "lb"}},
+			AddressType: discoveryv1.AddressTypeIPv4,
+		}
+		if _, err := s.Client.DiscoveryV1().EndpointSlices(app).Create(ctx, slice, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case ev := <-w.ResultChan():
+			if ev.Type != watch.Added {
+				t.Errorf("watch event = %s %+v, want ADDED", ev.Type, ev.Object)
+			}
+		case <-time.After(30 * time.Second):
+			t.Error("no watch event for a new EndpointSlice within 30s")
+		}
+	})
+
+	t.Run("writes Service status, Events and its Lease", func(t *testing.T) {
+		got, err := client.CoreV1().Services(app).Get(ctx, svc.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "192.0.2.10"}}
+		if _, err := client.CoreV1().Services(app).UpdateStatus(ctx, got, metav1.UpdateOptions{}); err != nil {
+			t.Errorf("update services/status: %v", err)
+		}
+		ev := &corev1.Event{
+			ObjectMeta:     metav1.ObjectMeta{GenerateName: "lb."},
+			InvolvedObject: corev1.ObjectReference{Kind: "Service", Namespace: app, Name: svc.Name, UID: svc.UID},
+			Reason:         "AllocationFailed", Message: "test", Type: corev1.EventTypeWarning,
+			Source: corev1.EventSource{Component: "switchyard"},
+		}
+		if _, err := client.CoreV1().Events(app).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+			t.Errorf("create event: %v", err)
+		}
+		lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "switchyard-allocator"}}
+		if _, err := client.CoordinationV1().Leases(namespace).Create(ctx, lease, metav1.CreateOptions{}); err != nil {
+			t.Errorf("create lease in %s: %v", namespace, err)
+		}
+	})
+
+	t.Run("denied everything else", func(t *testing.T) {
+		denials := map[string]func() error{
+			"update a Service's spec": func() error {
+				got, err := s.Client.CoreV1().Services(app).Get(ctx, svc.Name, metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				got.Spec.Ports[0].Port = 81
+				_, err = client.CoreV1().Services(app).Update(ctx, got, metav1.UpdateOptions{})
+				return err
+			},
+			"delete a Service": func() error {
+				return client.CoreV1().Services(app).Delete(ctx, svc.Name, metav1.DeleteOptions{})
+			},
+			"list secrets in its namespace": func() error {
+				_, err := client.CoreV1().Secrets(namespace).List(ctx, metav1.ListOptions{})
+				return err
+			},
+			"get secrets elsewhere": func() error {
+				_, err := client.CoreV1().Secrets("kube-system").Get(ctx, "x", metav1.GetOptions{})
+				return err
+			},
+			"list configmaps outside its namespace": func() error {
+				_, err := client.CoreV1().ConfigMaps("kube-system").List(ctx, metav1.ListOptions{})
+				return err
+			},
+			"create a lease outside its namespace": func() error {
+				_, err := client.CoordinationV1().Leases("kube-system").Create(ctx,
+					&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "x"}}, metav1.CreateOptions{})
+				return err
+			},
+			"write EndpointSlices": func() error {
+				_, err := client.DiscoveryV1().EndpointSlices(app).Create(ctx, &discoveryv1.EndpointSlice{
+					ObjectMeta: metav1.ObjectMeta{Name: "x"}, AddressType: discoveryv1.AddressTypeIPv4}, metav1.CreateOptions{})
+				return err
+			},
+			"list pods": func() error {
+				_, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+				return err
+			},
+		}
+		for name, call := range denials {
+			if err := call(); !apierrors.IsForbidden(err) {
+				t.Errorf("%s: err = %v, want Forbidden", name, err)
+			}
+		}
+	})
+
+	t.Run("kubectl auth can-i with the daemon's token", func(t *testing.T) {
+		kc := s.WriteKubeconfig(t, daemon)
+		for _, tc := range []struct {
+			args []string
+			want string
+		}{
+			{[]string{"watch", "services", "--all-namespaces"}, "yes"},
+			{[]string{"watch", "endpointslices.discovery.k8s.io", "--all-namespaces"}, "yes"},
+			{[]string{"watch", "nodes"}, "yes"},
+			{[]string{"update", "services", "--subresource=status", "-n", app}, "yes"},
+			{[]string{"update", "services", "-n", app}, "no"},
+			{[]string{"get", "secrets", "-n", namespace}, "no"},
+			{[]string{"*", "*"}, "no"},
+		} {
+			out, err := s.Kubectl(t, append([]string{"--kubeconfig", kc, "auth", "can-i"}, tc.args...)...)
+			if got := strings.TrimSpace(out); got != tc.want || (err == nil) != (tc.want == "yes") {
+				t.Errorf("can-i %v = %q (err %v), want %q", tc.args, got, err, tc.want)
+			}
+		}
+	})
+}
+
+// rules lists what the client may do in ns, per SelfSubjectRulesReview, as
+// sorted "verb group/resource" strings.
+func rules(t *testing.T, c kubernetes.Interface, ns string) []string {
+	t.Helper()
+	r, err := c.AuthorizationV1().SelfSubjectRulesReviews().Create(context.Background(),
+		&authorizationv1.SelfSubjectRulesReview{Spec: authorizationv1.SelfSubjectRulesReviewSpec{Namespace: ns}},
+		metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("SelfSubjectRulesReview in %s: %v", ns, err)
+	}
+	if r.Status.Incomplete {
+		t.Fatalf("SelfSubjectRulesReview in %s is incomplete: %s", ns, r.Status.EvaluationError)
+	}
+	var out []string
+	for _, rule := range r.Status.ResourceRules {
+		if len(rule.ResourceNames) > 0 {
+			t.Errorf("rule %+v is limited to resource names; the expectations here do not model that", rule)
+		}
+		for _, v := range rule.Verbs {
+			for _, g := range rule.APIGroups {
+				for _, res := range rule.Resources {
+					out = append(out, fmt.Sprintf("%s %s/%s", v, g, res))
+				}
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+func mustKubectl(t *testing.T, s *apitest.Server, args ...string) string {
+	t.Helper()
+	out, err := s.Kubectl(t, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}

@@ -1,0 +1,112 @@
+package controlplane
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// stopTimeout is how long a process gets to exit after SIGTERM before it is
+// killed.
+const stopTimeout = 15 * time.Second
+
+// process is one running child with its log file.
+type process struct {
+	name    string
+	cmd     *exec.Cmd
+	logPath string
+	done    chan struct{} // closed when the process has exited; err is then set
+	err     error
+}
+
+// startProcess starts bin with args and env, its output appended to logPath.
+func startProcess(name, bin string, args, env []string, logPath string) (*process, error) {
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("open %s log: %w", name, err)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Env = env
+	cmd.Stdout = logFile
+	cmd.Stderr = logFile
+	cmd.SysProcAttr = sysProcAttr()
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	p := &process{name: name, cmd: cmd, logPath: logPath, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		logFile.Close()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// exited reports why the process exited, or nil while it runs.
+func (p *process) exited() error {
+	select {
+	case <-p.done:
+		if p.err == nil {
+			return fmt.Errorf("%s exited: status 0", p.name)
+		}
+		return fmt.Errorf("%s exited: %w", p.name, p.err)
+	default:
+		return nil
+	}
+}
+
+// stop sends SIGTERM, waits up to stopTimeout, then kills. It returns once
+// the process is gone.
+func (p *process) stop() error {
+	select {
+	case <-p.done:
+		return nil
+	default:
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("signal %s: %w", p.name, err)
+	}
+	timer := time.NewTimer(stopTimeout)
+	defer timer.Stop()
+	select {
+	case <-p.done:
+		return nil
+	case <-timer.C:
+	}
+	if err := p.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("kill %s: %w", p.name, err)
+	}
+	<-p.done
+	return fmt.Errorf("%s did not exit within %s of SIGTERM and was killed", p.name, stopTimeout)
+}
+
+// kill kills the process at once and returns once it is gone.
+func (p *process) kill() error {
+	if err := p.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("kill %s: %w", p.name, err)
+	}
+	<-p.done
+	return nil
+}
+
+// tail returns the last n lines of the log.
+func (p *process) tail(n int) string {
+	data, err := os.ReadFile(p.logPath)
+	if err != nil {
+		return fmt.Sprintf("(cannot read %s log: %v)", p.name, err)
+	}
+	return lastLines(data, n)
+}
+
+func lastLines(data []byte, n int) string {
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if n <= 0 || len(data) == 0 {
+		return ""
+	}
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
