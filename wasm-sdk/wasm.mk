@@ -6,8 +6,18 @@
 #                        wasm host, its codec, the builtins and the Go SDK
 #   make wasm-bench      per-evaluation cost with every guard on (50 and 1,000
 #                        endpoints), wasm against native
+#   make wasm-sdk-examples  build the example policies of every SDK language from
+#                        source into $(BIN)/wasm/<lang>/<example>.wasm (lang: go,
+#                        rust, assemblyscript), installing missing toolchains
+#   make wasm-conformance   build them and run wasm-sdk/conformance: every module
+#                        through the real host, against the native Go reference
+#   make wasm-conformance-bench  per-evaluation cost of every example per language
 #
-# Only the Go toolchain is needed (GOOS=wasip1 GOARCH=wasm ships with Go).
+# wasm-examples needs only the Go toolchain (GOOS=wasip1 GOARCH=wasm ships with
+# Go). The SDK targets also need Debian's rustc with its wasm32 standard library
+# (apt, installed when missing; rustup's rustc has no offline wasm32 target) and
+# AssemblyScript (npm, pinned in wasm-sdk/assemblyscript/package-lock.json,
+# installed into wasm-sdk/assemblyscript/node_modules).
 
 WASM_GO_EXAMPLES := $(notdir $(patsubst %/,%,$(dir $(wildcard wasm-sdk/go/examples/*/main.go))))
 WASM_PKGS := ./plugins/wasm/... ./plugins/builtin/... ./wasm-sdk/go/...
@@ -31,3 +41,71 @@ wasm-test:
 
 wasm-bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(GOTEST_FLAGS) ./plugins/wasm/ ./wasm-sdk/go/examples/
+
+# --- Every SDK language: examples, toolchains, conformance -------------------
+
+WASM_DIR := $(BIN)/wasm
+WASM_SDK_EXAMPLES := zoneaware canary leastconn slowstart
+WASM_SDK_LANGS := go rust assemblyscript
+WASM_SDK_MODULES := $(foreach l,$(WASM_SDK_LANGS),$(foreach e,$(WASM_SDK_EXAMPLES),$(WASM_DIR)/$(l)/$(e).wasm))
+# Test modules reading every input field through the Rust and AssemblyScript SDKs.
+WASM_SDK_PROBES := $(WASM_DIR)/rust/probe.wasm $(WASM_DIR)/assemblyscript/probe.wasm
+
+# Debian's rustc, not rustup's (which may come first in PATH).
+RUSTC_WASM ?= /usr/bin/rustc
+RUSTC_WASM_FLAGS := --edition 2021 --target wasm32-unknown-unknown -O -C panic=abort -C codegen-units=1
+WASM_RUST_LIB := $(WASM_DIR)/rust/.lib/libswitchyard_policy.rlib
+WASM_AS := wasm-sdk/assemblyscript
+ASC := $(WASM_AS)/node_modules/.bin/asc
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+
+.PHONY: wasm-sdk-examples wasm-conformance wasm-conformance-bench wasm-rust-toolchain
+
+wasm-sdk-examples: $(WASM_SDK_MODULES) $(WASM_SDK_PROBES)
+
+# Install rustc and the wasm32 standard library when missing; refresh the
+# package lists only if the install fails without them.
+wasm-rust-toolchain:
+	@sysroot=$$($(RUSTC_WASM) --print sysroot 2>/dev/null); \
+	if [ -z "$$sysroot" ] || [ ! -d "$$sysroot/lib/rustlib/wasm32-unknown-unknown" ]; then \
+		echo "installing Debian rustc and libstd-rust-dev-wasm32"; \
+		export DEBIAN_FRONTEND=noninteractive; \
+		$(SUDO) apt-get install -y rustc libstd-rust-dev-wasm32 || \
+		{ $(SUDO) apt-get update && $(SUDO) apt-get install -y rustc libstd-rust-dev-wasm32; }; \
+	fi
+
+$(ASC): $(WASM_AS)/package.json $(WASM_AS)/package-lock.json
+	cd $(WASM_AS) && npm ci --no-audit --no-fund --cache "$(CACHE)/npm"
+	@touch $@
+
+$(WASM_DIR)/go/%.wasm: FORCE_WASM
+	@mkdir -p $(@D)
+	GOOS=wasip1 GOARCH=wasm CGO_ENABLED=0 $(GO) build -buildmode=c-shared -trimpath -ldflags=-s\ -w -o $@ ./wasm-sdk/go/examples/$*
+
+$(WASM_RUST_LIB): $(wildcard wasm-sdk/rust/policy/*.rs) | wasm-rust-toolchain
+	@mkdir -p $(@D)
+	$(RUSTC_WASM) $(RUSTC_WASM_FLAGS) --crate-type rlib --crate-name switchyard_policy -o $@ wasm-sdk/rust/policy/lib.rs
+
+$(WASM_DIR)/rust/%.wasm: wasm-sdk/rust/examples/%.rs $(WASM_RUST_LIB) | wasm-rust-toolchain
+	$(RUSTC_WASM) $(RUSTC_WASM_FLAGS) -C lto -C strip=symbols --crate-type cdylib \
+		--extern switchyard_policy=$(WASM_RUST_LIB) -o $@ $<
+
+$(WASM_DIR)/rust/probe.wasm: wasm-sdk/rust/testdata/probe.rs $(WASM_RUST_LIB) | wasm-rust-toolchain
+	$(RUSTC_WASM) $(RUSTC_WASM_FLAGS) -C lto -C strip=symbols --crate-type cdylib \
+		--extern switchyard_policy=$(WASM_RUST_LIB) -o $@ $<
+
+$(WASM_DIR)/assemblyscript/probe.wasm: $(WASM_AS)/testdata/probe.ts $(wildcard $(WASM_AS)/sdk/*.ts) $(ASC)
+	@mkdir -p $(@D)
+	$(ASC) $< -O3 --use abort= -o $@
+
+$(WASM_DIR)/assemblyscript/%.wasm: $(WASM_AS)/examples/%.ts $(wildcard $(WASM_AS)/sdk/*.ts) $(ASC)
+	@mkdir -p $(@D)
+	$(ASC) $< -O3 --use abort= -o $@
+
+# Part of `make test`: a missing module fails the suite (SWITCHYARD_WASM_DIR
+# is set), unlike plain `go test ./...`, where it skips.
+wasm-conformance: wasm-sdk-examples
+	SWITCHYARD_WASM_DIR=$(abspath $(WASM_DIR)) $(GO) test -race -count=1 $(GOTEST_FLAGS) ./wasm-sdk/conformance/
+
+wasm-conformance-bench: wasm-sdk-examples
+	SWITCHYARD_WASM_DIR=$(abspath $(WASM_DIR)) $(GO) test -run '^$$' -bench . -benchmem $(GOTEST_FLAGS) ./wasm-sdk/conformance/
