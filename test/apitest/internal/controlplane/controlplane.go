@@ -142,15 +142,20 @@ func (c *ControlPlane) StartAPIServer(ctx context.Context) error {
 }
 
 // StopAPIServer stops kube-apiserver and waits for it to exit; etcd keeps
-// running.
+// running. It asks for a graceful shutdown first; kube-apiserver may wait
+// long for open watches to end, so after apiStopGrace it is killed, which
+// is as good an outage for the tests (a crash rather than a drain).
 func (c *ControlPlane) StopAPIServer() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.api == nil {
 		return nil
 	}
-	return c.api.stop()
+	return c.api.stopWithin(apiStopGrace)
 }
+
+// apiStopGrace is how long StopAPIServer waits for a graceful exit.
+const apiStopGrace = 3 * time.Second
 
 // Stop kills kube-apiserver, then etcd, and returns once both are gone.
 // Killing saves the second a graceful kube-apiserver shutdown takes: the

@@ -85,6 +85,27 @@ func (p *process) stop() error {
 	return fmt.Errorf("%s did not exit within %s of SIGTERM and was killed", p.name, stopTimeout)
 }
 
+// stopWithin sends SIGTERM and kills the process if it has not exited
+// within grace; either way is a success once the process is gone.
+func (p *process) stopWithin(grace time.Duration) error {
+	select {
+	case <-p.done:
+		return nil
+	default:
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("signal %s: %w", p.name, err)
+	}
+	timer := time.NewTimer(grace)
+	defer timer.Stop()
+	select {
+	case <-p.done:
+		return nil
+	case <-timer.C:
+	}
+	return p.kill()
+}
+
 // kill kills the process at once and returns once it is gone.
 func (p *process) kill() error {
 	if err := p.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {

@@ -1,0 +1,17 @@
+// Package k8s owns Switchyard's view of the Kubernetes API: client-go
+// informers for Services, EndpointSlices and Nodes, the conversion of those
+// objects into core/model values, and the change tracking that lets the
+// reconcile loop work only on what changed.
+//
+// Kubernetes API types stop here. Informer handlers only record: each
+// event is converted, compared with the current state under a mutex, and,
+// once every informer has synced, announced through Options.OnChange. The
+// loop then calls Source.Take, which hands out the state of every Service
+// and Node that differs from what the previous Take handed out; a change
+// followed by its undo collapses to nothing. Nothing is reported before
+// every cache has synced, so consumers never prune on partial data.
+//
+// List and watch failures are recorded, not logged away: Source.Healthy
+// returns the last one (an RBAC denial is named with the permission to
+// grant) until a later list or watch of the same resource succeeds.
+package k8s

@@ -1,0 +1,274 @@
+package k8s
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/switchyard-lb/switchyard/core/model"
+)
+
+// Options configure a Source.
+type Options struct {
+	// NodeName is this node's name: the Source watches every Node, and
+	// warns once synced when this one is missing.
+	NodeName string
+	// OnChange is called, once every informer has synced, after each
+	// change of the watched state (and once when the caches sync). It
+	// must not block; a coalescing trigger is the intended callee.
+	OnChange func()
+}
+
+// Source watches Services, EndpointSlices and Nodes and hands out what
+// changed. It is safe for concurrent use.
+type Source struct {
+	opts    Options
+	log     *slog.Logger
+	factory informers.SharedInformerFactory
+	synced  []cache.InformerSynced
+	health  *health
+
+	mu sync.Mutex
+	tr *tracker
+}
+
+// New returns a Source reading through client. It starts nothing: Run
+// does.
+func New(client kubernetes.Interface, opts Options, log *slog.Logger) *Source {
+	s := &Source{
+		opts:    opts,
+		log:     log,
+		factory: informers.NewSharedInformerFactory(client, 0),
+		health:  newHealth(log),
+		tr:      newTracker(time.Now()),
+	}
+	s.watch(&corev1.Service{}, resourceServices,
+		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return client.CoreV1().Services(metav1.NamespaceAll).List(ctx, o)
+		},
+		func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return client.CoreV1().Services(metav1.NamespaceAll).Watch(ctx, o)
+		},
+		cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { s.onService(obj, false) },
+			UpdateFunc: func(_, obj any) { s.onService(obj, false) },
+			DeleteFunc: func(obj any) { s.onService(obj, true) },
+		})
+	s.watch(&discoveryv1.EndpointSlice{}, resourceEndpointSlices,
+		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return client.DiscoveryV1().EndpointSlices(metav1.NamespaceAll).List(ctx, o)
+		},
+		func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return client.DiscoveryV1().EndpointSlices(metav1.NamespaceAll).Watch(ctx, o)
+		},
+		cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { s.onSlice(nil, obj) },
+			UpdateFunc: func(old, obj any) { s.onSlice(old, obj) },
+			DeleteFunc: func(obj any) { s.onSlice(obj, nil) },
+		})
+	s.watch(&corev1.Node{}, resourceNodes,
+		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return client.CoreV1().Nodes().List(ctx, o)
+		},
+		func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return client.CoreV1().Nodes().Watch(ctx, o)
+		},
+		cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { s.onNode(obj, false) },
+			UpdateFunc: func(_, obj any) { s.onNode(obj, false) },
+			DeleteFunc: func(obj any) { s.onNode(obj, true) },
+		})
+	return s
+}
+
+// watch registers the factory's informer for obj with list and watch
+// calls that report to health, and the handlers.
+func (s *Source) watch(obj runtime.Object, resource string,
+	list cache.ListWithContextFunc, watchFn cache.WatchFuncWithContext, h cache.ResourceEventHandler,
+) {
+	inf := s.factory.InformerFor(obj, func(client kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+		lw := &cache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				out, err := list(ctx, o)
+				s.health.observe(resource, "list", err)
+				return out, err
+			},
+			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				out, err := watchFn(ctx, o)
+				s.health.observe(resource, "watch", err)
+				return out, err
+			},
+		}
+		// The client tells the reflector whether it supports streaming
+		// lists (fake clientsets do not).
+		return cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, client), obj,
+			cache.SharedIndexInformerOptions{ResyncPeriod: resync})
+	})
+	// Both calls fail only once the informer has started; it has not.
+	if err := inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
+		s.health.watchFailed(resource, err)
+	}); err != nil {
+		s.log.Error("cannot set the watch error handler", "resource", resource, "err", err)
+	}
+	reg, err := inf.AddEventHandler(h)
+	if err != nil {
+		s.log.Error("cannot add the event handler", "resource", resource, "err", err)
+		s.synced = append(s.synced, func() bool { return false })
+		return
+	}
+	s.synced = append(s.synced, reg.HasSynced)
+}
+
+// Run starts the informers and returns when ctx is done. Call it once.
+func (s *Source) Run(ctx context.Context) {
+	s.factory.Start(ctx.Done())
+	if cache.WaitForCacheSync(ctx.Done(), s.synced...) {
+		s.mu.Lock()
+		local := s.tr.node(s.opts.NodeName)
+		s.mu.Unlock()
+		s.log.Info("Kubernetes caches synced")
+		if s.opts.NodeName != "" && local == nil {
+			s.log.Warn("this node's Node object does not exist (yet)", "node", s.opts.NodeName)
+		}
+		s.notify()
+	}
+	<-ctx.Done()
+	s.factory.Shutdown()
+}
+
+// HasSynced reports whether every informer has listed and delivered its
+// initial state.
+func (s *Source) HasSynced() bool {
+	for _, synced := range s.synced {
+		if !synced() {
+			return false
+		}
+	}
+	return true
+}
+
+// Take returns the current state of every Service and Node that differs
+// from what the previous Take returned (the first returns everything).
+// Before every informer has synced it returns an empty delta.
+func (s *Source) Take() model.Delta {
+	if !s.HasSynced() {
+		return model.Delta{}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.tr.take()
+}
+
+// Healthy returns nil, or the last list or watch failure of a resource
+// that has not been listed or watched successfully since.
+func (s *Source) Healthy() error { return s.health.err() }
+
+func (s *Source) notify() {
+	if s.opts.OnChange != nil && s.HasSynced() {
+		s.opts.OnChange()
+	}
+}
+
+// unwrap returns the object of an event, looking through the tombstone of
+// a delete the informer missed.
+func unwrap[T any](obj any) (T, bool) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	t, ok := obj.(T)
+	return t, ok
+}
+
+func (s *Source) problems(kind, namespace, name string, problems []error) {
+	if len(problems) > 0 {
+		s.log.Warn("skipped malformed fields", "kind", kind, "namespace", namespace, "name", name,
+			"problems", errors.Join(problems...))
+	}
+}
+
+func (s *Source) onService(obj any, deleted bool) {
+	svc, ok := unwrap[*corev1.Service](obj)
+	if !ok {
+		return
+	}
+	var m *model.Service
+	if !deleted {
+		var problems []error
+		m, problems = convertService(svc)
+		s.problems("Service", svc.Namespace, svc.Name, problems)
+	}
+	s.mu.Lock()
+	changed := s.tr.setService(serviceKeyOf(svc.Namespace, svc.Name), m)
+	s.mu.Unlock()
+	if changed {
+		s.notify()
+	}
+}
+
+// onSlice handles an EndpointSlice event: old is nil for an add, cur nil
+// for a delete. A slice whose service-name label changed moves between
+// Services.
+func (s *Source) onSlice(old, cur any) {
+	var (
+		curKey model.ServiceKey
+		curOK  bool
+		slice  *discoveryv1.EndpointSlice
+		eps    []model.Endpoint
+	)
+	if cur != nil {
+		if slice, curOK = unwrap[*discoveryv1.EndpointSlice](cur); curOK {
+			curKey, curOK = sliceService(slice)
+		}
+	}
+	if curOK {
+		var problems []error
+		eps, problems = convertSlice(slice)
+		s.problems("EndpointSlice", slice.Namespace, slice.Name, problems)
+	}
+	changed := false
+	s.mu.Lock()
+	if old != nil {
+		if o, ok := unwrap[*discoveryv1.EndpointSlice](old); ok {
+			if key, ok := sliceService(o); ok && (!curOK || key != curKey) {
+				changed = s.tr.deleteSlice(key, o.Name)
+			}
+		}
+	}
+	if curOK {
+		changed = s.tr.setSlice(curKey, slice.Name, eps, triggerTime(slice)) || changed
+	}
+	s.mu.Unlock()
+	if changed {
+		s.notify()
+	}
+}
+
+func (s *Source) onNode(obj any, deleted bool) {
+	node, ok := unwrap[*corev1.Node](obj)
+	if !ok {
+		return
+	}
+	var m *model.Node
+	if !deleted {
+		var problems []error
+		m, problems = convertNode(node)
+		s.problems("Node", "", node.Name, problems)
+	}
+	s.mu.Lock()
+	changed := s.tr.setNode(node.Name, m)
+	s.mu.Unlock()
+	if changed {
+		s.notify()
+	}
+}

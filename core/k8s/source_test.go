@@ -1,0 +1,388 @@
+package k8s
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/switchyard-lb/switchyard/core/model"
+)
+
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+type tWriter struct{ t *testing.T }
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// fakeCluster is a fake clientset whose watches are counted, so a test
+// can wait until the informers watch before it changes anything (the fake
+// does not replay changes made between a list and its watch).
+type fakeCluster struct {
+	*fake.Clientset
+	mu      sync.Mutex
+	watches map[string]int
+}
+
+func newFakeCluster(objs ...runtime.Object) *fakeCluster {
+	c := &fakeCluster{Clientset: fake.NewClientset(objs...), watches: make(map[string]int)}
+	c.PrependWatchReactor("*", func(a k8stesting.Action) (bool, watch.Interface, error) {
+		w, err := c.Tracker().Watch(a.GetResource(), a.GetNamespace())
+		if err == nil {
+			c.mu.Lock()
+			c.watches[a.GetResource().Resource]++
+			c.mu.Unlock()
+		}
+		return true, w, err
+	})
+	return c
+}
+
+func (c *fakeCluster) watching(resources ...string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, r := range resources {
+		if c.watches[r] == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// startSource runs a Source until the test ends or stop is called; the
+// returned channel receives a value for OnChange calls (coalesced).
+func startSource(t *testing.T, src func(Options) *Source) (s *Source, changed <-chan struct{}, stop func()) {
+	t.Helper()
+	ch := make(chan struct{}, 1)
+	s = src(Options{NodeName: "n1", OnChange: func() {
+		if !s.HasSynced() {
+			t.Errorf("OnChange called before every informer synced")
+		}
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.Run(ctx); close(done) }()
+	stop = func() { cancel(); <-done }
+	t.Cleanup(stop)
+	return s, ch, stop
+}
+
+// nextDelta waits for OnChange and takes deltas until one is not empty.
+func nextDelta(t *testing.T, s *Source, changed <-chan struct{}) model.Delta {
+	t.Helper()
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case <-changed:
+			if d := s.Take(); !d.Empty() {
+				return d
+			}
+		case <-timeout:
+			t.Fatal("timed out waiting for a change")
+		}
+	}
+}
+
+func fakeService(name string, port int32) *corev1.Service {
+	return &corev1.Service{ObjectMeta: meta(name), Spec: corev1.ServiceSpec{
+		ClusterIP: "10.96.0.10", ClusterIPs: []string{"10.96.0.10"},
+		Ports: []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: port}}}}
+}
+
+func fakeSlice(name, service string, ready bool, ips ...string) *discoveryv1.EndpointSlice {
+	s := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name,
+			Labels: map[string]string{discoveryv1.LabelServiceName: service}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr("http"), Port: ptr[int32](8080), Protocol: ptr(corev1.ProtocolTCP)}},
+	}
+	for _, ip := range ips {
+		s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{Addresses: []string{ip},
+			Conditions: discoveryv1.EndpointConditions{Ready: ptr(ready)}})
+	}
+	return s
+}
+
+func TestSourceWithFakeClient(t *testing.T) {
+	web := model.ServiceKey{Namespace: "ns", Name: "web"}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Status: corev1.NodeStatus{
+		Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
+	client := newFakeCluster(fakeService("web", 80), fakeSlice("web-1", "web", true, "10.0.0.1"), node)
+	var s *Source
+	s, changed, _ := startSource(t, func(o Options) *Source {
+		s = New(client, o, testLogger(t))
+		if s.HasSynced() {
+			t.Errorf("HasSynced before Run")
+		}
+		if d := s.Take(); !d.Empty() {
+			t.Errorf("Take before sync = %+v, want empty", d)
+		}
+		return s
+	})
+
+	webSvc, _ := convertService(fakeService("web", 80))
+	want := model.Delta{
+		Services: map[model.ServiceKey]model.ServiceState{web: {Service: webSvc,
+			Endpoints: eps(ep("10.0.0.1"))}},
+		Nodes: map[string]*model.Node{"n1": {Name: "n1", Ready: true}},
+	}
+	if diff := cmp.Diff(want, nextDelta(t, s, changed), deltaOpts...); diff != "" {
+		t.Fatalf("first Take (-want +got):\n%s", diff)
+	}
+	eventually(t, "the informers to watch", func() bool {
+		return client.watching("services", "endpointslices", "nodes")
+	})
+
+	ctx := context.Background()
+	slices := client.DiscoveryV1().EndpointSlices("ns")
+	if _, err := slices.Update(ctx, fakeSlice("web-1", "web", false, "10.0.0.1"), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	want = model.Delta{Services: map[model.ServiceKey]model.ServiceState{web: {Service: webSvc,
+		Endpoints: eps(ep("10.0.0.1", func(e *model.Endpoint) { e.Ready, e.Serving = false, false }))}}}
+	if diff := cmp.Diff(want, nextDelta(t, s, changed), deltaOpts...); diff != "" {
+		t.Fatalf("Take after the slice update (-want +got):\n%s", diff)
+	}
+
+	// A slice relabelled to another Service moves to it.
+	if _, err := slices.Update(ctx, fakeSlice("web-1", "api", true, "10.0.0.1"), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	api := model.ServiceKey{Namespace: "ns", Name: "api"}
+	want = model.Delta{Services: map[model.ServiceKey]model.ServiceState{
+		web: {Service: webSvc},
+		api: {Endpoints: eps(ep("10.0.0.1"))},
+	}}
+	if diff := cmp.Diff(want, nextDelta(t, s, changed), deltaOpts...); diff != "" {
+		t.Fatalf("Take after relabelling (-want +got):\n%s", diff)
+	}
+
+	if err := client.CoreV1().Services("ns").Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.CoreV1().Nodes().Delete(ctx, "n1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	want = model.Delta{Services: map[model.ServiceKey]model.ServiceState{web: {}}, Nodes: map[string]*model.Node{"n1": nil}}
+	got := nextDelta(t, s, changed)
+	if len(got.Nodes) == 0 || len(got.Services) == 0 { // the two deletes may arrive in two deltas
+		d := nextDelta(t, s, changed)
+		for k, v := range d.Services {
+			if got.Services == nil {
+				got.Services = map[model.ServiceKey]model.ServiceState{}
+			}
+			got.Services[k] = v
+		}
+		for k, v := range d.Nodes {
+			if got.Nodes == nil {
+				got.Nodes = map[string]*model.Node{}
+			}
+			got.Nodes[k] = v
+		}
+	}
+	if diff := cmp.Diff(want, got, deltaOpts...); diff != "" {
+		t.Fatalf("Take after the deletes (-want +got):\n%s", diff)
+	}
+	if err := s.Healthy(); err != nil {
+		t.Errorf("Healthy() = %v, want nil", err)
+	}
+}
+
+// TestHandlers drives the informer handlers directly: tombstones of missed
+// deletes, relabelled slices, and objects of the wrong type.
+func TestHandlers(t *testing.T) {
+	s := New(fake.NewClientset(), Options{}, testLogger(t))
+	web := model.ServiceKey{Namespace: "ns", Name: "web"}
+	api := model.ServiceKey{Namespace: "ns", Name: "api"}
+	webSvc, _ := convertService(fakeService("web", 80))
+	steps := []struct {
+		name string
+		do   func()
+		want model.Delta
+	}{{
+		name: "adds",
+		do: func() {
+			s.onService(fakeService("web", 80), false)
+			s.onSlice(nil, fakeSlice("web-1", "web", true, "10.0.0.1"))
+			s.onNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, false)
+		},
+		want: model.Delta{
+			Services: map[model.ServiceKey]model.ServiceState{web: {Service: webSvc, Endpoints: eps(ep("10.0.0.1"))}},
+			Nodes:    map[string]*model.Node{"n1": {Name: "n1"}},
+		},
+	}, {
+		name: "a relabelled slice moves; a slice without the label is ignored",
+		do: func() {
+			s.onSlice(fakeSlice("web-1", "web", true, "10.0.0.1"), fakeSlice("web-1", "api", true, "10.0.0.1"))
+			unlabelled := fakeSlice("web-2", "", true, "10.0.0.9")
+			s.onSlice(nil, unlabelled)
+		},
+		want: model.Delta{Services: map[model.ServiceKey]model.ServiceState{
+			web: {Service: webSvc},
+			api: {Endpoints: eps(ep("10.0.0.1"))},
+		}},
+	}, {
+		name: "tombstones of missed deletes",
+		do: func() {
+			s.onService(cache.DeletedFinalStateUnknown{Key: "ns/web", Obj: fakeService("web", 80)}, true)
+			s.onSlice(cache.DeletedFinalStateUnknown{Key: "ns/web-1", Obj: fakeSlice("web-1", "api", true)}, nil)
+			s.onNode(cache.DeletedFinalStateUnknown{Key: "n1", Obj: &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}}, true)
+		},
+		want: model.Delta{
+			Services: map[model.ServiceKey]model.ServiceState{web: {}, api: {}},
+			Nodes:    map[string]*model.Node{"n1": nil},
+		},
+	}, {
+		name: "objects of the wrong type are ignored",
+		do: func() {
+			s.onService(&corev1.Node{}, false)
+			s.onSlice(nil, &corev1.Service{})
+			s.onNode(cache.DeletedFinalStateUnknown{Key: "x", Obj: nil}, true)
+		},
+	}}
+	for _, st := range steps {
+		st.do()
+		s.mu.Lock()
+		got := s.tr.take() // Take itself waits for the informers to sync
+		s.mu.Unlock()
+		if diff := cmp.Diff(st.want, got, deltaOpts...); diff != "" {
+			t.Fatalf("%s: take (-want +got):\n%s", st.name, diff)
+		}
+	}
+}
+
+func TestSourceForbidden(t *testing.T) {
+	client := newFakeCluster()
+	var deny atomic.Bool
+	deny.Store(true)
+	forbid := func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if !deny.Load() {
+			return false, nil, nil
+		}
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "discovery.k8s.io", Resource: "endpointslices"}, "",
+			errors.New(`User "alice" cannot list resource "endpointslices" in API group "discovery.k8s.io" at the cluster scope`))
+	}
+	client.PrependReactor("list", "endpointslices", forbid)
+
+	s, _, _ := startSource(t, func(o Options) *Source { return New(client, o, testLogger(t)) })
+	eventually(t, "Healthy() to report the denial", func() bool { return s.Healthy() != nil })
+	err := s.Healthy()
+	const want = `cannot list endpointslices.discovery.k8s.io: forbidden for user "alice": grant it with the ClusterRole in deploy/`
+	if !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("Healthy() = %q, want it to start with %q", err, want)
+	}
+	if !apierrors.IsForbidden(err) {
+		t.Errorf("Healthy() = %v does not wrap the Forbidden status", err)
+	}
+	if s.HasSynced() {
+		t.Errorf("HasSynced with a forbidden resource")
+	}
+	if d := s.Take(); !d.Empty() {
+		t.Errorf("Take without EndpointSlices synced = %+v, want empty", d)
+	}
+
+	deny.Store(false) // the ClusterRole got granted: the reflector's retry succeeds
+	eventually(t, "the caches to sync once allowed", s.HasSynced)
+	if err := s.Healthy(); err != nil {
+		t.Errorf("Healthy() after the grant = %v, want nil", err)
+	}
+}
+
+func TestDescribe(t *testing.T) {
+	forbidden := apierrors.NewForbidden(schema.GroupResource{Resource: "nodes"}, "",
+		errors.New(`User "system:serviceaccount:switchyard-system:switchyard" cannot watch resource "nodes" in API group "" at the cluster scope`))
+	tests := []struct {
+		name string
+		verb string
+		err  error
+		want string
+	}{{
+		name: "forbidden names the user and the verb the server denied",
+		verb: "list or watch", err: forbidden,
+		want: `cannot watch nodes: forbidden for user "system:serviceaccount:switchyard-system:switchyard": grant it with the ClusterRole in deploy/: ` + forbidden.Error(),
+	}, {
+		name: "forbidden without a user",
+		verb: "list", err: apierrors.NewForbidden(schema.GroupResource{Resource: "nodes"}, "", errors.New("no")),
+		want: `cannot list nodes: forbidden for user (unknown): grant it with the ClusterRole in deploy/: nodes is forbidden: no`,
+	}, {
+		name: "unauthorized",
+		verb: "list", err: apierrors.NewUnauthorized("bad token"),
+		want: `cannot list nodes: the API server rejected our credentials: bad token`,
+	}, {
+		name: "anything else",
+		verb: "watch", err: errors.New("connection refused"),
+		want: `cannot watch nodes: connection refused`,
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if diff := cmp.Diff(tt.want, describe("nodes", tt.verb, tt.err).Error()); diff != "" {
+				t.Errorf("describe (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestHealthRecordsAndClears(t *testing.T) {
+	h := newHealth(slog.New(slog.DiscardHandler))
+	steps := []struct {
+		resource string
+		err      error
+		want     string // "" = healthy
+	}{
+		{resourceNodes, io.EOF, ""},
+		{resourceNodes, apierrors.NewResourceExpired("too old"), ""},
+		{resourceNodes, context.Canceled, ""},
+		{resourceNodes, errors.New("refused"), "cannot watch nodes: refused"},
+		{resourceServices, errors.New("down"), "cannot watch services: down"},
+		{resourceServices, nil, "cannot watch nodes: refused"},
+		{resourceNodes, nil, ""},
+	}
+	for i, st := range steps {
+		h.observe(st.resource, "watch", st.err)
+		got := ""
+		if err := h.err(); err != nil {
+			got = err.Error()
+		}
+		if got != st.want {
+			t.Fatalf("step %d: err() = %q, want %q", i, got, st.want)
+		}
+	}
+}
