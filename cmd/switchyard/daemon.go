@@ -1,0 +1,358 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/switchyard-lb/switchyard/cmd/switchyard/internal/status"
+	"github.com/switchyard-lb/switchyard/core/config"
+	"github.com/switchyard-lb/switchyard/core/healthcheck"
+	"github.com/switchyard-lb/switchyard/core/k8s"
+	"github.com/switchyard-lb/switchyard/core/metrics"
+	"github.com/switchyard-lb/switchyard/core/plan"
+	"github.com/switchyard-lb/switchyard/core/plugin"
+	"github.com/switchyard-lb/switchyard/core/reconcile"
+	"github.com/switchyard-lb/switchyard/core/runner"
+	"github.com/switchyard-lb/switchyard/ipvs"
+	"github.com/switchyard-lb/switchyard/ipvs/dryrun"
+	"github.com/switchyard-lb/switchyard/plugins/registry"
+	"github.com/switchyard-lb/switchyard/plugins/wasm"
+)
+
+const (
+	// configPollInterval is how often the config file is checked for a
+	// change. The kubelet refreshes ConfigMap volumes about once a minute,
+	// so this adds little delay.
+	configPollInterval = 2 * time.Second
+	// shutdownTimeout bounds the HTTP servers' graceful shutdown.
+	shutdownTimeout = 5 * time.Second
+	// maxRetryInterval bounds the wait after a failed sync.
+	maxRetryInterval = 5 * time.Second
+)
+
+// liveFields are the config fields a reload applies without a restart:
+// the planner's options.
+var liveFields = []string{
+	"dataplane.ipvs.scheduler",
+	"dataplane.ipvs.nodePortAddresses",
+	"loadBalancerClass",
+	"ignoreUnclassed",
+	"policies.default",
+}
+
+// daemonConfig is what runDaemon needs; run builds it from the flags.
+type daemonConfig struct {
+	Watcher  *config.Watcher
+	Client   kubernetes.Interface
+	NodeName string
+	Log      *slog.Logger
+	// NewDataplane nil: the dataplane the config's mode names.
+	NewDataplane func(*config.Config) (plugin.Dataplane, error)
+	// ConfigPollInterval zero: configPollInterval.
+	ConfigPollInterval time.Duration
+}
+
+// newDataplane returns the dataplane cfg's mode names.
+func newDataplane(cfg *config.Config) (plugin.Dataplane, error) {
+	switch cfg.Dataplane.Mode {
+	case config.ModeDryRun:
+		return dryrun.New(), nil
+	case config.ModeIPVS:
+		ic := cfg.Dataplane.IPVS
+		dp, err := ipvs.Open(ipvs.Config{
+			Scheduler: ic.Scheduler,
+			StrictARP: ic.StrictARP == nil || *ic.StrictARP,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("dataplane.mode ipvs: %w", err)
+		}
+		return dp, nil
+	}
+	return nil, fmt.Errorf("dataplane.mode: unknown mode %q", cfg.Dataplane.Mode)
+}
+
+// runDaemon wires the watch, planner, reconcile loop, dataplane and HTTP
+// servers together and runs them until ctx is done. Shutting down stops
+// the loop and the servers and closes the dataplane, which leaves the
+// kernel's state in place: traffic keeps flowing across a restart.
+func runDaemon(ctx context.Context, dc daemonConfig) (err error) {
+	log := dc.Log
+	cfg := dc.Watcher.Config()
+	ipvsCfg := cfg.Dataplane.IPVS
+	if dc.NewDataplane == nil {
+		dc.NewDataplane = newDataplane
+	}
+	if dc.ConfigPollInterval <= 0 {
+		dc.ConfigPollInterval = configPollInterval
+	}
+
+	dp, err := dc.NewDataplane(cfg)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		// Close releases the dataplane's handles; by the Dataplane
+		// contract it never removes kernel state.
+		if cerr := dp.Close(); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("close dataplane %s: %w", dp.Name(), cerr))
+		}
+	}()
+
+	reg := status.NewRegistry()
+	m := metrics.New(reg)
+	// kube-proxy's healthz: unhealthy when a change waits longer than
+	// twice the sync period.
+	tracker := status.NewSyncTracker(2*ipvsCfg.SyncPeriod.Std(), nil)
+	hc := healthcheck.NewServer(nil, log.With("component", "healthcheck"),
+		healthcheck.WithProxyHealthy(func() bool { return tracker.Health().Healthy }))
+	defer hc.Close()
+
+	var r *runner.Runner
+	policies, reporter, closePolicies, err := newPolicies(ctx, dc, cfg, func() { r.Trigger() })
+	if err != nil {
+		return err
+	}
+	defer closePolicies()
+	src := k8s.New(dc.Client, k8s.Options{
+		NodeName: dc.NodeName,
+		OnChange: func() {
+			tracker.Queued()
+			r.Trigger()
+		},
+	}, log.With("component", "k8s"))
+	loop := reconcile.New(reconcile.Config{
+		NodeName:  dc.NodeName,
+		Source:    src,
+		Planner:   plan.New(cfg.PlanOptions()),
+		Dataplane: dp,
+		Metrics:   m,
+		Health:    hc,
+		Log:       log.With("component", "reconcile"),
+
+		Policies:          policies,
+		PolicyReporter:    reporter,
+		PolicyMetrics:     reconcile.NewPolicyMetrics(reg),
+		PolicyDeadline:    cfg.Policies.EvaluationDeadline.Std(),
+		PolicyErrorReason: registry.Reason,
+		StatsInterval:     cfg.Policies.StatisticsInterval.Std(),
+	})
+	retry := max(min(maxRetryInterval, ipvsCfg.SyncPeriod.Std()), ipvsCfg.MinSyncPeriod.Std())
+	r = runner.New("sync", func(ctx context.Context) error {
+		start := time.Now()
+		before, _ := loop.LastSync()
+		err := loop.Sync(ctx)
+		if after, _ := loop.LastSync(); err == nil && !after.Equal(before) {
+			tracker.Updated(start)
+		}
+		return err
+	}, ipvsCfg.MinSyncPeriod.Std(), ipvsCfg.SyncPeriod.Std(), retry)
+	// The first sync is pending from the start: /healthz fails if it never
+	// happens.
+	tracker.Queued()
+
+	ready := func() error {
+		if last, _ := loop.LastSync(); last.IsZero() {
+			if !src.HasSynced() {
+				return errors.New("waiting for the Kubernetes caches to sync")
+			}
+			return errors.New("no sync applied yet")
+		}
+		if err := src.Healthy(); err != nil {
+			return fmt.Errorf("watching Kubernetes: %w", err)
+		}
+		return nil
+	}
+	reload := newReloader(cfg, loop, policies, r.Trigger, log.With("component", "config"), reg)
+	metricsSrv, err := status.Listen("metrics", cfg.Metrics.BindAddress,
+		status.MetricsHandler(reg, func() any { return loop.State() }))
+	if err != nil {
+		return err
+	}
+	healthSrv, err := status.Listen("health", cfg.Health.BindAddress, status.HealthHandler(tracker, ready))
+	if err != nil {
+		metricsSrv.Shutdown(context.Background())
+		return err
+	}
+	log.Info("serving", "metrics", metricsSrv.Addr().String(), "health", healthSrv.Addr().String(),
+		"dataplane", dp.Name(), "node", dc.NodeName)
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	serveErr := make(chan error, 2)
+	for _, s := range []*status.Server{metricsSrv, healthSrv} {
+		go func() {
+			if err := s.Serve(); err != nil {
+				serveErr <- err
+			}
+		}()
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { src.Run(ctx) })
+	wg.Go(func() { r.Run(ctx) })
+	wg.Go(func() { policies.Run(ctx) })
+	wg.Go(func() { reporter.Run(ctx) })
+	wg.Go(func() { tick(ctx, cfg.Policies.StatisticsInterval.Std(), r.Trigger) })
+	wg.Go(func() { dc.Watcher.Run(ctx, dc.ConfigPollInterval, reload.apply, reload.reject) })
+
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down: the dataplane's state is left in place")
+	case err = <-serveErr:
+		log.Error("shutting down", "err", err)
+	}
+	cancel()
+	wg.Wait()
+	sctx, scancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer scancel()
+	return errors.Join(err, metricsSrv.Shutdown(sctx), healthSrv.Shutdown(sctx))
+}
+
+// reloader applies config reloads: the planner's options at once, the
+// rest at the next restart.
+type reloader struct {
+	current  *config.Config
+	loop     *reconcile.Loop
+	policies *registry.Registry
+	trigger  func()
+	log      *slog.Logger
+	// successful is 1 when the last changed file was accepted, 0 when it
+	// was rejected (as Prometheus' own config_last_reload_successful).
+	successful prometheus.Gauge
+	successAt  prometheus.Gauge
+}
+
+func newReloader(cur *config.Config, loop *reconcile.Loop, policies *registry.Registry, trigger func(), log *slog.Logger, reg prometheus.Registerer) *reloader {
+	rl := &reloader{
+		current: cur, loop: loop, policies: policies, trigger: trigger, log: log,
+		successful: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: metrics.Namespace, Name: "config_last_reload_successful",
+			Help: "1 when the last change of the config file was accepted, 0 when it was rejected (the last good config stays in force).",
+		}),
+		successAt: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: metrics.Namespace, Name: "config_last_reload_success_timestamp_seconds",
+			Help: "Unix time the config file was last loaded successfully.",
+		}),
+	}
+	reg.MustRegister(rl.successful, rl.successAt)
+	rl.successful.Set(1)
+	rl.successAt.SetToCurrentTime()
+	return rl
+}
+
+func (rl *reloader) apply(next *config.Config) {
+	rl.successful.Set(1)
+	rl.successAt.SetToCurrentTime()
+	changed := config.Changed(rl.current, next)
+	if len(changed) == 0 {
+		return
+	}
+	var live, restart []string
+	for _, f := range changed {
+		if slices.Contains(liveFields, f) {
+			live = append(live, f)
+		} else {
+			restart = append(restart, f)
+		}
+	}
+	if len(live) > 0 {
+		if opts := next.PlanOptions(); !reflect.DeepEqual(opts, rl.current.PlanOptions()) {
+			rl.loop.SetOptions(opts)
+			rl.trigger()
+		}
+		if next.Policies.Default != rl.current.Policies.Default && rl.policies != nil {
+			rl.policies.SetDefault(next.Policies.Default) // triggers the loop
+		}
+		rl.log.Info("config reloaded", "applied", strings.Join(live, ","))
+	}
+	if len(restart) > 0 {
+		rl.log.Warn("config changed in fields that take effect at the next restart", "fields", strings.Join(restart, ","))
+	}
+	// Fields that need a restart keep their running values, so later
+	// reloads report them again until the daemon restarts.
+	rl.current = withLive(rl.current, next)
+}
+
+// withLive returns cur with next's live fields.
+func withLive(cur, next *config.Config) *config.Config {
+	c := *cur
+	c.Dataplane.IPVS.Scheduler = next.Dataplane.IPVS.Scheduler
+	c.Dataplane.IPVS.NodePortAddresses = next.Dataplane.IPVS.NodePortAddresses
+	c.LoadBalancerClass = next.LoadBalancerClass
+	c.IgnoreUnclassed = next.IgnoreUnclassed
+	c.Policies.Default = next.Policies.Default
+	return &c
+}
+
+func (rl *reloader) reject(err error) {
+	rl.successful.Set(0)
+	rl.log.Error("config rejected; keeping the last good config", "err", err)
+}
+
+// newPolicies builds the policy registry over a WebAssembly runtime with
+// the config's limits, and the reporter that records Events (through
+// client-go's EventRecorder) and writes Service conditions. close releases
+// the runtime and the Event broadcaster.
+func newPolicies(ctx context.Context, dc daemonConfig, cfg *config.Config, trigger func()) (*registry.Registry, *registry.Reporter, func(), error) {
+	log := dc.Log.With("component", "policies")
+	rt, err := wasm.NewRuntime(ctx, wasm.Config{
+		MemoryLimitPages: uint32(min(cfg.Policies.MemoryLimit/(64<<10), 1<<16)),
+		Deadline:         cfg.Policies.EvaluationDeadline.Std(),
+		Log: func(rec wasm.LogRecord) {
+			log.Log(context.Background(), rec.Level, rec.Message, "policy", rec.Policy, "dropped", rec.Dropped)
+		},
+	})
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("start the WebAssembly runtime: %w", err)
+	}
+	policies := registry.New(dc.Client, registry.Options{
+		Default: cfg.Policies.Default,
+		Load: func(ctx context.Context, name string, module []byte) (registry.Module, error) {
+			p, err := rt.Load(ctx, name, module)
+			if err != nil {
+				return nil, err
+			}
+			return p, nil
+		},
+		OnChange: trigger,
+	}, log)
+	broadcaster := record.NewBroadcaster()
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: dc.Client.CoreV1().Events("")})
+	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "switchyard", Host: dc.NodeName})
+	reporter := registry.NewReporter(dc.Client, recorder, registry.ReporterOptions{NodeName: dc.NodeName}, log)
+	return policies, reporter, func() {
+		broadcaster.Shutdown()
+		_ = rt.Close(context.Background())
+	}, nil
+}
+
+// tick calls trigger every interval until ctx is done: the statistics
+// tick that re-evaluates policies.
+func tick(ctx context.Context, interval time.Duration, trigger func()) {
+	if interval <= 0 {
+		return
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			trigger()
+		}
+	}
+}

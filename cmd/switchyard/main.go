@@ -1,0 +1,22 @@
+// Command switchyard is the Switchyard node daemon: it runs on every node,
+// in place of kube-proxy, and programs the node's dataplane for the
+// cluster's Services.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintf(os.Stderr, "switchyard: %v\n", err)
+		stop()
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,284 @@
+//go:build integration
+
+package main
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+
+	"github.com/switchyard-lb/switchyard/plugins/registry"
+	"github.com/switchyard-lb/switchyard/plugins/wasm/wasmtest"
+	"github.com/switchyard-lb/switchyard/test/apitest"
+)
+
+// weightState is the part of /debug/state with weights.
+type weightState struct {
+	Desired []struct {
+		Service         string `json:"service"`
+		VirtualServices []struct {
+			Kind         string `json:"kind"`
+			Scheduler    string `json:"scheduler"`
+			Destinations []struct {
+				Address string `json:"address"`
+				Weight  uint32 `json:"weight"`
+			} `json:"destinations"`
+		} `json:"virtualServices"`
+	} `json:"desired"`
+}
+
+// weights returns "scheduler addr=weight ..." of the Service's ClusterIP
+// virtual service in the daemon's plan.
+func weights(metricsAddr, service string) (string, error) {
+	code, body, err := httpGet("http://" + metricsAddr + "/debug/state")
+	if err != nil || code != 200 {
+		return "", fmt.Errorf("/debug/state: %d %v", code, err)
+	}
+	var st weightState
+	if err := json.Unmarshal([]byte(body), &st); err != nil {
+		return "", err
+	}
+	for _, s := range st.Desired {
+		for _, vs := range s.VirtualServices {
+			if s.Service != service || vs.Kind != "ClusterIP" {
+				continue
+			}
+			out := vs.Scheduler
+			for _, d := range vs.Destinations {
+				out += fmt.Sprintf(" %s=%d", d.Address, d.Weight)
+			}
+			return out, nil
+		}
+	}
+	return "", fmt.Errorf("%s is not in the plan", service)
+}
+
+func gzipBytes(t *testing.T, b []byte) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	zw.Write(b)
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// TestIntegrationPolicies runs the daemon against a real API server with
+// the SDK's zone-aware policy delivered as a ConfigMap: creating,
+// updating, and deleting the ConfigMap and switching a Service's
+// annotation change the plan's weights; a garbage module gives PolicyFailed
+// Events and a False PolicyReady condition while the Service keeps its
+// last good weights and another Service is untouched.
+func TestIntegrationPolicies(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	module, err := wasmtest.BuildGo(root, filepath.Join(root, "wasm-sdk/go/examples/zoneaware"), filepath.Join(root, "wasm-sdk/go/policy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := apitest.Start(t)
+	ns := srv.Namespace(t)
+	ctx := t.Context()
+	client := srv.Client
+	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: registry.DefaultNamespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	if _, err := client.CoreV1().Nodes().Create(ctx, &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "node-a", Labels: map[string]string{corev1.LabelTopologyZone: "zone-a"}},
+		Status:     corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.168.0.10"}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	tc := writeTestConfig(t, "policies:\n  statisticsInterval: 1h\n")
+	var stdout, stderr syncBuffer
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- run(runCtx, []string{"--config", tc.path, "--kubeconfig", srv.Kubeconfig, "--hostname-override", "node-a", "--log-format", "text", "--v=2"}, &stdout, &stderr)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		if t.Failed() {
+			t.Logf("daemon logs:\n%s", stderr.String())
+		}
+	})
+
+	// web uses policy "zone"; other uses builtin:local-first throughout.
+	zoneA, zoneB := "zone-a", "zone-b"
+	for name, policy := range map[string]string{"web": "zone", "other": "builtin:local-first"} {
+		svc := testService(ns, name, "")
+		svc.Spec.ClusterIP, svc.Spec.ClusterIPs = "", nil
+		svc.Annotations = map[string]string{"switchyard.dev/policy": policy}
+		if _, err := client.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		slice := testSlice(ns, name, "10.1.0.1", "10.1.0.2")
+		slice.Endpoints[0].Zone, slice.Endpoints[0].NodeName = &zoneA, ptr("node-a")
+		slice.Endpoints[1].Zone, slice.Endpoints[1].NodeName = &zoneB, ptr("node-b")
+		if _, err := client.DiscoveryV1().EndpointSlices(ns).Create(ctx, slice, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const otherWant = "rr 10.1.0.1:8080=1 10.1.0.2:8080=0"
+	waitWeights := func(step, service, want string) {
+		t.Helper()
+		began := time.Now()
+		poll(t, 60*time.Second, func() error {
+			got, err := weights(tc.metrics, service)
+			if err != nil {
+				return fmt.Errorf("%s: %w", step, err)
+			}
+			if got != want {
+				return fmt.Errorf("%s: %s weights %q, want %q", step, service, got, want)
+			}
+			return nil
+		})
+		t.Logf("%s: %s is %q after %s", step, service, want, time.Since(began).Round(time.Millisecond))
+		if got, err := weights(tc.metrics, "other"); err != nil || got != otherWant {
+			t.Errorf("%s: other's weights %q %v, want %q untouched", step, got, err, otherWant)
+		}
+	}
+	waitEvent := func(step, reason, contains string) {
+		t.Helper()
+		poll(t, 60*time.Second, func() error {
+			evs, err := client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("reason", reason).String()})
+			if err != nil {
+				return err
+			}
+			for _, e := range evs.Items {
+				if e.InvolvedObject.Name == "other" {
+					t.Errorf("%s: %s Event on other: %s", step, reason, e.Message)
+				}
+				if e.InvolvedObject.Name == "web" && strings.Contains(e.Message, contains) {
+					return nil
+				}
+			}
+			return fmt.Errorf("%s: no %s Event on web with %q among %d", step, reason, contains, len(evs.Items))
+		})
+	}
+	waitCondition := func(step string, status metav1.ConditionStatus, reason string) {
+		t.Helper()
+		poll(t, 60*time.Second, func() error {
+			svc, err := client.CoreV1().Services(ns).Get(ctx, "web", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			i := slices.IndexFunc(svc.Status.Conditions, func(c metav1.Condition) bool { return c.Type == registry.ConditionPolicyReady })
+			if i < 0 || svc.Status.Conditions[i].Status != status || svc.Status.Conditions[i].Reason != reason {
+				return fmt.Errorf("%s: web's conditions %+v, want %s %s %s", step, svc.Status.Conditions, registry.ConditionPolicyReady, status, reason)
+			}
+			return nil
+		})
+	}
+
+	// 1. The ConfigMap does not exist yet: uniform weights, and the user is told.
+	waitWeights("no ConfigMap", "web", "rr 10.1.0.1:8080=1 10.1.0.2:8080=1")
+	waitEvent("no ConfigMap", "PolicyFailed", "policy not found")
+	waitCondition("no ConfigMap", metav1.ConditionFalse, "LoadFailed")
+
+	// 2. Created (gzip, pinned): zone-aware weights.
+	cms := client.CoreV1().ConfigMaps(registry.DefaultNamespace)
+	cm := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "zone", Labels: map[string]string{registry.Label: "true"}},
+		BinaryData: map[string][]byte{registry.KeyModuleGzip: gzipBytes(t, module)},
+		Data:       map[string]string{registry.KeyPin: registry.Digest(module)},
+	}
+	cm, err = cms.Create(ctx, cm, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitWeights("created", "web", "wrr 10.1.0.1:8080=100 10.1.0.2:8080=0")
+	waitCondition("created", metav1.ConditionTrue, "Evaluated")
+
+	// 3. Updated parameters.
+	cm.Data[registry.KeyParams] = `{"localWeight": 7}`
+	if cm, err = cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitWeights("params updated", "web", "wrr 10.1.0.1:8080=7 10.1.0.2:8080=0")
+
+	// 4. The Service's own parameters override the ConfigMap's.
+	setAnnotations := func(ann map[string]string) {
+		t.Helper()
+		svc, err := client.CoreV1().Services(ns).Get(ctx, "web", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		svc.Annotations = ann
+		if _, err := client.CoreV1().Services(ns).Update(ctx, svc, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setAnnotations(map[string]string{"switchyard.dev/policy": "zone", "switchyard.dev/policy-params": `{"localWeight": 9}`})
+	waitWeights("Service params", "web", "wrr 10.1.0.1:8080=9 10.1.0.2:8080=0")
+
+	// 5. Switching the annotation to a builtin and back.
+	setAnnotations(map[string]string{"switchyard.dev/policy": "builtin:uniform"})
+	waitWeights("switched to builtin:uniform", "web", "rr 10.1.0.1:8080=1 10.1.0.2:8080=1")
+	setAnnotations(map[string]string{"switchyard.dev/policy": "zone"})
+	waitWeights("switched back", "web", "wrr 10.1.0.1:8080=7 10.1.0.2:8080=0")
+
+	// 6. A hostile module (garbage bytes): PolicyFailed, and web keeps its
+	// last good weights; other is untouched (checked by waitWeights).
+	cm.BinaryData = map[string][]byte{registry.KeyModule: []byte("garbage, not a module")}
+	cm.Data = map[string]string{registry.KeyParams: `{"localWeight": 7}`}
+	if cm, err = cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitEvent("garbage", "PolicyFailed", "invalid policy module")
+	waitEvent("garbage", "PolicyFallback", "the last good result")
+	waitCondition("garbage", metav1.ConditionFalse, "LoadFailed")
+	waitWeights("garbage", "web", "wrr 10.1.0.1:8080=7 10.1.0.2:8080=0")
+
+	// 7. A module that does not match its pin is refused too.
+	cm.BinaryData = map[string][]byte{registry.KeyModule: module}
+	cm.Data = map[string]string{registry.KeyPin: registry.Digest([]byte("another module"))}
+	if cm, err = cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitEvent("pin mismatch", "PolicyFailed", "digest differs from its sha256 pin")
+
+	// 8. Fixed, then deleted: back to the policy, then uniform.
+	cm.Data = map[string]string{registry.KeyParams: `{"localWeight": 5}`}
+	if _, err = cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitWeights("fixed", "web", "wrr 10.1.0.1:8080=5 10.1.0.2:8080=0")
+	waitCondition("fixed", metav1.ConditionTrue, "Evaluated")
+	if err := cms.Delete(ctx, "zone", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitWeights("deleted", "web", "rr 10.1.0.1:8080=1 10.1.0.2:8080=1")
+	waitCondition("deleted", metav1.ConditionFalse, "LoadFailed")
+
+	code, body, err := httpGet("http://" + tc.metrics + "/metrics")
+	if err != nil || code != 200 {
+		t.Fatalf("/metrics: %d %v", code, err)
+	}
+	for _, want := range []string{
+		`switchyard_policy_evaluations_total{policy="zone",result="success"}`,
+		`switchyard_policy_failures_total{policy="zone",reason="load"}`,
+		`switchyard_policy_evaluation_duration_seconds_count{policy="zone"}`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}
