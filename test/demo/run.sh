@@ -43,8 +43,10 @@ echo "== the daemon's plan (dry-run dataplane, as ipvsadm -Ln would show it)"
 ./bin/yardctl state --address 127.0.0.1:10249 --ipvs
 echo
 echo "== an endpoint of demo/web starts terminating; the plan follows"
-kubectl -n demo patch endpointslice web-abc12 --type=json \
-	-p '[{"op":"replace","path":"/endpoints/1/conditions","value":{"ready":false,"serving":true,"terminating":true}}]' >/dev/null
+now=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+kubectl -n demo patch endpointslice web-abc12 --type=json -p '[
+	{"op":"replace","path":"/endpoints/1/conditions","value":{"ready":false,"serving":true,"terminating":true}},
+	{"op":"add","path":"/metadata/annotations","value":{"endpoints.kubernetes.io/last-change-trigger-time":"'"$now"'"}}]' >/dev/null
 sleep 1
 ./bin/yardctl state --address 127.0.0.1:10249 --ipvs
 echo
