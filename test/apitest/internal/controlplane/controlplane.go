@@ -151,7 +151,8 @@ func (c *ControlPlane) StopAPIServer() error {
 	if c.api == nil {
 		return nil
 	}
-	return c.api.stopWithin(apiStopGrace)
+	_, err := c.api.stopWithin(apiStopGrace)
+	return err
 }
 
 // apiStopGrace is how long StopAPIServer waits for a graceful exit.

@@ -61,49 +61,35 @@ func (p *process) exited() error {
 }
 
 // stop sends SIGTERM, waits up to stopTimeout, then kills. It returns once
-// the process is gone.
+// the process is gone, with an error when it had to be killed.
 func (p *process) stop() error {
-	select {
-	case <-p.done:
-		return nil
-	default:
+	killed, err := p.stopWithin(stopTimeout)
+	if err == nil && killed {
+		err = fmt.Errorf("%s did not exit within %s of SIGTERM and was killed", p.name, stopTimeout)
 	}
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return fmt.Errorf("signal %s: %w", p.name, err)
-	}
-	timer := time.NewTimer(stopTimeout)
-	defer timer.Stop()
-	select {
-	case <-p.done:
-		return nil
-	case <-timer.C:
-	}
-	if err := p.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return fmt.Errorf("kill %s: %w", p.name, err)
-	}
-	<-p.done
-	return fmt.Errorf("%s did not exit within %s of SIGTERM and was killed", p.name, stopTimeout)
+	return err
 }
 
 // stopWithin sends SIGTERM and kills the process if it has not exited
-// within grace; either way is a success once the process is gone.
-func (p *process) stopWithin(grace time.Duration) error {
+// within grace. It returns once the process is gone, saying whether it
+// had to be killed.
+func (p *process) stopWithin(grace time.Duration) (killed bool, err error) {
 	select {
 	case <-p.done:
-		return nil
+		return false, nil
 	default:
 	}
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return fmt.Errorf("signal %s: %w", p.name, err)
+		return false, fmt.Errorf("signal %s: %w", p.name, err)
 	}
 	timer := time.NewTimer(grace)
 	defer timer.Stop()
 	select {
 	case <-p.done:
-		return nil
+		return false, nil
 	case <-timer.C:
 	}
-	return p.kill()
+	return true, p.kill()
 }
 
 // kill kills the process at once and returns once it is gone.
