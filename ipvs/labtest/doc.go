@@ -20,4 +20,14 @@
 // on: a weight-0 real server keeps its established connections while new
 // ones avoid it, whereas a deleted real server's established connections
 // are silently dropped (expire_nodest_conn=0).
+//
+// The Dataplane tests (dataplane_test.go) drive ipvs.Dataplane itself with
+// plans: exact rr and wrr splits, mh with mh-port, affinity, a service
+// without endpoints refused at once, a restart that changes no kernel
+// object and keeps an established connection, graceful removal of a
+// backend, a UDP flow moving off a removed backend with its conntrack entry
+// deleted, and masquerade by the nftables table. They are not parallel:
+// their Full applies own every service on switchyard0's addresses.
+// BenchmarkLabDataplane (run by hand) compares programming N Services with
+// a plain loop creating the same objects.
 package labtest

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"os"
 	"testing"
 	"time"
 
@@ -22,6 +23,17 @@ import (
 func TestDrainKeepsEstablishedConnections(t *testing.T) {
 	requireGuest(t)
 	t.Parallel()
+	// The dataplane sets expire_nodest_conn=1 (then the removed server's
+	// connection is reset at once); this test pins the kernel default 0.
+	const nodest = "/proc/sys/net/ipv4/vs/expire_nodest_conn"
+	old, err := os.ReadFile(nodest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(nodest, []byte("0"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.WriteFile(nodest, old, 0o644) })
 	client, err := ipvs.New()
 	if err != nil {
 		t.Fatalf("ipvs client: %v", err)

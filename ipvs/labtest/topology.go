@@ -310,6 +310,11 @@ func (be *Backend) serve() error {
 	}
 	srv := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/source" {
+				// The client address the backend sees, for masquerade.
+				io.WriteString(w, be.Name+" "+r.RemoteAddr)
+				return
+			}
 			io.WriteString(w, be.Name)
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
@@ -380,6 +385,33 @@ const requestTimeout = 5 * time.Second
 // source port and returns the body. It dials itself, so that no transport
 // can retry on another connection unseen (kernel-lab.md pitfall 12).
 func httpGet(ctx context.Context, srcPort int, target netip.AddrPort) (string, error) {
+	return httpGetPath(ctx, srcPort, target, "/")
+}
+
+// Source makes one request from namespace from to target and returns the
+// answering backend's name and the client address it saw.
+func Source(ctx context.Context, from *Namespace, target netip.AddrPort) (string, netip.Addr, error) {
+	var body string
+	err := from.Do(func() error {
+		port, err := nextSourcePort()
+		if err != nil {
+			return err
+		}
+		body, err = httpGetPath(ctx, port, target, "/source")
+		return err
+	})
+	if err != nil {
+		return "", netip.Addr{}, fmt.Errorf("request to %s from %s: %w", target, from.Name, err)
+	}
+	name, addr, _ := strings.Cut(body, " ")
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return "", netip.Addr{}, fmt.Errorf("backend %s answered source %q: %w", name, addr, err)
+	}
+	return name, ap.Addr().Unmap(), nil
+}
+
+func httpGetPath(ctx context.Context, srcPort int, target netip.AddrPort, path string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
 	d := net.Dialer{LocalAddr: &net.TCPAddr{Port: srcPort}}
@@ -391,7 +423,7 @@ func httpGet(ctx context.Context, srcPort int, target netip.AddrPort) (string, e
 	if dl, ok := ctx.Deadline(); ok {
 		conn.SetDeadline(dl)
 	}
-	if _, err := fmt.Fprintf(conn, "GET / HTTP/1.0\r\nHost: %s\r\n\r\n", target); err != nil {
+	if _, err := fmt.Fprintf(conn, "GET %s HTTP/1.0\r\nHost: %s\r\n\r\n", path, target); err != nil {
 		return "", fmt.Errorf("send request: %w", err)
 	}
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)

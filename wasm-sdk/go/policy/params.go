@@ -1,51 +1,81 @@
 package policy
 
-import "errors"
+import (
+	"bytes"
+	"errors"
+)
 
 // ParamUint returns the non-negative integer at key in the top level of
 // the JSON object params, or def when params is empty or has no such key.
 // It fails when params is not a JSON object or the value is not a
 // non-negative integer below 2^32. It does not allocate.
 func ParamUint(params []byte, key string, def uint32) (uint32, error) {
-	p := jsonScanner{b: params}
+	p, found, err := seekParam(params, key)
+	if err != nil || !found {
+		return def, err
+	}
+	v, ok := p.uint()
+	if !ok {
+		return 0, errors.New("params: " + key + " is not an integer from 0 to 4294967295")
+	}
+	return v, nil
+}
+
+// ParamString returns the string at key in the top level of the JSON
+// object params, and whether the key is there. It fails when params is not
+// a JSON object or the value is not a string; escape sequences are
+// refused. The result aliases params: it does not allocate.
+func ParamString(params []byte, key string) (v []byte, found bool, err error) {
+	p, found, err := seekParam(params, key)
+	if err != nil || !found {
+		return nil, found, err
+	}
+	v, ok := p.str()
+	if !ok || bytes.IndexByte(v, '\\') >= 0 {
+		return nil, true, errors.New("params: " + key + " is not a string without escapes")
+	}
+	return v, true, nil
+}
+
+// seekParam leaves a scanner at the value of the first occurrence of key
+// in the top level of the JSON object params; found is false when params
+// is empty or has no such key. Nothing after the value is validated.
+func seekParam(params []byte, key string) (p jsonScanner, found bool, err error) {
+	p = jsonScanner{b: params}
 	p.space()
 	if p.eof() {
-		return def, nil
+		return p, false, nil
 	}
 	if !p.eat('{') {
-		return 0, errors.New("params: not a JSON object")
+		return p, false, errors.New("params: not a JSON object")
 	}
 	p.space()
 	if p.eat('}') {
-		return def, nil
+		return p, false, nil
 	}
 	for {
 		p.space()
 		k, ok := p.str()
 		if !ok {
-			return 0, errors.New("params: bad key")
+			return p, false, errors.New("params: bad key")
 		}
 		p.space()
 		if !p.eat(':') {
-			return 0, errors.New("params: missing ':'")
+			return p, false, errors.New("params: missing ':'")
 		}
 		p.space()
 		if string(k) == key {
-			v, ok := p.uint()
-			if !ok {
-				return 0, errors.New("params: " + key + " is not an integer from 0 to 4294967295")
-			}
-			return v, nil
+			return p, true, nil
 		}
 		if !p.skipValue(0) {
-			return 0, errors.New("params: bad value")
+			return p, false, errors.New("params: bad value")
 		}
 		p.space()
 		if p.eat('}') {
-			return def, nil
+			return p, false, nil
 		}
 		if !p.eat(',') {
-			return 0, errors.New("params: missing ','")
+			return p, false, errors.New("params: missing ','")
 		}
 	}
 }

@@ -279,6 +279,37 @@ func TestParamUint(t *testing.T) {
 	}
 }
 
+func TestParamString(t *testing.T) {
+	tests := []struct {
+		params string
+		want   string
+		found  bool
+		err    string
+	}{
+		{"", "", false, ""},
+		{"{}", "", false, ""},
+		{`{"k": "zone=a"}`, "zone=a", true, ""},
+		{`{"s": {"k": "x"}, "k": ""}`, "", true, ""},
+		{`{"other": 1}`, "", false, ""},
+		{`{"k": "a\"b"}`, "", true, "k is not a string without escapes"},
+		{`{"k": 5}`, "", true, "k is not a string without escapes"},
+		{`[1]`, "", false, "not a JSON object"},
+		{`{"a" 1}`, "", false, "missing ':'"},
+	}
+	for _, tt := range tests {
+		got, found, err := policy.ParamString([]byte(tt.params), "k")
+		if tt.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.err) {
+				t.Errorf("ParamString(%s) error = %v, want %q", tt.params, err, tt.err)
+			}
+			continue
+		}
+		if err != nil || string(got) != tt.want || found != tt.found {
+			t.Errorf("ParamString(%s) = %q, %v, %v; want %q, %v", tt.params, got, found, err, tt.want, tt.found)
+		}
+	}
+}
+
 // FuzzParse: whatever Parse accepts can be read entirely without a panic.
 func FuzzParse(f *testing.F) {
 	good, _ := abi.Encode(nil, hostInput())

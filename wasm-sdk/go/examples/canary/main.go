@@ -11,9 +11,12 @@ import (
 
 func evaluate(in *policy.Input, out *policy.Output) error {
 	params := in.Params()
-	sel, err := paramString(params, "canary")
+	sel, found, err := policy.ParamString(params, "canary")
 	if err != nil {
 		return err
+	}
+	if !found {
+		return errors.New("params: canary is missing")
 	}
 	canary, err := parseSelector(sel)
 	if err != nil {

@@ -1,0 +1,15 @@
+package ipvs
+
+import "net/netip"
+
+// Conntrack deletes connection-tracking entries. IPVS with
+// net.ipv4.vs.conntrack=1 keeps a conntrack entry per flow; a UDP flow
+// whose entry outlives its backend keeps going to it (kube-proxy's stale
+// UDP conntrack), so the dataplane deletes them when it removes a UDP
+// backend or service.
+type Conntrack interface {
+	// DeleteUDP deletes the UDP entries whose original destination is
+	// vip:port and, when backend is valid, whose reply comes from backend.
+	// It returns how many it deleted.
+	DeleteUDP(vip netip.Addr, port uint16, backend netip.Addr) (uint, error)
+}

@@ -1,0 +1,514 @@
+package ipvs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/core/plugin"
+)
+
+// Name is the dataplane's name.
+const Name = "ipvs"
+
+// DefaultDummy is the link that holds the virtual IPs.
+const DefaultDummy = "switchyard0"
+
+// DefaultDrainTimeout bounds graceful termination: a removed real server
+// is deleted after it even if connections remain.
+const DefaultDrainTimeout = 15 * time.Minute
+
+// Config wires a Dataplane to the kernel.
+type Config struct {
+	Kernel    Kernel
+	Addresses Addresses
+	Sysctls   Sysctls
+	// Conntrack, when set, deletes stale UDP conntrack entries.
+	Conntrack Conntrack
+	// Firewall, when set, gets the masquerade spec built from the plan
+	// with ClusterCIDRs and MasqueradeAll.
+	Firewall      Firewall
+	ClusterCIDRs  []netip.Prefix
+	MasqueradeAll bool
+	// Dummy defaults to DefaultDummy.
+	Dummy string
+	// Scheduler is the default scheduler; default "rr".
+	Scheduler string
+	// StrictARP sets arp_ignore=1 and arp_announce=2.
+	StrictARP bool
+	// DrainTimeout defaults to DefaultDrainTimeout.
+	DrainTimeout time.Duration
+	// Now defaults to time.Now.
+	Now func() time.Time
+	// Log defaults to a discarding logger.
+	Log *slog.Logger
+}
+
+// drainKey is a destination waiting to be deleted.
+type drainKey struct {
+	Service model.VirtualServiceKey
+	Dest    DestinationKey
+}
+
+// Dataplane is plugin.Dataplane over IPVS. It keeps a cache of the owned
+// kernel state, read at the first Apply, on every Full update and after any
+// error, and otherwise diffs only the virtual services of the changed
+// Services against that cache. It is safe for concurrent use: Apply and
+// Drain serialise on one mutex.
+type Dataplane struct {
+	cfg Config
+
+	mu       sync.Mutex
+	loaded   bool // have reflects the kernel
+	have     State
+	want     Desired
+	owner    map[model.VirtualServiceKey]model.ServiceKey
+	bySvc    map[model.ServiceKey][]model.VirtualServiceKey
+	addrRefs map[netip.Addr]int
+	draining map[drainKey]time.Time // since when
+	sysctls  map[string]string      // as reported
+	firewall *FirewallSpec          // last synced
+	close    func() error           // set by Open
+}
+
+var _ plugin.Dataplane = (*Dataplane)(nil)
+
+// New returns a Dataplane; it touches the kernel only in Apply.
+func New(cfg Config) (*Dataplane, error) {
+	if cfg.Kernel == nil || cfg.Addresses == nil || cfg.Sysctls == nil {
+		return nil, errors.New("ipvs: new dataplane: Kernel, Addresses and Sysctls are required")
+	}
+	if cfg.Dummy == "" {
+		cfg.Dummy = DefaultDummy
+	}
+	if cfg.Scheduler == "" {
+		cfg.Scheduler = "rr"
+	}
+	if cfg.DrainTimeout <= 0 {
+		cfg.DrainTimeout = DefaultDrainTimeout
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	return &Dataplane{
+		cfg:      cfg,
+		want:     Desired{Services: map[model.VirtualServiceKey]DesiredService{}, Addrs: map[netip.Addr]bool{}},
+		owner:    map[model.VirtualServiceKey]model.ServiceKey{},
+		bySvc:    map[model.ServiceKey][]model.VirtualServiceKey{},
+		addrRefs: map[netip.Addr]int{},
+		draining: map[drainKey]time.Time{},
+	}, nil
+}
+
+// Name returns "ipvs".
+func (d *Dataplane) Name() string { return Name }
+
+// Close releases what Open opened and leaves the kernel state in place:
+// forwarding outlives the process.
+func (d *Dataplane) Close() error {
+	if d.close == nil {
+		return nil
+	}
+	return d.close()
+}
+
+// Apply programs the kernel for u. Errors on single objects do not stop
+// the others; they are joined, and the next Apply re-reads the kernel.
+func (d *Dataplane) Apply(ctx context.Context, u plugin.Update) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("ipvs: apply: %w", err)
+	}
+	if u.Plan == nil {
+		return errors.New("ipvs: apply: update has no plan")
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+
+	// errs leave the cache right; kernelErrs may have left it stale, so
+	// the next Apply re-reads the kernel.
+	var errs, kernelErrs []error
+	if d.sysctls == nil {
+		if err := d.ensureSysctls(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	scope, err := d.updateWant(u)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if u.Full || !d.loaded {
+		if err := d.load(); err != nil {
+			d.loaded = false
+			return errors.Join(append(errs, err)...)
+		}
+		scope = Scope{All: true}
+	}
+	ops := Diff(d.want, d.have, scope)
+	for _, op := range ops {
+		if err := ctx.Err(); err != nil {
+			kernelErrs = append(kernelErrs, fmt.Errorf("ipvs: apply: %w", err))
+			break
+		}
+		if err := d.do(op); err != nil {
+			kernelErrs = append(kernelErrs, err)
+		}
+	}
+	d.adopt(scope)
+	if err := d.syncFirewall(u.Full); err != nil {
+		errs = append(errs, err) // retried: the spec is not recorded
+	}
+	if err := d.drainLocked(); err != nil {
+		kernelErrs = append(kernelErrs, err)
+	}
+	if len(kernelErrs) > 0 {
+		d.loaded = false
+	}
+	if err := errors.Join(append(errs, kernelErrs...)...); err != nil {
+		return err
+	}
+	return nil
+}
+
+// updateWant folds u into the desired state and returns the scope an
+// incremental diff must cover.
+func (d *Dataplane) updateWant(u plugin.Update) (Scope, error) {
+	var scope Scope
+	keys := slices.Clone(u.Changed) // the update is the caller's
+	if u.Full {
+		keys = slices.Collect(maps.Keys(d.bySvc))
+		for k := range u.Plan.Services {
+			if _, ok := d.bySvc[k]; !ok {
+				keys = append(keys, k)
+			}
+		}
+	}
+	slices.SortFunc(keys, model.ServiceKey.Compare)
+	var errs []error
+	for _, sk := range keys {
+		old := d.bySvc[sk]
+		delete(d.bySvc, sk)
+		for _, vk := range old {
+			scope.Keys = append(scope.Keys, vk)
+			scope.Addrs = append(scope.Addrs, vk.Addr)
+			d.unwant(sk, vk)
+		}
+		sp := u.Plan.Services[sk]
+		if sp == nil {
+			continue
+		}
+		for _, vs := range sp.VirtualServices {
+			scope.Keys = append(scope.Keys, vs.VirtualServiceKey)
+			scope.Addrs = append(scope.Addrs, vs.Addr)
+			if o, ok := d.owner[vs.VirtualServiceKey]; ok && o != sk && o.Compare(sk) < 0 {
+				continue // the kernel holds one; the first Service wins
+			}
+			ds, err := FromModel(vs, d.cfg.Scheduler)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("ipvs: service %s: %w", sk, err))
+				continue
+			}
+			if o, ok := d.owner[vs.VirtualServiceKey]; ok {
+				d.unwant(o, vs.VirtualServiceKey)
+			}
+			d.want.Services[vs.VirtualServiceKey] = ds
+			d.owner[vs.VirtualServiceKey] = sk
+			d.bySvc[sk] = append(d.bySvc[sk], vs.VirtualServiceKey)
+			if BoundKind(vs.Kind) {
+				d.addrRefs[vs.Addr]++
+				d.want.Addrs[vs.Addr] = true
+			}
+		}
+	}
+	return scope, errors.Join(errs...)
+}
+
+// syncFirewall programs the firewall when its spec changed, or on a Full
+// update in case someone changed the table.
+func (d *Dataplane) syncFirewall(full bool) error {
+	if d.cfg.Firewall == nil {
+		return nil
+	}
+	spec := BuildFirewallSpec(d.want, d.cfg.ClusterCIDRs, d.cfg.MasqueradeAll)
+	if !full && d.firewall != nil && d.firewall.Equal(spec) {
+		return nil
+	}
+	d.firewall = nil
+	if err := d.cfg.Firewall.Sync(spec); err != nil {
+		return err
+	}
+	d.firewall = &spec
+	return nil
+}
+
+// adopt records the wanted services of scope that the kernel holds as
+// the dataplane's own, so that they are deleted when no longer wanted even
+// on an address other software uses (NodePorts).
+func (d *Dataplane) adopt(scope Scope) {
+	record := func(k model.VirtualServiceKey) {
+		if _, ok := d.have.Services[k]; ok {
+			d.have.Recorded[k] = true
+		}
+	}
+	if scope.All {
+		for k := range d.want.Services {
+			record(k)
+		}
+		return
+	}
+	for _, k := range scope.Keys {
+		if _, ok := d.want.Services[k]; ok {
+			record(k)
+		}
+	}
+}
+
+// unwant drops vk from the desired state if sk holds it.
+func (d *Dataplane) unwant(sk model.ServiceKey, vk model.VirtualServiceKey) {
+	if d.owner[vk] != sk {
+		return
+	}
+	delete(d.owner, vk)
+	delete(d.want.Services, vk)
+	if n, ok := d.addrRefs[vk.Addr]; ok {
+		if n <= 1 {
+			delete(d.addrRefs, vk.Addr)
+			delete(d.want.Addrs, vk.Addr)
+		} else {
+			d.addrRefs[vk.Addr] = n - 1
+		}
+	}
+	if keys, ok := d.bySvc[sk]; ok {
+		d.bySvc[sk] = slices.DeleteFunc(slices.Clone(keys), func(k model.VirtualServiceKey) bool { return k == vk })
+	}
+}
+
+// load reads the kernel: the dummy link's addresses, every service, and
+// the destinations of those the dataplane owns or wants.
+func (d *Dataplane) load() error {
+	if err := d.cfg.Addresses.EnsureDummy(d.cfg.Dummy); err != nil {
+		return fmt.Errorf("ipvs: load: %w", err)
+	}
+	bound, err := d.cfg.Addresses.Addrs(d.cfg.Dummy)
+	if err != nil {
+		return fmt.Errorf("ipvs: load: %w", err)
+	}
+	svcs, err := d.cfg.Kernel.Services()
+	if err != nil {
+		return fmt.Errorf("ipvs: load: %w", err)
+	}
+	have := State{
+		Services: make(map[model.VirtualServiceKey]Entry, len(svcs)),
+		Addrs:    make(map[netip.Addr]bool, len(bound)),
+		Recorded: map[model.VirtualServiceKey]bool{},
+	}
+	for _, a := range bound {
+		have.Addrs[a] = true
+	}
+	for _, s := range svcs {
+		k := s.VirtualServiceKey
+		_, wanted := d.want.Services[k]
+		if d.have.Recorded[k] {
+			have.Recorded[k] = true
+		}
+		e := Entry{Service: s}
+		if wanted || have.Owns(k) {
+			if e.Destinations, err = d.cfg.Kernel.Destinations(k); err != nil {
+				return fmt.Errorf("ipvs: load: %w", err)
+			}
+		}
+		have.Services[k] = e
+	}
+	d.have = have
+	d.loaded = true
+	return nil
+}
+
+// do runs one op and updates the cache.
+func (d *Dataplane) do(op Op) error {
+	k := op.Service.VirtualServiceKey
+	h := d.have
+	switch op.Kind {
+	case OpBindAddr:
+		if err := d.cfg.Addresses.AddAddr(d.cfg.Dummy, op.Addr); err != nil && !errors.Is(err, ErrExists) {
+			return err
+		}
+		h.Addrs[op.Addr] = true
+	case OpUnbindAddr:
+		if err := d.cfg.Addresses.DelAddr(d.cfg.Dummy, op.Addr); err != nil && !errors.Is(err, ErrNotFound) {
+			return err
+		}
+		delete(h.Addrs, op.Addr)
+	case OpAddService:
+		if err := d.cfg.Kernel.AddService(op.Service); err != nil {
+			return err
+		}
+		h.Services[k] = Entry{Service: op.Service}
+		h.Recorded[k] = true
+	case OpUpdateService:
+		if err := d.cfg.Kernel.UpdateService(op.Service); err != nil {
+			return err
+		}
+		e := h.Services[k]
+		e.Service = op.Service
+		h.Services[k] = e
+		h.Recorded[k] = true
+	case OpDeleteService:
+		if err := d.cfg.Kernel.DeleteService(k); err != nil && !errors.Is(err, ErrNotFound) {
+			return err
+		}
+		delete(h.Services, k)
+		delete(h.Recorded, k)
+		for dk := range d.draining {
+			if dk.Service == k {
+				delete(d.draining, dk)
+			}
+		}
+		if k.Protocol == model.UDP {
+			d.clearUDP(k, netip.Addr{})
+		}
+	case OpAddDestination, OpUpdateDestination:
+		var err error
+		if op.Kind == OpAddDestination {
+			err = d.cfg.Kernel.AddDestination(k, op.Dest)
+		} else {
+			err = d.cfg.Kernel.UpdateDestination(k, op.Dest)
+		}
+		if err != nil {
+			return err
+		}
+		d.setDest(k, op.Dest)
+		delete(d.draining, drainKey{k, op.Dest.DestinationKey})
+		h.Recorded[k] = true
+	case OpDrainDestination:
+		if op.Dest.Weight != 0 {
+			op.Dest.Weight = 0
+			if err := d.cfg.Kernel.UpdateDestination(k, op.Dest); err != nil {
+				return err
+			}
+			d.setDest(k, op.Dest)
+		}
+		dk := drainKey{k, op.Dest.DestinationKey}
+		if _, ok := d.draining[dk]; !ok {
+			d.draining[dk] = d.cfg.Now()
+		}
+	}
+	return nil
+}
+
+// setDest records a destination's weight in the cache.
+func (d *Dataplane) setDest(k model.VirtualServiceKey, dst Destination) {
+	e := d.have.Services[k]
+	i, found := slices.BinarySearchFunc(e.Destinations, dst.DestinationKey, func(s DestinationState, k DestinationKey) int {
+		return s.DestinationKey.Compare(k)
+	})
+	if found {
+		e.Destinations[i].Weight = dst.Weight
+	} else {
+		e.Destinations = slices.Insert(e.Destinations, i, DestinationState{Destination: dst})
+	}
+	d.have.Services[k] = e
+}
+
+func (d *Dataplane) removeDest(k model.VirtualServiceKey, dk DestinationKey) {
+	e, ok := d.have.Services[k]
+	if !ok {
+		return
+	}
+	e.Destinations = slices.DeleteFunc(e.Destinations, func(s DestinationState) bool { return s.DestinationKey == dk })
+	d.have.Services[k] = e
+}
+
+// Drain deletes the draining real servers whose connections have ended or
+// whose drain timeout has passed. Apply does it too; call Drain
+// periodically between Applies so that drained servers go away promptly.
+func (d *Dataplane) Drain() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.drainLocked()
+}
+
+// Draining returns the number of real servers waiting to be deleted.
+func (d *Dataplane) Draining() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.draining)
+}
+
+// drainLocked reads the connection counts of the services with draining
+// destinations and deletes the ones that are done. TCP waits for active
+// and inactive (TIME_WAIT, FIN) connections; UDP and SCTP only for active
+// ones, as IPVS counts every UDP flow inactive.
+func (d *Dataplane) drainLocked() error {
+	if len(d.draining) == 0 {
+		return nil
+	}
+	bySvc := map[model.VirtualServiceKey][]DestinationKey{}
+	for dk := range d.draining {
+		bySvc[dk.Service] = append(bySvc[dk.Service], dk.Dest)
+	}
+	now := d.cfg.Now()
+	var errs []error
+	for _, k := range slices.SortedFunc(maps.Keys(bySvc), model.VirtualServiceKey.Compare) {
+		states, err := d.cfg.Kernel.Destinations(k)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("ipvs: drain: %w", err))
+			continue
+		}
+		cur := make(map[DestinationKey]DestinationState, len(states))
+		for _, s := range states {
+			cur[s.DestinationKey] = s
+		}
+		for _, dest := range bySvc[k] {
+			dk := drainKey{k, dest}
+			s, ok := cur[dest]
+			if !ok {
+				delete(d.draining, dk)
+				d.removeDest(k, dest)
+				continue
+			}
+			conns := s.ActiveConns
+			if k.Protocol == model.TCP {
+				conns += s.InactiveConns
+			}
+			if conns > 0 && now.Sub(d.draining[dk]) < d.cfg.DrainTimeout {
+				continue
+			}
+			if err := d.cfg.Kernel.DeleteDestination(k, dest); err != nil && !errors.Is(err, ErrNotFound) {
+				errs = append(errs, fmt.Errorf("ipvs: drain: %w", err))
+				continue
+			}
+			delete(d.draining, dk)
+			d.removeDest(k, dest)
+			if k.Protocol == model.UDP {
+				d.clearUDP(k, dest.Addr)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// clearUDP deletes conntrack entries of a removed UDP backend (or of a
+// whole service when backend is invalid). A failure is logged, not
+// returned: the kernel state is right, and retrying would need the
+// removed backend remembered.
+func (d *Dataplane) clearUDP(k model.VirtualServiceKey, backend netip.Addr) {
+	if d.cfg.Conntrack == nil {
+		return
+	}
+	n, err := d.cfg.Conntrack.DeleteUDP(k.Addr, k.Port, backend)
+	if err != nil {
+		d.cfg.Log.Warn("delete stale UDP conntrack entries", "service", keyString(k), "backend", backend, "err", err)
+		return
+	}
+	d.cfg.Log.Debug("deleted stale UDP conntrack entries", "service", keyString(k), "backend", backend, "entries", n)
+}

@@ -1,0 +1,378 @@
+package ipvs_test
+
+import (
+	"errors"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/core/plugin"
+	"github.com/switchyard-lb/switchyard/ipvs"
+	"github.com/switchyard-lb/switchyard/ipvs/ipvstest"
+)
+
+// fakeClock is a settable clock.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// rig is a Dataplane over fakes.
+type rig struct {
+	kernel  *ipvstest.Fake
+	addrs   *ipvstest.FakeAddresses
+	sysctls *ipvstest.FakeSysctls
+	ct      *ipvstest.FakeConntrack
+	clock   *fakeClock
+}
+
+func newRig() *rig {
+	return &rig{
+		kernel: ipvstest.NewFake(),
+		addrs:  ipvstest.NewFakeAddresses(),
+		sysctls: ipvstest.NewFakeSysctls(map[string]string{
+			"net/ipv4/ip_forward": "0", "net/ipv4/vs/conntrack": "0",
+			"net/ipv4/vs/expire_nodest_conn": "0", "net/ipv4/vs/expire_quiescent_template": "0",
+			"net/ipv4/vs/conn_reuse_mode":  "1",
+			"net/ipv4/conf/all/arp_ignore": "0", "net/ipv4/conf/all/arp_announce": "0",
+		}),
+		ct:    &ipvstest.FakeConntrack{},
+		clock: &fakeClock{now: time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)},
+	}
+}
+
+func (r *rig) dataplane(t testing.TB) *ipvs.Dataplane {
+	t.Helper()
+	dp, err := ipvs.New(ipvs.Config{
+		Kernel: r.kernel, Addresses: r.addrs, Sysctls: r.sysctls, Conntrack: r.ct,
+		StrictARP: true, DrainTimeout: time.Minute, Now: r.clock.Now,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dp
+}
+
+// mutations counts the calls that change the kernel.
+func (r *rig) mutations() int {
+	n := 0
+	for _, op := range []ipvstest.Op{ipvstest.OpAddService, ipvstest.OpUpdateService, ipvstest.OpDeleteService,
+		ipvstest.OpAddDestination, ipvstest.OpUpdateDestination, ipvstest.OpDeleteDestination} {
+		n += r.kernel.Calls(op)
+	}
+	return n
+}
+
+func (r *rig) bound(t testing.TB) []netip.Addr {
+	t.Helper()
+	a, err := r.addrs.Addrs(ipvs.DefaultDummy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+var (
+	svcWeb = model.ServiceKey{Namespace: "default", Name: "web"}
+	svcDNS = model.ServiceKey{Namespace: "kube-system", Name: "dns"}
+)
+
+func be(addr string, port uint16, w uint32) model.Destination {
+	return model.Destination{Addr: netip.MustParseAddr(addr), Port: port, Weight: w}
+}
+
+// webPlan is a ClusterIP and a NodePort frontend of one port, and a UDP
+// ClusterIP Service.
+func webPlan(dests ...model.Destination) *model.Plan {
+	return &model.Plan{Services: map[model.ServiceKey]*model.ServicePlan{
+		svcWeb: {Key: svcWeb, VirtualServices: []model.VirtualService{
+			{VirtualServiceKey: keyA, Kind: model.FrontendClusterIP, Destinations: dests},
+			{VirtualServiceKey: keyNP, Kind: model.FrontendNodePort, Scheduler: "wrr", Destinations: dests},
+		}},
+		svcDNS: {Key: svcDNS, VirtualServices: []model.VirtualService{
+			{VirtualServiceKey: keyA53, Kind: model.FrontendClusterIP, Scheduler: "mh", Flags: []string{"mh-port"},
+				Destinations: []model.Destination{be("10.244.1.3", 8080, 1), be("10.244.2.3", 8080, 1)}},
+		}},
+	}}
+}
+
+func entry(s ipvs.Service, ds ...ipvs.DestinationState) ipvstest.Entry {
+	return ipvstest.Entry{Service: s, Destinations: ds}
+}
+
+func TestDataplaneProgramsAndAdopts(t *testing.T) {
+	r := newRig()
+	r.addrs.AddLink("eth0", "device")
+	if err := r.addrs.AddAddr("eth0", nodeIP); err != nil {
+		t.Fatal(err)
+	}
+	// A foreign service on an address that is not on switchyard0.
+	foreign := ipvs.Service{VirtualServiceKey: keyFor, Scheduler: "rr"}
+	if err := r.kernel.AddService(foreign); err != nil {
+		t.Fatal(err)
+	}
+	plan := webPlan(be("10.244.1.2", 8080, 1), be("10.244.2.2", 8080, 2))
+	dp := r.dataplane(t)
+	if err := dp.Apply(t.Context(), plugin.Update{Plan: plan, Full: true}); err != nil {
+		t.Fatalf("Apply: %v", err)
+	}
+
+	web := []ipvs.DestinationState{dstState("10.244.1.2", 1, 0, 0), dstState("10.244.2.2", 2, 0, 0)}
+	want := []ipvstest.Entry{
+		entry(ipvs.Service{VirtualServiceKey: keyA53, Scheduler: "mh", Flags: ipvs.FlagSchedOpt2},
+			ipvs.DestinationState{Destination: ipvs.Destination{DestinationKey: ipvs.DestinationKey{Addr: netip.MustParseAddr("10.244.1.3"), Port: 8080}, Weight: 1}},
+			ipvs.DestinationState{Destination: ipvs.Destination{DestinationKey: ipvs.DestinationKey{Addr: netip.MustParseAddr("10.244.2.3"), Port: 8080}, Weight: 1}}),
+		entry(rr(keyA), web...),
+		entry(foreign),
+		entry(ipvs.Service{VirtualServiceKey: keyNP, Scheduler: "wrr"}, web...),
+	}
+	if diff := cmp.Diff(want, r.kernel.Table(), cmpAddrs); diff != "" {
+		t.Errorf("kernel table (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]netip.Addr{vipA}, r.bound(t), cmpAddrs); diff != "" {
+		t.Errorf("addresses on switchyard0 (-want +got):\n%s", diff)
+	}
+	wantSysctls := map[string]string{
+		"net/ipv4/ip_forward": "1", "net/ipv4/vs/conntrack": "1",
+		"net/ipv4/vs/expire_nodest_conn": "1", "net/ipv4/vs/expire_quiescent_template": "1",
+		"net/ipv4/vs/conn_reuse_mode":  "1",
+		"net/ipv4/conf/all/arp_ignore": "1", "net/ipv4/conf/all/arp_announce": "2",
+	}
+	if diff := cmp.Diff(wantSysctls, r.sysctls.Values()); diff != "" {
+		t.Errorf("kernel sysctls (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(wantSysctls, dp.Sysctls()); diff != "" {
+		t.Errorf("reported sysctls (-want +got):\n%s", diff)
+	}
+
+	// A restart: a fresh Dataplane with the same plan changes nothing.
+	before := r.mutations()
+	dp2 := r.dataplane(t)
+	if err := dp2.Apply(t.Context(), plugin.Update{Plan: plan, Full: true}); err != nil {
+		t.Fatalf("Apply after restart: %v", err)
+	}
+	if n := r.mutations() - before; n != 0 {
+		t.Errorf("restart with an unchanged plan made %d kernel changes, want 0", n)
+	}
+	if diff := cmp.Diff(want, r.kernel.Table(), cmpAddrs); diff != "" {
+		t.Errorf("kernel table after restart (-want +got):\n%s", diff)
+	}
+
+	// Everything deleted: the owned services and address go, the foreign
+	// service and the node's address stay. The NodePort service, recorded
+	// by this Dataplane when it adopted it, goes too.
+	if err := dp2.Apply(t.Context(), plugin.Update{Plan: &model.Plan{}, Full: true}); err != nil {
+		t.Fatalf("Apply empty plan: %v", err)
+	}
+	if diff := cmp.Diff([]ipvstest.Entry{entry(foreign)}, r.kernel.Table(), cmpAddrs); diff != "" {
+		t.Errorf("kernel table after deleting everything (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]netip.Addr{}, r.bound(t), cmpAddrs); diff != "" {
+		t.Errorf("addresses on switchyard0 (-want +got):\n%s", diff)
+	}
+	if got, _ := r.addrs.Addrs("eth0"); !cmp.Equal(got, []netip.Addr{nodeIP}, cmpAddrs) {
+		t.Errorf("eth0 addresses = %v, want the node's %v untouched", got, nodeIP)
+	}
+	if diff := cmp.Diff([]ipvstest.ConntrackDeletion{{VIP: vipA, Port: 53}}, r.ct.Deletions(), cmpAddrs); diff != "" {
+		t.Errorf("conntrack deletions (-want +got):\n%s", diff)
+	}
+}
+
+func TestDataplaneGracefulTermination(t *testing.T) {
+	r := newRig()
+	dp := r.dataplane(t)
+	if err := dp.Apply(t.Context(), plugin.Update{Plan: webPlan(be("10.244.1.2", 8080, 1), be("10.244.2.2", 8080, 1)), Full: true}); err != nil {
+		t.Fatal(err)
+	}
+	gone := ipvs.DestinationKey{Addr: netip.MustParseAddr("10.244.1.2"), Port: 8080}
+	for _, k := range []model.VirtualServiceKey{keyA, keyNP} {
+		if err := r.kernel.SetConns(k, gone, 1, 2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	destsOf := func(k model.VirtualServiceKey) []ipvs.DestinationState {
+		t.Helper()
+		ds, err := r.kernel.Destinations(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ds
+	}
+
+	// The endpoint leaves: weight 0, still there while it has connections.
+	plan := webPlan(be("10.244.2.2", 8080, 1))
+	if err := dp.Apply(t.Context(), plugin.Update{Plan: plan, Changed: []model.ServiceKey{svcWeb}}); err != nil {
+		t.Fatal(err)
+	}
+	want := []ipvs.DestinationState{dstState("10.244.1.2", 0, 1, 2), dstState("10.244.2.2", 1, 0, 0)}
+	if diff := cmp.Diff(want, destsOf(keyA), cmpAddrs); diff != "" {
+		t.Errorf("destinations while draining (-want +got):\n%s", diff)
+	}
+	if got := dp.Draining(); got != 2 {
+		t.Errorf("Draining() = %d, want 2", got)
+	}
+
+	// Only inactive connections left: TCP still waits for them.
+	if err := r.kernel.SetConns(keyA, gone, 0, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := dp.Drain(); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(destsOf(keyA)); got != 2 {
+		t.Errorf("destinations with inactive connections left = %d, want 2", got)
+	}
+	// Connections end on the ClusterIP: deleted there; the NodePort
+	// keeps its until the timeout.
+	if err := r.kernel.SetConns(keyA, gone, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := dp.Drain(); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want[1:], destsOf(keyA), cmpAddrs); diff != "" {
+		t.Errorf("ClusterIP destinations after connections ended (-want +got):\n%s", diff)
+	}
+	if got := len(destsOf(keyNP)); got != 2 {
+		t.Errorf("NodePort destinations before the timeout = %d, want 2", got)
+	}
+	r.clock.Advance(time.Minute)
+	if err := dp.Drain(); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want[1:], destsOf(keyNP), cmpAddrs); diff != "" {
+		t.Errorf("NodePort destinations after the timeout (-want +got):\n%s", diff)
+	}
+	if got := dp.Draining(); got != 0 {
+		t.Errorf("Draining() = %d, want 0", got)
+	}
+	// The cache followed: a Full apply of the same plan changes nothing.
+	before := r.mutations()
+	if err := dp.Apply(t.Context(), plugin.Update{Plan: plan, Full: true}); err != nil {
+		t.Fatal(err)
+	}
+	if n := r.mutations() - before; n != 0 {
+		t.Errorf("full apply after draining made %d kernel changes, want 0", n)
+	}
+}
+
+func TestDataplaneUDPBackendRemoval(t *testing.T) {
+	r := newRig()
+	dp := r.dataplane(t)
+	plan := webPlan()
+	if err := dp.Apply(t.Context(), plugin.Update{Plan: plan, Full: true}); err != nil {
+		t.Fatal(err)
+	}
+	// IPVS counts UDP flows as inactive: they do not hold the backend.
+	removed := ipvs.DestinationKey{Addr: netip.MustParseAddr("10.244.1.3"), Port: 8080}
+	if err := r.kernel.SetConns(keyA53, removed, 0, 5); err != nil {
+		t.Fatal(err)
+	}
+	plan.Services[svcDNS].VirtualServices[0].Destinations = []model.Destination{be("10.244.2.3", 8080, 1)}
+	if err := dp.Apply(t.Context(), plugin.Update{Plan: plan, Changed: []model.ServiceKey{svcDNS}}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := r.kernel.Destinations(keyA53)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]ipvs.DestinationState{dstState("10.244.2.3", 1, 0, 0)}, got, cmpAddrs); diff != "" {
+		t.Errorf("UDP destinations (-want +got):\n%s", diff)
+	}
+	wantCT := []ipvstest.ConntrackDeletion{{VIP: vipA, Port: 53, Backend: removed.Addr}}
+	if diff := cmp.Diff(wantCT, r.ct.Deletions(), cmpAddrs); diff != "" {
+		t.Errorf("conntrack deletions (-want +got):\n%s", diff)
+	}
+}
+
+func TestDataplaneRecoversAfterError(t *testing.T) {
+	r := newRig()
+	dp := r.dataplane(t)
+	plan := webPlan(be("10.244.1.2", 8080, 1))
+	r.kernel.SetError(ipvstest.OpAddDestination, errors.New("injected"))
+	if err := dp.Apply(t.Context(), plugin.Update{Plan: plan, Full: true}); err == nil {
+		t.Fatal("Apply with failing AddDestination: no error")
+	}
+	r.kernel.SetError(ipvstest.OpAddDestination, nil)
+	// Something else changes the kernel behind the dataplane's back.
+	if err := r.kernel.DeleteService(keyNP); err != nil {
+		t.Fatal(err)
+	}
+	// An incremental update of nothing: after an error the dataplane
+	// re-reads the kernel and repairs all of it.
+	if err := dp.Apply(t.Context(), plugin.Update{Plan: plan}); err != nil {
+		t.Fatalf("Apply after the error: %v", err)
+	}
+	want := []ipvstest.Entry{
+		entry(ipvs.Service{VirtualServiceKey: keyA53, Scheduler: "mh", Flags: ipvs.FlagSchedOpt2},
+			dstState("10.244.1.3", 1, 0, 0), dstState("10.244.2.3", 1, 0, 0)),
+		entry(rr(keyA), dstState("10.244.1.2", 1, 0, 0)),
+		entry(ipvs.Service{VirtualServiceKey: keyNP, Scheduler: "wrr"}, dstState("10.244.1.2", 1, 0, 0)),
+	}
+	if diff := cmp.Diff(want, r.kernel.Table(), cmpAddrs); diff != "" {
+		t.Errorf("kernel table (-want +got):\n%s", diff)
+	}
+}
+
+func TestDataplaneSharedAddress(t *testing.T) {
+	// Two Services share a LoadBalancer IP on different ports: removing
+	// one keeps the address bound for the other.
+	r := newRig()
+	dp := r.dataplane(t)
+	lb := netip.MustParseAddr("192.0.2.10")
+	mk := func(port uint16) *model.ServicePlan {
+		return &model.ServicePlan{VirtualServices: []model.VirtualService{{
+			VirtualServiceKey: model.VirtualServiceKey{Addr: lb, Port: port, Protocol: model.TCP},
+			Kind:              model.FrontendLoadBalancer, Destinations: []model.Destination{be("10.244.1.2", 8080, 1)},
+		}}}
+	}
+	a, b := model.ServiceKey{Namespace: "x", Name: "a"}, model.ServiceKey{Namespace: "x", Name: "b"}
+	plan := &model.Plan{Services: map[model.ServiceKey]*model.ServicePlan{a: mk(80), b: mk(443)}}
+	if err := dp.Apply(t.Context(), plugin.Update{Plan: plan, Full: true}); err != nil {
+		t.Fatal(err)
+	}
+	delete(plan.Services, a)
+	if err := dp.Apply(t.Context(), plugin.Update{Plan: plan, Changed: []model.ServiceKey{a}}); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]netip.Addr{lb}, r.bound(t), cmpAddrs); diff != "" {
+		t.Errorf("addresses on switchyard0 (-want +got):\n%s", diff)
+	}
+	if got := len(r.kernel.Table()); got != 1 {
+		t.Errorf("kernel services = %d, want 1", got)
+	}
+}
+
+func TestDataplaneSkipsAnInvalidService(t *testing.T) {
+	r := newRig()
+	dp := r.dataplane(t)
+	plan := webPlan(be("10.244.1.2", 8080, 1))
+	plan.Services[svcDNS].VirtualServices[0].Flags = []string{"bogus"}
+	err := dp.Apply(t.Context(), plugin.Update{Plan: plan, Full: true})
+	if err == nil {
+		t.Fatal("Apply with an unknown scheduler flag: no error")
+	}
+	var got []model.VirtualServiceKey
+	for _, e := range r.kernel.Table() {
+		got = append(got, e.Service.VirtualServiceKey)
+	}
+	if diff := cmp.Diff([]model.VirtualServiceKey{keyA, keyNP}, got, cmpAddrs); diff != "" {
+		t.Errorf("programmed services (-want +got):\n%s", diff)
+	}
+}

@@ -1,0 +1,142 @@
+//go:build linux
+
+package labtest
+
+import (
+	"net/netip"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/core/plugin"
+	"github.com/switchyard-lb/switchyard/ipvs"
+)
+
+// benchServices is how many Services (ten endpoints each) the lab
+// benchmark programs: LAB_BENCH_SERVICES, default 1,000.
+func benchServices(b *testing.B) int {
+	n := 1000
+	if s := os.Getenv("LAB_BENCH_SERVICES"); s != "" {
+		var err error
+		if n, err = strconv.Atoi(s); err != nil || n <= 0 || n > 65000 {
+			b.Fatalf("LAB_BENCH_SERVICES=%q: want 1..65000", s)
+		}
+	}
+	return n
+}
+
+func benchVIP(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 97, byte(i >> 8), byte(i)}) }
+
+func benchDest(i, j int) ipvs.Destination {
+	return ipvs.Destination{DestinationKey: ipvs.DestinationKey{
+		Addr: netip.AddrFrom4([4]byte{10, 245, byte(i >> 8), byte(i)}), Port: uint16(8000 + j)}, Weight: 1}
+}
+
+// BenchmarkLabDataplane programs n Services x 10 endpoints from scratch
+// with the Dataplane, then one endpoint change, then a full resync of the
+// unchanged plan, next to a plain loop over the same kernel interfaces
+// creating the same objects (the floor), in the same boot. Run it with
+//
+//	CGO_ENABLED=0 go test -exec 'labrun run -mem 512' -run NONE -bench LabDataplane -benchtime 1x ./ipvs/labtest
+func BenchmarkLabDataplane(b *testing.B) {
+	if !inGuest() {
+		b.Skip("guest-only")
+	}
+	n := benchServices(b)
+	k, err := ipvs.NewNetlink()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer k.Close()
+	a, err := ipvs.NewNetlinkAddresses()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer a.Close()
+	ct, err := ipvs.NewNetlinkConntrack()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ct.Close()
+	newDP := func() *ipvs.Dataplane {
+		dp, err := ipvs.New(ipvs.Config{Kernel: k, Addresses: a, Sysctls: ipvs.ProcSysctls{}, Conntrack: ct})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return dp
+	}
+	clear := func() {
+		if err := newDP().Apply(b.Context(), plugin.Update{Plan: &model.Plan{}, Full: true}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	clear()
+
+	plan := &model.Plan{Services: map[model.ServiceKey]*model.ServicePlan{}}
+	for i := range n {
+		sk := model.ServiceKey{Namespace: "bench", Name: "svc" + strconv.Itoa(i)}
+		vs := model.VirtualService{
+			VirtualServiceKey: model.VirtualServiceKey{Addr: benchVIP(i), Port: 80, Protocol: model.TCP},
+			Kind:              model.FrontendClusterIP, Scheduler: "rr",
+		}
+		for j := range 10 {
+			d := benchDest(i, j)
+			vs.Destinations = append(vs.Destinations, model.Destination{Addr: d.Addr, Port: d.Port, Weight: 1})
+		}
+		plan.Services[sk] = &model.ServicePlan{Key: sk, VirtualServices: []model.VirtualService{vs}}
+	}
+
+	for b.Loop() {
+		// The floor: the same objects, created in a plain loop.
+		start := time.Now()
+		for i := range n {
+			vip := benchVIP(i)
+			if err := a.AddAddr(DummyName, vip); err != nil {
+				b.Fatal(err)
+			}
+			key := model.VirtualServiceKey{Addr: vip, Port: 80, Protocol: model.TCP}
+			if err := k.AddService(ipvs.Service{VirtualServiceKey: key, Scheduler: "rr"}); err != nil {
+				b.Fatal(err)
+			}
+			for j := range 10 {
+				if err := k.AddDestination(key, benchDest(i, j)); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		floor := time.Since(start)
+		clear()
+
+		dp := newDP()
+		start = time.Now()
+		if err := dp.Apply(b.Context(), plugin.Update{Plan: plan, Full: true}); err != nil {
+			b.Fatal(err)
+		}
+		scratch := time.Since(start)
+
+		sk := model.ServiceKey{Namespace: "bench", Name: "svc42"}
+		plan.Services[sk].VirtualServices[0].Destinations[0].Weight = 2
+		start = time.Now()
+		if err := dp.Apply(b.Context(), plugin.Update{Plan: plan, Changed: []model.ServiceKey{sk}}); err != nil {
+			b.Fatal(err)
+		}
+		change := time.Since(start)
+		plan.Services[sk].VirtualServices[0].Destinations[0].Weight = 1
+
+		start = time.Now()
+		if err := newDP().Apply(b.Context(), plugin.Update{Plan: plan, Full: true}); err != nil {
+			b.Fatal(err)
+		}
+		restart := time.Since(start)
+		clear()
+
+		b.ReportMetric(float64(n), "services")
+		b.ReportMetric(floor.Seconds(), "floor-s")
+		b.ReportMetric(scratch.Seconds(), "scratch-s")
+		b.ReportMetric(scratch.Seconds()/floor.Seconds(), "scratch/floor")
+		b.ReportMetric(float64(change.Microseconds())/1000, "change-ms")
+		b.ReportMetric(restart.Seconds(), "restart-resync-s")
+	}
+}
