@@ -74,8 +74,10 @@ func newDataplane(cfg *config.Config) (plugin.Dataplane, error) {
 	case config.ModeIPVS:
 		ic := cfg.Dataplane.IPVS
 		dp, err := ipvs.Open(ipvs.Config{
-			Scheduler: ic.Scheduler,
-			StrictARP: ic.StrictARP == nil || *ic.StrictARP,
+			Scheduler:     ic.Scheduler,
+			StrictARP:     ic.StrictARP == nil || *ic.StrictARP,
+			ClusterCIDRs:  config.Prefixes(ic.ClusterCIDRs),
+			MasqueradeAll: ic.MasqueradeAll,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("dataplane.mode ipvs: %w", err)

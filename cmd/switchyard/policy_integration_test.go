@@ -18,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/switchyard-lb/switchyard/plugins/registry"
 	"github.com/switchyard-lb/switchyard/plugins/wasm/wasmtest"
@@ -52,7 +53,7 @@ func weights(metricsAddr, service string) (string, error) {
 	}
 	for _, s := range st.Desired {
 		for _, vs := range s.VirtualServices {
-			if s.Service != service || vs.Kind != "ClusterIP" {
+			if !strings.HasSuffix(s.Service, "/"+service) || vs.Kind != "ClusterIP" {
 				continue
 			}
 			out := vs.Scheduler
@@ -217,12 +218,17 @@ func TestIntegrationPolicies(t *testing.T) {
 	// 4. The Service's own parameters override the ConfigMap's.
 	setAnnotations := func(ann map[string]string) {
 		t.Helper()
-		svc, err := client.CoreV1().Services(ns).Get(ctx, "web", metav1.GetOptions{})
+		// The daemon writes the Service's status meanwhile.
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			svc, err := client.CoreV1().Services(ns).Get(ctx, "web", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			svc.Annotations = ann
+			_, err = client.CoreV1().Services(ns).Update(ctx, svc, metav1.UpdateOptions{})
+			return err
+		})
 		if err != nil {
-			t.Fatal(err)
-		}
-		svc.Annotations = ann
-		if _, err := client.CoreV1().Services(ns).Update(ctx, svc, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -248,7 +254,7 @@ func TestIntegrationPolicies(t *testing.T) {
 	waitWeights("garbage", "web", "wrr 10.1.0.1:8080=7 10.1.0.2:8080=0")
 
 	// 7. A module that does not match its pin is refused too.
-	cm.BinaryData = map[string][]byte{registry.KeyModule: module}
+	cm.BinaryData = map[string][]byte{registry.KeyModuleGzip: gzipBytes(t, module)}
 	cm.Data = map[string]string{registry.KeyPin: registry.Digest([]byte("another module"))}
 	if cm, err = cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)

@@ -107,6 +107,17 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
+// compileCacheDir is where compiled modules are kept between runs: the
+// user cache directory's switchyard/wazero, "" (no cache) when there is
+// none.
+func compileCacheDir() string {
+	d, err := os.UserCacheDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(d, "switchyard", "wazero")
+}
+
 func oneArg(args []string, what string) (string, error) {
 	switch len(args) {
 	case 0:
@@ -139,7 +150,12 @@ func loadModule(ctx context.Context, path string, deadline time.Duration) (*wasm
 	if err != nil {
 		return nil, nil, err
 	}
-	rt, err := wasm.NewRuntime(ctx, wasm.Config{MemoryLimitPages: 512, Deadline: deadline})
+	cfg := wasm.Config{MemoryLimitPages: 512, Deadline: deadline, CacheDir: compileCacheDir()}
+	rt, err := wasm.NewRuntime(ctx, cfg)
+	if err != nil && cfg.CacheDir != "" { // an unwritable cache: run without
+		cfg.CacheDir = ""
+		rt, err = wasm.NewRuntime(ctx, cfg)
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("start the WebAssembly runtime: %w", err)
 	}

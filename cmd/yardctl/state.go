@@ -173,7 +173,25 @@ func printState(w io.Writer, st *reconcile.State) error {
 		}
 		fmt.Fprintf(w, "\nAnnounced by %s: %s\n", name, strings.Join(addrs, ", "))
 	}
-	return nil
+	return printPolicies(w, st.Policies)
+}
+
+// printPolicies lists the Services' policies, failing ones with why.
+func printPolicies(w io.Writer, policies []reconcile.PolicyState) error {
+	if len(policies) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SERVICE\tPOLICY\tREADY\tREASON\tMESSAGE")
+	for _, p := range policies {
+		msg := ""
+		if !p.Ready {
+			msg = p.Message
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", p.Service, p.Policy, yesNo(p.Ready), p.Reason, msg)
+	}
+	return tw.Flush()
 }
 
 // ipvsTable turns the applied plans back into virtual services, sorted

@@ -48,6 +48,10 @@ var testState = reconcile.State{
 	Announced: map[string][]reconcile.AnnouncementState{
 		"l2": {{Address: netip.MustParseAddr("192.0.2.1"), Service: "default/web"}},
 	},
+	Policies: []reconcile.PolicyState{
+		{Service: "default/api", Policy: "zone", Reason: "LoadFailed", Message: "policy zone: invalid policy module"},
+		{Service: "default/web", Policy: "builtin:local-first", Ready: true, Reason: "Evaluated", Message: "policy builtin:local-first evaluated"},
+	},
 }
 
 func stateServer(t *testing.T, code int, body []byte) *httptest.Server {
@@ -88,6 +92,10 @@ default/web    LoadBalancer/Local  TCP    192.0.2.1:80   mh(mh-port)  10.1.0.1:8
 Not applied yet: default/web, default/gone (to remove)
 
 Announced by l2: 192.0.2.1 (default/web)
+
+SERVICE      POLICY               READY  REASON      MESSAGE
+default/api  zone                 no     LoadFailed  policy zone: invalid policy module
+default/web  builtin:local-first  yes    Evaluated   
 `
 	if diff := cmp.Diff(want, out); diff != "" {
 		t.Errorf("state output mismatch (-want +got):\n%s", diff)

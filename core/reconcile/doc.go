@@ -13,6 +13,17 @@
 //  4. only then do announcers announce new addresses and the health check
 //     servers report new counts.
 //
+// With Config.Policies set, a policy stage (policy.go) sits between the
+// planner and the plugins: it evaluates each Service's balancing policy
+// per Service port (on a change of the Service, its endpoints or its
+// policy, on the statistics tick and when a result asks to be
+// re-evaluated), folds the weights and scheduler into a copy of the
+// planner's plan, and hands the dataplane only the Services whose weighted
+// plan changed. The planner stays pure. A policy's failure (load, trap,
+// deadline, invalid output) stays with its Service: it falls back to its
+// last good result, else uniform weights, and PolicyReporter, metrics and
+// State say why; the sync itself does not fail.
+//
 // Errors of every plugin are joined and returned, so the runner retries.
 // The handlers of the watch only record changes; this loop is the one
 // place that acts on them. The daemon wires it as

@@ -55,6 +55,23 @@ type Config struct {
 	// FullSyncPeriod bounds the time between full resyncs while every
 	// sync carries changes; 0 means DefaultFullSyncPeriod.
 	FullSyncPeriod time.Duration
+
+	// Policies nil: no policy stage; the planner's weights apply.
+	Policies Policies
+	// PolicyReporter nil: failures are only counted and logged.
+	PolicyReporter PolicyReporter
+	// PolicyMetrics nil: unregistered metrics.
+	PolicyMetrics *PolicyMetrics
+	// PolicyDeadline bounds one evaluation; 0 means DefaultPolicyDeadline.
+	PolicyDeadline time.Duration
+	// PolicyErrorReason, when set, names the failure reason of an
+	// evaluation error for metrics and conditions (one of the Failure*
+	// values); the loop tells only deadlines and invalid results apart.
+	PolicyErrorReason func(error) string
+	// StatsInterval, when non-zero, re-evaluates every policy at most
+	// that often (the statistics tick); the daemon triggers the runner
+	// at that interval.
+	StatsInterval time.Duration
 }
 
 // Loop is the reconcile loop. Sync must not run concurrently with itself
@@ -80,6 +97,8 @@ type Loop struct {
 	// healthDirty is set when health changed or its last Sync failed.
 	healthDirty bool
 	counts      counts
+	// policies is the policy stage; nil without Config.Policies.
+	policies *policyStage
 
 	mu          sync.Mutex // guards the fields below, read by State and LastSync
 	desired     map[model.ServiceKey]*model.ServicePlan
@@ -90,6 +109,7 @@ type Loop struct {
 	lastErr     error
 	pendingOpts *plan.Options
 	forceFull   bool
+	policyView  []PolicyState
 }
 
 // announcerState is what the loop last sent one announcer.
@@ -142,6 +162,9 @@ func New(cfg Config) *Loop {
 	if l.fullSync <= 0 {
 		l.fullSync = DefaultFullSyncPeriod
 	}
+	if cfg.Policies != nil {
+		l.policies = newPolicyStage(&l.cfg)
+	}
 	return l
 }
 
@@ -174,7 +197,7 @@ func (l *Loop) LastSync() (time.Time, error) {
 func (l *Loop) Sync(ctx context.Context) (err error) {
 	l.syncMu.Lock()
 	defer l.syncMu.Unlock()
-	if !l.cfg.Source.HasSynced() {
+	if !l.cfg.Source.HasSynced() || (l.policies != nil && !l.cfg.Policies.HasSynced()) {
 		return nil
 	}
 	start := l.now()
@@ -209,6 +232,17 @@ func (l *Loop) Sync(ctx context.Context) (err error) {
 		changed = union(changed, l.cfg.Planner.SetOptions(*opts))
 	}
 	p := l.cfg.Planner.Plan()
+	if l.policies != nil {
+		// The policies weigh the planner's plans; the dataplane sees
+		// only the Services whose weighted plan changed.
+		l.policies.record(d.Services, start)
+		changed, p = l.policies.apply(ctx, start, l.nodes[l.cfg.NodeName], p, changed)
+		if view := l.policies.takeView(); view != nil {
+			l.mu.Lock()
+			l.policyView = view
+			l.mu.Unlock()
+		}
+	}
 	full := l.needFull || forceFull || (d.Empty() && len(changed) == 0) || start.Sub(l.lastFull) >= l.fullSync
 	l.triggers = append(l.triggers, d.TriggerTimes...)
 	if len(l.triggers) > maxPendingTriggers {

@@ -22,6 +22,18 @@ type State struct {
 	Applied []ServiceState `json:"applied"`
 	// Announced is what each announcer last accepted, by announcer name.
 	Announced map[string][]AnnouncementState `json:"announced"`
+	// Policies is each evaluated Service's policy and whether it works,
+	// sorted by Service; empty without a policy stage.
+	Policies []PolicyState `json:"policies,omitempty"`
+}
+
+// PolicyState is a Service's policy and its PolicyReady condition.
+type PolicyState struct {
+	Service string `json:"service"` // namespace/name
+	Policy  string `json:"policy"`
+	Ready   bool   `json:"ready"`
+	Reason  string `json:"reason"`
+	Message string `json:"message,omitempty"`
 }
 
 // AnnouncementState is one announced address.
@@ -77,7 +89,9 @@ func (l *Loop) State() State {
 		}
 		st.Announced[name] = list
 	}
+	policies := l.policyView
 	l.mu.Unlock()
+	st.Policies = policies // replaced, never modified, by Sync
 	st.Desired = view(desired)
 	st.Applied = view(applied)
 	return st

@@ -1,0 +1,558 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/core/plan"
+	"github.com/switchyard-lb/switchyard/core/plugin"
+)
+
+// DefaultPolicyDeadline bounds one policy evaluation when
+// Config.PolicyDeadline is zero.
+const DefaultPolicyDeadline = 50 * time.Millisecond
+
+// Event reasons and condition reasons of the policy stage.
+const (
+	// ReasonPolicyFailed: the Service's policy could not be loaded or
+	// evaluated (warning Event).
+	ReasonPolicyFailed = "PolicyFailed"
+	// ReasonPolicyFallback: the Service is balanced by a fallback (the
+	// policy's last good result, else uniform weights) (warning Event).
+	ReasonPolicyFallback = "PolicyFallback"
+	// ReasonPolicyEvaluated is the reason of a True PolicyReady condition.
+	ReasonPolicyEvaluated = "Evaluated"
+)
+
+// Values of the reason label of PolicyMetrics.Failures, as Config.PolicyErrorReason
+// reports them; the loop itself tells only ReasonLoad, ReasonDeadline,
+// ReasonInvalidOutput and ReasonError apart.
+const (
+	FailureLoad          = "load"
+	FailureDeadline      = "deadline"
+	FailureTrap          = "trap"
+	FailureDeclined      = "declined"
+	FailureInvalidOutput = "invalid_output"
+	FailureError         = "error"
+)
+
+// ErrNoPolicy, wrapped by a Resolve error, says the named policy does not
+// exist (for example its ConfigMap was deleted): the Service then falls
+// back to uniform weights at once rather than to its last good result,
+// which came from the policy that is gone.
+var ErrNoPolicy = errors.New("no such policy")
+
+// Policies resolves the balancing policy of a Service; plugins/registry
+// implements it.
+type Policies interface {
+	// HasSynced reports whether every policy known at start has been
+	// loaded (or has failed to), so the first evaluations do not fall
+	// back only because a module is still compiling.
+	HasSynced() bool
+	// Resolve returns the policy svc uses: its name (for metrics, Events
+	// and Changed; set even when err is not nil), the policy and the
+	// parameters to pass it. err says why the policy cannot be used.
+	Resolve(svc *model.Service) (name string, p plugin.Policy, params []byte, err error)
+	// Changed returns the names of the policies that changed (loaded,
+	// reloaded, deleted, or became or stopped being the default) since
+	// the previous call.
+	Changed() []string
+}
+
+// PolicyReporter tells the user about a Service's policy: the daemon
+// records Events and writes the Service's switchyard.dev/PolicyReady
+// condition. Calls are made from the loop's goroutine and must not block.
+type PolicyReporter interface {
+	// PolicyEvent records a warning Event on the Service.
+	PolicyEvent(svc model.ServiceKey, reason, message string)
+	// PolicyCondition reports the Service's PolicyReady condition. The
+	// loop calls it when the condition changes, and once with ready and
+	// an empty reason when the Service is gone.
+	PolicyCondition(svc model.ServiceKey, ready bool, reason, message string)
+}
+
+// policyStatus is a Service's PolicyReady condition.
+type policyStatus struct {
+	ready           bool
+	reason, message string
+}
+
+// groupKey identifies the virtual services of a ServicePlan that share a
+// destination set: those of one Service port and traffic locality.
+type groupKey struct {
+	portName string
+	protocol model.Protocol
+	local    bool
+}
+
+// decision is a policy's result for one group, by endpoint.
+type decision struct {
+	weights   map[model.EndpointKey]uint32
+	scheduler string
+	flags     []string
+}
+
+// policyStage folds policy decisions into the planner's plan. It is owned
+// by the loop's Sync (guarded by syncMu).
+type policyStage struct {
+	cfg      *Config
+	deadline time.Duration
+	reason   func(error) string
+	m        *PolicyMetrics
+
+	services  map[model.ServiceKey]model.ServiceState
+	uses      map[model.ServiceKey]string // policy name each Service last resolved to
+	lastGood  map[model.ServiceKey]map[groupKey]decision
+	firstSeen map[model.ServiceKey]map[model.EndpointKey]time.Time
+	status    map[model.ServiceKey]policyStatus
+	due       map[model.ServiceKey]time.Time // Reevaluate
+	touched   []model.ServiceKey             // changed in the watch since apply
+	viewDirty bool                           // status or uses changed since takeView
+	lastTick  time.Time
+	// weighted is the plan handed to the dataplane: the planner's plans,
+	// with the policies' weights and schedulers.
+	weighted map[model.ServiceKey]*model.ServicePlan
+}
+
+func newPolicyStage(cfg *Config) *policyStage {
+	s := &policyStage{
+		cfg:       cfg,
+		deadline:  cfg.PolicyDeadline,
+		reason:    cfg.PolicyErrorReason,
+		m:         cfg.PolicyMetrics,
+		services:  make(map[model.ServiceKey]model.ServiceState),
+		uses:      make(map[model.ServiceKey]string),
+		lastGood:  make(map[model.ServiceKey]map[groupKey]decision),
+		firstSeen: make(map[model.ServiceKey]map[model.EndpointKey]time.Time),
+		status:    make(map[model.ServiceKey]policyStatus),
+		due:       make(map[model.ServiceKey]time.Time),
+		weighted:  make(map[model.ServiceKey]*model.ServicePlan),
+	}
+	if s.deadline <= 0 {
+		s.deadline = DefaultPolicyDeadline
+	}
+	if s.m == nil {
+		s.m = NewPolicyMetrics(nil)
+	}
+	return s
+}
+
+// record keeps the watch's view of the changed Services, which policies
+// see.
+func (s *policyStage) record(services map[model.ServiceKey]model.ServiceState, now time.Time) {
+	for k, st := range services {
+		s.touched = append(s.touched, k)
+		if st.Service == nil {
+			delete(s.services, k)
+			delete(s.firstSeen, k)
+			continue
+		}
+		s.services[k] = st
+		seen := s.firstSeen[k]
+		if seen == nil {
+			seen = make(map[model.EndpointKey]time.Time, len(st.Endpoints))
+			s.firstSeen[k] = seen
+		}
+		keep := make(map[model.EndpointKey]bool, len(st.Endpoints))
+		for _, ep := range st.Endpoints {
+			key := ep.Key()
+			keep[key] = true
+			if _, ok := seen[key]; !ok {
+				seen[key] = now
+			}
+		}
+		maps.DeleteFunc(seen, func(key model.EndpointKey, _ time.Time) bool { return !keep[key] })
+	}
+}
+
+// apply evaluates the policies of the Services that need it: those the
+// planner or the watch changed, those whose policy changed, those whose Reevaluate
+// interval passed, and all on a statistics tick. It returns the keys
+// whose weighted plan changed, sorted, and the weighted plan.
+func (s *policyStage) apply(ctx context.Context, now time.Time, node *model.Node, p *model.Plan, changed []model.ServiceKey) ([]model.ServiceKey, *model.Plan) {
+	dirty := make(map[model.ServiceKey]bool, len(changed))
+	for _, k := range changed {
+		dirty[k] = true
+	}
+	// A Service's annotations or endpoints may change its policy's
+	// decision without changing the planner's plan.
+	for _, k := range s.touched {
+		dirty[k] = true
+	}
+	s.touched = s.touched[:0]
+	if names := s.cfg.Policies.Changed(); len(names) > 0 {
+		for k, name := range s.uses {
+			if slices.Contains(names, name) {
+				dirty[k] = true
+			}
+		}
+	}
+	for k, at := range s.due {
+		if !now.Before(at) {
+			dirty[k] = true
+		}
+	}
+	if iv := s.cfg.StatsInterval; iv > 0 && now.Sub(s.lastTick) >= iv {
+		s.lastTick = now
+		// A failing Service waits for a change of its own or of its
+		// policy: a module that overruns its deadline would otherwise
+		// cost every tick a deadline per Service.
+		for k := range s.weighted {
+			if st, ok := s.status[k]; !ok || st.ready {
+				dirty[k] = true
+			}
+		}
+	}
+	var out []model.ServiceKey
+	for k := range dirty {
+		base := p.Services[k]
+		old, had := s.weighted[k]
+		if base == nil {
+			delete(s.weighted, k)
+			s.forget(k)
+			if had {
+				out = append(out, k)
+			}
+			continue
+		}
+		w := s.evaluate(ctx, now, node, k, base)
+		s.weighted[k] = w
+		if !had || !w.Equal(old) {
+			out = append(out, k)
+		}
+	}
+	slices.SortFunc(out, model.ServiceKey.Compare)
+	return out, &model.Plan{Services: s.weighted}
+}
+
+// forget drops what the stage knows of a deleted Service.
+func (s *policyStage) forget(k model.ServiceKey) {
+	delete(s.uses, k)
+	delete(s.lastGood, k)
+	delete(s.due, k)
+	s.viewDirty = true
+	if _, ok := s.status[k]; ok {
+		delete(s.status, k)
+		if r := s.cfg.PolicyReporter; r != nil {
+			r.PolicyCondition(k, true, "", "")
+		}
+	}
+}
+
+// evaluate returns base with the decisions of k's policy folded in. A
+// failure falls back per group and is reported; it never fails the sync.
+func (s *policyStage) evaluate(ctx context.Context, now time.Time, node *model.Node, k model.ServiceKey, base *model.ServicePlan) *model.ServicePlan {
+	st := s.services[k]
+	delete(s.due, k)
+	if st.Service == nil || len(base.VirtualServices) == 0 {
+		return base
+	}
+	name, pol, params, err := s.cfg.Policies.Resolve(st.Service)
+	if s.uses[k] != name {
+		s.uses[k] = name
+		s.viewDirty = true
+	}
+	if err == nil && st.Service.PolicyParams != "" {
+		params = []byte(st.Service.PolicyParams)
+	}
+	var failure error
+	failReason := ""
+	if err != nil {
+		failure, failReason = err, FailureLoad
+		s.m.Failures.WithLabelValues(name, FailureLoad).Inc()
+		if errors.Is(err, ErrNoPolicy) {
+			delete(s.lastGood, k)
+		}
+	}
+	decisions := make(map[groupKey]decision)
+	good := s.lastGood[k]
+	var fallbacks []string
+	var reeval time.Duration
+	for _, vs := range base.VirtualServices {
+		g := groupKey{vs.PortName, vs.Protocol, vs.Local}
+		if _, done := decisions[g]; done || len(vs.Destinations) == 0 {
+			continue
+		}
+		in := s.input(now, node, st, vs, params)
+		if failure == nil || failReason != FailureLoad {
+			d, re, err := s.evaluateGroup(ctx, name, pol, in)
+			if err == nil {
+				decisions[g] = d
+				if good == nil {
+					good = make(map[groupKey]decision)
+					s.lastGood[k] = good
+				}
+				good[g] = d
+				if re > 0 && (reeval == 0 || re < reeval) {
+					reeval = re
+				}
+				continue
+			}
+			if failure == nil {
+				failure, failReason = fmt.Errorf("port %s: %w", portLabel(vs), err), s.classify(err)
+			}
+			s.m.Failures.WithLabelValues(name, s.classify(err)).Inc()
+		}
+		// Fall back: the last good decision when it covers the same
+		// endpoints, else the planner's uniform weights.
+		if d, ok := good[g]; ok && sameEndpoints(d, in.Endpoints) {
+			decisions[g] = d
+			fallbacks = append(fallbacks, fmt.Sprintf("port %s: the last good result", portLabel(vs)))
+		} else {
+			fallbacks = append(fallbacks, fmt.Sprintf("port %s: uniform weights", portLabel(vs)))
+		}
+	}
+	if reeval > 0 {
+		s.due[k] = now.Add(reeval)
+	}
+	s.report(k, name, st.Service.Policy != "", failure, failReason, fallbacks)
+	return fold(base, decisions, st.Service.Scheduler != "")
+}
+
+// evaluateGroup runs the policy for one group under the deadline and
+// checks its result.
+func (s *policyStage) evaluateGroup(ctx context.Context, name string, pol plugin.Policy, in *plugin.PolicyInput) (decision, time.Duration, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.deadline)
+	defer cancel()
+	start := time.Now()
+	res, err := safeEvaluate(ctx, pol, in)
+	s.m.Duration.WithLabelValues(name).Observe(time.Since(start).Seconds())
+	if err == nil {
+		err = checkResult(in, res)
+	}
+	if err == nil && ctx.Err() != nil {
+		err = fmt.Errorf("policy returned after its deadline of %v: %w", s.deadline, context.DeadlineExceeded)
+	}
+	if err != nil {
+		s.m.Evaluations.WithLabelValues(name, ResultFailure).Inc()
+		return decision{}, 0, err
+	}
+	s.m.Evaluations.WithLabelValues(name, ResultSuccess).Inc()
+	d := decision{weights: make(map[model.EndpointKey]uint32, len(in.Endpoints)), scheduler: res.Scheduler, flags: slices.Clone(res.Flags)}
+	for i := range in.Endpoints {
+		d.weights[in.Endpoints[i].Key()] = res.Weights[i]
+	}
+	return d, res.Reevaluate, nil
+}
+
+// safeEvaluate turns a panic of an in-process policy into an error, so
+// that it fails that Service only.
+func safeEvaluate(ctx context.Context, pol plugin.Policy, in *plugin.PolicyInput) (res plugin.PolicyResult, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("policy %s panicked: %v", pol.Name(), v)
+		}
+	}()
+	return pol.Evaluate(ctx, in)
+}
+
+// errInvalidResult marks a result the loop refuses.
+var errInvalidResult = errors.New("invalid policy result")
+
+// maxWeight is the largest weight IPVS accepts (a signed 32-bit value).
+const maxWeight = 1<<31 - 1
+
+func checkResult(in *plugin.PolicyInput, res plugin.PolicyResult) error {
+	if len(res.Weights) != len(in.Endpoints) {
+		return fmt.Errorf("%w: %d weights for %d endpoints", errInvalidResult, len(res.Weights), len(in.Endpoints))
+	}
+	for i, w := range res.Weights {
+		if w > maxWeight {
+			return fmt.Errorf("%w: weight %d of endpoint %d is above %d", errInvalidResult, w, i, maxWeight)
+		}
+	}
+	if res.Scheduler != "" && !plan.ValidScheduler(res.Scheduler) {
+		return fmt.Errorf("%w: unknown IPVS scheduler %q", errInvalidResult, res.Scheduler)
+	}
+	if res.Reevaluate < 0 {
+		return fmt.Errorf("%w: negative re-evaluation interval %v", errInvalidResult, res.Reevaluate)
+	}
+	return nil
+}
+
+func (s *policyStage) classify(err error) string {
+	switch {
+	case errors.Is(err, errInvalidResult):
+		return FailureInvalidOutput
+	case s.reason != nil:
+		if r := s.reason(err); r != "" {
+			return r
+		}
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return FailureDeadline
+	}
+	return FailureError
+}
+
+// report updates k's PolicyReady condition and sends Events when it
+// changes. explicit is set when the Service names its policy.
+func (s *policyStage) report(k model.ServiceKey, name string, explicit bool, failure error, reason string, fallbacks []string) {
+	next := policyStatus{ready: true, reason: ReasonPolicyEvaluated, message: fmt.Sprintf("policy %s evaluated", name)}
+	if failure != nil {
+		next = policyStatus{reason: policyConditionReason(reason), message: fmt.Sprintf("policy %s: %v", name, failure)}
+	}
+	prev, had := s.status[k]
+	if had && prev == next {
+		return
+	}
+	s.status[k] = next
+	s.viewDirty = true
+	r := s.cfg.PolicyReporter
+	// A Service that names no policy and works needs no condition: that
+	// would be a status write per Service and node at start.
+	if r == nil || (failure == nil && !explicit && (!had || prev.ready)) {
+		return
+	}
+	if failure != nil {
+		r.PolicyEvent(k, ReasonPolicyFailed, next.message)
+		if len(fallbacks) > 0 {
+			r.PolicyEvent(k, ReasonPolicyFallback, "balancing with "+strings.Join(fallbacks, ", "))
+		}
+	}
+	r.PolicyCondition(k, next.ready, next.reason, next.message)
+}
+
+// policyConditionReason turns a failure reason into a condition reason
+// (CamelCase, as Kubernetes conditions want).
+func policyConditionReason(failure string) string {
+	switch failure {
+	case FailureLoad:
+		return "LoadFailed"
+	case FailureDeadline:
+		return "DeadlineExceeded"
+	case FailureTrap:
+		return "Trapped"
+	case FailureDeclined:
+		return "Declined"
+	case FailureInvalidOutput:
+		return "InvalidOutput"
+	}
+	return "EvaluationFailed"
+}
+
+// input builds what the policy sees of one group: the endpoints among the
+// group's destinations, sorted by address then port.
+func (s *policyStage) input(now time.Time, node *model.Node, st model.ServiceState, vs model.VirtualService, params []byte) *plugin.PolicyInput {
+	in := &plugin.PolicyInput{Service: st.Service, Node: node, Now: now, Params: params}
+	for _, p := range st.Service.Ports {
+		if p.Name == vs.PortName && p.Protocol == vs.Protocol {
+			in.Port = p
+			break
+		}
+	}
+	seen := s.firstSeen[st.Service.Key]
+	in.Endpoints = make([]plugin.PolicyEndpoint, 0, len(vs.Destinations))
+	for _, d := range vs.Destinations {
+		i := slices.IndexFunc(st.Endpoints, func(ep model.Endpoint) bool {
+			return ep.Addr == d.Addr && ep.Port == d.Port && ep.Protocol == vs.Protocol && ep.PortName == vs.PortName
+		})
+		if i < 0 {
+			continue
+		}
+		ep := plugin.PolicyEndpoint{Endpoint: st.Endpoints[i], FirstSeen: seen[st.Endpoints[i].Key()]}
+		if node != nil {
+			ep.Local = ep.NodeName != "" && ep.NodeName == node.Name
+			ep.SameZone = ep.Zone != "" && ep.Zone == node.Zone
+		}
+		in.Endpoints = append(in.Endpoints, ep)
+	}
+	return in
+}
+
+func sameEndpoints(d decision, eps []plugin.PolicyEndpoint) bool {
+	if len(d.weights) != len(eps) {
+		return false
+	}
+	for i := range eps {
+		if _, ok := d.weights[eps[i].Key()]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// fold returns base with decisions applied; base itself when they change
+// nothing. A policy's scheduler replaces the planner's; without one, a
+// Service on the default rr scheduler moves to wrr when the weights
+// differ, since rr ignores weights (a scheduler the switchyard.dev/scheduler
+// annotation chose is kept).
+func fold(base *model.ServicePlan, decisions map[groupKey]decision, pinned bool) *model.ServicePlan {
+	var vss []model.VirtualService
+	for i, vs := range base.VirtualServices {
+		d, ok := decisions[groupKey{vs.PortName, vs.Protocol, vs.Local}]
+		if !ok {
+			continue
+		}
+		next := vs
+		next.Destinations = make([]model.Destination, len(vs.Destinations))
+		for j, dst := range vs.Destinations {
+			if w, known := d.weights[model.EndpointKey{Addr: dst.Addr, Port: dst.Port, Protocol: vs.Protocol}]; known {
+				dst.Weight = w
+			}
+			next.Destinations[j] = dst
+		}
+		switch {
+		case d.scheduler != "":
+			next.Scheduler, next.Flags = d.scheduler, slices.Clone(d.flags)
+		case !pinned && next.Scheduler == "rr" && unequal(next.Destinations):
+			next.Scheduler = "wrr"
+		}
+		if next.Equal(vs) {
+			continue
+		}
+		if vss == nil {
+			vss = slices.Clone(base.VirtualServices)
+		}
+		vss[i] = next
+	}
+	if vss == nil {
+		return base
+	}
+	out := *base
+	out.VirtualServices = vss
+	return &out
+}
+
+// unequal reports whether the non-zero weights differ.
+func unequal(ds []model.Destination) bool {
+	var first uint32
+	for _, d := range ds {
+		switch {
+		case d.Weight == 0:
+		case first == 0:
+			first = d.Weight
+		case d.Weight != first:
+			return true
+		}
+	}
+	return false
+}
+
+func portLabel(vs model.VirtualService) string {
+	if vs.PortName != "" {
+		return vs.PortName + "/" + vs.Protocol.String()
+	}
+	return fmt.Sprintf("%d/%s", vs.Port, vs.Protocol)
+}
+
+// takeView returns every Service's policy state for State, sorted, when
+// it changed since the previous call; nil otherwise.
+func (s *policyStage) takeView() []PolicyState {
+	if !s.viewDirty {
+		return nil
+	}
+	s.viewDirty = false
+	out := make([]PolicyState, 0, len(s.status))
+	for _, k := range slices.SortedFunc(maps.Keys(s.status), model.ServiceKey.Compare) {
+		st := s.status[k]
+		out = append(out, PolicyState{Service: k.String(), Policy: s.uses[k], Ready: st.ready, Reason: st.reason, Message: st.message})
+	}
+	return out
+}

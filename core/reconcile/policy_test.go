@@ -1,0 +1,365 @@
+package reconcile_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/core/plan"
+	"github.com/switchyard-lb/switchyard/core/plugin"
+	"github.com/switchyard-lb/switchyard/core/reconcile"
+	"github.com/switchyard-lb/switchyard/core/reconcile/reconciletest"
+)
+
+// policyHarness is a harness whose loop runs the policy stage over a fake
+// policy table, with web on policy "weights" and lb on the default.
+type policyHarness struct {
+	*harness
+	pols *reconciletest.Policies
+	rep  *reconciletest.Reporter
+	pm   *reconcile.PolicyMetrics
+	now  time.Time
+}
+
+func newPolicyHarness(t *testing.T, stats time.Duration) *policyHarness {
+	h := &policyHarness{harness: newHarness(t), pols: reconciletest.NewPolicies("uniform"),
+		rep: reconciletest.NewReporter(), pm: reconcile.NewPolicyMetrics(nil), now: t0}
+	h.pols.Set("uniform", reconciletest.NewFunc("uniform", weights()), nil, nil)
+	h.loop = reconcile.New(reconcile.Config{
+		NodeName: "node-a", Source: h.src, Planner: plan.New(plan.Options{}), Dataplane: h.dp,
+		Now: func() time.Time { return h.now }, Policies: h.pols, PolicyReporter: h.rep,
+		PolicyMetrics: h.pm, PolicyDeadline: 20 * time.Millisecond, StatsInterval: stats,
+	})
+	return h
+}
+
+// weights returns a policy function giving the i-th endpoint w[i]; every
+// endpoint gets 1 when w is empty.
+func weights(w ...uint32) func(context.Context, *plugin.PolicyInput) (plugin.PolicyResult, error) {
+	return func(_ context.Context, in *plugin.PolicyInput) (plugin.PolicyResult, error) {
+		out := make([]uint32, len(in.Endpoints))
+		for i := range out {
+			out[i] = 1
+			if i < len(w) {
+				out[i] = w[i]
+			}
+		}
+		return plugin.PolicyResult{Weights: out}, nil
+	}
+}
+
+func failing(err error) func(context.Context, *plugin.PolicyInput) (plugin.PolicyResult, error) {
+	return func(context.Context, *plugin.PolicyInput) (plugin.PolicyResult, error) {
+		return plugin.PolicyResult{}, err
+	}
+}
+
+func (h *policyHarness) start(t *testing.T) {
+	web := clusterIP(webKey, "10.96.0.1", webEndpoints...)
+	web.Service.Policy = "weights"
+	api := clusterIP(apiKey, "10.96.0.30", ep("10.244.1.9:8080", "node-a"), ep("10.244.2.9:8080", "node-b"))
+	h.src.Push(model.Delta{Nodes: map[string]*model.Node{"node-a": nodeA},
+		Services: map[model.ServiceKey]model.ServiceState{webKey: web, apiKey: api}})
+	h.src.SetSynced(true)
+	mustSync(t, h.loop)
+}
+
+var (
+	apiTable     = []string{"TCP 10.96.0.30:80 rr", "-> 10.244.1.9:8080 Masq 1 0 0", "-> 10.244.2.9:8080 Masq 1 0 0"}
+	webUniform   = []string{"TCP 10.96.0.1:80 rr", "-> 10.244.1.2:8080 Masq 1 0 0", "-> 10.244.2.2:8080 Masq 1 0 0"}
+	webWeighted  = []string{"TCP 10.96.0.1:80 wrr", "-> 10.244.1.2:8080 Masq 3 0 0", "-> 10.244.2.2:8080 Masq 1 0 0"}
+	webWeighted2 = []string{"TCP 10.96.0.1:80 rr", "-> 10.244.1.2:8080 Masq 5 0 0", "-> 10.244.2.2:8080 Masq 0 0 0"}
+)
+
+// TestPolicyStage runs a sequence of policy changes and failures and
+// checks after each sync what the dataplane holds, what it was asked to
+// change, and what the user was told.
+func TestPolicyStage(t *testing.T) {
+	h := newPolicyHarness(t, 0)
+	h.pols.Set("weights", reconciletest.NewFunc("weights", weights(3, 1)), nil, nil)
+	h.start(t)
+	ready := reconciletest.Condition{Ready: true, Reason: reconcile.ReasonPolicyEvaluated}
+
+	steps := []struct {
+		name        string
+		do          func()
+		wantTable   []string
+		wantChanged []model.ServiceKey // nil: no Apply
+		wantEvents  []string           // reasons
+		wantWeb     reconciletest.Condition
+	}{{
+		name:      "a policy's weights reach the dataplane, with wrr",
+		do:        func() {},
+		wantTable: cat(webWeighted, apiTable), wantWeb: ready,
+	}, {
+		name:      "the same result again changes nothing",
+		do:        func() { h.pols.Set("weights", reconciletest.NewFunc("weights", weights(3, 1)), nil, nil) },
+		wantTable: cat(webWeighted, apiTable), wantWeb: ready,
+	}, {
+		name:        "a reloaded policy changes its Services only",
+		do:          func() { h.pols.Set("weights", reconciletest.NewFunc("weights", weights(5, 0)), nil, nil) },
+		wantTable:   cat(webWeighted2, apiTable),
+		wantChanged: []model.ServiceKey{webKey}, wantWeb: ready,
+	}, {
+		name:       "a trap falls back to the last good result",
+		do:         func() { h.pols.Set("weights", reconciletest.NewFunc("weights", failing(errors.New("trap"))), nil, nil) },
+		wantTable:  cat(webWeighted2, apiTable),
+		wantEvents: []string{reconcile.ReasonPolicyFailed, reconcile.ReasonPolicyFallback},
+		wantWeb:    reconciletest.Condition{Reason: "EvaluationFailed", Message: "policy weights: port http/TCP: trap"},
+	}, {
+		name: "new endpoints while failing: uniform weights",
+		do: func() {
+			web := clusterIP(webKey, "10.96.0.1", webEndpoints[0])
+			web.Service.Policy = "weights"
+			h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{webKey: web}})
+		},
+		wantTable:   cat([]string{"TCP 10.96.0.1:80 rr", "-> 10.244.1.2:8080 Masq 1 0 0"}, apiTable),
+		wantChanged: []model.ServiceKey{webKey},
+		wantWeb:     reconciletest.Condition{Reason: "EvaluationFailed", Message: "policy weights: port http/TCP: trap"},
+	}, {
+		name:       "a load failure is reported once more with its reason",
+		do:         func() { h.pols.Set("weights", nil, nil, errors.New("garbage bytes")) },
+		wantTable:  cat([]string{"TCP 10.96.0.1:80 rr", "-> 10.244.1.2:8080 Masq 1 0 0"}, apiTable),
+		wantEvents: []string{reconcile.ReasonPolicyFailed, reconcile.ReasonPolicyFallback},
+		wantWeb:    reconciletest.Condition{Reason: "LoadFailed", Message: "policy weights: garbage bytes"},
+	}, {
+		name: "the policy recovers",
+		do: func() {
+			h.pols.Set("weights", reconciletest.NewFunc("weights", weights(3, 1)), nil, nil)
+			web := clusterIP(webKey, "10.96.0.1", webEndpoints...)
+			web.Service.Policy = "weights"
+			h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{webKey: web}})
+		},
+		wantTable:   cat(webWeighted, apiTable),
+		wantChanged: []model.ServiceKey{webKey}, wantWeb: ready,
+	}, {
+		name: "switching the annotation to another policy",
+		do: func() {
+			web := clusterIP(webKey, "10.96.0.1", webEndpoints...)
+			h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{webKey: web}})
+		},
+		wantTable:   cat(webUniform, apiTable),
+		wantChanged: []model.ServiceKey{webKey}, wantWeb: ready,
+	}}
+	for _, s := range steps {
+		before := h.dry.Stats().Applies
+		s.do()
+		mustSync(t, h.loop)
+		if diff := cmp.Diff(s.wantTable, table(h.dry)); diff != "" {
+			t.Errorf("%s: dataplane (-want +got):\n%s", s.name, diff)
+		}
+		st := h.dry.Stats()
+		var gotChanged []model.ServiceKey
+		if st.Applies > before {
+			gotChanged = st.LastChanged
+		}
+		if diff := cmp.Diff(s.wantChanged, gotChanged, cmpOpts...); diff != "" {
+			t.Errorf("%s: Services handed to the dataplane (-want +got):\n%s", s.name, diff)
+		}
+		var reasons []string
+		for _, e := range h.rep.TakeEvents() {
+			if e.Service != webKey {
+				t.Errorf("%s: event on %v: %+v", s.name, e.Service, e)
+			}
+			reasons = append(reasons, e.Reason)
+		}
+		if diff := cmp.Diff(s.wantEvents, reasons, cmpOpts...); diff != "" {
+			t.Errorf("%s: events (-want +got):\n%s", s.name, diff)
+		}
+		got := h.rep.Conditions()[webKey]
+		if s.wantWeb.Ready {
+			got.Message = "" // names the policy
+		}
+		if diff := cmp.Diff(s.wantWeb, got); diff != "" {
+			t.Errorf("%s: web's PolicyReady (-want +got):\n%s", s.name, diff)
+		}
+		if c, ok := h.rep.Conditions()[apiKey]; ok {
+			t.Errorf("%s: api (on the default policy, working) has a PolicyReady condition %+v, want none", s.name, c)
+		}
+	}
+	for name, c := range map[string]struct{ got, want float64 }{
+		"failures{weights,load}":   {testutil.ToFloat64(h.pm.Failures.WithLabelValues("weights", reconcile.FailureLoad)), 1},
+		"failures{weights,error}":  {testutil.ToFloat64(h.pm.Failures.WithLabelValues("weights", reconcile.FailureError)), 2},
+		"evaluations{api,failure}": {testutil.ToFloat64(h.pm.Evaluations.WithLabelValues("uniform", reconcile.ResultFailure)), 0},
+		"evaluations{web,failure}": {testutil.ToFloat64(h.pm.Evaluations.WithLabelValues("weights", reconcile.ResultFailure)), 2},
+		"evaluations{web,success}": {testutil.ToFloat64(h.pm.Evaluations.WithLabelValues("weights", reconcile.ResultSuccess)), 4},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s = %v, want %v", name, c.got, c.want)
+		}
+	}
+}
+
+// TestPolicyFailures checks that each kind of failure falls back to
+// uniform weights with its reason, and leaves the other Service alone.
+func TestPolicyFailures(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		fn         func(context.Context, *plugin.PolicyInput) (plugin.PolicyResult, error)
+		wantReason string
+		wantMetric string
+	}{{
+		name: "deadline",
+		fn: func(ctx context.Context, _ *plugin.PolicyInput) (plugin.PolicyResult, error) {
+			<-ctx.Done()
+			return plugin.PolicyResult{}, ctx.Err()
+		},
+		wantReason: "DeadlineExceeded", wantMetric: reconcile.FailureDeadline,
+	}, {
+		name: "returns after its deadline",
+		fn: func(ctx context.Context, in *plugin.PolicyInput) (plugin.PolicyResult, error) {
+			<-ctx.Done()
+			return weights()(ctx, in)
+		},
+		wantReason: "DeadlineExceeded", wantMetric: reconcile.FailureDeadline,
+	}, {
+		name: "panic",
+		fn: func(context.Context, *plugin.PolicyInput) (plugin.PolicyResult, error) {
+			panic("index out of range")
+		},
+		wantReason: "EvaluationFailed", wantMetric: reconcile.FailureError,
+	}, {
+		name: "too few weights",
+		fn: func(context.Context, *plugin.PolicyInput) (plugin.PolicyResult, error) {
+			return plugin.PolicyResult{Weights: []uint32{4}}, nil
+		},
+		wantReason: "InvalidOutput", wantMetric: reconcile.FailureInvalidOutput,
+	}, {
+		name: "unknown scheduler",
+		fn: func(ctx context.Context, in *plugin.PolicyInput) (plugin.PolicyResult, error) {
+			res, _ := weights(2, 1)(ctx, in)
+			res.Scheduler = "fastest"
+			return res, nil
+		},
+		wantReason: "InvalidOutput", wantMetric: reconcile.FailureInvalidOutput,
+	}, {
+		name: "weight above IPVS' range",
+		fn: func(context.Context, *plugin.PolicyInput) (plugin.PolicyResult, error) {
+			return plugin.PolicyResult{Weights: []uint32{1 << 31, 1}}, nil
+		},
+		wantReason: "InvalidOutput", wantMetric: reconcile.FailureInvalidOutput,
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newPolicyHarness(t, 0)
+			h.pols.Set("weights", reconciletest.NewFunc("weights", tc.fn), nil, nil)
+			h.start(t)
+			if diff := cmp.Diff(cat(webUniform, apiTable), table(h.dry)); diff != "" {
+				t.Errorf("dataplane (-want +got):\n%s", diff)
+			}
+			if c := h.rep.Conditions()[webKey]; c.Ready || c.Reason != tc.wantReason {
+				t.Errorf("web's PolicyReady = %+v, want False with reason %s", c, tc.wantReason)
+			}
+			if got := testutil.ToFloat64(h.pm.Failures.WithLabelValues("weights", tc.wantMetric)); got != 1 {
+				t.Errorf("failures{weights,%s} = %v, want 1", tc.wantMetric, got)
+			}
+			if c, ok := h.rep.Conditions()[apiKey]; ok {
+				t.Errorf("api's PolicyReady = %+v, want none", c)
+			}
+		})
+	}
+}
+
+// TestPolicyReevaluation checks the statistics tick and a policy's
+// Reevaluate interval.
+func TestPolicyReevaluation(t *testing.T) {
+	h := newPolicyHarness(t, 10*time.Second)
+	periodic := reconciletest.NewFunc("periodic", func(ctx context.Context, in *plugin.PolicyInput) (plugin.PolicyResult, error) {
+		res, err := weights(3, 1)(ctx, in)
+		res.Reevaluate = 2 * time.Second
+		return res, err
+	})
+	h.pols.Set("weights", periodic, nil, nil)
+	uniform := reconciletest.NewFunc("uniform", weights())
+	h.pols.Set("uniform", uniform, nil, nil)
+	h.start(t)
+	for _, s := range []struct {
+		at                      time.Duration
+		wantPeriodic, wantUnifm int
+	}{
+		{0, 1, 1},
+		{time.Second, 1, 1},      // nothing due
+		{2 * time.Second, 2, 1},  // web's Reevaluate
+		{10 * time.Second, 3, 2}, // the statistics tick
+		{11 * time.Second, 3, 2}, // web's next is due at 12s
+		{20 * time.Second, 4, 3}, // tick
+	} {
+		h.now = t0.Add(s.at)
+		mustSync(t, h.loop)
+		if got, got2 := periodic.Calls(), uniform.Calls(); got != s.wantPeriodic || got2 != s.wantUnifm {
+			t.Errorf("at %v: evaluations web %d, api %d; want %d, %d", s.at, got, got2, s.wantPeriodic, s.wantUnifm)
+		}
+	}
+}
+
+func TestPolicyWaitsForPolicies(t *testing.T) {
+	h := newPolicyHarness(t, 0)
+	h.pols.SetSynced(false)
+	h.start(t)
+	if st := h.dry.Stats(); st.Applies != 0 {
+		t.Errorf("the loop applied %d times before the policies synced", st.Applies)
+	}
+}
+
+// TestPolicyDefaultConditions checks that a Service on the default policy
+// gets a condition only once it fails, and True again when it recovers.
+func TestPolicyDefaultConditions(t *testing.T) {
+	h := newPolicyHarness(t, 0)
+	h.pols.Set("weights", reconciletest.NewFunc("weights", weights(3, 1)), nil, nil)
+	h.start(t)
+	if c, ok := h.rep.Conditions()[apiKey]; ok {
+		t.Fatalf("api has a condition %+v before any failure", c)
+	}
+	h.pols.Set("uniform", reconciletest.NewFunc("uniform", failing(errors.New("boom"))), nil, nil)
+	mustSync(t, h.loop)
+	want := reconciletest.Condition{Reason: "EvaluationFailed", Message: "policy uniform: port http/TCP: boom"}
+	if diff := cmp.Diff(want, h.rep.Conditions()[apiKey]); diff != "" {
+		t.Errorf("api's condition after a failure (-want +got):\n%s", diff)
+	}
+	wantState := []reconcile.PolicyState{
+		{Service: "default/web", Policy: "weights", Ready: true, Reason: reconcile.ReasonPolicyEvaluated, Message: "policy weights evaluated"},
+		{Service: "prod/api", Policy: "uniform", Reason: "EvaluationFailed", Message: "policy uniform: port http/TCP: boom"},
+	}
+	if diff := cmp.Diff(wantState, h.loop.State().Policies); diff != "" {
+		t.Errorf("State().Policies (-want +got):\n%s", diff)
+	}
+	h.pols.Set("uniform", reconciletest.NewFunc("uniform", weights()), nil, nil)
+	mustSync(t, h.loop)
+	if c := h.rep.Conditions()[apiKey]; !c.Ready || c.Reason != reconcile.ReasonPolicyEvaluated {
+		t.Errorf("api's condition after recovery = %+v, want True Evaluated", c)
+	}
+}
+
+// TestPolicyTickSkipsFailing checks that the statistics tick leaves a
+// failing Service alone until it or its policy changes.
+func TestPolicyTickSkipsFailing(t *testing.T) {
+	h := newPolicyHarness(t, 10*time.Second)
+	broken := reconciletest.NewFunc("weights", failing(errors.New("boom")))
+	h.pols.Set("weights", broken, nil, nil)
+	h.start(t)
+	steps := []struct {
+		name string
+		do   func()
+		want int
+	}{
+		{"tick", func() { h.now = h.now.Add(10 * time.Second) }, 1},
+		{"the Service changes", func() {
+			web := clusterIP(webKey, "10.96.0.1", webEndpoints[0])
+			web.Service.Policy = "weights"
+			h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{webKey: web}})
+		}, 2},
+		{"the policy changes", func() { h.pols.Set("weights", broken, nil, nil) }, 3},
+		{"tick again", func() { h.now = h.now.Add(10 * time.Second) }, 3},
+	}
+	for _, s := range steps {
+		s.do()
+		mustSync(t, h.loop)
+		if got := broken.Calls(); got != s.want {
+			t.Errorf("%s: %d evaluations, want %d", s.name, got, s.want)
+		}
+	}
+}

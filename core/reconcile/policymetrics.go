@@ -1,0 +1,47 @@
+package reconcile
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/switchyard-lb/switchyard/core/metrics"
+)
+
+// Values of the result label of PolicyMetrics.Evaluations.
+const (
+	ResultSuccess = "success"
+	ResultFailure = "failure"
+)
+
+// PolicyMetrics are the policy stage's metrics.
+type PolicyMetrics struct {
+	// Evaluations counts policy evaluations by policy and result.
+	Evaluations *prometheus.CounterVec
+	// Duration observes how long one evaluation took, by policy.
+	Duration *prometheus.HistogramVec
+	// Failures counts failed loads and evaluations by policy and reason.
+	Failures *prometheus.CounterVec
+}
+
+// NewPolicyMetrics builds the policy metrics and registers them on reg
+// (MustRegister). A nil reg leaves them unregistered.
+func NewPolicyMetrics(reg prometheus.Registerer) *PolicyMetrics {
+	m := &PolicyMetrics{
+		Evaluations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: metrics.Namespace, Name: "policy_evaluations_total",
+			Help: "Balancing policy evaluations, by policy and result (success or failure).",
+		}, []string{"policy", "result"}),
+		Duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: metrics.Namespace, Name: "policy_evaluation_duration_seconds",
+			Help:    "Time one balancing policy evaluation took, by policy.",
+			Buckets: prometheus.ExponentialBuckets(1e-6, 4, 12),
+		}, []string{"policy"}),
+		Failures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: metrics.Namespace, Name: "policy_failures_total",
+			Help: "Balancing policy failures, by policy and reason (load, deadline, trap, declined, invalid_output, error); the Service fell back each time.",
+		}, []string{"policy", "reason"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.Evaluations, m.Duration, m.Failures)
+	}
+	return m
+}

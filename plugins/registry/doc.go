@@ -1,0 +1,29 @@
+// Package registry owns the delivery of balancing policies: it resolves
+// which policy a Service uses and keeps the WebAssembly policies of the
+// cluster loaded.
+//
+// A Service names its policy in the switchyard.dev/policy annotation,
+// either "builtin:<name>" (plugins/builtin) or the name of a policy
+// ConfigMap; without the annotation it uses the cluster default of the
+// config (policies.default), else builtin:uniform.
+//
+// Policy ConfigMaps live in switchyard-system and carry the label
+// switchyard.dev/policy: "true". Their binaryData holds policy.wasm, or
+// policy.wasm.gz (gzip, decompressed with a size cap); their data may hold
+// params.json (the default parameters; a Service's
+// switchyard.dev/policy-params replaces them whole) and sha256, a pin: the
+// lowercase hex sha256 of the uncompressed module (what `yardctl policy
+// pack` prints and what the wasm host caches by), so a pin survives
+// re-compressing. A module whose digest differs from its pin is refused.
+//
+// A Registry watches those ConfigMaps with an informer filtered by the
+// label in that namespace. Its handlers only record; a worker goroutine
+// loads modules through the injected loader (the wasm host, which compiles
+// once per digest), swaps them in, keeps a replaced module open a while for
+// evaluations in flight, and reports the names of the policies that
+// changed so the control loop re-evaluates the Services that use them.
+//
+// Reporter tells users about their Service's policy: Kubernetes Events
+// and the switchyard.dev/PolicyReady condition in the Service's status,
+// written rate limited and only when it changes.
+package registry

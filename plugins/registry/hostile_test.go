@@ -1,0 +1,176 @@
+package registry_test
+
+import (
+	"context"
+	"net/netip"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/core/plan"
+	"github.com/switchyard-lb/switchyard/core/reconcile"
+	"github.com/switchyard-lb/switchyard/core/reconcile/reconciletest"
+	"github.com/switchyard-lb/switchyard/ipvs/dryrun"
+	"github.com/switchyard-lb/switchyard/plugins/registry"
+	"github.com/switchyard-lb/switchyard/plugins/wasm"
+	"github.com/switchyard-lb/switchyard/plugins/wasm/wasmtest"
+)
+
+// TestHostileModules runs the reconcile loop with this registry over the
+// real WebAssembly host and the host's hostile test guests: every kind of
+// misbehaviour ends in a fallback with its reason and Events on that
+// Service alone; the loop's syncs keep succeeding and the healthy Service
+// is evaluated each time.
+func TestHostileModules(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and compiles WebAssembly guests")
+	}
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	guests := map[string][]byte{}
+	for _, g := range []string{"hostile", "forbidden", "abiv2"} {
+		b, err := wasmtest.BuildGo(root, filepath.Join(root, "plugins/wasm/testdata/guests", g))
+		if err != nil {
+			t.Fatal(err)
+		}
+		guests[g] = b
+	}
+	cache, err := wasmtest.CacheDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := wasm.NewRuntime(context.Background(), wasm.Config{CacheDir: filepath.Join(cache, "wazero"), Deadline: 200 * time.Millisecond, MemoryLimitPages: 128})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Close(context.Background()) })
+
+	client := fake.NewClientset(
+		policyCM("hostile", map[string][]byte{"policy.wasm": guests["hostile"]}, nil),
+		policyCM("forbidden", map[string][]byte{"policy.wasm": guests["forbidden"]}, nil),
+		policyCM("abiv2", map[string][]byte{"policy.wasm": guests["abiv2"]}, nil),
+		policyCM("garbage-bytes", map[string][]byte{"policy.wasm": []byte("not a module")}, nil),
+	)
+	r := registry.New(client, registry.Options{
+		Load: func(ctx context.Context, name string, module []byte) (registry.Module, error) {
+			p, err := rt.Load(ctx, name, module)
+			if err != nil {
+				return nil, err
+			}
+			return p, nil
+		},
+	}, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); r.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	// One Service per misbehaviour; the hostile guest reads its mode from
+	// the parameters.
+	want := map[string]string{
+		"healthy":       reconcile.ReasonPolicyEvaluated,
+		"loop":          "DeadlineExceeded",
+		"panic":         "Trapped",
+		"oom":           "Trapped",
+		"decline":       "Declined",
+		"garbage":       "InvalidOutput",
+		"oversize":      "InvalidOutput",
+		"outside":       "InvalidOutput",
+		"badversion":    "InvalidOutput",
+		"count":         "InvalidOutput",
+		"forbidden":     "LoadFailed",
+		"abiv2":         "LoadFailed",
+		"garbage-bytes": "LoadFailed",
+		"missing":       "LoadFailed",
+	}
+	src := reconciletest.NewSource()
+	delta := model.Delta{Nodes: map[string]*model.Node{"node-a": {Name: "node-a", Ready: true}}, Services: map[model.ServiceKey]model.ServiceState{}}
+	i := 0
+	for name := range want {
+		i++
+		key := model.ServiceKey{Namespace: "default", Name: name}
+		svc := &model.Service{Key: key, Type: model.ClusterIP, ClusterIPs: []netip.Addr{netip.AddrFrom4([4]byte{10, 96, 0, byte(i)})},
+			Ports: []model.ServicePort{{Name: "http", Protocol: model.TCP, Port: 80}}, Policy: "hostile", PolicyParams: name}
+		switch name {
+		case "healthy":
+			svc.PolicyParams = ""
+		case "forbidden", "abiv2", "garbage-bytes", "missing":
+			svc.Policy, svc.PolicyParams = name, ""
+		}
+		var eps []model.Endpoint
+		for j := range 3 {
+			eps = append(eps, model.Endpoint{Addr: netip.AddrFrom4([4]byte{10, 244, byte(i), byte(j + 1)}), Port: 8080, PortName: "http",
+				Protocol: model.TCP, Ready: true, Serving: true})
+		}
+		delta.Services[key] = model.ServiceState{Service: svc, Endpoints: eps}
+	}
+	src.Push(delta)
+	src.SetSynced(true)
+	rep := reconciletest.NewReporter()
+	dry := dryrun.New()
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	pm := reconcile.NewPolicyMetrics(nil)
+	loop := reconcile.New(reconcile.Config{NodeName: "node-a", Source: src, Planner: plan.New(plan.Options{}), Dataplane: dry,
+		Policies: r, PolicyReporter: rep, PolicyMetrics: pm, PolicyDeadline: 5 * time.Second, PolicyErrorReason: registry.Reason,
+		StatsInterval: 10 * time.Second, Now: func() time.Time { return now }})
+	eventually(t, "the registry's first load", r.HasSynced)
+
+	for round := range 2 {
+		if err := loop.Sync(context.Background()); err != nil {
+			t.Fatalf("round %d: Sync = %v, want nil: a policy failure must not fail the sync", round, err)
+		}
+		got := map[string]string{}
+		for k, c := range rep.Conditions() {
+			got[k.Name] = c.Reason
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("round %d: PolicyReady reasons (-want +got):\n%s", round, diff)
+		}
+		if round == 0 {
+			events := map[string][]string{}
+			for _, e := range rep.TakeEvents() {
+				events[e.Service.Name] = append(events[e.Service.Name], e.Reason)
+			}
+			for name := range want {
+				var w []string
+				if name != "healthy" {
+					w = []string{reconcile.ReasonPolicyFailed, reconcile.ReasonPolicyFallback}
+				}
+				if diff := cmp.Diff(w, events[name]); diff != "" {
+					t.Errorf("events of %s (-want +got):\n%s", name, diff)
+				}
+			}
+		}
+		// Every Service is programmed, the failed ones with uniform weights.
+		for _, sp := range loop.State().Desired {
+			for _, vs := range sp.VirtualServices {
+				for _, d := range vs.Destinations {
+					if d.Weight != 1 {
+						t.Errorf("round %d: %s %s weight %d, want 1", round, sp.Service, d.Address, d.Weight)
+					}
+				}
+				if len(vs.Destinations) != 3 {
+					t.Errorf("round %d: %s has %d destinations", round, sp.Service, len(vs.Destinations))
+				}
+			}
+		}
+		now = now.Add(10 * time.Second) // the statistics tick re-evaluates the working Services
+	}
+	if got := testutil.ToFloat64(pm.Evaluations.WithLabelValues("hostile", reconcile.ResultSuccess)); got != 2 {
+		t.Errorf("successful evaluations of hostile = %v, want 2 (healthy, twice)", got)
+	}
+	// The tick does not retry a failing Service: only a change does.
+	if got := testutil.ToFloat64(pm.Failures.WithLabelValues("hostile", reconcile.FailureDeadline)); got != 1 {
+		t.Errorf("deadline failures of hostile = %v, want 1", got)
+	}
+	if n := len(rep.TakeEvents()); n != 0 {
+		t.Errorf("%d more Events on a second sync with the same failures, want none", n)
+	}
+}

@@ -1,0 +1,252 @@
+package registry_test
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/core/plugin"
+	"github.com/switchyard-lb/switchyard/plugins/registry"
+)
+
+func gz(t *testing.T, b []byte) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	if _, err := zw.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func policyCM(name string, binary map[string][]byte, data map[string]string) *corev1.ConfigMap {
+	return &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: registry.DefaultNamespace, Labels: map[string]string{registry.Label: "true"}},
+		BinaryData: binary, Data: data,
+	}
+}
+
+func TestDecode(t *testing.T) {
+	mod := []byte("\x00asm\x01\x00\x00\x00module bytes")
+	pin := registry.Digest(mod)
+	for _, tc := range []struct {
+		name       string
+		cm         *corev1.ConfigMap
+		wantModule []byte
+		wantParams string
+		wantErr    error
+	}{
+		{"plain", policyCM("p", map[string][]byte{registry.KeyModule: mod}, nil), mod, "", nil},
+		{"gzip with params and pin", policyCM("p", map[string][]byte{registry.KeyModuleGzip: gz(t, mod)},
+			map[string]string{registry.KeyParams: `{"a":1}`, registry.KeyPin: " " + pin + "\n"}), mod, `{"a":1}`, nil},
+		{"pin mismatch", policyCM("p", map[string][]byte{registry.KeyModule: mod},
+			map[string]string{registry.KeyPin: registry.Digest([]byte("other"))}), nil, "", registry.ErrPinMismatch},
+		{"pin over the compressed bytes is refused", policyCM("p", map[string][]byte{registry.KeyModuleGzip: gz(t, mod)},
+			map[string]string{registry.KeyPin: registry.Digest(gz(t, mod))}), nil, "", registry.ErrPinMismatch},
+		{"both keys", policyCM("p", map[string][]byte{registry.KeyModule: mod, registry.KeyModuleGzip: gz(t, mod)}, nil), nil, "", registry.ErrBadConfigMap},
+		{"no module", policyCM("p", nil, nil), nil, "", registry.ErrBadConfigMap},
+		{"bad gzip", policyCM("p", map[string][]byte{registry.KeyModuleGzip: mod}, nil), nil, "", registry.ErrBadConfigMap},
+		{"gzip bomb", policyCM("p", map[string][]byte{registry.KeyModuleGzip: gz(t, make([]byte, 1<<20))}, nil), nil, "", registry.ErrBadConfigMap},
+		{"bad params", policyCM("p", map[string][]byte{registry.KeyModule: mod}, map[string]string{registry.KeyParams: "{"}), nil, "", registry.ErrBadConfigMap},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			module, params, err := registry.Decode(tc.cm, 64<<10)
+			if !errors.Is(err, tc.wantErr) || (err != nil) != (tc.wantErr != nil) {
+				t.Fatalf("Decode error = %v, want %v", err, tc.wantErr)
+			}
+			if err != nil {
+				return
+			}
+			if diff := cmp.Diff(tc.wantModule, module); diff != "" {
+				t.Errorf("module (-want +got):\n%s", diff)
+			}
+			if string(params) != tc.wantParams {
+				t.Errorf("params = %q, want %q", params, tc.wantParams)
+			}
+		})
+	}
+}
+
+// fakeModule is a loaded module: a policy named after its bytes.
+type fakeModule struct {
+	name   string
+	closed chan struct{}
+}
+
+func (m *fakeModule) Name() string { return m.name }
+func (m *fakeModule) Evaluate(context.Context, *plugin.PolicyInput) (plugin.PolicyResult, error) {
+	return plugin.PolicyResult{}, nil
+}
+func (m *fakeModule) Close(context.Context) error { close(m.closed); return nil }
+
+// loader loads every module except "garbage" and counts loads.
+type loader struct {
+	mu    sync.Mutex
+	loads []string
+}
+
+func (l *loader) load(_ context.Context, _ string, module []byte) (registry.Module, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.loads = append(l.loads, string(module))
+	if string(module) == "garbage" {
+		return nil, errors.New("invalid policy module: garbage")
+	}
+	return &fakeModule{name: string(module), closed: make(chan struct{})}, nil
+}
+
+func (l *loader) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.loads)
+}
+
+// eventually polls cond until it holds or a deadline passes.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestRegistry(t *testing.T) {
+	client := fake.NewClientset(
+		policyCM("canary", map[string][]byte{registry.KeyModule: []byte("v1")}, map[string]string{registry.KeyParams: `{"w":1}`}),
+		// Not labelled: ignored.
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "other", Namespace: registry.DefaultNamespace}, BinaryData: map[string][]byte{registry.KeyModule: []byte("x")}},
+	)
+	ld := &loader{}
+	changes := make(chan struct{}, 100)
+	r := registry.New(client, registry.Options{Load: ld.load, RetireAfter: time.Millisecond, OnChange: func() { changes <- struct{}{} }}, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); r.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	eventually(t, "HasSynced", r.HasSynced)
+
+	type resolved struct {
+		Name, Policy, Params, Err string
+	}
+	resolve := func(policy string) resolved {
+		name, p, params, err := r.Resolve(&model.Service{Policy: policy})
+		out := resolved{Name: name, Params: string(params)}
+		if p != nil {
+			out.Policy = p.Name()
+		}
+		if err != nil {
+			out.Err = err.Error()
+		}
+		return out
+	}
+	var changed []string
+	waitChanged := func(what string) {
+		t.Helper()
+		changed = nil
+		eventually(t, what, func() bool { changed = append(changed, r.Changed()...); return len(changed) > 0 })
+	}
+	cms := client.CoreV1().ConfigMaps(registry.DefaultNamespace)
+	update := func(cm *corev1.ConfigMap) {
+		t.Helper()
+		if _, err := cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	for _, s := range []struct {
+		name        string
+		do          func()
+		wantChanged []string
+		want        map[string]resolved
+		wantLoads   int
+	}{{
+		name:        "initial",
+		do:          func() {},
+		wantChanged: []string{"canary"},
+		want: map[string]resolved{
+			"":                    {Name: "builtin:uniform", Policy: "uniform"},
+			"builtin:local-first": {Name: "builtin:local-first", Policy: "local-first"},
+			"builtin:nope":        {Name: "builtin:nope", Err: `policy not found (no such policy): no built-in policy "nope" (have local-first, topology-aware, uniform)`},
+			"canary":              {Name: "canary", Policy: "v1", Params: `{"w":1}`},
+			"other":               {Name: "other", Err: "policy not found (no such policy): no ConfigMap switchyard-system/other labelled switchyard.dev/policy=true"},
+		},
+		wantLoads: 1,
+	}, {
+		name: "new params reuse the module",
+		do: func() {
+			update(policyCM("canary", map[string][]byte{registry.KeyModule: []byte("v1")}, map[string]string{registry.KeyParams: `{"w":2}`}))
+		},
+		wantChanged: []string{"canary"},
+		want:        map[string]resolved{"canary": {Name: "canary", Policy: "v1", Params: `{"w":2}`}},
+		wantLoads:   1,
+	}, {
+		name: "a new module is loaded",
+		do: func() {
+			update(policyCM("canary", map[string][]byte{registry.KeyModuleGzip: gz(t, []byte("v2"))}, nil))
+		},
+		wantChanged: []string{"canary"},
+		want:        map[string]resolved{"canary": {Name: "canary", Policy: "v2"}},
+		wantLoads:   2,
+	}, {
+		name:        "a garbage module fails to load",
+		do:          func() { update(policyCM("canary", map[string][]byte{registry.KeyModule: []byte("garbage")}, nil)) },
+		wantChanged: []string{"canary"},
+		want:        map[string]resolved{"canary": {Name: "canary", Err: "invalid policy module: garbage"}},
+		wantLoads:   3,
+	}, {
+		name: "the cluster default changes",
+		do: func() {
+			if _, err := cms.Create(ctx, policyCM("zone", map[string][]byte{registry.KeyModule: []byte("z")}, nil), metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, "zone loaded", func() bool { return ld.count() == 4 })
+			r.Changed()
+			r.SetDefault("zone")
+		},
+		wantChanged: []string{"builtin:uniform", "zone"},
+		want:        map[string]resolved{"": {Name: "zone", Policy: "z"}},
+		wantLoads:   4,
+	}, {
+		name: "deleted",
+		do: func() {
+			if err := cms.Delete(ctx, "zone", metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		},
+		wantChanged: []string{"zone"},
+		want:        map[string]resolved{"": {Name: "zone", Err: "policy not found (no such policy): no ConfigMap switchyard-system/zone labelled switchyard.dev/policy=true"}},
+		wantLoads:   4,
+	}} {
+		s.do()
+		waitChanged(s.name)
+		if diff := cmp.Diff(s.wantChanged, changed); diff != "" {
+			t.Errorf("%s: Changed (-want +got):\n%s", s.name, diff)
+		}
+		got := map[string]resolved{}
+		for ref := range s.want {
+			got[ref] = resolve(ref)
+		}
+		if diff := cmp.Diff(s.want, got); diff != "" {
+			t.Errorf("%s: Resolve (-want +got):\n%s", s.name, diff)
+		}
+		if n := ld.count(); n != s.wantLoads {
+			t.Errorf("%s: %d loads, want %d", s.name, n, s.wantLoads)
+		}
+	}
+}
