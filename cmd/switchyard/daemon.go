@@ -144,6 +144,9 @@ func runDaemon(ctx context.Context, dc daemonConfig) (err error) {
 		Metrics:   m,
 		Health:    hc,
 		Log:       log.With("component", "reconcile"),
+		// The periodic repair of kernel drift; statistics ticks and
+		// other syncs without changes do not reprogram everything.
+		FullSyncPeriod: ipvsCfg.SyncPeriod.Std(),
 
 		Policies:          policies,
 		PolicyReporter:    reporter,

@@ -7,7 +7,7 @@
 //  2. announcers withdraw addresses that are going away, before the
 //     dataplane removes their virtual services;
 //  3. the dataplane applies the changed Services (everything on the first
-//     sync, on a periodic full resync, on a sync without changes, and
+//     sync, on a periodic full resync (Config.FullSyncPeriod), and
 //     after any failure, so that a retry repairs whatever a failed Apply
 //     left);
 //  4. only then do announcers announce new addresses and the health check

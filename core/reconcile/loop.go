@@ -19,8 +19,8 @@ import (
 	"github.com/switchyard-lb/switchyard/core/plugin"
 )
 
-// DefaultFullSyncPeriod is how often a busy loop, whose syncs always carry
-// changes, still asks the dataplane for a full resync.
+// DefaultFullSyncPeriod is how often the loop asks the dataplane for a
+// full resync when Config.FullSyncPeriod is unset.
 const DefaultFullSyncPeriod = time.Hour
 
 // maxPendingTriggers bounds the trigger times kept while the dataplane
@@ -52,8 +52,10 @@ type Config struct {
 	Log *slog.Logger
 	// Now nil: time.Now.
 	Now func() time.Time
-	// FullSyncPeriod bounds the time between full resyncs while every
-	// sync carries changes; 0 means DefaultFullSyncPeriod.
+	// FullSyncPeriod is the time between full resyncs, whether syncs
+	// carry changes or not (a sync without changes, such as a statistics
+	// tick, is not a full resync by itself); 0 means
+	// DefaultFullSyncPeriod. The daemon sets it to syncPeriod.
 	FullSyncPeriod time.Duration
 
 	// Policies nil: no policy stage; the planner's weights apply.
@@ -243,7 +245,7 @@ func (l *Loop) Sync(ctx context.Context) (err error) {
 			l.mu.Unlock()
 		}
 	}
-	full := l.needFull || forceFull || (d.Empty() && len(changed) == 0) || start.Sub(l.lastFull) >= l.fullSync
+	full := l.needFull || forceFull || start.Sub(l.lastFull) >= l.fullSync
 	l.triggers = append(l.triggers, d.TriggerTimes...)
 	if len(l.triggers) > maxPendingTriggers {
 		l.triggers = l.triggers[:maxPendingTriggers]

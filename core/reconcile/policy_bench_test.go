@@ -16,8 +16,8 @@ import (
 
 // BenchmarkPolicyReevaluateAll measures a statistics tick over 10,000
 // Services of 3 endpoints each: every policy runs again (a Go policy, so
-// this is the stage's own cost), nothing changes, and the dataplane gets
-// the periodic full Apply of an empty sync.
+// this is the stage's own cost) and nothing changes, so the dataplane
+// gets no Apply.
 func BenchmarkPolicyReevaluateAll(b *testing.B) {
 	const services = 10000
 	src := reconciletest.NewSource()
