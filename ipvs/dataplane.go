@@ -75,6 +75,8 @@ type Dataplane struct {
 	draining map[drainKey]time.Time // since when
 	sysctls  map[string]string      // as reported
 	firewall *FirewallSpec          // last synced
+	fwStamp  string                 // the table's stamp, as last read or written
+	fwRead   bool                   // the table's owned keys were adopted
 	close    func() error           // set by Open
 }
 
@@ -146,7 +148,8 @@ func (d *Dataplane) Apply(ctx context.Context, u plugin.Update) error {
 	if err != nil {
 		errs = append(errs, err)
 	}
-	if u.Full || !d.loaded {
+	reloaded := u.Full || !d.loaded
+	if reloaded {
 		if err := d.load(); err != nil {
 			d.loaded = false
 			return errors.Join(append(errs, err)...)
@@ -164,7 +167,7 @@ func (d *Dataplane) Apply(ctx context.Context, u plugin.Update) error {
 		}
 	}
 	d.adopt(scope)
-	if err := d.syncFirewall(u.Full); err != nil {
+	if err := d.syncFirewall(reloaded); err != nil {
 		errs = append(errs, err) // retried: the spec is not recorded
 	}
 	if err := d.drainLocked(); err != nil {
@@ -232,22 +235,46 @@ func (d *Dataplane) updateWant(u plugin.Update) (Scope, error) {
 	return scope, errors.Join(errs...)
 }
 
-// syncFirewall programs the firewall when its spec changed, or on a Full
-// update in case someone changed the table.
+// syncFirewall programs the firewall when its spec changed. On a Full
+// update (and after a load) it compares the spec's stamp with the one the
+// table holds, as read by load, so that an unchanged table is never
+// rewritten, not even by a restarted daemon, while a table someone deleted
+// or replaced is.
 func (d *Dataplane) syncFirewall(full bool) error {
 	if d.cfg.Firewall == nil {
 		return nil
 	}
 	spec := BuildFirewallSpec(d.want, d.cfg.ClusterCIDRs, d.cfg.MasqueradeAll)
+	spec.Owned = d.ownedOffDummy()
 	if !full && d.firewall != nil && d.firewall.Equal(spec) {
+		return nil
+	}
+	stamp := spec.Stamp()
+	if d.fwStamp == stamp {
+		d.firewall = &spec
 		return nil
 	}
 	d.firewall = nil
 	if err := d.cfg.Firewall.Sync(spec); err != nil {
+		d.fwStamp = ""
 		return err
 	}
-	d.firewall = &spec
+	d.firewall, d.fwStamp = &spec, stamp
 	return nil
+}
+
+// ownedOffDummy returns the recorded services whose address is not bound
+// to the dummy link: the ones only the firewall table remembers across a
+// restart.
+func (d *Dataplane) ownedOffDummy() []model.VirtualServiceKey {
+	var out []model.VirtualServiceKey
+	for k := range d.have.Recorded {
+		if !d.have.Addrs[k.Addr] {
+			out = append(out, k)
+		}
+	}
+	slices.SortFunc(out, model.VirtualServiceKey.Compare)
+	return out
 }
 
 // adopt records the wanted services of scope that the kernel holds as
@@ -306,6 +333,21 @@ func (d *Dataplane) load() error {
 	if err != nil {
 		return fmt.Errorf("ipvs: load: %w", err)
 	}
+	var fw FirewallState
+	if d.cfg.Firewall != nil {
+		if fw, err = d.cfg.Firewall.Load(); err != nil {
+			return fmt.Errorf("ipvs: load: %w", err)
+		}
+		d.fwStamp = fw.Stamp
+	}
+	// The table's owned keys matter once, at the first load: later the
+	// cache knows more (services deleted since the table was written).
+	owned := map[model.VirtualServiceKey]bool{}
+	if !d.fwRead {
+		for _, k := range fw.Owned {
+			owned[k] = true
+		}
+	}
 	have := State{
 		Services: make(map[model.VirtualServiceKey]Entry, len(svcs)),
 		Addrs:    make(map[netip.Addr]bool, len(bound)),
@@ -317,7 +359,7 @@ func (d *Dataplane) load() error {
 	for _, s := range svcs {
 		k := s.VirtualServiceKey
 		_, wanted := d.want.Services[k]
-		if d.have.Recorded[k] {
+		if d.have.Recorded[k] || owned[k] {
 			have.Recorded[k] = true
 		}
 		e := Entry{Service: s}
@@ -330,6 +372,7 @@ func (d *Dataplane) load() error {
 	}
 	d.have = have
 	d.loaded = true
+	d.fwRead = true
 	return nil
 }
 

@@ -42,7 +42,8 @@ type State struct {
 	Services map[model.VirtualServiceKey]Entry
 	// Addrs are the addresses bound to the dummy link.
 	Addrs map[netip.Addr]bool
-	// Recorded are the services this Dataplane created or adopted.
+	// Recorded are the services this Dataplane created or adopted, and
+	// at the first load those the firewall table records as owned.
 	Recorded map[model.VirtualServiceKey]bool
 }
 
@@ -50,7 +51,8 @@ type State struct {
 // address is bound to the dummy link switchyard0 (only Switchyard binds
 // addresses there, so after a restart its ClusterIP, LoadBalancer and
 // external-IP services are recognised from the kernel alone), or when this
-// Dataplane created or adopted it (NodePort services live on the node's
+// Dataplane, or a previous one whose firewall table recorded it in its
+// owned set, created or adopted it (NodePort services live on the node's
 // own addresses, which other software may use too). A service on any other
 // address is foreign: the dataplane never updates or deletes it unless the
 // plan wants that very key, in which case it adopts it.

@@ -1,6 +1,10 @@
 package ipvs
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"maps"
 	"net/netip"
 	"slices"
 
@@ -8,9 +12,23 @@ import (
 )
 
 // Firewall owns the dataplane's nftables table. Sync replaces its content
-// with spec in one atomic transaction.
+// with spec in one atomic transaction and records spec.Stamp and
+// spec.Owned in it; Load reads those two back, so that a restarted
+// Dataplane knows whether the table needs writing and which services on
+// shared addresses it owns.
 type Firewall interface {
 	Sync(spec FirewallSpec) error
+	// Load returns what the table records; the zero FirewallState when
+	// there is no table.
+	Load() (FirewallState, error)
+}
+
+// FirewallState is what a programmed table records about itself.
+type FirewallState struct {
+	// Stamp is the Stamp of the spec the table was programmed from.
+	Stamp string
+	// Owned are the spec's Owned keys, sorted.
+	Owned []model.VirtualServiceKey
 }
 
 // FirewallSpec is what the nftables table implements: masquerade for
@@ -33,6 +51,68 @@ type FirewallSpec struct {
 	// SourceRanges drop traffic to a virtual service from other sources
 	// (loadBalancerSourceRanges). Sorted by key.
 	SourceRanges []SourceRange
+	// Endpoints are every real server address of the wanted services:
+	// a connection from one of them forwarded to itself (a pod reaching
+	// itself through its Service) is masqueraded, or its reply would skip
+	// IPVS (hairpin). Sorted.
+	Endpoints []netip.Addr
+	// Owned are the virtual services the dataplane owns on addresses not
+	// bound to the dummy link (NodePorts on node addresses). The table
+	// only stores them, so that ownership survives a restart. Sorted.
+	Owned []model.VirtualServiceKey
+}
+
+// stampVersion changes whenever the table layout for a given spec does,
+// so that an upgraded daemon rewrites the table.
+const stampVersion = "switchyard-fw-v2"
+
+// Stamp is a content hash of the spec (and the table layout version): two
+// specs with the same stamp program the same table. It hashes a binary
+// encoding, as specs hold up to hundreds of thousands of endpoints.
+func (s FirewallSpec) Stamp() string {
+	b := []byte(stampVersion)
+	addr := func(a netip.Addr) {
+		b, _ = a.AppendBinary(b) // 0, 4 or 16 bytes, then the size
+		b = append(b, byte(a.BitLen()/8))
+	}
+	addrs := func(as []netip.Addr) {
+		b = binary.BigEndian.AppendUint32(b, uint32(len(as)))
+		for _, a := range as {
+			addr(a)
+		}
+	}
+	keys := func(ks []model.VirtualServiceKey) {
+		b = binary.BigEndian.AppendUint32(b, uint32(len(ks)))
+		for _, k := range ks {
+			addr(k.Addr)
+			b = append(b, byte(k.Protocol), byte(k.Port>>8), byte(k.Port))
+		}
+	}
+	prefixes := func(ps []netip.Prefix) {
+		b = binary.BigEndian.AppendUint32(b, uint32(len(ps)))
+		for _, p := range ps {
+			addr(p.Addr())
+			b = append(b, byte(p.Bits()))
+		}
+	}
+	addrs(s.ClusterIPs)
+	addrs(s.ExternalIPs)
+	keys(s.NodePorts)
+	prefixes(s.ClusterCIDRs)
+	if s.MasqueradeAll {
+		b = append(b, 1)
+	} else {
+		b = append(b, 0)
+	}
+	b = binary.BigEndian.AppendUint32(b, uint32(len(s.SourceRanges)))
+	for _, r := range s.SourceRanges {
+		keys([]model.VirtualServiceKey{r.Key})
+		prefixes(r.Ranges)
+	}
+	addrs(s.Endpoints)
+	keys(s.Owned)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }
 
 // SourceRange lists the only client prefixes a virtual service accepts.
@@ -48,16 +128,20 @@ func (s FirewallSpec) Equal(o FirewallSpec) bool {
 		slices.Equal(s.ClusterCIDRs, o.ClusterCIDRs) && s.MasqueradeAll == o.MasqueradeAll &&
 		slices.EqualFunc(s.SourceRanges, o.SourceRanges, func(a, b SourceRange) bool {
 			return a.Key == b.Key && slices.Equal(a.Ranges, b.Ranges)
-		})
+		}) &&
+		slices.Equal(s.Endpoints, o.Endpoints) && slices.Equal(s.Owned, o.Owned)
 }
 
-// BuildFirewallSpec derives the spec from the desired virtual services.
-// An address with both a Local and a Cluster external frontend is
-// masqueraded (the set is keyed by address only).
+// BuildFirewallSpec derives the spec from the desired virtual services;
+// Owned is left to the caller. An address with both a Local and a Cluster
+// external frontend is masqueraded (the set is keyed by address only).
 func BuildFirewallSpec(want Desired, cidrs []netip.Prefix, masqueradeAll bool) FirewallSpec {
-	cluster, external := map[netip.Addr]bool{}, map[netip.Addr]bool{}
+	cluster, external, endpoints := map[netip.Addr]bool{}, map[netip.Addr]bool{}, map[netip.Addr]bool{}
 	spec := FirewallSpec{ClusterCIDRs: slices.Clone(cidrs), MasqueradeAll: masqueradeAll}
 	for k, ds := range want.Services {
+		for _, d := range ds.Destinations {
+			endpoints[d.Addr] = true
+		}
 		a := ds.Service.Addr
 		switch {
 		case ds.Kind == model.FrontendClusterIP:
@@ -80,6 +164,7 @@ func BuildFirewallSpec(want Desired, cidrs []netip.Prefix, masqueradeAll bool) F
 	for a := range external {
 		spec.ExternalIPs = append(spec.ExternalIPs, a)
 	}
+	spec.Endpoints = slices.SortedFunc(maps.Keys(endpoints), netip.Addr.Compare)
 	slices.SortFunc(spec.ClusterIPs, netip.Addr.Compare)
 	slices.SortFunc(spec.ExternalIPs, netip.Addr.Compare)
 	slices.SortFunc(spec.NodePorts, model.VirtualServiceKey.Compare)

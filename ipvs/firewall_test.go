@@ -1,10 +1,12 @@
 package ipvs_test
 
 import (
+	"fmt"
 	"net/netip"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/switchyard-lb/switchyard/core/model"
 	"github.com/switchyard-lb/switchyard/core/plugin"
@@ -24,8 +26,17 @@ func TestBuildFirewallSpec(t *testing.T) {
 	ranges := []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24")}
 	local := ds(lbLocal, model.FrontendLoadBalancer, true)
 	local.SourceRanges = ranges
+	// Endpoints feed the hairpin set, deduplicated across services.
+	ep1, ep2 := netip.MustParseAddr("10.244.1.2"), netip.MustParseAddr("10.244.2.2")
+	cipA := ds(vipA, model.FrontendClusterIP, false)
+	cipA.Destinations = []ipvs.Destination{{DestinationKey: ipvs.DestinationKey{Addr: ep2, Port: 8080}, Weight: 1}}
+	local.Destinations = []ipvs.Destination{
+		{DestinationKey: ipvs.DestinationKey{Addr: ep1, Port: 8080}, Weight: 1},
+		{DestinationKey: ipvs.DestinationKey{Addr: ep2, Port: 8080}, Weight: 1},
+	}
+	endpoints := []netip.Addr{ep1, ep2}
 	want := ipvs.Desired{Services: map[model.VirtualServiceKey]ipvs.DesiredService{
-		keyA:  ds(vipA, model.FrontendClusterIP, false),
+		keyA:  cipA,
 		keyB:  ds(vipB, model.FrontendClusterIP, false),
 		keyNP: ds(nodeIP, model.FrontendNodePort, false),
 		{Addr: lbCluster, Port: 80, Protocol: model.TCP}: ds(lbCluster, model.FrontendLoadBalancer, false),
@@ -40,12 +51,12 @@ func TestBuildFirewallSpec(t *testing.T) {
 		{name: "cluster CIDRs", want: ipvs.FirewallSpec{
 			ClusterIPs: []netip.Addr{vipA, vipB}, ExternalIPs: []netip.Addr{lbCluster}, ClusterCIDRs: cidrs,
 			NodePorts:    []model.VirtualServiceKey{keyNP},
-			SourceRanges: []ipvs.SourceRange{{Key: lbLocalKey, Ranges: ranges}},
+			SourceRanges: []ipvs.SourceRange{{Key: lbLocalKey, Ranges: ranges}}, Endpoints: endpoints,
 		}},
 		{name: "masqueradeAll takes Local too", all: true, want: ipvs.FirewallSpec{
 			ClusterIPs: []netip.Addr{vipA, vipB}, ExternalIPs: []netip.Addr{lbCluster, lbLocal}, ClusterCIDRs: cidrs, MasqueradeAll: true,
 			NodePorts:    []model.VirtualServiceKey{keyNP, keyNPLocal},
-			SourceRanges: []ipvs.SourceRange{{Key: lbLocalKey, Ranges: ranges}},
+			SourceRanges: []ipvs.SourceRange{{Key: lbLocalKey, Ranges: ranges}}, Endpoints: endpoints,
 		}},
 	}
 	for _, tc := range tests {
@@ -55,6 +66,38 @@ func TestBuildFirewallSpec(t *testing.T) {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+func TestFirewallSpecStamp(t *testing.T) {
+	base := ipvs.FirewallSpec{ClusterIPs: []netip.Addr{vipA}, NodePorts: []model.VirtualServiceKey{keyNP}}
+	for _, tc := range []struct {
+		name   string
+		change func(*ipvs.FirewallSpec)
+	}{
+		{"cluster IPs", func(s *ipvs.FirewallSpec) { s.ClusterIPs = append(s.ClusterIPs, vipB) }},
+		{"external IPs", func(s *ipvs.FirewallSpec) { s.ExternalIPs = []netip.Addr{vipB} }},
+		{"node ports", func(s *ipvs.FirewallSpec) { s.NodePorts = nil }},
+		{"cluster CIDRs", func(s *ipvs.FirewallSpec) { s.ClusterCIDRs = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")} }},
+		{"masquerade all", func(s *ipvs.FirewallSpec) { s.MasqueradeAll = true }},
+		{"source ranges", func(s *ipvs.FirewallSpec) {
+			s.SourceRanges = []ipvs.SourceRange{{Key: keyA, Ranges: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}}
+		}},
+		{"endpoints", func(s *ipvs.FirewallSpec) { s.Endpoints = []netip.Addr{vipB} }},
+		{"owned", func(s *ipvs.FirewallSpec) { s.Owned = []model.VirtualServiceKey{keyNP} }},
+	} {
+		changed := base
+		tc.change(&changed)
+		if base.Stamp() == changed.Stamp() {
+			t.Errorf("changing %s keeps the stamp", tc.name)
+		}
+		if base.Equal(changed) {
+			t.Errorf("changing %s keeps the spec Equal", tc.name)
+		}
+	}
+	same := ipvs.FirewallSpec{ClusterIPs: []netip.Addr{vipA}, NodePorts: []model.VirtualServiceKey{keyNP}}
+	if base.Stamp() != same.Stamp() {
+		t.Error("equal specs have different stamps")
 	}
 }
 
@@ -76,10 +119,10 @@ func TestDataplaneSyncsFirewallOnChange(t *testing.T) {
 		{name: "endpoint change: same addresses", update: plugin.Update{Plan: plan, Changed: []model.ServiceKey{svcWeb}},
 			change: func() { plan.Services[svcWeb].VirtualServices[0].Destinations = nil }, syncs: 1},
 		{name: "UDP service gone: the address stays for web", update: plugin.Update{Plan: plan, Changed: []model.ServiceKey{svcDNS}},
-			change: func() { delete(plan.Services, svcDNS) }, syncs: 1},
+			change: func() { delete(plan.Services, svcDNS) }, syncs: 2}, // its endpoints leave the hairpin set
 		{name: "address gone with the last service", update: plugin.Update{Plan: plan, Changed: []model.ServiceKey{svcWeb}},
-			change: func() { delete(plan.Services, svcWeb) }, syncs: 2},
-		{name: "full resync rewrites the table", update: plugin.Update{Plan: plan, Full: true}, syncs: 3},
+			change: func() { delete(plan.Services, svcWeb) }, syncs: 3},
+		{name: "full resync of an unchanged table writes nothing", update: plugin.Update{Plan: plan, Full: true}, syncs: 3},
 	}
 	for _, st := range steps {
 		if st.change != nil {
@@ -98,5 +141,96 @@ func TestDataplaneSyncsFirewallOnChange(t *testing.T) {
 	}
 	if got := specs[len(specs)-1].ClusterIPs; len(got) != 0 {
 		t.Errorf("last spec's cluster IPs = %v, want none", got)
+	}
+}
+
+// TestDataplaneRestartKeepsFirewall restarts the dataplane over the same
+// kernel: an unchanged table is not rewritten, a deleted one is.
+func TestDataplaneRestartKeepsFirewall(t *testing.T) {
+	r := newRig()
+	fw := &ipvstest.FakeFirewall{}
+	newDP := func() *ipvs.Dataplane {
+		dp, err := ipvs.New(ipvs.Config{Kernel: r.kernel, Addresses: r.addrs, Sysctls: r.sysctls, Firewall: fw,
+			ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return dp
+	}
+	plan := webPlan(be("10.244.1.2", 8080, 1))
+	if err := newDP().Apply(t.Context(), plugin.Update{Plan: plan, Full: true}); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(fw.Specs()); got != 1 {
+		t.Fatalf("first apply: %d syncs, want 1", got)
+	}
+	if err := newDP().Apply(t.Context(), plugin.Update{Plan: plan, Full: true}); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(fw.Specs()); got != 1 {
+		t.Errorf("restart with the same plan: %d syncs, want still 1", got)
+	}
+	fw.DeleteTable()
+	dp := newDP()
+	if err := dp.Apply(t.Context(), plugin.Update{Plan: plan, Full: true}); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(fw.Specs()); got != 2 {
+		t.Errorf("restart after the table was deleted: %d syncs, want 2", got)
+	}
+	if err := dp.Apply(t.Context(), plugin.Update{Plan: plan, Full: true}); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(fw.Specs()); got != 2 {
+		t.Errorf("second full resync: %d syncs, want still 2", got)
+	}
+}
+
+// TestDataplaneRestartRemembersNodePorts restarts the dataplane with a
+// plan that no longer wants its NodePort: the table's owned set lets the
+// new Dataplane delete it, while a foreign service on the node address
+// stays.
+func TestDataplaneRestartRemembersNodePorts(t *testing.T) {
+	for _, withFirewall := range []bool{true, false} {
+		t.Run(fmt.Sprintf("firewall=%t", withFirewall), func(t *testing.T) {
+			r := newRig()
+			foreign := ipvs.Service{VirtualServiceKey: model.VirtualServiceKey{Addr: nodeIP, Port: 9999, Protocol: model.TCP}, Scheduler: "rr"}
+			if err := r.kernel.AddService(foreign); err != nil {
+				t.Fatal(err)
+			}
+			fw := &ipvstest.FakeFirewall{}
+			newDP := func() *ipvs.Dataplane {
+				cfg := ipvs.Config{Kernel: r.kernel, Addresses: r.addrs, Sysctls: r.sysctls}
+				if withFirewall {
+					cfg.Firewall = fw
+				}
+				dp, err := ipvs.New(cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return dp
+			}
+			plan := webPlan(be("10.244.1.2", 8080, 1))
+			if err := newDP().Apply(t.Context(), plugin.Update{Plan: plan, Full: true}); err != nil {
+				t.Fatal(err)
+			}
+			// The restarted daemon's plan has the ClusterIP but no NodePort.
+			plan.Services[svcWeb].VirtualServices = plan.Services[svcWeb].VirtualServices[:1]
+			if err := newDP().Apply(t.Context(), plugin.Update{Plan: plan, Full: true}); err != nil {
+				t.Fatal(err)
+			}
+			var got []model.VirtualServiceKey
+			for _, e := range r.kernel.Table() {
+				got = append(got, e.Service.VirtualServiceKey)
+			}
+			want := []model.VirtualServiceKey{keyA, keyA53, foreign.VirtualServiceKey}
+			if !withFirewall {
+				want = append(want, keyNP) // nothing remembers it: kept, as before
+			}
+			less := func(a, b model.VirtualServiceKey) bool { return a.Compare(b) < 0 }
+			if diff := cmp.Diff(want, got, cmpAddrs, cmpopts.SortSlices(less)); diff != "" {
+				t.Errorf("kernel services after the restart (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

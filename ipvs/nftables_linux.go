@@ -1,14 +1,18 @@
 package ipvs
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
+	"strings"
 	"sync"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
+	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/switchyard-lb/switchyard/core/model"
@@ -40,12 +44,21 @@ const MasqueradeMark = 0x4000
 //	    ip daddr VIP meta l4proto P th dport PORT jump source-range-N ... }
 //	  chain source-range-N { ip saddr <range> return ...; drop }
 //	  chain mark-unless-cluster { ip saddr <cidr> return ...; meta mark set mark | 0x4000 }
-//	  chain masquerade { type nat hook postrouting priority srcnat; meta mark & 0x4000 != 0 masquerade }
+//	  set hairpin4 { type ipv4_addr . ipv4_addr }    (endpoint . endpoint; and 6)
+//	  set owned4 { type ipv4_addr . inet_proto . inet_service } (and 6; only read back)
+//	  set stamp { type inet_service; elements = { 0 comment "switchyard-spec <Stamp>" } }
+//	  chain masquerade { type nat hook postrouting priority srcnat
+//	    ip daddr . ip saddr @hairpin4 masquerade        (and ip6: hairpin)
+//	    meta mark & 0x4000 != 0 masquerade }
 //	}
 //
-// With MasqueradeAll, mark-unless-cluster has no returns.
+// With MasqueradeAll, mark-unless-cluster has no returns. The stamp lets
+// Load tell whether the table already holds a spec, so that an unchanged
+// spec is never rewritten; a change in endpoints or owned services only
+// updates the element sets and the stamp.
 type NFTables struct {
-	mu sync.Mutex
+	mu   sync.Mutex
+	last *FirewallSpec // what the table holds, when this NFTables wrote it
 }
 
 var _ Firewall = (*NFTables)(nil)
@@ -56,10 +69,31 @@ func NewNFTables() *NFTables { return &NFTables{} }
 // Close releases nothing and keeps the table: rules outlive the process.
 func (n *NFTables) Close() error { return nil }
 
+// Sync programs spec. When this NFTables wrote the table last and only
+// the element sets (hairpin endpoints, owned services) differ, it updates
+// their elements and the stamp in place; otherwise, or when that fails,
+// it rewrites the table.
 func (n *NFTables) Sync(spec FirewallSpec) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	c, err := nftables.New()
+	if n.last != nil && sameRules(*n.last, spec) {
+		if err := n.syncElements(*n.last, spec); err == nil {
+			n.last = &spec
+			return nil
+		}
+	}
+	n.last = nil
+	if err := n.rewrite(spec); err != nil {
+		return err
+	}
+	n.last = &spec
+	return nil
+}
+
+// rewrite replaces the table with spec's in one transaction.
+func (n *NFTables) rewrite(spec FirewallSpec) error {
+	elems := len(spec.ClusterIPs) + len(spec.ExternalIPs) + len(spec.NodePorts) + 2*len(spec.Endpoints) + len(spec.Owned)
+	c, err := newConn(elems)
 	if err != nil {
 		return fmt.Errorf("ipvs: nftables: %w", err)
 	}
@@ -90,7 +124,7 @@ func (n *NFTables) Sync(spec FirewallSpec) error {
 				elems = append(elems, nftables.SetElement{Key: a.AsSlice()})
 			}
 		}
-		if err := c.AddSet(set, elems); err != nil {
+		if err := addSet(c, set, elems); err != nil {
 			return fmt.Errorf("ipvs: nftables set %s: %w", s.name, err)
 		}
 		sets[s.name] = set
@@ -99,19 +133,20 @@ func (n *NFTables) Sync(spec FirewallSpec) error {
 	for _, s := range []struct {
 		name string
 		typ  nftables.SetDatatype
+		keys []model.VirtualServiceKey
 		v4   bool
 	}{
-		{"nodeports4", nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetProto, nftables.TypeInetService), true},
-		{"nodeports6", nftables.MustConcatSetType(nftables.TypeIP6Addr, nftables.TypeInetProto, nftables.TypeInetService), false},
+		{"nodeports4", nodePortType4, spec.NodePorts, true},
+		{"nodeports6", nodePortType6, spec.NodePorts, false},
 	} {
 		set := &nftables.Set{Table: table, Name: s.name, KeyType: s.typ, Concatenation: true}
 		var elems []nftables.SetElement
-		for _, k := range spec.NodePorts {
+		for _, k := range s.keys {
 			if k.Addr.Is4() == s.v4 {
 				elems = append(elems, nftables.SetElement{Key: concatKey(k)})
 			}
 		}
-		if err := c.AddSet(set, elems); err != nil {
+		if err := addSet(c, set, elems); err != nil {
 			return fmt.Errorf("ipvs: nftables set %s: %w", s.name, err)
 		}
 		sets[s.name] = set
@@ -215,6 +250,23 @@ func (n *NFTables) Sync(spec FirewallSpec) error {
 
 	masq := c.AddChain(&nftables.Chain{Name: "masquerade", Table: table, Type: nftables.ChainTypeNAT,
 		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource})
+	for _, es := range elementSets(table, spec, spec.Stamp()) {
+		if err := addSet(c, es.set, es.elems); err != nil {
+			return fmt.Errorf("ipvs: nftables set %s: %w", es.set.Name, err)
+		}
+		sets[es.set.Name] = es.set
+	}
+	for _, fam := range []ipFamily{ipv4, ipv6} {
+		set := sets["hairpin"+fam.suffix]
+		c.AddRule(&nftables.Rule{Table: table, Chain: masq, Exprs: []expr.Any{
+			&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{fam.proto}},
+			&expr.Payload{DestRegister: 8, Base: expr.PayloadBaseNetworkHeader, Offset: fam.dst, Len: fam.size},
+			&expr.Payload{DestRegister: 8 + fam.size/4, Base: expr.PayloadBaseNetworkHeader, Offset: fam.src, Len: fam.size},
+			&expr.Lookup{SourceRegister: 8, SetName: set.Name, SetID: set.ID},
+			&expr.Masq{},
+		}})
+	}
 	c.AddRule(&nftables.Rule{Table: table, Chain: masq, Exprs: []expr.Any{
 		&expr.Meta{Key: expr.MetaKeyMARK, Register: 1},
 		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
@@ -226,6 +278,246 @@ func (n *NFTables) Sync(spec FirewallSpec) error {
 		return fmt.Errorf("ipvs: nftables: program table %s: %w", TableName, err)
 	}
 	return nil
+}
+
+// stampPrefix starts the comment that holds the spec's stamp.
+const stampPrefix = "switchyard-spec "
+
+var (
+	nodePortType4 = nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetProto, nftables.TypeInetService)
+	nodePortType6 = nftables.MustConcatSetType(nftables.TypeIP6Addr, nftables.TypeInetProto, nftables.TypeInetService)
+)
+
+// Load reads the stamp and the owned keys the table records. A missing
+// table, or one without a stamp (written by an older version), gives an
+// empty stamp.
+func (n *NFTables) Load() (FirewallState, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	c, err := nftables.New()
+	if err != nil {
+		return FirewallState{}, fmt.Errorf("ipvs: nftables: %w", err)
+	}
+	defer c.CloseLasting()
+	tables, err := c.ListTablesOfFamily(nftables.TableFamilyINet)
+	if err != nil {
+		return FirewallState{}, fmt.Errorf("ipvs: nftables: list tables: %w", err)
+	}
+	var table *nftables.Table
+	for _, t := range tables {
+		if t.Name == TableName {
+			table = t
+		}
+	}
+	if table == nil {
+		n.last = nil
+		return FirewallState{}, nil
+	}
+	var st FirewallState
+	if set, err := c.GetSetByName(table, "stamp"); err == nil {
+		elems, err := c.GetSetElements(set)
+		if err != nil {
+			return FirewallState{}, fmt.Errorf("ipvs: nftables: read set stamp: %w", err)
+		}
+		for _, e := range elems {
+			if strings.HasPrefix(e.Comment, stampPrefix) {
+				st.Stamp = strings.TrimPrefix(e.Comment, stampPrefix)
+			}
+		}
+	}
+	if n.last != nil && n.last.Stamp() != st.Stamp {
+		n.last = nil // changed behind our back: the next Sync rewrites it
+	}
+	for _, fam := range []ipFamily{ipv4, ipv6} {
+		set, err := c.GetSetByName(table, "owned"+fam.suffix)
+		if err != nil {
+			return FirewallState{}, fmt.Errorf("ipvs: nftables: read set owned%s: %w", fam.suffix, err)
+		}
+		elems, err := c.GetSetElements(set)
+		if err != nil {
+			return FirewallState{}, fmt.Errorf("ipvs: nftables: read set owned%s: %w", fam.suffix, err)
+		}
+		for _, e := range elems {
+			k, ok := parseConcatKey(e.Key, fam)
+			if !ok {
+				return FirewallState{}, fmt.Errorf("ipvs: nftables: set owned%s: malformed element %x", fam.suffix, e.Key)
+			}
+			st.Owned = append(st.Owned, k)
+		}
+	}
+	slices.SortFunc(st.Owned, model.VirtualServiceKey.Compare)
+	return st, nil
+}
+
+// chunkElements bounds the elements of one netlink message: their list is
+// one attribute, whose length is 16 bits.
+const chunkElements = 512
+
+// addSet adds a set and its elements, these in messages of at most
+// chunkElements.
+func addSet(c *nftables.Conn, set *nftables.Set, elems []nftables.SetElement) error {
+	if err := c.AddSet(set, nil); err != nil {
+		return err
+	}
+	return inChunks(elems, func(ch []nftables.SetElement) error { return c.SetAddElements(set, ch) })
+}
+
+func inChunks(elems []nftables.SetElement, f func([]nftables.SetElement) error) error {
+	for ch := range slices.Chunk(elems, chunkElements) {
+		if err := f(ch); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// newConn opens an nftables connection whose send buffer holds a batch of
+// about elems set elements: the kernel takes a transaction in one message,
+// which must fit the socket's send buffer (EMSGSIZE otherwise).
+func newConn(elems int) (*nftables.Conn, error) {
+	size := 1<<20 + 64*elems
+	return nftables.New(nftables.WithSockOptions(func(nc *netlink.Conn) error {
+		if err := nc.SetWriteBuffer(size); err != nil {
+			return fmt.Errorf("set send buffer: %w", err)
+		}
+		raw, err := nc.SyscallConn()
+		if err != nil {
+			return fmt.Errorf("set send buffer: %w", err)
+		}
+		var serr error
+		if err := raw.Control(func(fd uintptr) {
+			// Beyond net.core.wmem_max needs CAP_NET_ADMIN, which
+			// programming nftables needs anyway.
+			serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, size)
+		}); err != nil {
+			return fmt.Errorf("set send buffer: %w", err)
+		}
+		if serr != nil && !errors.Is(serr, unix.EPERM) {
+			return fmt.Errorf("set send buffer: %w", serr)
+		}
+		return nil
+	}))
+}
+
+// elementSet is a set whose elements change with endpoints and ownership
+// alone, without a rule change.
+type elementSet struct {
+	set   *nftables.Set
+	elems []nftables.SetElement
+}
+
+// elementSets are the table's element sets for spec: hairpin4/6 (endpoint
+// . endpoint), owned4/6, and stamp, whose one element's comment holds
+// stamp.
+func elementSets(table *nftables.Table, spec FirewallSpec, stamp string) []elementSet {
+	var out []elementSet
+	for _, fam := range []ipFamily{ipv4, ipv6} {
+		typ := nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeIPAddr)
+		if fam == ipv6 {
+			typ = nftables.MustConcatSetType(nftables.TypeIP6Addr, nftables.TypeIP6Addr)
+		}
+		es := elementSet{set: &nftables.Set{Table: table, Name: "hairpin" + fam.suffix, KeyType: typ, Concatenation: true}}
+		for _, a := range spec.Endpoints {
+			if a.Is4() == (fam == ipv4) {
+				es.elems = append(es.elems, nftables.SetElement{Key: append(a.AsSlice(), a.AsSlice()...)})
+			}
+		}
+		out = append(out, es)
+	}
+	for _, fam := range []ipFamily{ipv4, ipv6} {
+		typ := nodePortType4
+		if fam == ipv6 {
+			typ = nodePortType6
+		}
+		es := elementSet{set: &nftables.Set{Table: table, Name: "owned" + fam.suffix, KeyType: typ, Concatenation: true}}
+		for _, k := range spec.Owned {
+			if k.Addr.Is4() == (fam == ipv4) {
+				es.elems = append(es.elems, nftables.SetElement{Key: concatKey(k)})
+			}
+		}
+		out = append(out, es)
+	}
+	return append(out, elementSet{
+		set:   &nftables.Set{Table: table, Name: "stamp", KeyType: nftables.TypeInetService},
+		elems: []nftables.SetElement{{Key: []byte{0, 0}, Comment: stampPrefix + stamp}},
+	})
+}
+
+// sameRules reports whether two specs differ at most in their element
+// sets.
+func sameRules(a, b FirewallSpec) bool {
+	a.Endpoints, a.Owned, b.Endpoints, b.Owned = nil, nil, nil, nil
+	return a.Equal(b)
+}
+
+// syncElements takes the table's element sets from old to spec in one
+// transaction. The stamp element is deleted and added again with the new
+// comment.
+func (n *NFTables) syncElements(old, spec FirewallSpec) error {
+	var added, removed FirewallSpec
+	added.Endpoints, removed.Endpoints = diffSorted(old.Endpoints, spec.Endpoints, netip.Addr.Compare)
+	added.Owned, removed.Owned = diffSorted(old.Owned, spec.Owned, model.VirtualServiceKey.Compare)
+	c, err := newConn(2*len(added.Endpoints) + 2*len(removed.Endpoints) + len(added.Owned) + len(removed.Owned))
+	if err != nil {
+		return fmt.Errorf("ipvs: nftables: %w", err)
+	}
+	defer c.CloseLasting()
+	table := &nftables.Table{Name: TableName, Family: nftables.TableFamilyINet}
+	for _, es := range elementSets(table, removed, "") {
+		if err := inChunks(es.elems, func(ch []nftables.SetElement) error { return c.SetDeleteElements(es.set, ch) }); err != nil {
+			return fmt.Errorf("ipvs: nftables set %s: %w", es.set.Name, err)
+		}
+	}
+	for _, es := range elementSets(table, added, spec.Stamp()) {
+		if err := inChunks(es.elems, func(ch []nftables.SetElement) error { return c.SetAddElements(es.set, ch) }); err != nil {
+			return fmt.Errorf("ipvs: nftables set %s: %w", es.set.Name, err)
+		}
+	}
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("ipvs: nftables: update sets of table %s: %w", TableName, err)
+	}
+	return nil
+}
+
+// diffSorted returns what b has and a lacks, and what a has and b lacks;
+// both are sorted by cmp and free of duplicates.
+func diffSorted[T any](a, b []T, cmp func(T, T) int) (added, removed []T) {
+	i, j := 0, 0
+	for i < len(a) || j < len(b) {
+		switch {
+		case j == len(b) || (i < len(a) && cmp(a[i], b[j]) < 0):
+			removed = append(removed, a[i])
+			i++
+		case i == len(a) || cmp(a[i], b[j]) > 0:
+			added = append(added, b[j])
+			j++
+		default:
+			i++
+			j++
+		}
+	}
+	return added, removed
+}
+
+// parseConcatKey undoes concatKey.
+func parseConcatKey(b []byte, fam ipFamily) (model.VirtualServiceKey, bool) {
+	n := int(fam.size)
+	if len(b) != n+8 {
+		return model.VirtualServiceKey{}, false
+	}
+	addr, _ := netip.AddrFromSlice(b[:n])
+	var p model.Protocol
+	switch b[n] {
+	case unix.IPPROTO_TCP:
+		p = model.TCP
+	case unix.IPPROTO_UDP:
+		p = model.UDP
+	case unix.IPPROTO_SCTP:
+		p = model.SCTP
+	default:
+		return model.VirtualServiceKey{}, false
+	}
+	return model.VirtualServiceKey{Addr: addr, Protocol: p, Port: uint16(b[n+4])<<8 | uint16(b[n+5])}, true
 }
 
 // setMark is "meta mark set meta mark | MasqueradeMark".

@@ -3,8 +3,9 @@
 // test/lab), where it may freely create namespaces and links.
 //
 // The topology: the guest's root namespace is the node. Each backend lives
-// in its own network namespace behind a veth pair, serving HTTP on TCP 8080
-// and a UDP echo on 5353 over IPv4 and IPv6; each answer names the backend.
+// in its own network namespace behind a veth pair, serving HTTP on TCP 8080,
+// a UDP echo on 5353 and, when the kernel has SCTP, an SCTP server on 9132
+// (sctp.go, raw sockets), over IPv4 and IPv6; each answer names the backend.
 // A client namespace reaches the node through its own veth pair, and the
 // node's root namespace can act as a hostNetwork client. Virtual IPs live on
 // the dummy interface switchyard0.
@@ -26,7 +27,13 @@
 // without endpoints refused at once, a restart that changes no kernel
 // object and keeps an established connection, graceful removal of a
 // backend, a UDP flow moving off a removed backend with its conntrack entry
-// deleted, and masquerade by the nftables table. They are not parallel:
+// deleted, and masquerade by the nftables table. restart_test.go restarts
+// a Dataplane with its nftables table mid-traffic (no IPVS, address or
+// nftables change: the ruleset generation stays) and with a plan that
+// drops a NodePort (deleted, a foreign service on the node address kept),
+// checks hairpin masquerade and that an endpoint change updates the table's
+// sets in place; family_test.go covers IPv6 NodePort/LoadBalancer/ClusterIP
+// masquerade and SCTP. They are not parallel:
 // their Full applies own every service on switchyard0's addresses.
 // BenchmarkLabDataplane (run by hand) compares programming N Services with
 // a plain loop creating the same objects.

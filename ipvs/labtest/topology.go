@@ -112,9 +112,11 @@ type Topology struct {
 	ClientIPv4 netip.Addr
 	ClientIPv6 netip.Addr
 	Backends   []*Backend
-	node       *netlink.Handle
-	dummy      netlink.Link
-	links      []netlink.Link // node-side veths
+	// SCTP is whether the backends serve SCTP on SCTPPort.
+	SCTP  bool
+	node  *netlink.Handle
+	dummy netlink.Link
+	links []netlink.Link // node-side veths
 }
 
 // NewTopology builds n backends (be1..beN at 10.244.N.2 and fd00:244:N::2)
@@ -159,6 +161,12 @@ func NewTopology(n int) (_ *Topology, err error) {
 			return nil, err
 		}
 		if err := be.serve(); err != nil {
+			return nil, err
+		}
+		switch err := be.serveSCTP(); {
+		case err == nil:
+			t.SCTP = true
+		case !errors.Is(err, ErrNoSCTP):
 			return nil, err
 		}
 	}

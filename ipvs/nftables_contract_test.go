@@ -1,0 +1,77 @@
+//go:build linux
+
+package ipvs_test
+
+import (
+	"net/netip"
+	"os"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/nftables"
+
+	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/ipvs"
+	"github.com/switchyard-lb/switchyard/ipvs/ipvstest"
+	"github.com/switchyard-lb/switchyard/test/lab"
+)
+
+// The firewall contract: Load gives back what Sync recorded, against the
+// fake on any host and against nftables in the lab.
+
+func TestFirewallContractFake(t *testing.T) {
+	testFirewallContract(t, &ipvstest.FakeFirewall{})
+}
+
+func TestFirewallContractNFTables(t *testing.T) {
+	if os.Getenv(lab.GuestEnv) != "1" {
+		t.Skipf("guest-only: writes nftables in the kernel lab (%s=1); run `make test-lab`", lab.GuestEnv)
+	}
+	t.Cleanup(func() {
+		c, err := nftables.New()
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.DelTable(&nftables.Table{Name: ipvs.TableName, Family: nftables.TableFamilyINet})
+		if err := c.Flush(); err != nil {
+			t.Errorf("delete table %s: %v", ipvs.TableName, err)
+		}
+	})
+	testFirewallContract(t, ipvs.NewNFTables())
+}
+
+func testFirewallContract(t *testing.T, fw ipvs.Firewall) {
+	if got, err := fw.Load(); err != nil || got.Stamp != "" || len(got.Owned) != 0 {
+		t.Fatalf("Load without a table = %+v, %v; want the zero state", got, err)
+	}
+	node4, node6 := netip.MustParseAddr("192.168.1.5"), netip.MustParseAddr("fd00::5")
+	spec := ipvs.FirewallSpec{
+		ClusterIPs:   []netip.Addr{netip.MustParseAddr("10.96.0.1"), netip.MustParseAddr("fd00:96::1")},
+		NodePorts:    []model.VirtualServiceKey{{Addr: node4, Port: 30080, Protocol: model.TCP}},
+		ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")},
+		Endpoints:    []netip.Addr{netip.MustParseAddr("10.244.1.2"), netip.MustParseAddr("fd00:244::2")},
+		Owned: []model.VirtualServiceKey{
+			{Addr: node4, Port: 30080, Protocol: model.TCP},
+			{Addr: node4, Port: 30081, Protocol: model.UDP},
+			{Addr: node4, Port: 30082, Protocol: model.SCTP},
+			{Addr: node6, Port: 30080, Protocol: model.TCP},
+		},
+	}
+	// Only the element sets differ from spec: NFTables updates in place.
+	fewer := spec
+	fewer.Owned = spec.Owned[1:]
+	fewer.Endpoints = []netip.Addr{netip.MustParseAddr("10.244.1.3")}
+	for i, s := range []ipvs.FirewallSpec{spec, {}, spec, fewer, spec} {
+		if err := fw.Sync(s); err != nil {
+			t.Fatalf("Sync %d: %v", i, err)
+		}
+		got, err := fw.Load()
+		if err != nil {
+			t.Fatalf("Load %d: %v", i, err)
+		}
+		want := ipvs.FirewallState{Stamp: s.Stamp(), Owned: s.Owned}
+		if diff := cmp.Diff(want, got, cmpAddrs); diff != "" {
+			t.Errorf("Load after Sync %d (-want +got):\n%s", i, diff)
+		}
+	}
+}
