@@ -1,0 +1,44 @@
+# bench.mk: the host benchmarks issues 2, 4 and 5 ask for, with a summary
+# table. The top-level Makefile includes it (`-include bench.mk`) and makes
+# `bench` depend on `bench-host`.
+#
+#   make bench-host                    # about 3-4 minutes on 2 cores
+#   make bench-host BENCHTIME=3s       # steadier numbers, slower
+#   make bench-host BENCH_OUT=/tmp/b   # keep the raw `go test -bench` output
+#
+# The benchmarks:
+#   core/plan        the initial full plan and one endpoint change at 1k, 10k
+#                    and 50k Services (10 endpoints each): the change must
+#                    stay flat as the cluster grows
+#   core/k8s         the change tracker: one EndpointSlice change, and the
+#                    initial sync of a whole cluster
+#   core/reconcile   a statistics tick re-evaluating the policies of 10,000
+#                    Services
+#   plugins/wasm     one WebAssembly policy evaluation with 50 and 1,000
+#                    endpoints
+#   core/ipam        one allocation and release with 60,000 addresses used
+
+SHELL := /bin/bash
+GO ?= go
+BENCHTIME ?= 1s
+BENCH_OUT ?= $(or $(TMPDIR),/tmp)/switchyard-bench.txt
+
+# bench_run runs benchmarks $(2) of package $(1), streaming and keeping
+# go test's output.
+bench_run = echo "== $(1) $(2)"; \
+	$(GO) test -run '^$$' -bench '$(2)' -benchmem -benchtime $(BENCHTIME) -count 1 $(1) | tee -a $(BENCH_OUT) || exit 1;
+
+.PHONY: bench-host
+
+# bench-host runs one package at a time, so the measurements do not
+# compete for the CPUs, and ends with one table: time, bytes and
+# allocations per operation.
+bench-host:
+	@set -o pipefail; : > $(BENCH_OUT); \
+	$(call bench_run,./core/plan,^(BenchmarkPlanFull|BenchmarkPlanEndpointChange)$$) \
+	$(call bench_run,./core/k8s,^(BenchmarkTrackerEndpointChange|BenchmarkTrackerInitialSync)$$) \
+	$(call bench_run,./core/reconcile,^BenchmarkPolicyReevaluateAll$$) \
+	$(call bench_run,./plugins/wasm,^BenchmarkEvaluate$$) \
+	$(call bench_run,./core/ipam,^BenchmarkAllocate$$) \
+	echo; echo "Summary (benchtime $(BENCHTIME); raw output in $(BENCH_OUT)):"; \
+	awk -f test/e2e/benchsummary.awk $(BENCH_OUT)
