@@ -67,14 +67,23 @@ func (in *Input) eligible(c *Candidate) bool {
 // Eligible returns the names of the eligible nodes, sorted, without
 // duplicates.
 func Eligible(in *Input) []string {
-	var out []string
+	out := in.eligibleNames()
+	if len(out) == 0 {
+		return nil
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// eligibleNames returns the names of the eligible nodes in input order.
+func (in *Input) eligibleNames() []string {
+	out := make([]string, 0, len(in.Nodes))
 	for i := range in.Nodes {
 		if in.eligible(&in.Nodes[i]) {
 			out = append(out, in.Nodes[i].Name)
 		}
 	}
-	slices.Sort(out)
-	return slices.Compact(out)
+	return out
 }
 
 // BGPAnnouncers returns the nodes that announce the Service's addresses
@@ -82,23 +91,30 @@ func Eligible(in *Input) []string {
 func BGPAnnouncers(in *Input) []string { return Eligible(in) }
 
 // score is a node's rank for an address: lower wins.
+// It runs for every eligible node and address in each election, so it
+// hashes from a stack buffer instead of building strings.
 func score(node string, ip netip.Addr) [sha256.Size]byte {
-	return sha256.Sum256([]byte(node + "#" + ip.String()))
+	var buf [128]byte
+	b := append(buf[:0], node...)
+	b = append(b, '#')
+	return sha256.Sum256(ip.AppendTo(b))
 }
 
 // Layer2Owner returns the one node that answers ARP or NDP for ip: the
 // eligible node with the lowest sha256(node + "#" + ip), ties going to
 // the lower name. ok is false when no node is eligible: nobody announces.
 func Layer2Owner(in *Input, ip netip.Addr) (owner string, ok bool) {
+	return ownerAmong(in.eligibleNames(), ip)
+}
+
+// ownerAmong returns the node of eligible with the lowest score for ip,
+// ties going to the lower name.
+func ownerAmong(eligible []string, ip netip.Addr) (owner string, ok bool) {
 	var best [sha256.Size]byte
-	for i := range in.Nodes {
-		c := &in.Nodes[i]
-		if !in.eligible(c) {
-			continue
-		}
-		s := score(c.Name, ip)
-		if d := bytes.Compare(s[:], best[:]); !ok || d < 0 || (d == 0 && c.Name < owner) {
-			owner, best, ok = c.Name, s, true
+	for _, name := range eligible {
+		s := score(name, ip)
+		if d := bytes.Compare(s[:], best[:]); !ok || d < 0 || (d == 0 && name < owner) {
+			owner, best, ok = name, s, true
 		}
 	}
 	return owner, ok
@@ -136,8 +152,9 @@ func Layer2Ranking(in *Input, ip netip.Addr) []string {
 // with the same backends.
 func Layer2Owners(in *Input, ips []netip.Addr) map[netip.Addr]string {
 	out := make(map[netip.Addr]string, len(ips))
+	eligible := in.eligibleNames() // once for all addresses: it asks membership
 	for _, ip := range ips {
-		if o, ok := Layer2Owner(in, ip); ok {
+		if o, ok := ownerAmong(eligible, ip); ok {
 			out[ip] = o
 		}
 	}
@@ -160,8 +177,12 @@ func Announced(m Mode, self string, in *Input, ips []netip.Addr) []netip.Addr {
 	var out []netip.Addr
 	switch m {
 	case Layer2:
+		eligible := in.eligibleNames()
+		if !slices.Contains(eligible, self) {
+			return nil // an ineligible node owns nothing
+		}
 		for _, ip := range ips {
-			if o, ok := Layer2Owner(in, ip); ok && o == self {
+			if o, _ := ownerAmong(eligible, ip); o == self {
 				out = append(out, ip)
 			}
 		}

@@ -223,6 +223,8 @@ func (h handler) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
+	// As kube-proxy: load balancers that weigh nodes read the count here.
+	w.Header().Set("X-Load-Balancing-Endpoint-Weight", strconv.Itoa(count))
 	w.WriteHeader(statusFor(count, r.ServiceProxyHealthy))
 	_, _ = w.Write(body)
 }

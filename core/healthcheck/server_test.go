@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -39,7 +40,9 @@ type answer struct {
 	Status      int
 	ContentType string
 	NoSniff     string
-	Body        string
+	// Weight is the X-Load-Balancing-Endpoint-Weight header.
+	Weight string
+	Body   string
 }
 
 var client = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
@@ -60,7 +63,8 @@ func get(t *testing.T, port uint16, path string) answer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return answer{resp.StatusCode, resp.Header.Get("Content-Type"), resp.Header.Get("X-Content-Type-Options"), string(body)}
+	return answer{resp.StatusCode, resp.Header.Get("Content-Type"), resp.Header.Get("X-Content-Type-Options"),
+		resp.Header.Get("X-Load-Balancing-Endpoint-Weight"), string(body)}
 }
 
 func body(key model.ServiceKey, n int, healthy bool) string {
@@ -69,11 +73,11 @@ func body(key model.ServiceKey, n int, healthy bool) string {
 }
 
 func ok(key model.ServiceKey, n int) answer {
-	return answer{200, "application/json", "nosniff", body(key, n, true)}
+	return answer{200, "application/json", "nosniff", strconv.Itoa(n), body(key, n, true)}
 }
 
 func unavailable(key model.ServiceKey, n int, healthy bool) answer {
-	return answer{503, "application/json", "nosniff", body(key, n, healthy)}
+	return answer{503, "application/json", "nosniff", strconv.Itoa(n), body(key, n, healthy)}
 }
 
 var refused = answer{}

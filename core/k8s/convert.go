@@ -98,13 +98,6 @@ func sortedStrings(s []string) []string {
 	return slices.Compact(s)
 }
 
-func comparePrefix(a, b netip.Prefix) int {
-	if c := a.Addr().Compare(b.Addr()); c != 0 {
-		return c
-	}
-	return cmp.Compare(a.Bits(), b.Bits())
-}
-
 func compareServicePort(a, b model.ServicePort) int {
 	return cmp.Or(cmp.Compare(a.Port, b.Port), cmp.Compare(a.Protocol, b.Protocol),
 		strings.Compare(a.Name, b.Name), cmp.Compare(a.NodePort, b.NodePort))
@@ -182,7 +175,7 @@ func convertService(svc *corev1.Service) (*model.Service, []error) {
 		s.LoadBalancerSourceRanges = append(s.LoadBalancerSourceRanges, p.Masked())
 	}
 	if len(s.LoadBalancerSourceRanges) > 0 {
-		slices.SortFunc(s.LoadBalancerSourceRanges, comparePrefix)
+		slices.SortFunc(s.LoadBalancerSourceRanges, netip.Prefix.Compare)
 		s.LoadBalancerSourceRanges = slices.Compact(s.LoadBalancerSourceRanges)
 	}
 

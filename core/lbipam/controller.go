@@ -227,19 +227,25 @@ func (c *Controller) lead(ctx context.Context, recorder record.EventRecorder) {
 }
 
 func (c *Controller) runTerm(ctx context.Context, recorder record.EventRecorder) {
-	alloc, err := ipam.New(c.currentPools())
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// Build the term from the pools and publish it under one lock: a
+	// SetPools either came before (and is built in) or finds c.term and
+	// queues the reload; none falls in between and is lost.
+	c.mu.Lock()
+	alloc, err := ipam.New(c.pools)
+	var t *term
+	if err == nil {
+		t = newTerm(c, alloc, recorder, c.pools)
+		t.restart = cancel
+		c.term = t
+	}
+	c.mu.Unlock()
 	if err != nil { // SetPools validated them
 		c.log.Error("address pools", "err", err)
 		<-ctx.Done()
 		return
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	t := newTerm(c, alloc, recorder)
-	t.restart = cancel
-	c.mu.Lock()
-	c.term = t
-	c.mu.Unlock()
 	defer func() {
 		c.leading.Store(false)
 		c.mu.Lock()

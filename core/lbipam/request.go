@@ -14,17 +14,22 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/switchyard-lb/switchyard/core/ipam"
+	"github.com/switchyard-lb/switchyard/core/k8s"
 	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/core/plan"
 )
 
 // Names the controller reads and writes (see /shared/product.md).
 const (
-	// DefaultClass is the loadBalancerClass handled when Config.Class is empty.
-	DefaultClass = "switchyard.dev/lb"
+	// DefaultClass is the loadBalancerClass handled when Config.Class is
+	// empty: the class the planner announces by default.
+	DefaultClass = plan.DefaultLoadBalancerClass
 
-	AnnotationLoadBalancerIPs = "switchyard.dev/load-balancer-ips"
-	AnnotationAddressPool     = "switchyard.dev/address-pool"
-	AnnotationAllowSharedIP   = "switchyard.dev/allow-shared-ip"
+	// The annotations are the ones the watch layer converts (core/k8s),
+	// named once there.
+	AnnotationLoadBalancerIPs = k8s.AnnotationLoadBalancerIPs
+	AnnotationAddressPool     = k8s.AnnotationAddressPool
+	AnnotationAllowSharedIP   = k8s.AnnotationAllowSharedIP
 
 	// ConditionAddressAllocated is the Service status condition the
 	// controller maintains: True with reason Allocated, or False with

@@ -62,7 +62,8 @@ type term struct {
 	failed map[model.ServiceKey]string
 }
 
-func newTerm(c *Controller, alloc *ipam.Allocator, recorder record.EventRecorder) *term {
+// newTerm builds a term over alloc, made from pools; c.mu is held.
+func newTerm(c *Controller, alloc *ipam.Allocator, recorder record.EventRecorder, pools []ipam.Pool) *term {
 	t := &term{
 		client:          c.cfg.Client,
 		class:           c.cfg.Class,
@@ -98,7 +99,7 @@ func newTerm(c *Controller, alloc *ipam.Allocator, recorder record.EventRecorder
 		UpdateFunc: func(_, obj any) { t.enqueue(obj) },
 		DeleteFunc: t.enqueue,
 	})
-	if needsNamespaces(t.pools()) {
+	if needsNamespaces(pools) {
 		// Only pools selecting namespaces by label need them, and only
 		// then does the controller need to list and watch Namespaces.
 		nss := t.factory.Core().V1().Namespaces()

@@ -76,6 +76,10 @@ type Membership struct {
 
 	mu      sync.Mutex
 	members map[string]Member
+	// quorum caches quorumLocked, recomputed whenever members changes:
+	// Alive runs for every node and address in each election, members
+	// change only on gossip events.
+	quorum  bool
 	peers   []Peer
 	joinErr error
 	closed  bool
@@ -215,6 +219,7 @@ func (m *Membership) record(n *memberlist.Node, s State) {
 	m.mu.Lock()
 	old, had := m.members[n.Name]
 	m.members[n.Name] = mem
+	m.quorum = m.quorumLocked()
 	m.mu.Unlock()
 	if !had || old.State != s || old.Addr != mem.Addr {
 		m.notify()
@@ -240,7 +245,7 @@ func (m *Membership) Changes() <-chan struct{} { return m.changes }
 func (m *Membership) Alive(node string) (alive, known bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.guard && !m.quorumLocked() {
+	if m.guard && !m.quorum {
 		return false, false
 	}
 	mem, ok := m.members[node]
@@ -251,7 +256,7 @@ func (m *Membership) Alive(node string) (alive, known bool) {
 }
 
 // quorumLocked reports whether a strict majority of the members that did
-// not leave are alive.
+// not leave are alive. m.mu must be held; readers use m.quorum.
 func (m *Membership) quorumLocked() bool {
 	alive, total := 0, 0
 	for _, mem := range m.members {
@@ -271,7 +276,7 @@ func (m *Membership) quorumLocked() bool {
 func (m *Membership) HasQuorum() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.quorumLocked()
+	return m.quorum
 }
 
 // Members returns every member known, this daemon included, sorted by
@@ -326,6 +331,7 @@ func (m *Membership) SetPeers(peers []Peer) {
 			forgot = true
 		}
 	}
+	m.quorum = m.quorumLocked()
 	m.mu.Unlock()
 	if forgot {
 		m.notify()

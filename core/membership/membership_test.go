@@ -185,6 +185,16 @@ func TestQuorumGuard(t *testing.T) {
 		view(ms[1], names...)); diff != "" {
 		t.Errorf("unguarded member (-want +got):\n%s", diff)
 	}
+	// The dead nodes are deleted from Kubernetes: forgetting them gives
+	// the guarded member its majority back (2 of 2) at once.
+	ms[0].SetPeers(peersOf(ms[1]))
+	if !ms[0].HasQuorum() {
+		t.Errorf("node-0: no quorum after forgetting the dead members")
+	}
+	if diff := cmp.Diff(map[string]string{"node-0": "alive=true known=true", "node-2": "alive=false known=false"},
+		view(ms[0], names...)); diff != "" {
+		t.Errorf("guarded member after forgetting the dead (-want +got):\n%s", diff)
+	}
 }
 
 func TestEncryption(t *testing.T) {

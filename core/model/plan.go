@@ -113,8 +113,9 @@ type ServicePlan struct {
 	// LocalEndpoints.
 	HealthCheckNodePort uint16
 	LocalEndpoints      int
-	// Rejected explains why the Service has no frontend (for example an
-	// unsupported type or a foreign loadBalancerClass); "" otherwise.
+	// Rejected explains why the Service has no frontend (an ExternalName
+	// or headless Service); "" otherwise. A foreign loadBalancerClass is
+	// not a rejection: its ingress IPs are proxied, only not announced.
 	Rejected string
 }
 

@@ -10,7 +10,8 @@
 // The rules, as kube-proxy applies them (pkg/proxy: serviceport.go,
 // topology.go, endpointsmap.go, util/nodeport_addresses.go):
 //
-//   - ExternalName and headless Services are not proxied (Rejected says why).
+//   - ExternalName and headless Services, and Services of a type the watch
+//     layer did not know (Type zero), are not proxied (Rejected says why).
 //   - Each IP family in which the Service has a cluster IP is planned on its
 //     own: ClusterIP, NodePort (node addresses of that family inside
 //     Options.NodePortAddresses; every address of the family when no prefix

@@ -11,6 +11,9 @@ import (
 const (
 	ReasonExternalName = "ExternalName Service: resolved by DNS, not proxied"
 	ReasonHeadless     = "headless Service: no cluster IP to proxy"
+	// ReasonUnknownType: the watch layer leaves Type zero for a type it
+	// does not know, and nothing is proxied rather than guessed.
+	ReasonUnknownType = "unknown Service type: not proxied"
 )
 
 // family is an IP family; the planner handles each one on its own, as
@@ -94,6 +97,9 @@ func (e *env) planService(svc *model.Service, eps []model.Endpoint) *model.Servi
 	switch {
 	case svc.Type == model.ExternalName:
 		sp.Rejected = ReasonExternalName
+		return sp
+	case svc.Type != model.ClusterIP && svc.Type != model.NodePort && svc.Type != model.LoadBalancer:
+		sp.Rejected = ReasonUnknownType
 		return sp
 	case len(svc.ClusterIPs) == 0:
 		sp.Rejected = ReasonHeadless

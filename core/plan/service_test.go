@@ -51,6 +51,12 @@ func TestPlanService(t *testing.T) {
 			want: &model.ServicePlan{Key: webKey, Rejected: plan.ReasonExternalName},
 		},
 		{
+			name: "an unknown type (left zero by the watch layer) is rejected",
+			svc:  &model.Service{Key: webKey, ClusterIPs: ips("10.96.0.10"), Ports: []model.ServicePort{httpPort}},
+			eps:  []model.Endpoint{ready("10.0.0.1", "n1")},
+			want: &model.ServicePlan{Key: webKey, Rejected: plan.ReasonUnknownType},
+		},
+		{
 			name: "headless is rejected, external IPs included, as kube-proxy skips it",
 			svc: &model.Service{Key: webKey, Type: model.ClusterIP, ExternalIPs: ips("203.0.113.1"),
 				Ports: []model.ServicePort{httpPort}},

@@ -79,9 +79,11 @@ func (c *Clock) StepTo(at time.Time) {
 
 // WaitTimer waits until a timer that no earlier WaitTimer call returned has
 // been created, and returns its deadline. A runner creates a timer only
-// when it is about to block, so after WaitTimer returns the runner runs no
-// more until the test steps the clock, triggers it or cancels it. The test
-// fails if no timer shows up within a minute.
+// when it is about to block until a run is due, so after WaitTimer returns
+// the runner runs no more until the test steps the clock, triggers it or
+// cancels it. A runner with nothing due (no trigger, no retry and no
+// periodic run) blocks without a timer, so WaitTimer cannot see that; the
+// test fails if no timer shows up within a minute.
 func (c *Clock) WaitTimer(tb testing.TB) time.Time {
 	tb.Helper()
 	guard := time.NewTimer(time.Minute)
