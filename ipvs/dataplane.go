@@ -65,12 +65,15 @@ type drainKey struct {
 type Dataplane struct {
 	cfg Config
 
-	mu       sync.Mutex
-	loaded   bool // have reflects the kernel
-	have     State
-	want     Desired
-	owner    map[model.VirtualServiceKey]model.ServiceKey
-	bySvc    map[model.ServiceKey][]model.VirtualServiceKey
+	mu     sync.Mutex
+	loaded bool // have reflects the kernel
+	have   State
+	want   Desired
+	owner  map[model.VirtualServiceKey]model.ServiceKey
+	bySvc  map[model.ServiceKey][]model.VirtualServiceKey
+	// losers are the Services that also wanted a virtual service another
+	// one owns: re-planned when the owner lets it go.
+	losers   map[model.VirtualServiceKey][]model.ServiceKey
 	addrRefs map[netip.Addr]int
 	draining map[drainKey]time.Time // since when
 	sysctls  map[string]string      // as reported
@@ -106,6 +109,7 @@ func New(cfg Config) (*Dataplane, error) {
 		cfg:      cfg,
 		want:     Desired{Services: map[model.VirtualServiceKey]DesiredService{}, Addrs: map[netip.Addr]bool{}},
 		owner:    map[model.VirtualServiceKey]model.ServiceKey{},
+		losers:   map[model.VirtualServiceKey][]model.ServiceKey{},
 		bySvc:    map[model.ServiceKey][]model.VirtualServiceKey{},
 		addrRefs: map[netip.Addr]int{},
 		draining: map[drainKey]time.Time{},
@@ -176,10 +180,7 @@ func (d *Dataplane) Apply(ctx context.Context, u plugin.Update) error {
 	if len(kernelErrs) > 0 {
 		d.loaded = false
 	}
-	if err := errors.Join(append(errs, kernelErrs...)...); err != nil {
-		return err
-	}
-	return nil
+	return errors.Join(append(errs, kernelErrs...)...)
 }
 
 // updateWant folds u into the desired state and returns the scope an
@@ -188,6 +189,7 @@ func (d *Dataplane) updateWant(u plugin.Update) (Scope, error) {
 	var scope Scope
 	keys := slices.Clone(u.Changed) // the update is the caller's
 	if u.Full {
+		clear(d.losers) // every Service is planned again
 		keys = slices.Collect(maps.Keys(d.bySvc))
 		for k := range u.Plan.Services {
 			if _, ok := d.bySvc[k]; !ok {
@@ -197,13 +199,27 @@ func (d *Dataplane) updateWant(u plugin.Update) (Scope, error) {
 	}
 	slices.SortFunc(keys, model.ServiceKey.Compare)
 	var errs []error
-	for _, sk := range keys {
+	seen := make(map[model.ServiceKey]bool, len(keys))
+	// release drops vk from sk's wants and queues the Services that lost
+	// vk to another, so that one of them takes it over.
+	release := func(sk model.ServiceKey, vk model.VirtualServiceKey) {
+		if d.unwant(sk, vk) {
+			keys = append(keys, d.losers[vk]...)
+			delete(d.losers, vk)
+		}
+	}
+	for i := 0; i < len(keys); i++ {
+		sk := keys[i]
+		if seen[sk] {
+			continue
+		}
+		seen[sk] = true
 		old := d.bySvc[sk]
 		delete(d.bySvc, sk)
 		for _, vk := range old {
 			scope.Keys = append(scope.Keys, vk)
 			scope.Addrs = append(scope.Addrs, vk.Addr)
-			d.unwant(sk, vk)
+			release(sk, vk)
 		}
 		sp := u.Plan.Services[sk]
 		if sp == nil {
@@ -213,7 +229,8 @@ func (d *Dataplane) updateWant(u plugin.Update) (Scope, error) {
 			scope.Keys = append(scope.Keys, vs.VirtualServiceKey)
 			scope.Addrs = append(scope.Addrs, vs.Addr)
 			if o, ok := d.owner[vs.VirtualServiceKey]; ok && o != sk && o.Compare(sk) < 0 {
-				continue // the kernel holds one; the first Service wins
+				d.lose(sk, vs.VirtualServiceKey) // the kernel holds one; the first Service wins
+				continue
 			}
 			ds, err := FromModel(vs, d.cfg.Scheduler)
 			if err != nil {
@@ -222,6 +239,9 @@ func (d *Dataplane) updateWant(u plugin.Update) (Scope, error) {
 			}
 			if o, ok := d.owner[vs.VirtualServiceKey]; ok {
 				d.unwant(o, vs.VirtualServiceKey)
+				if o != sk {
+					d.lose(o, vs.VirtualServiceKey)
+				}
 			}
 			d.want.Services[vs.VirtualServiceKey] = ds
 			d.owner[vs.VirtualServiceKey] = sk
@@ -299,14 +319,23 @@ func (d *Dataplane) adopt(scope Scope) {
 	}
 }
 
-// unwant drops vk from the desired state if sk holds it.
-func (d *Dataplane) unwant(sk model.ServiceKey, vk model.VirtualServiceKey) {
-	if d.owner[vk] != sk {
-		return
+// lose records that sk wants vk, which another Service holds.
+func (d *Dataplane) lose(sk model.ServiceKey, vk model.VirtualServiceKey) {
+	if !slices.Contains(d.losers[vk], sk) {
+		d.losers[vk] = append(d.losers[vk], sk)
 	}
+}
+
+// unwant drops vk from the desired state if sk holds it, and reports
+// whether it did.
+func (d *Dataplane) unwant(sk model.ServiceKey, vk model.VirtualServiceKey) bool {
+	if d.owner[vk] != sk {
+		return false
+	}
+	bound := BoundKind(d.want.Services[vk].Kind) // as updateWant counted it
 	delete(d.owner, vk)
 	delete(d.want.Services, vk)
-	if n, ok := d.addrRefs[vk.Addr]; ok {
+	if n, ok := d.addrRefs[vk.Addr]; ok && bound {
 		if n <= 1 {
 			delete(d.addrRefs, vk.Addr)
 			delete(d.want.Addrs, vk.Addr)
@@ -317,6 +346,7 @@ func (d *Dataplane) unwant(sk model.ServiceKey, vk model.VirtualServiceKey) {
 	if keys, ok := d.bySvc[sk]; ok {
 		d.bySvc[sk] = slices.DeleteFunc(slices.Clone(keys), func(k model.VirtualServiceKey) bool { return k == vk })
 	}
+	return true
 }
 
 // load reads the kernel: the dummy link's addresses, every service, and
@@ -488,9 +518,10 @@ func (d *Dataplane) Draining() int {
 }
 
 // drainLocked reads the connection counts of the services with draining
-// destinations and deletes the ones that are done. TCP waits for active
-// and inactive (TIME_WAIT, FIN) connections; UDP and SCTP only for active
-// ones, as IPVS counts every UDP flow inactive.
+// destinations and deletes the ones that are done; a destination wanted
+// again stops draining. TCP waits for active and inactive (TIME_WAIT,
+// FIN) connections; UDP and SCTP only for active ones, as IPVS counts
+// every UDP flow inactive.
 func (d *Dataplane) drainLocked() error {
 	if len(d.draining) == 0 {
 		return nil
@@ -513,6 +544,12 @@ func (d *Dataplane) drainLocked() error {
 		}
 		for _, dest := range bySvc[k] {
 			dk := drainKey{k, dest}
+			if d.wanted(k, dest) {
+				// Wanted again at the weight it drained with (0), so
+				// Diff emitted no op that would have cancelled the drain.
+				delete(d.draining, dk)
+				continue
+			}
 			s, ok := cur[dest]
 			if !ok {
 				delete(d.draining, dk)
@@ -538,6 +575,14 @@ func (d *Dataplane) drainLocked() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// wanted reports whether the desired state holds dest in k.
+func (d *Dataplane) wanted(k model.VirtualServiceKey, dest DestinationKey) bool {
+	_, found := slices.BinarySearchFunc(d.want.Services[k].Destinations, dest, func(w Destination, k DestinationKey) int {
+		return w.DestinationKey.Compare(k)
+	})
+	return found
 }
 
 // clearUDP deletes conntrack entries of a removed UDP backend (or of a

@@ -376,3 +376,120 @@ func TestDataplaneSkipsAnInvalidService(t *testing.T) {
 		t.Errorf("programmed services (-want +got):\n%s", diff)
 	}
 }
+
+func TestDataplaneNodePortOnABoundAddress(t *testing.T) {
+	// An externalIP that is also a node address carries a NodePort
+	// frontend too: removing the NodePort Service must not unbind the
+	// address the external-IP Service still needs.
+	r := newRig()
+	dp := r.dataplane(t)
+	ip := netip.MustParseAddr("192.0.2.20")
+	vs := func(kind model.FrontendKind, port uint16) *model.ServicePlan {
+		return &model.ServicePlan{VirtualServices: []model.VirtualService{{
+			VirtualServiceKey: model.VirtualServiceKey{Addr: ip, Port: port, Protocol: model.TCP},
+			Kind:              kind, Destinations: []model.Destination{be("10.244.1.2", 8080, 1)},
+		}}}
+	}
+	ext, np := model.ServiceKey{Namespace: "x", Name: "ext"}, model.ServiceKey{Namespace: "x", Name: "np"}
+	plan := &model.Plan{Services: map[model.ServiceKey]*model.ServicePlan{
+		ext: vs(model.FrontendExternalIP, 80), np: vs(model.FrontendNodePort, 30080),
+	}}
+	if err := dp.Apply(t.Context(), plugin.Update{Plan: plan, Full: true}); err != nil {
+		t.Fatal(err)
+	}
+	delete(plan.Services, np)
+	if err := dp.Apply(t.Context(), plugin.Update{Plan: plan, Changed: []model.ServiceKey{np}}); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]netip.Addr{ip}, r.bound(t), cmpAddrs); diff != "" {
+		t.Errorf("addresses on switchyard0 (-want +got):\n%s", diff)
+	}
+}
+
+func TestDataplaneDrainCancelledAtWeightZero(t *testing.T) {
+	// A draining real server that comes back wanted at weight 0 (a policy
+	// weight) needs no kernel change, but must no longer be deleted.
+	r := newRig()
+	dp := r.dataplane(t)
+	if err := dp.Apply(t.Context(), plugin.Update{Plan: webPlan(be("10.244.1.2", 8080, 1), be("10.244.2.2", 8080, 1)), Full: true}); err != nil {
+		t.Fatal(err)
+	}
+	gone := ipvs.DestinationKey{Addr: netip.MustParseAddr("10.244.1.2"), Port: 8080}
+	for _, k := range []model.VirtualServiceKey{keyA, keyNP} {
+		if err := r.kernel.SetConns(k, gone, 1, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := dp.Apply(t.Context(), plugin.Update{Plan: webPlan(be("10.244.2.2", 8080, 1)), Changed: []model.ServiceKey{svcWeb}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := dp.Draining(); got != 2 {
+		t.Fatalf("Draining() = %d, want 2", got)
+	}
+	back := webPlan(be("10.244.1.2", 8080, 0), be("10.244.2.2", 8080, 1))
+	if err := dp.Apply(t.Context(), plugin.Update{Plan: back, Changed: []model.ServiceKey{svcWeb}}); err != nil {
+		t.Fatal(err)
+	}
+	r.clock.Advance(time.Minute)
+	if err := dp.Drain(); err != nil {
+		t.Fatal(err)
+	}
+	if got := dp.Draining(); got != 0 {
+		t.Errorf("Draining() = %d, want 0", got)
+	}
+	got, err := r.kernel.Destinations(keyA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []ipvs.DestinationState{dstState("10.244.1.2", 0, 1, 0), dstState("10.244.2.2", 1, 0, 0)}
+	if diff := cmp.Diff(want, got, cmpAddrs); diff != "" {
+		t.Errorf("destinations (-want +got):\n%s", diff)
+	}
+}
+
+func TestDataplaneContestedVirtualService(t *testing.T) {
+	// Two Services want the same external IP and port: the one that
+	// sorts first holds it; when it lets go, the other takes it over at
+	// once, not only at the next full resync.
+	r := newRig()
+	dp := r.dataplane(t)
+	ip := netip.MustParseAddr("192.0.2.30")
+	key := model.VirtualServiceKey{Addr: ip, Port: 80, Protocol: model.TCP}
+	mk := func(backend string) *model.ServicePlan {
+		return &model.ServicePlan{VirtualServices: []model.VirtualService{{
+			VirtualServiceKey: key, Kind: model.FrontendExternalIP,
+			Destinations: []model.Destination{be(backend, 8080, 1)},
+		}}}
+	}
+	a, b := model.ServiceKey{Namespace: "x", Name: "a"}, model.ServiceKey{Namespace: "x", Name: "b"}
+	plan := &model.Plan{Services: map[model.ServiceKey]*model.ServicePlan{b: mk("10.244.2.2")}}
+	if err := dp.Apply(t.Context(), plugin.Update{Plan: plan, Full: true}); err != nil {
+		t.Fatal(err)
+	}
+	steps := []struct {
+		name    string
+		change  func()
+		changed model.ServiceKey
+		want    []ipvstest.Entry
+	}{
+		{"a arrives and takes it from b", func() { plan.Services[a] = mk("10.244.1.1") }, a,
+			[]ipvstest.Entry{entry(rr(key), dstState("10.244.1.1", 1, 0, 0))}},
+		{"b changes and still loses", func() { plan.Services[b] = mk("10.244.2.3") }, b,
+			[]ipvstest.Entry{entry(rr(key), dstState("10.244.1.1", 1, 0, 0))}},
+		{"a leaves and b takes over", func() { delete(plan.Services, a) }, a,
+			[]ipvstest.Entry{entry(rr(key), dstState("10.244.2.3", 1, 0, 0))}},
+		{"b leaves", func() { delete(plan.Services, b) }, b, []ipvstest.Entry{}},
+	}
+	for _, s := range steps {
+		s.change()
+		if err := dp.Apply(t.Context(), plugin.Update{Plan: plan, Changed: []model.ServiceKey{s.changed}}); err != nil {
+			t.Fatalf("%s: %v", s.name, err)
+		}
+		if diff := cmp.Diff(s.want, r.kernel.Table(), cmpAddrs); diff != "" {
+			t.Errorf("%s: kernel table (-want +got):\n%s", s.name, diff)
+		}
+	}
+	if diff := cmp.Diff([]netip.Addr{}, r.bound(t), cmpAddrs); diff != "" {
+		t.Errorf("addresses on switchyard0 at the end (-want +got):\n%s", diff)
+	}
+}

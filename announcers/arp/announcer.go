@@ -29,8 +29,8 @@ var ErrClosed = errors.New("arp announcer closed")
 // Options tune an Announcer. The zero value is usable.
 type Options struct {
 	// OnError, when set, receives errors of the background work: failed
-	// reads and replies, and failed repeated announcements (with link
-	// ""). It must not block or call the Announcer.
+	// reads and replies, and failed repeated announcements and their
+	// group joins (with link ""). It must not block or call the Announcer.
 	OnError func(link string, err error)
 	// OnAnnounce, when set, is called after the gratuitous messages for
 	// addr went out on link: a hook for metrics and measurements. It runs
@@ -175,20 +175,25 @@ func (a *Announcer) Announce(ctx context.Context, set []model.Announcement) erro
 		if !ok {
 			a.scheduleRepeat(addr, a.opts.Repeats)
 		}
-		// The address is answered even when announcing it fails, and
-		// both steps are retried by the next call until they succeed.
-		a.owned[addr] = false
-		var failed []error
-		if addr.Is6() {
-			failed = a.join(addr)
-		}
-		if err := a.announce(addr); err != nil {
-			failed = append(failed, err)
-		}
-		errs = append(errs, failed...)
-		a.owned[addr] = len(failed) == 0
+		errs = append(errs, a.gain(addr)...)
 	}
 	return errors.Join(errs...)
+}
+
+// gain joins addr's solicited-node groups (IPv6) and announces it, and
+// marks it done only when both succeeded. The address is answered even
+// when they fail; the next Announce or repeat retries both. Called with
+// mu held.
+func (a *Announcer) gain(addr netip.Addr) []error {
+	var failed []error
+	if addr.Is6() {
+		failed = a.join(addr)
+	}
+	if err := a.announce(addr); err != nil {
+		failed = append(failed, err)
+	}
+	a.owned[addr] = len(failed) == 0
+	return failed
 }
 
 // scheduleRepeat arms the next of left re-announcements of addr. Called
@@ -218,12 +223,10 @@ func (a *Announcer) fireRepeat(addr netip.Addr, r *repeat) {
 	if a.closed || a.repeats[addr] != r {
 		return
 	}
-	if err := a.announce(addr); err != nil {
-		if a.opts.OnError != nil {
-			a.opts.OnError("", err)
-		}
-	} else {
-		a.owned[addr] = true
+	// A repeat also retries a failed join: marking the address done
+	// after the announcement alone would stop Announce retrying it.
+	if failed := a.gain(addr); len(failed) > 0 && a.opts.OnError != nil {
+		a.opts.OnError("", errors.Join(failed...))
 	}
 	a.scheduleRepeat(addr, r.left-1)
 }

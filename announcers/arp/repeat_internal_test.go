@@ -2,6 +2,7 @@ package arp
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/netip"
 	"sync"
@@ -163,5 +164,45 @@ func drainFrames(pc *arptest.PacketConn) [][]byte {
 		default:
 			return out
 		}
+	}
+}
+
+func TestRepeatKeepsAFailedJoinPending(t *testing.T) {
+	// A repeat whose announcement goes out while joining the
+	// solicited-node group still fails must not mark the address done:
+	// the next Announce retries the join.
+	vip := netip.MustParseAddr("2001:db8::200")
+	nc := arptest.NewNDPConn()
+	var mu sync.Mutex
+	var reported []error
+	a := New([]Link{{Name: "eth0", Index: 7, MAC: net.HardwareAddr{2, 0, 0, 0, 0, 0x0a}, NDP: nc}},
+		Options{Repeats: 1, OnError: func(_ string, err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			reported = append(reported, err)
+		}})
+	defer a.Close()
+	ft := &fakeTimers{}
+	a.afterFunc = ft.afterFunc
+	boom := errors.New("ENOBUFS")
+	nc.FailJoins(boom)
+	set := []model.Announcement{{Addr: vip}}
+	if err := a.Announce(context.Background(), set); !errors.Is(err, boom) {
+		t.Fatalf("Announce with failing joins = %v, want %v", err, boom)
+	}
+	if live := ft.fireAll(); live != 1 {
+		t.Fatalf("live repeat timers = %d, want 1", live)
+	}
+	mu.Lock()
+	if len(reported) != 1 || !errors.Is(reported[0], boom) {
+		t.Errorf("errors reported by the repeat = %v, want one wrapping %v", reported, boom)
+	}
+	mu.Unlock()
+	nc.FailJoins(nil)
+	if err := a.Announce(context.Background(), set); err != nil {
+		t.Fatalf("Announce: %v", err)
+	}
+	if diff := cmp.Diff([]netip.Addr{netip.MustParseAddr("ff02::1:ff00:200")}, nc.Groups(), cmp.Comparer(func(x, y netip.Addr) bool { return x == y })); diff != "" {
+		t.Errorf("groups after the retry (-want +got):\n%s", diff)
 	}
 }

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -27,6 +25,7 @@ import (
 	"github.com/switchyard-lb/switchyard/core/plugin"
 	"github.com/switchyard-lb/switchyard/core/reconcile"
 	"github.com/switchyard-lb/switchyard/plugins/builtin"
+	"github.com/switchyard-lb/switchyard/plugins/wasm"
 )
 
 // Names of the delivery format (see the package documentation).
@@ -343,11 +342,8 @@ func Gunzip(b []byte, maxSize int64) ([]byte, error) {
 }
 
 // Digest is the lowercase hex sha256 of an uncompressed module: the value
-// of a pin.
-func Digest(module []byte) string {
-	d := sha256.Sum256(module)
-	return hex.EncodeToString(d[:])
-}
+// of a pin, and the digest the wasm host compiles and caches by.
+func Digest(module []byte) string { return wasm.Digest(module) }
 
 // retire closes m after RetireAfter.
 func (r *Registry) retire(m Module) {

@@ -37,6 +37,7 @@ type Input struct {
 	recs       []byte
 	n          int
 	epOff, rec int
+	anyReady   int8 // 0: not scanned yet; 1: none ready; 2: some ready
 }
 
 // Parse checks the input's header and returns a view of it.
@@ -114,6 +115,27 @@ func (in *Input) SessionAffinity() bool { return u32at(in.b, 112)&1 != 0 }
 
 // Len is the number of endpoints.
 func (in *Input) Len() int { return in.n }
+
+// Usable reports whether endpoint i may get traffic, by kube-proxy's
+// rule: the ready endpoints, or, when none is ready, the serving
+// terminating ones. The first call of an evaluation scans the endpoints
+// once.
+func (in *Input) Usable(i int) bool {
+	e := in.Endpoint(i)
+	if in.anyReady == 0 {
+		in.anyReady = 1
+		for j := range in.n {
+			if in.Endpoint(j).Ready() {
+				in.anyReady = 2
+				break
+			}
+		}
+	}
+	if in.anyReady == 2 {
+		return e.Ready()
+	}
+	return e.Serving() && e.Terminating()
+}
 
 // Endpoint returns endpoint i, 0 <= i < Len(); it panics otherwise.
 func (in *Input) Endpoint(i int) Endpoint {

@@ -327,3 +327,49 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+func TestUsable(t *testing.T) {
+	ep := func(ready, serving, terminating bool) plugin.PolicyEndpoint {
+		return plugin.PolicyEndpoint{Endpoint: model.Endpoint{
+			Addr: netip.MustParseAddr("10.0.0.1"), Port: 80, Protocol: model.TCP,
+			Ready: ready, Serving: serving, Terminating: terminating,
+		}}
+	}
+	// One Evaluator runs every case in order, as the wasm export reuses
+	// its Input: what one evaluation scanned must not leak into the next.
+	var got []bool
+	ev := policy.NewEvaluator(func(in *policy.Input, out *policy.Output) error {
+		got = nil
+		for i := range in.Len() {
+			got = append(got, in.Usable(i))
+		}
+		return nil
+	})
+	tests := []struct {
+		name string
+		eps  []plugin.PolicyEndpoint
+		want []bool
+	}{
+		{"ready ones when some are", []plugin.PolicyEndpoint{ep(true, true, false), ep(false, true, true), ep(false, false, false)},
+			[]bool{true, false, false}},
+		{"serving terminating ones when none is ready", []plugin.PolicyEndpoint{ep(false, true, true), ep(false, false, true), ep(false, true, false)},
+			[]bool{true, false, false}},
+		{"ready again", []plugin.PolicyEndpoint{ep(false, true, true), ep(true, true, false)},
+			[]bool{false, true}},
+		{"none", nil, nil},
+	}
+	for _, tt := range tests {
+		pi := hostInput()
+		pi.Endpoints = tt.eps
+		b, err := abi.Encode(nil, pi)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ev.Run(b); err != nil {
+			t.Fatalf("%s: Run: %v", tt.name, err)
+		}
+		if diff := cmp.Diff(tt.want, got); diff != "" {
+			t.Errorf("%s: Usable (-want +got):\n%s", tt.name, diff)
+		}
+	}
+}

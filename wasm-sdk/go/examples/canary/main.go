@@ -30,11 +30,10 @@ func evaluate(in *policy.Input, out *policy.Output) error {
 		return errors.New("params: percent is above 100")
 	}
 
-	ready := anyReady(in)
 	var nc, ns uint32
 	for i := range in.Len() {
-		if e := in.Endpoint(i); usable(e, ready) {
-			if canary.match(e) {
+		if in.Usable(i) {
+			if canary.match(in.Endpoint(i)) {
 				nc++
 			} else {
 				ns++
@@ -48,7 +47,7 @@ func evaluate(in *policy.Input, out *policy.Output) error {
 	for i := range in.Len() {
 		e := in.Endpoint(i)
 		switch {
-		case !usable(e, ready):
+		case !in.Usable(i):
 		case canary.match(e):
 			out.SetWeight(i, cw)
 		default:
@@ -143,24 +142,6 @@ func parseCIDR4(s []byte) (addr uint32, bits uint32, ok bool) {
 	}
 	bits, ok = num(32)
 	return addr, bits, ok && i == len(s)
-}
-
-func anyReady(in *policy.Input) bool {
-	for i := range in.Len() {
-		if in.Endpoint(i).Ready() {
-			return true
-		}
-	}
-	return false
-}
-
-// usable: the ready endpoints, or when none is ready, the serving
-// terminating ones.
-func usable(e policy.Endpoint, anyReady bool) bool {
-	if anyReady {
-		return e.Ready()
-	}
-	return e.Serving() && e.Terminating()
 }
 
 func init() { policy.Register(evaluate) }

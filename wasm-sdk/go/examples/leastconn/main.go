@@ -10,10 +10,9 @@ func evaluate(in *policy.Input, out *policy.Output) error {
 		return err
 	}
 	scale = min(scale, policy.MaxWeight)
-	ready := anyReady(in)
 	for i := range in.Len() {
 		e := in.Endpoint(i)
-		if !usable(e, ready) {
+		if !in.Usable(i) {
 			continue
 		}
 		w := uint32(uint64(scale) / (1 + uint64(e.ActiveConns())))
@@ -25,24 +24,6 @@ func evaluate(in *policy.Input, out *policy.Output) error {
 	out.SetScheduler("wrr")
 	out.SetReevaluate(5000)
 	return nil
-}
-
-func anyReady(in *policy.Input) bool {
-	for i := range in.Len() {
-		if in.Endpoint(i).Ready() {
-			return true
-		}
-	}
-	return false
-}
-
-// usable: the ready endpoints, or when none is ready, the serving
-// terminating ones.
-func usable(e policy.Endpoint, anyReady bool) bool {
-	if anyReady {
-		return e.Ready()
-	}
-	return e.Serving() && e.Terminating()
 }
 
 func init() { policy.Register(evaluate) }

@@ -16,11 +16,10 @@ func evaluate(in *policy.Input, out *policy.Output) error {
 	}
 	full := uint64(min(weight, policy.MaxWeight))
 	window := uint64(windowSec) * 1000
-	ready := anyReady(in)
 	ramping := false
 	for i := range in.Len() {
 		e := in.Endpoint(i)
-		if !usable(e, ready) {
+		if !in.Usable(i) {
 			continue
 		}
 		w := full
@@ -39,24 +38,6 @@ func evaluate(in *policy.Input, out *policy.Output) error {
 		out.SetReevaluate(1000)
 	}
 	return nil
-}
-
-func anyReady(in *policy.Input) bool {
-	for i := range in.Len() {
-		if in.Endpoint(i).Ready() {
-			return true
-		}
-	}
-	return false
-}
-
-// usable: the ready endpoints, or when none is ready, the serving
-// terminating ones.
-func usable(e policy.Endpoint, anyReady bool) bool {
-	if anyReady {
-		return e.Ready()
-	}
-	return e.Serving() && e.Terminating()
 }
 
 func init() { policy.Register(evaluate) }

@@ -19,23 +19,9 @@ func evaluate(in *policy.Input, out *policy.Output) error {
 		return err
 	}
 
-	anyReady := false
-	for i := range in.Len() {
-		if in.Endpoint(i).Ready() {
-			anyReady = true
-			break
-		}
-	}
-	usable := func(e policy.Endpoint) bool {
-		if anyReady {
-			return e.Ready()
-		}
-		return e.Serving() && e.Terminating()
-	}
-
 	var inZone, conns uint64
 	for i := range in.Len() {
-		if e := in.Endpoint(i); usable(e) && e.SameZone() {
+		if e := in.Endpoint(i); in.Usable(i) && e.SameZone() {
 			inZone++
 			conns += uint64(e.ActiveConns())
 		}
@@ -44,7 +30,7 @@ func evaluate(in *policy.Input, out *policy.Output) error {
 	for i := range in.Len() {
 		e := in.Endpoint(i)
 		switch {
-		case !usable(e):
+		case !in.Usable(i):
 		case inZone == 0 || e.SameZone():
 			out.SetWeight(i, localWeight)
 		case busy:
