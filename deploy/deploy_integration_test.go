@@ -30,11 +30,11 @@ const namespace = "switchyard-system"
 var (
 	clusterWide = []string{
 		"create /events", "create events.k8s.io/events",
-		"get /nodes", "get /services", "get discovery.k8s.io/endpointslices",
-		"list /nodes", "list /services", "list discovery.k8s.io/endpointslices",
+		"get /namespaces", "get /nodes", "get /services", "get discovery.k8s.io/endpointslices",
+		"list /namespaces", "list /nodes", "list /services", "list discovery.k8s.io/endpointslices",
 		"patch /events", "patch /services/status", "patch events.k8s.io/events",
 		"update /services/status",
-		"watch /nodes", "watch /services", "watch discovery.k8s.io/endpointslices",
+		"watch /namespaces", "watch /nodes", "watch /services", "watch discovery.k8s.io/endpointslices",
 	}
 	inNamespace = slices.Sorted(slices.Values(slices.Concat(clusterWide, []string{
 		"create coordination.k8s.io/leases", "get /configmaps", "get coordination.k8s.io/leases",

@@ -52,6 +52,7 @@ var liveFields = []string{
 	"loadBalancerClass",
 	"ignoreUnclassed",
 	"policies.default",
+	"pools",
 }
 
 // daemonConfig is what runDaemon needs; run builds it from the flags.
@@ -123,6 +124,16 @@ func runDaemon(ctx context.Context, dc daemonConfig) (err error) {
 		healthcheck.WithProxyHealthy(func() bool { return tracker.Health().Healthy }))
 	defer hc.Close()
 
+	lb, err := newLoadBalancing(ctx, dc, cfg, reg)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := lb.close(); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("close announcers: %w", cerr))
+		}
+	}()
+
 	var r *runner.Runner
 	policies, reporter, closePolicies, err := newPolicies(ctx, dc, cfg, func() { r.Trigger() })
 	if err != nil {
@@ -141,6 +152,9 @@ func runDaemon(ctx context.Context, dc daemonConfig) (err error) {
 		Source:    src,
 		Planner:   plan.New(cfg.PlanOptions()),
 		Dataplane: dp,
+		Elected:   lb.elected,
+		Alive:     lb.alive(),
+		OnNodes:   lb.setNodes,
 		Metrics:   m,
 		Health:    hc,
 		Log:       log.With("component", "reconcile"),
@@ -181,7 +195,7 @@ func runDaemon(ctx context.Context, dc daemonConfig) (err error) {
 		}
 		return nil
 	}
-	reload := newReloader(cfg, loop, policies, r.Trigger, log.With("component", "config"), reg)
+	reload := newReloader(cfg, loop, policies, lb.setPools, r.Trigger, log.With("component", "config"), reg)
 	metricsSrv, err := status.Listen("metrics", cfg.Metrics.BindAddress,
 		status.MetricsHandler(reg, func() any { return loop.State() }))
 	if err != nil {
@@ -207,6 +221,7 @@ func runDaemon(ctx context.Context, dc daemonConfig) (err error) {
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() { src.Run(ctx) })
+	lb.run(ctx, &wg, r.Trigger)
 	wg.Go(func() { r.Run(ctx) })
 	wg.Go(func() { policies.Run(ctx) })
 	wg.Go(func() { reporter.Run(ctx) })
@@ -232,6 +247,8 @@ type reloader struct {
 	current  *config.Config
 	loop     *reconcile.Loop
 	policies *registry.Registry
+	// setPools applies the address pools.
+	setPools func([]config.Pool) error
 	trigger  func()
 	log      *slog.Logger
 	// successful is 1 when the last changed file was accepted, 0 when it
@@ -240,9 +257,9 @@ type reloader struct {
 	successAt  prometheus.Gauge
 }
 
-func newReloader(cur *config.Config, loop *reconcile.Loop, policies *registry.Registry, trigger func(), log *slog.Logger, reg prometheus.Registerer) *reloader {
+func newReloader(cur *config.Config, loop *reconcile.Loop, policies *registry.Registry, setPools func([]config.Pool) error, trigger func(), log *slog.Logger, reg prometheus.Registerer) *reloader {
 	rl := &reloader{
-		current: cur, loop: loop, policies: policies, trigger: trigger, log: log,
+		current: cur, loop: loop, policies: policies, setPools: setPools, trigger: trigger, log: log,
 		successful: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: metrics.Namespace, Name: "config_last_reload_successful",
 			Help: "1 when the last change of the config file was accepted, 0 when it was rejected (the last good config stays in force).",
@@ -281,6 +298,11 @@ func (rl *reloader) apply(next *config.Config) {
 		if next.Policies.Default != rl.current.Policies.Default && rl.policies != nil {
 			rl.policies.SetDefault(next.Policies.Default) // triggers the loop
 		}
+		if slices.Contains(live, "pools") && rl.setPools != nil {
+			if err := rl.setPools(next.Pools); err != nil {
+				rl.log.Error("config: pools not applied", "err", err)
+			}
+		}
 		rl.log.Info("config reloaded", "applied", strings.Join(live, ","))
 	}
 	if len(restart) > 0 {
@@ -299,6 +321,7 @@ func withLive(cur, next *config.Config) *config.Config {
 	c.LoadBalancerClass = next.LoadBalancerClass
 	c.IgnoreUnclassed = next.IgnoreUnclassed
 	c.Policies.Default = next.Policies.Default
+	c.Pools = next.Pools
 	return &c
 }
 

@@ -189,6 +189,10 @@ type BGPPeer struct {
 	// PasswordSecret names the Secret (in the daemon's namespace) holding
 	// the TCP MD5 password. Default none.
 	PasswordSecret *SecretKeyRef `yaml:"passwordSecret"`
+	// PasswordFile is a file holding the TCP MD5 password, such as a
+	// Secret mounted into the pod (the daemon may not read Secrets
+	// through the API). Default none.
+	PasswordFile string `yaml:"passwordFile"`
 	// EBGPMultihop is the TTL for eBGP sessions. Default 0: directly
 	// connected.
 	EBGPMultihop int `yaml:"ebgpMultihop"`
@@ -213,6 +217,9 @@ type CloudAnnouncer struct {
 	URL string `yaml:"url"`
 	// Timeout bounds one webhook call. Default 10s.
 	Timeout Duration `yaml:"timeout"`
+	// TokenFile is a file holding the bearer token sent to the webhook,
+	// read for every call so a rotated Secret is picked up. Default none.
+	TokenFile string `yaml:"tokenFile"`
 }
 
 // Membership configures gossip membership among the daemons.

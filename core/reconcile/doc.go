@@ -24,6 +24,19 @@
 // last good result, else uniform weights, and PolicyReporter, metrics and
 // State say why; the sync itself does not fail.
 //
+// Announcers in Config.Elected announce only what this node wins
+// (elect.go): per address of the plan that the announcer serves (its
+// pools), core/election decides among the nodes the Source reports, with
+// the announcer's node selector, a ready local endpoint when the
+// Service's externalTrafficPolicy is Local (taken from the Delta's
+// endpoints), and gossip membership (Config.Alive) ahead of Kubernetes
+// readiness. Layer 2 (ARP, cloud) elects one node per address, BGP every
+// eligible node. Ownership moves need no replanning: the set is
+// recomputed on every Sync, so a node change or a membership change
+// (the daemon triggers the runner on it) moves the address, still
+// withdrawing before the dataplane removes and announcing after it
+// serves. Config.Announcers keep announcing the plan's whole set.
+//
 // Errors of every plugin are joined and returned, so the runner retries.
 // The handlers of the watch only record changes; this loop is the one
 // place that acts on them. The daemon wires it as

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/switchyard-lb/switchyard/core/election"
 	"github.com/switchyard-lb/switchyard/core/healthcheck"
 	"github.com/switchyard-lb/switchyard/core/metrics"
 	"github.com/switchyard-lb/switchyard/core/model"
@@ -39,11 +40,23 @@ type Source interface {
 // required; the rest may be left zero.
 type Config struct {
 	// NodeName is this node's name: the Node the planner plans for.
-	NodeName   string
-	Source     Source
-	Planner    *plan.Planner
-	Dataplane  plugin.Dataplane
+	NodeName  string
+	Source    Source
+	Planner   *plan.Planner
+	Dataplane plugin.Dataplane
+	// Announcers announce every address of the plan.
 	Announcers []plugin.Announcer
+	// Elected announcers announce only the addresses this node wins in
+	// their election (elect.go), among the nodes the Source reports.
+	Elected []ElectedAnnouncer
+	// Alive, when set, is gossip membership's view of the nodes for the
+	// Elected announcers' election; Kubernetes readiness decides
+	// otherwise. Trigger a Sync when its answers change.
+	Alive election.AliveFunc
+	// OnNodes, when set, receives every node the Source reports (a copy,
+	// by name) whenever a Sync takes a change of them, before anything is
+	// announced: a hook to feed announcers and membership the nodes.
+	OnNodes func(map[string]*model.Node)
 	// Metrics nil: unregistered metrics.
 	Metrics *metrics.Metrics
 	// Health nil: no healthCheckNodePort servers.
@@ -88,6 +101,13 @@ type Loop struct {
 
 	syncMu sync.Mutex // serialises Sync; guards the fields below
 	nodes  map[string]*model.Node
+	// elections holds, per Service, what the Elected announcers'
+	// election needs beyond the plan.
+	elections map[model.ServiceKey]electionInfo
+	// announcers are Config.Announcers then Config.Elected's; elected
+	// is nil for the former.
+	announcers []plugin.Announcer
+	elected    []*ElectedAnnouncer
 	// needFull is set until a full Apply succeeds: initially and after
 	// a failed Apply.
 	needFull bool
@@ -145,12 +165,21 @@ func New(cfg Config) *Loop {
 		nodes:       make(map[string]*model.Node),
 		needFull:    true,
 		announce:    make(map[model.ServiceKey][]netip.Addr),
-		ann:         make([]announcerState, len(cfg.Announcers)),
+		elections:   make(map[model.ServiceKey]electionInfo),
+		ann:         make([]announcerState, len(cfg.Announcers)+len(cfg.Elected)),
 		health:      make(map[model.ServiceKey]healthcheck.Port),
 		healthDirty: true,
 		desired:     make(map[model.ServiceKey]*model.ServicePlan),
 		applied:     make(map[model.ServiceKey]*model.ServicePlan),
 		announced:   make(map[string][]model.Announcement),
+	}
+	for _, a := range cfg.Announcers {
+		l.announcers = append(l.announcers, a)
+		l.elected = append(l.elected, nil)
+	}
+	for i := range cfg.Elected {
+		l.announcers = append(l.announcers, cfg.Elected[i].Announcer)
+		l.elected = append(l.elected, &l.cfg.Elected[i])
 	}
 	if l.log == nil {
 		l.log = slog.New(slog.DiscardHandler)
@@ -225,6 +254,16 @@ func (l *Loop) Sync(ctx context.Context) (err error) {
 			l.nodes[name] = n
 		}
 	}
+	if len(d.Nodes) > 0 && l.cfg.OnNodes != nil {
+		l.cfg.OnNodes(maps.Clone(l.nodes))
+	}
+	for k, st := range d.Services {
+		if st.Service == nil {
+			delete(l.elections, k)
+		} else {
+			l.elections[k] = electionInfoOf(st)
+		}
+	}
 	l.mu.Lock()
 	opts, forceFull := l.pendingOpts, l.forceFull
 	l.pendingOpts, l.forceFull = nil, false
@@ -252,13 +291,20 @@ func (l *Loop) Sync(ctx context.Context) (err error) {
 	}
 	l.track(p, changed, full)
 	want := l.wantAnnouncements()
+	wants := make([][]model.Announcement, len(l.announcers))
+	for i, ea := range l.elected {
+		wants[i] = want
+		if ea != nil {
+			wants[i] = elect(ea, l.cfg.NodeName, l.nodes, l.elections, l.cfg.Alive, want)
+		}
+	}
 
 	var errs []error
 	// 2. Withdraw what is going away before the dataplane removes it.
-	for i, a := range l.cfg.Announcers {
+	for i, a := range l.announcers {
 		st := &l.ann[i]
 		keep := slices.DeleteFunc(slices.Clone(st.sent), func(x model.Announcement) bool {
-			_, found := slices.BinarySearchFunc(want, x, compareAnnouncements)
+			_, found := slices.BinarySearchFunc(wants[i], x, compareAnnouncements)
 			return !found
 		})
 		if len(keep) < len(st.sent) {
@@ -290,9 +336,9 @@ func (l *Loop) Sync(ctx context.Context) (err error) {
 		l.triggers = l.triggers[:0]
 
 		// 4. Announce and report health only once the dataplane serves.
-		for i, a := range l.cfg.Announcers {
-			if st := &l.ann[i]; !st.ok || !slices.Equal(st.sent, want) {
-				errs = append(errs, l.send(ctx, i, a, want)...)
+		for i, a := range l.announcers {
+			if st := &l.ann[i]; !st.ok || !slices.Equal(st.sent, wants[i]) {
+				errs = append(errs, l.send(ctx, i, a, wants[i])...)
 			}
 		}
 		if l.cfg.Health != nil && l.healthDirty {

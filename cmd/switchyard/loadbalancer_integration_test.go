@@ -1,0 +1,398 @@
+//go:build integration
+
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/switchyard-lb/switchyard/announcers/cloud/cloudtest"
+	"github.com/switchyard-lb/switchyard/core/lbipam"
+	"github.com/switchyard-lb/switchyard/test/apitest"
+)
+
+// lbDaemon is one daemon of TestIntegrationLoadBalancer, run as main runs it.
+type lbDaemon struct {
+	node   string
+	tc     *testConfig
+	logs   syncBuffer
+	cancel context.CancelFunc
+	done   chan error
+	// stopped is set once stop has collected run's result.
+	stopped bool
+}
+
+func (d *lbDaemon) stop(t *testing.T) {
+	t.Helper()
+	if d.stopped {
+		return
+	}
+	d.stopped = true
+	d.cancel()
+	select {
+	case err := <-d.done:
+		if err != nil {
+			t.Errorf("%s: run = %v, want nil", d.node, err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s: run did not return after cancel", d.node)
+	}
+}
+
+// metric returns the value of the sample whose name and labels start
+// with prefix, or false.
+func (d *lbDaemon) metric(prefix string) (float64, bool) {
+	code, body, err := httpGet("http://" + d.tc.metrics + "/metrics")
+	if err != nil || code != 200 {
+		return 0, false
+	}
+	for _, line := range strings.Split(body, "\n") {
+		if rest, ok := strings.CutPrefix(line, prefix); ok {
+			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+			return v, err == nil
+		}
+	}
+	return 0, false
+}
+
+// setNodeReady creates or updates a Node with an InternalIP and the
+// Ready condition: there is no kubelet to do it.
+func setNodeReady(t *testing.T, client kubernetes.Interface, name, addr string, ready bool) {
+	t.Helper()
+	ctx := t.Context()
+	n, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		n, err = client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	status := corev1.ConditionFalse
+	if ready {
+		status = corev1.ConditionTrue
+	}
+	n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: addr}}
+	n.Status.Conditions = []corev1.NodeCondition{{
+		Type: corev1.NodeReady, Status: status, Reason: "Test",
+		LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now(),
+	}}
+	if _, err := client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// freeGossipPort returns a TCP and UDP port free on 127.0.0.1 and
+// 127.0.0.2, where the two daemons gossip.
+func freeGossipPort(t *testing.T) int {
+	t.Helper()
+	for range 20 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		free := true
+		for _, host := range []string{"127.0.0.1", "127.0.0.2"} {
+			addr := net.JoinHostPort(host, strconv.Itoa(port))
+			tl, terr := net.Listen("tcp", addr)
+			ul, uerr := net.ListenPacket("udp", addr)
+			if terr == nil {
+				tl.Close()
+			}
+			if uerr == nil {
+				ul.Close()
+			}
+			free = free && terr == nil && uerr == nil
+		}
+		if free {
+			return port
+		}
+	}
+	t.Fatal("no free gossip port")
+	return 0
+}
+
+// TestIntegrationLoadBalancer runs two daemons, node-a and node-b, with a
+// pool and a cloud announcer pointed at a provider following
+// announcers/cloud/CONTRACT.md: a LoadBalancer Service gets an address
+// from the pool written to its status by the one allocator holding the
+// Lease, exactly one node ensures it at the webhook, the other takes it
+// over when the owner's daemon stops (it leaves gossip), its Node turning
+// NotReady then drops it from the provider's backends, and the address
+// is released when the Service is deleted.
+func TestIntegrationLoadBalancer(t *testing.T) {
+	srv := apitest.Start(t)
+	ns := srv.Namespace(t)
+	ctx := t.Context()
+	client := srv.Client
+	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{
+		ObjectMeta: metav1.ObjectMeta{Name: lbipam.DefaultLeaseNamespace},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	provider := cloudtest.New("secret-token")
+	defer provider.Close()
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte("secret-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	addrs := map[string]string{"node-a": "127.0.0.1", "node-b": "127.0.0.2"}
+	for node, addr := range addrs {
+		setNodeReady(t, client, node, addr, true)
+	}
+	port := freeGossipPort(t)
+	daemons := map[string]*lbDaemon{}
+	for _, node := range []string{"node-a", "node-b"} {
+		d := &lbDaemon{node: node, done: make(chan error, 1)}
+		d.tc = writeTestConfig(t, fmt.Sprintf(`pools:
+  - name: public
+    addresses: [192.0.2.0/28]
+announcers:
+  - name: provider
+    type: cloud
+    pools: [public]
+    cloud:
+      url: %q
+      tokenFile: %q
+membership:
+  bindAddress: %s
+  port: %d
+`, provider.URL, tokenFile, addrs[node], port))
+		runCtx, cancel := context.WithCancel(ctx)
+		d.cancel = cancel
+		go func() {
+			d.done <- run(runCtx, []string{
+				"--config", d.tc.path, "--kubeconfig", srv.Kubeconfig, "--hostname-override", node, "--log-format", "text", "--v=2",
+			}, &d.logs, &d.logs)
+		}()
+		daemons[node] = d
+	}
+	defer func() {
+		for _, d := range daemons {
+			if t.Failed() {
+				t.Logf("%s logs:\n%s", d.node, d.logs.String())
+			}
+			d.stop(t)
+		}
+	}()
+
+	// Both daemons see each other through gossip.
+	poll(t, 30*time.Second, func() error {
+		for _, d := range daemons {
+			if v, _ := d.metric("switchyard_membership_members "); v != 2 {
+				return fmt.Errorf("%s: switchyard_membership_members = %v, want 2", d.node, v)
+			}
+		}
+		return nil
+	})
+
+	svc := testService(ns, "web", "")
+	svc.Spec.Type = corev1.ServiceTypeLoadBalancer
+	svc.Spec.ClusterIP, svc.Spec.ClusterIPs = "", nil
+	svc.Spec.Ports[0].NodePort = 0
+	if _, err := client.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.DiscoveryV1().EndpointSlices(ns).Create(ctx, testSlice(ns, "web", "10.1.0.1"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The allocator writes one address of the pool.
+	began := time.Now()
+	var ip string
+	poll(t, 60*time.Second, func() error {
+		s, err := client.CoreV1().Services(ns).Get(ctx, "web", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if len(s.Status.LoadBalancer.Ingress) != 1 {
+			return fmt.Errorf("ingress = %+v, want one address", s.Status.LoadBalancer.Ingress)
+		}
+		ip = s.Status.LoadBalancer.Ingress[0].IP
+		return nil
+	})
+	if a, err := netip.ParseAddr(ip); err != nil || !netip.MustParsePrefix("192.0.2.0/28").Contains(a) {
+		t.Fatalf("allocated %q, want an address of 192.0.2.0/28", ip)
+	}
+	t.Logf("address %s allocated %s after creation", ip, time.Since(began).Round(time.Millisecond))
+	lease, err := client.CoordinationV1().Leases(lbipam.DefaultLeaseNamespace).Get(ctx, lbipam.DefaultLeaseName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader := holder(lease)
+	if daemons[leader] == nil {
+		t.Fatalf("Lease holder = %q, want node-a or node-b", leader)
+	}
+	// Only the allocator reports the pool's usage.
+	poll(t, 30*time.Second, func() error {
+		for _, d := range daemons {
+			v, ok := d.metric(`switchyard_pool_addresses_used{pool="public"} `)
+			if want := d.node == leader; ok != want || (ok && v != 1) {
+				return fmt.Errorf("%s: switchyard_pool_addresses_used = %v (reported %v), want reported only by the leader %s, 1", d.node, v, ok, leader)
+			}
+		}
+		return nil
+	})
+
+	// Exactly one node ensures the address at the provider.
+	var owner string
+	poll(t, 30*time.Second, func() error {
+		a, ok := provider.Addresses()[ip]
+		if !ok {
+			return fmt.Errorf("provider has no %s; it has %v", ip, provider.Addresses())
+		}
+		owner = a.Owner
+		return nil
+	})
+	t.Logf("address %s ensured by %s %s after creation", ip, owner, time.Since(began).Round(time.Millisecond))
+	other := "node-a"
+	if owner == "node-a" {
+		other = "node-b"
+	}
+	// Each daemon's loop says what it announces through the cloud
+	// announcer: the owner the address, the other nothing.
+	poll(t, 30*time.Second, func() error {
+		for _, d := range daemons {
+			got, err := announcedBy(d.tc.metrics, "provider")
+			if err != nil {
+				return err
+			}
+			want := []string{}
+			if d.node == owner {
+				want = []string{ip}
+			}
+			if strings.Join(got, ",") != strings.Join(want, ",") {
+				return fmt.Errorf("%s announces %v, want %v", d.node, got, want)
+			}
+		}
+		return nil
+	})
+	if owners := putOwners(t, provider, ip); len(owners) != 1 || !owners[owner] {
+		t.Fatalf("ensures of %s came from %v, want only %s", ip, owners, owner)
+	}
+	if a := provider.Addresses()[ip]; a.Services[0] != ns+"/web" || len(a.Nodes) != 2 {
+		t.Errorf("provider's state = %+v, want Service %s/web fronting both nodes", a, ns)
+	}
+
+	// The owner's daemon stops: it leaves gossip on the way out, so the
+	// other node takes the address over before Kubernetes notices.
+	daemons[owner].stop(t)
+	stopped := time.Now()
+	poll(t, 30*time.Second, func() error {
+		if a := provider.Addresses()[ip]; a.Owner != other {
+			return fmt.Errorf("provider's %s = %+v, want owner %s", ip, a, other)
+		}
+		return nil
+	})
+	t.Logf("takeover of %s by %s through gossip: %s after the owner's daemon stopped",
+		ip, other, time.Since(stopped).Round(time.Millisecond))
+
+	// Without a kubelet, the test marks the stopped node NotReady: the
+	// provider then fronts only the other node.
+	setNodeReady(t, client, owner, addrs[owner], false)
+	marked := time.Now()
+	poll(t, 30*time.Second, func() error {
+		if a := provider.Addresses()[ip]; a.Owner != other || len(a.Nodes) != 1 || a.Nodes[0].Name != other {
+			return fmt.Errorf("provider's %s = %+v, want owner %s fronting only itself", ip, a, other)
+		}
+		return nil
+	})
+	t.Logf("NotReady node dropped from the provider's backends %s after the update", time.Since(marked).Round(time.Millisecond))
+	// The allocator, wherever it runs now, does not renumber.
+	poll(t, 30*time.Second, func() error {
+		if v, ok := daemons[other].metric(`switchyard_pool_addresses_used{pool="public"} `); !ok || v != 1 {
+			return fmt.Errorf("%s: switchyard_pool_addresses_used = %v (reported %v), want 1", other, v, ok)
+		}
+		return nil
+	})
+	if s, err := client.CoreV1().Services(ns).Get(ctx, "web", metav1.GetOptions{}); err != nil ||
+		len(s.Status.LoadBalancer.Ingress) != 1 || s.Status.LoadBalancer.Ingress[0].IP != ip {
+		t.Errorf("after the failover the ingress is %+v (%v), want %s", s.Status.LoadBalancer.Ingress, err, ip)
+	}
+
+	// Deleting the Service releases the address at the provider.
+	if err := client.CoreV1().Services(ns).Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, 30*time.Second, func() error {
+		if a, ok := provider.Addresses()[ip]; ok {
+			return fmt.Errorf("provider still serves %+v", a)
+		}
+		return nil
+	})
+	poll(t, 30*time.Second, func() error {
+		if v, ok := daemons[other].metric(`switchyard_pool_addresses_used{pool="public"} `); !ok || v != 0 {
+			return fmt.Errorf("%s: switchyard_pool_addresses_used = %v (reported %v), want 0", other, v, ok)
+		}
+		return nil
+	})
+}
+
+// announcedBy returns the addresses a daemon's /debug/state says the
+// announcer last accepted.
+func announcedBy(metricsAddr, announcer string) ([]string, error) {
+	code, body, err := httpGet("http://" + metricsAddr + "/debug/state")
+	if err != nil || code != 200 {
+		return nil, fmt.Errorf("/debug/state: %d %v", code, err)
+	}
+	var st struct {
+		Announced map[string][]struct {
+			Address string `json:"address"`
+		} `json:"announced"`
+	}
+	if err := json.Unmarshal([]byte(body), &st); err != nil {
+		return nil, err
+	}
+	set, ok := st.Announced[announcer]
+	if !ok {
+		return nil, fmt.Errorf("announcer %s has not announced yet", announcer)
+	}
+	out := []string{}
+	for _, a := range set {
+		out = append(out, a.Address)
+	}
+	return out, nil
+}
+
+func holder(l *coordinationv1.Lease) string {
+	if l.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *l.Spec.HolderIdentity
+}
+
+// putOwners returns the owners named by the provider's ensure requests
+// for ip.
+func putOwners(t *testing.T, p *cloudtest.Server, ip string) map[string]bool {
+	t.Helper()
+	out := map[string]bool{}
+	for _, r := range p.Requests() {
+		if r.Method != "PUT" || !strings.HasSuffix(r.Path, "/"+ip) {
+			continue
+		}
+		var body struct {
+			Owner string `json:"owner"`
+		}
+		if err := json.Unmarshal([]byte(r.Body), &body); err != nil {
+			t.Fatalf("ensure body %q: %v", r.Body, err)
+		}
+		out[body.Owner] = true
+	}
+	return out
+}

@@ -1,0 +1,81 @@
+package reconcile
+
+import (
+	"net/netip"
+	"slices"
+
+	"github.com/switchyard-lb/switchyard/core/election"
+	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/core/plugin"
+)
+
+// ElectedAnnouncer is an announcer that announces only the addresses
+// this node wins in an election among the nodes, rather than every
+// address of the plan.
+type ElectedAnnouncer struct {
+	Announcer plugin.Announcer
+	// Mode is election.Layer2 (one node per address: ARP, cloud) or
+	// election.BGP (every eligible node).
+	Mode election.Mode
+	// Serves reports whether the announcer is responsible for an address
+	// (the address lies in one of its pools); nil serves every address.
+	Serves func(netip.Addr) bool
+	// Selector is the announcer's node selector; nil selects every node.
+	Selector election.Matcher
+}
+
+// electionInfo is what election needs of a Service beyond its plan:
+// its externalTrafficPolicy and the nodes running a ready endpoint.
+type electionInfo struct {
+	policy     model.TrafficPolicy
+	readyNodes map[string]bool
+}
+
+// electionInfoOf derives a Service's electionInfo from the watch's view.
+func electionInfoOf(st model.ServiceState) electionInfo {
+	info := electionInfo{policy: st.Service.ExternalTrafficPolicy}
+	for _, e := range st.Endpoints {
+		if e.Ready && e.NodeName != "" {
+			if info.readyNodes == nil {
+				info.readyNodes = make(map[string]bool)
+			}
+			info.readyNodes[e.NodeName] = true
+		}
+	}
+	return info
+}
+
+// elect returns the announcements of want (sorted) that self makes
+// through ea: those of addresses ea serves and self wins among nodes.
+// Services missing from infos elect as Cluster Services without ready
+// endpoints. It is pure: the same inputs give the same set on every node.
+func elect(ea *ElectedAnnouncer, self string, nodes map[string]*model.Node, infos map[model.ServiceKey]electionInfo, alive election.AliveFunc, want []model.Announcement) []model.Announcement {
+	names := make([]string, 0, len(nodes))
+	for name := range nodes {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	inputs := make(map[model.ServiceKey]*election.Input)
+	input := func(k model.ServiceKey) *election.Input {
+		if in, ok := inputs[k]; ok {
+			return in
+		}
+		info := infos[k]
+		in := &election.Input{Selector: ea.Selector, TrafficPolicy: info.policy, Alive: alive}
+		for _, name := range names {
+			in.Nodes = append(in.Nodes, election.CandidateFrom(nodes[name], info.readyNodes[name]))
+		}
+		inputs[k] = in
+		return in
+	}
+	out := []model.Announcement{}
+	for _, a := range want {
+		if ea.Serves != nil && !ea.Serves(a.Addr) {
+			continue
+		}
+		if len(election.Announced(ea.Mode, self, input(a.Service), []netip.Addr{a.Addr})) > 0 {
+			out = append(out, a)
+		}
+	}
+	return out
+}

@@ -1,0 +1,152 @@
+package reconcile_test
+
+import (
+	"net/netip"
+	"sync"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/switchyard-lb/switchyard/core/election"
+	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/core/plan"
+	"github.com/switchyard-lb/switchyard/core/plugin/plugintest"
+	"github.com/switchyard-lb/switchyard/core/reconcile"
+	"github.com/switchyard-lb/switchyard/core/reconcile/reconciletest"
+	"github.com/switchyard-lb/switchyard/ipvs/dryrun"
+)
+
+// fakeMembership is a goroutine-safe AliveFunc: nodes it has not heard
+// of are unknown.
+type fakeMembership struct {
+	mu    sync.Mutex
+	alive map[string]bool
+}
+
+func (f *fakeMembership) set(node string, alive bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.alive[node] = alive
+}
+
+func (f *fakeMembership) Alive(node string) (alive, known bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	alive, known = f.alive[node]
+	return alive, known
+}
+
+// electedNode is one node's loop with a layer-2 announcer.
+type electedNode struct {
+	src  *reconciletest.Source
+	ann  *plugintest.Announcer
+	loop *reconcile.Loop
+}
+
+func newElectedNode(name string, members *fakeMembership) *electedNode {
+	n := &electedNode{src: reconciletest.NewSource(), ann: plugintest.NewAnnouncer("cloud")}
+	n.src.SetSynced(true)
+	n.loop = reconcile.New(reconcile.Config{
+		NodeName:  name,
+		Source:    n.src,
+		Planner:   plan.New(plan.Options{}),
+		Dataplane: dryrun.New(),
+		Elected: []reconcile.ElectedAnnouncer{{
+			Announcer: n.ann,
+			Mode:      election.Layer2,
+			Serves:    netip.MustParsePrefix("192.0.2.0/24").Contains,
+		}},
+		Alive: members.Alive,
+	})
+	return n
+}
+
+// TestLoopElectsOneLayer2Owner runs the loops of two nodes over the same
+// cluster: only the elected node announces the LoadBalancer address,
+// an address outside the announcer's pools is announced by nobody, and
+// when membership declares the owner dead the other node takes it over.
+func TestLoopElectsOneLayer2Owner(t *testing.T) {
+	members := &fakeMembership{alive: map[string]bool{}}
+	nodes := map[string]*model.Node{
+		"node-a": {Name: "node-a", Ready: true, Addresses: []netip.Addr{ip("192.168.1.10")}},
+		"node-b": {Name: "node-b", Ready: true, Addresses: []netip.Addr{ip("192.168.1.11")}},
+	}
+	lb := lbLocal(lbKey, "10.96.0.20", "192.0.2.7", ep("10.1.0.1:8080", "node-a"), ep("10.1.0.2:8080", "node-b"))
+	lb.Service.ExternalTrafficPolicy, lb.Service.HealthCheckNodePort = model.PolicyCluster, 0
+	other := lbLocal(webKey, "10.96.0.21", "198.51.100.1", ep("10.1.0.3:8080", "node-a"))
+	other.Service.ExternalTrafficPolicy, other.Service.HealthCheckNodePort = model.PolicyCluster, 0
+	cluster := map[string]*electedNode{"node-a": newElectedNode("node-a", members), "node-b": newElectedNode("node-b", members)}
+	syncAll := func() {
+		t.Helper()
+		for name, n := range cluster {
+			if err := n.loop.Sync(t.Context()); err != nil {
+				t.Fatalf("%s: Sync: %v", name, err)
+			}
+		}
+	}
+	for _, n := range cluster {
+		n.src.Push(model.Delta{Nodes: nodes, Services: map[model.ServiceKey]model.ServiceState{lbKey: lb, webKey: other}})
+	}
+	syncAll()
+
+	in := &election.Input{Nodes: []election.Candidate{{Name: "node-a", Ready: true}, {Name: "node-b", Ready: true}}}
+	ranking := election.Layer2Ranking(in, ip("192.0.2.7"))
+	owner, standby := ranking[0], ranking[1]
+	want := []model.Announcement{announced("192.0.2.7", lbKey)}
+	check := func(step, owner string) {
+		t.Helper()
+		for name, n := range cluster {
+			w := []model.Announcement{}
+			if name == owner {
+				w = want
+			}
+			if diff := cmp.Diff(w, n.ann.Current(), cmpopts.EquateComparable(netip.Addr{}), cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("%s: %s announces (-want +got):\n%s", step, name, diff)
+			}
+		}
+	}
+	check("initially", owner)
+
+	// Membership hears of both: nothing moves.
+	members.set("node-a", true)
+	members.set("node-b", true)
+	syncAll()
+	check("both alive", owner)
+
+	// The owner dies: gossip knows before Kubernetes does. Its own loop
+	// stops too, so only the standby syncs.
+	members.set(owner, false)
+	if err := cluster[standby].loop.Sync(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, cluster[standby].ann.Current(), cmpopts.EquateComparable(netip.Addr{})); diff != "" {
+		t.Errorf("after the owner's death the standby announces (-want +got):\n%s", diff)
+	}
+
+	// The owner comes back: the address returns to it, and the standby
+	// withdraws.
+	members.set(owner, true)
+	syncAll()
+	check("owner back", owner)
+
+	// Kubernetes marks the owner NotReady while membership has no
+	// opinion (it forgot the node): readiness decides.
+	members.mu.Lock()
+	delete(members.alive, owner)
+	members.mu.Unlock()
+	notReady := *nodes[owner]
+	notReady.Ready = false
+	for _, n := range cluster {
+		n.src.Push(model.Delta{Nodes: map[string]*model.Node{owner: &notReady}})
+	}
+	syncAll()
+	check("owner NotReady", standby)
+
+	// The Service is deleted: its address is withdrawn everywhere.
+	for _, n := range cluster {
+		n.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{lbKey: deleted()}})
+	}
+	syncAll()
+	check("deleted", "")
+}

@@ -1,0 +1,117 @@
+package reconcile
+
+import (
+	"net/netip"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/switchyard-lb/switchyard/core/election"
+	"github.com/switchyard-lb/switchyard/core/model"
+)
+
+// labels is a node selector matching one label.
+type labels map[string]string
+
+func (s labels) Matches(l map[string]string) bool {
+	for k, v := range s {
+		if l[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func TestElect(t *testing.T) {
+	web := model.ServiceKey{Namespace: "default", Name: "web"}
+	local := model.ServiceKey{Namespace: "default", Name: "local"}
+	a1 := model.Announcement{Addr: netip.MustParseAddr("192.0.2.1"), Service: web}
+	a2 := model.Announcement{Addr: netip.MustParseAddr("192.0.2.2"), Service: web}
+	l3 := model.Announcement{Addr: netip.MustParseAddr("192.0.2.3"), Service: local}
+	x9 := model.Announcement{Addr: netip.MustParseAddr("198.51.100.9"), Service: web}
+	want := []model.Announcement{a1, a2, l3, x9}
+	node := func(name string, ready bool, lb ...string) *model.Node {
+		n := &model.Node{Name: name, Ready: ready}
+		if len(lb) == 2 {
+			n.Labels = map[string]string{lb[0]: lb[1]}
+		}
+		return n
+	}
+	two := map[string]*model.Node{"node-a": node("node-a", true), "node-b": node("node-b", true)}
+	infos := map[model.ServiceKey]electionInfo{
+		web:   {},
+		local: {policy: model.PolicyLocal, readyNodes: map[string]bool{"node-b": true}},
+	}
+	inPool := func(a netip.Addr) bool { return netip.MustParsePrefix("192.0.2.0/24").Contains(a) }
+	// The owners the pure election picks among two ready nodes.
+	owner := func(a model.Announcement, nodes ...string) string {
+		in := &election.Input{}
+		for _, n := range nodes {
+			in.Nodes = append(in.Nodes, election.Candidate{Name: n, Ready: true})
+		}
+		o, _ := election.Layer2Owner(in, a.Addr)
+		return o
+	}
+	ownedBy := func(self string, as ...model.Announcement) []model.Announcement {
+		out := []model.Announcement{}
+		for _, a := range as {
+			if owner(a, "node-a", "node-b") == self {
+				out = append(out, a)
+			}
+		}
+		return out
+	}
+	deadB := func(n string) (bool, bool) { return n != "node-b", true }
+
+	tests := []struct {
+		name  string
+		ea    ElectedAnnouncer
+		self  string
+		nodes map[string]*model.Node
+		alive election.AliveFunc
+		want  []model.Announcement
+	}{
+		{"bgp: every eligible node announces every served address", ElectedAnnouncer{Mode: election.BGP},
+			"node-a", two, nil, []model.Announcement{a1, a2, x9}},
+		{"bgp: ETP Local needs a ready local endpoint", ElectedAnnouncer{Mode: election.BGP},
+			"node-b", two, nil, want},
+		{"pools limit the addresses", ElectedAnnouncer{Mode: election.BGP, Serves: inPool},
+			"node-b", two, nil, []model.Announcement{a1, a2, l3}},
+		{"layer2: node-a announces what it wins", ElectedAnnouncer{Mode: election.Layer2},
+			"node-a", two, nil, ownedBy("node-a", a1, a2, x9)},
+		{"layer2: node-b announces the rest, and the Local Service", ElectedAnnouncer{Mode: election.Layer2},
+			"node-b", two, nil, append(ownedBy("node-b", a1, a2, x9), l3)},
+		{"layer2: a NotReady peer owns nothing", ElectedAnnouncer{Mode: election.Layer2},
+			"node-a", map[string]*model.Node{"node-a": node("node-a", true), "node-b": node("node-b", false)}, nil,
+			[]model.Announcement{a1, a2, x9}},
+		{"layer2: membership overrides readiness", ElectedAnnouncer{Mode: election.Layer2},
+			"node-a", two, deadB, []model.Announcement{a1, a2, x9}},
+		{"the node selector excludes self", ElectedAnnouncer{Mode: election.BGP, Selector: labels{"edge": "true"}},
+			"node-a", map[string]*model.Node{"node-a": node("node-a", true), "node-b": node("node-b", true, "edge", "true")}, nil,
+			[]model.Announcement{}},
+		{"unknown self announces nothing", ElectedAnnouncer{Mode: election.Layer2},
+			"node-c", two, nil, []model.Announcement{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := elect(&tt.ea, tt.self, tt.nodes, infos, tt.alive, want)
+			if diff := cmp.Diff(tt.want, got, cmpopts.EquateComparable(netip.Addr{})); diff != "" {
+				t.Errorf("elect (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestElectionInfoOf(t *testing.T) {
+	svc := &model.Service{ExternalTrafficPolicy: model.PolicyLocal}
+	got := electionInfoOf(model.ServiceState{Service: svc, Endpoints: []model.Endpoint{
+		{NodeName: "node-a", Ready: true},
+		{NodeName: "node-b", Ready: false, Serving: true, Terminating: true},
+		{NodeName: "", Ready: true},
+	}})
+	want := electionInfo{policy: model.PolicyLocal, readyNodes: map[string]bool{"node-a": true}}
+	if diff := cmp.Diff(want, got, cmp.AllowUnexported(electionInfo{})); diff != "" {
+		t.Errorf("electionInfoOf (-want +got):\n%s", diff)
+	}
+}
