@@ -186,6 +186,10 @@ func runDaemon(ctx context.Context, dc daemonConfig) (err error) {
 	ready := func() error {
 		if last, _ := loop.LastSync(); last.IsZero() {
 			if !src.HasSynced() {
+				if err := src.Healthy(); err != nil {
+					// Name what blocks the sync, an RBAC denial above all.
+					return fmt.Errorf("waiting for the Kubernetes caches to sync: %w", err)
+				}
 				return errors.New("waiting for the Kubernetes caches to sync")
 			}
 			return errors.New("no sync applied yet")

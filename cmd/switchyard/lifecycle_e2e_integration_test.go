@@ -267,8 +267,8 @@ func TestIntegrationE2ERBACDenied(t *testing.T) {
 	})
 	code, body := d.readyz()
 	t.Logf("/readyz while denied: %d %q", code, body)
-	if code != http.StatusServiceUnavailable {
-		t.Errorf("/readyz while denied = %d %q, want 503", code, body)
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "cannot list endpointslices.discovery.k8s.io: forbidden") {
+		t.Errorf("/readyz while denied = %d %q, want 503 naming the denied endpointslices", code, body)
 	}
 	if got := len(d.dp.Tables()); got != 0 {
 		t.Errorf("the daemon applied %d tables without EndpointSlices, want none", got)
