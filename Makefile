@@ -29,6 +29,8 @@ test: check test-unit test-integration test-lab test-peers wasm-conformance
 
 test-unit:
 	$(GO) test -race -count=1 $(GOTEST_FLAGS) ./...
+	@# Too slow under the race detector (a cold wasm compile), so run once without it.
+	$(GO) test -count=1 -run '^TestCompilationCacheDir$$' $(GOTEST_FLAGS) ./plugins/wasm/
 
 # Integration tests run against a real etcd and kube-apiserver built from the
 # Go module proxy at pinned versions (test/tools/kube-binaries.sh).

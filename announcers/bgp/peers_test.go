@@ -122,6 +122,9 @@ func requireBinaries(t *testing.T) {
 	t.Helper()
 	for _, p := range []string{"/usr/lib/frr/zebra", "/usr/lib/frr/bgpd", "/usr/bin/vtysh", "/usr/sbin/bird", "/usr/sbin/birdc"} {
 		if _, err := os.Stat(p); err != nil {
+			if netns.Required() {
+				t.Fatalf("peer tests need FRR and BIRD 2 (apt-get install frr bird2): %v", err)
+			}
 			t.Skipf("peer tests need FRR and BIRD 2 (apt-get install frr bird2): %v", err)
 		}
 	}

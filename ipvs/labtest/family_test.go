@@ -69,7 +69,7 @@ func TestDataplaneIPv6Masquerade(t *testing.T) {
 func TestDataplaneSCTP(t *testing.T) {
 	requireGuest(t)
 	if !topo.SCTP {
-		t.Skip("the guest kernel has no SCTP sockets; add sctp to test/lab's module list")
+		t.Fatal("the guest kernel has no SCTP sockets: is sctp in test/lab's module list?")
 	}
 	clearPlan(t)
 	deleteTable(t)

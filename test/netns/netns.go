@@ -29,13 +29,24 @@ var (
 	probeErr  error
 )
 
+// RequiredEnv, when set (make test-peers sets it), turns the skips of
+// peer tests whose environment is missing into failures.
+const RequiredEnv = "SWITCHYARD_PEERS"
+
+// Required reports whether RequiredEnv is set.
+func Required() bool { return os.Getenv(RequiredEnv) != "" }
+
 // Require skips t when the environment cannot run namespace tests: not
 // root, no ip(8), or namespaces unsupported. It also deletes namespaces
-// left behind by earlier test processes that no longer exist.
+// left behind by earlier test processes that no longer exist. Under
+// RequiredEnv a missing environment fails t instead.
 func Require(t testing.TB) {
 	t.Helper()
 	probeOnce.Do(func() { probeErr = probe() })
 	if probeErr != nil {
+		if Required() {
+			t.Fatalf("network namespace tests need root and ip(8): %v (%s is set: make test-peers runs them)", probeErr, RequiredEnv)
+		}
 		t.Skipf("network namespace tests need root and ip(8): %v", probeErr)
 	}
 }

@@ -1,6 +1,8 @@
 # test-peers: the announcers against real peers in network namespaces
 # (kernel neighbour tables, arping, FRR, BIRD). Included by the top
-# Makefile. Needs root; without it the tests skip themselves.
+# Makefile. Needs root. Run by hand without root or without the peers the
+# tests skip themselves; run by this target (SWITCHYARD_PEERS=1) they fail
+# instead, so that make test never passes without having run them.
 
 PEERS_APT_PACKAGES := arping iproute2 iputils-ping frr bird2
 
@@ -22,5 +24,5 @@ peers-deps:
 # is filtered out, and go test's exit status is kept.
 test-peers:: peers-deps
 	@set -o pipefail; \
-	$(GO) test -tags peers -count=1 -v -run '^TestPeers' $(GOTEST_FLAGS) ./... 2>&1 \
+	SWITCHYARD_PEERS=1 $(GO) test -tags peers -count=1 -v -run '^TestPeers' $(GOTEST_FLAGS) ./... 2>&1 \
 		| grep -vE '^=== (RUN|PAUSE|CONT|NAME)|^\?.*\[no test files\]|^testing: warning: no tests to run|^PASS$$|^ok .*\[no tests to run\]'
