@@ -21,7 +21,9 @@
 // on Full updates and after errors, adopts existing state on restart
 // without flushing, and drains removed real servers (weight 0, deleted
 // once their connections end or a timeout passes). Open wires it to the
-// running host.
+// running host. Dataplane.Stats (plugin.StatsReader) reads the live
+// counters of the real servers it programs, one destination dump per
+// virtual service, for the policy stage's statistics tick.
 //
 // Everything goes through these interfaces, so it is tested against the
 // goroutine-safe fakes in ipvstest on any host; contract tests run the same

@@ -91,11 +91,16 @@ type Destination struct {
 }
 
 // DestinationState is a destination with its connection counts, which
-// graceful termination waits on.
+// graceful termination waits on, and its rates, which policies see.
 type DestinationState struct {
 	Destination
 	ActiveConns   uint32
 	InactiveConns uint32
+	// ConnRate is new connections per second; BytesInRate and
+	// BytesOutRate are bytes per second, as the kernel's estimator
+	// smooths them (over about two seconds).
+	ConnRate                  uint64
+	BytesInRate, BytesOutRate uint64
 }
 
 // ValidateService checks what every Kernel rejects before it reaches the

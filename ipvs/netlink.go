@@ -116,6 +116,12 @@ func (n *Netlink) Destinations(k model.VirtualServiceKey) ([]DestinationState, e
 	}
 	out := make([]DestinationState, 0, len(list))
 	for _, d := range list {
+		// Stats64 is the kernel's 64-bit copy (Linux 4.1 and later);
+		// older kernels send only the 32-bit one.
+		st := d.Stats64
+		if st == (cipvs.Stats{}) {
+			st = d.Stats
+		}
 		out = append(out, DestinationState{
 			Destination: Destination{
 				DestinationKey: DestinationKey{Addr: d.Address, Port: d.Port},
@@ -123,6 +129,9 @@ func (n *Netlink) Destinations(k model.VirtualServiceKey) ([]DestinationState, e
 			},
 			ActiveConns:   d.ActiveConnections,
 			InactiveConns: d.InactiveConnections,
+			ConnRate:      st.ConnectionRate,
+			BytesInRate:   st.IncomingByteRate,
+			BytesOutRate:  st.OutgoingByteRate,
 		})
 	}
 	SortDestinations(out)

@@ -6,6 +6,7 @@ package plugin
 
 import (
 	"context"
+	"net/netip"
 	"time"
 
 	"github.com/switchyard-lb/switchyard/core/model"
@@ -82,6 +83,17 @@ type EndpointStats struct {
 	ActiveConns, InactiveConns uint32
 	ConnRate                   uint32 // connections per second
 	BytesInRate, BytesOutRate  uint64 // bytes per second
+}
+
+// StatsReader is implemented by a Dataplane that can report the live
+// counters of the real servers it programs. The policy stage reads it once
+// per statistics tick, from the loop's goroutine, and fills
+// PolicyEndpoint.Stats from that read until the next tick.
+type StatsReader interface {
+	// Stats returns the counters by virtual service, then by real
+	// server address and port. On error it returns what it could read
+	// with the error: a virtual service that failed is absent.
+	Stats() (map[model.VirtualServiceKey]map[netip.AddrPort]EndpointStats, error)
 }
 
 // PolicyResult is a policy's decision for one Service port.

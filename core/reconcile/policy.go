@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
+	"net/netip"
 	"slices"
 	"strings"
 	"time"
@@ -115,6 +117,10 @@ type policyStage struct {
 	touched   []model.ServiceKey             // changed in the watch since apply
 	viewDirty bool                           // status or uses changed since takeView
 	lastTick  time.Time
+	// statsReader is the dataplane's, when it has one; stats is its last
+	// read, taken on the statistics tick.
+	statsReader plugin.StatsReader
+	stats       map[model.VirtualServiceKey]map[netip.AddrPort]plugin.EndpointStats
 	// weighted is the plan handed to the dataplane: the planner's plans,
 	// with the policies' weights and schedulers.
 	weighted map[model.ServiceKey]*model.ServicePlan
@@ -140,6 +146,7 @@ func newPolicyStage(cfg *Config) *policyStage {
 	if s.m == nil {
 		s.m = NewPolicyMetrics(nil)
 	}
+	s.statsReader, _ = cfg.Dataplane.(plugin.StatsReader)
 	return s
 }
 
@@ -200,6 +207,7 @@ func (s *policyStage) apply(ctx context.Context, now time.Time, node *model.Node
 	}
 	if iv := s.cfg.StatsInterval; iv > 0 && now.Sub(s.lastTick) >= iv {
 		s.lastTick = now
+		s.readStats()
 		// A failing Service waits for a change of its own or of its
 		// policy: a module that overruns its deadline would otherwise
 		// cost every tick a deadline per Service.
@@ -229,6 +237,20 @@ func (s *policyStage) apply(ctx context.Context, now time.Time, node *model.Node
 	}
 	slices.SortFunc(out, model.ServiceKey.Compare)
 	return out, &model.Plan{Services: s.weighted}
+}
+
+// readStats replaces the statistics policies see with the dataplane's
+// current ones. A failed read keeps what could be read: a virtual service
+// whose read failed shows zero counters until the next tick.
+func (s *policyStage) readStats() {
+	if s.statsReader == nil {
+		return
+	}
+	stats, err := s.statsReader.Stats()
+	if err != nil && s.cfg.Log != nil {
+		s.cfg.Log.Warn("reading the dataplane's statistics for policies", "err", err)
+	}
+	s.stats = stats
 }
 
 // forget drops what the stage knows of a deleted Service.
@@ -279,7 +301,7 @@ func (s *policyStage) evaluate(ctx context.Context, now time.Time, node *model.N
 		if _, done := decisions[g]; done || len(vs.Destinations) == 0 {
 			continue
 		}
-		in := s.input(now, node, st, vs, params)
+		in := s.input(now, node, st, base, vs, params)
 		if failure == nil || failReason != FailureLoad {
 			d, re, err := s.evaluateGroup(ctx, name, pol, in)
 			if err == nil {
@@ -438,8 +460,13 @@ func policyConditionReason(failure string) string {
 }
 
 // input builds what the policy sees of one group: the endpoints among the
-// group's destinations, sorted by address then port.
-func (s *policyStage) input(now time.Time, node *model.Node, st model.ServiceState, vs model.VirtualService, params []byte) *plugin.PolicyInput {
+// group's destinations, sorted by address then port, with their statistics
+// as of the last tick. An endpoint's statistics are summed over every
+// virtual service of base with the group's port name and protocol (the
+// ClusterIP, NodePorts, LoadBalancer and external IPs, of either traffic
+// locality): they are all traffic this node sends to that endpoint, which
+// is what a least-connections policy must compare.
+func (s *policyStage) input(now time.Time, node *model.Node, st model.ServiceState, base *model.ServicePlan, vs model.VirtualService, params []byte) *plugin.PolicyInput {
 	in := &plugin.PolicyInput{Service: st.Service, Node: node, Now: now, Params: params}
 	for _, p := range st.Service.Ports {
 		if p.Name == vs.PortName && p.Protocol == vs.Protocol {
@@ -457,6 +484,9 @@ func (s *policyStage) input(now time.Time, node *model.Node, st model.ServiceSta
 			continue
 		}
 		ep := plugin.PolicyEndpoint{Endpoint: st.Endpoints[i], FirstSeen: seen[st.Endpoints[i].Key()]}
+		if s.stats != nil {
+			ep.Stats = s.endpointStats(base, vs, netip.AddrPortFrom(d.Addr, d.Port))
+		}
 		if node != nil {
 			ep.Local = ep.NodeName != "" && ep.NodeName == node.Name
 			ep.SameZone = ep.Zone != "" && ep.Zone == node.Zone
@@ -464,6 +494,35 @@ func (s *policyStage) input(now time.Time, node *model.Node, st model.ServiceSta
 		in.Endpoints = append(in.Endpoints, ep)
 	}
 	return in
+}
+
+// endpointStats sums dst's statistics over the virtual services of base
+// that share vs's port name and protocol.
+func (s *policyStage) endpointStats(base *model.ServicePlan, vs model.VirtualService, dst netip.AddrPort) plugin.EndpointStats {
+	var sum plugin.EndpointStats
+	for _, o := range base.VirtualServices {
+		if o.PortName != vs.PortName || o.Protocol != vs.Protocol {
+			continue
+		}
+		st, ok := s.stats[o.VirtualServiceKey][dst]
+		if !ok {
+			continue
+		}
+		sum.ActiveConns = addSat32(sum.ActiveConns, st.ActiveConns)
+		sum.InactiveConns = addSat32(sum.InactiveConns, st.InactiveConns)
+		sum.ConnRate = addSat32(sum.ConnRate, st.ConnRate)
+		sum.BytesInRate += st.BytesInRate
+		sum.BytesOutRate += st.BytesOutRate
+	}
+	return sum
+}
+
+// addSat32 adds without wrapping.
+func addSat32(a, b uint32) uint32 {
+	if a > math.MaxUint32-b {
+		return math.MaxUint32
+	}
+	return a + b
 }
 
 func sameEndpoints(d decision, eps []plugin.PolicyEndpoint) bool {

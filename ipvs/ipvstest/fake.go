@@ -90,6 +90,24 @@ func (f *Fake) SetConns(k model.VirtualServiceKey, d ipvs.DestinationKey, active
 	return nil
 }
 
+// SetRates sets a destination's connection and byte rates, as traffic
+// would.
+func (f *Fake) SetRates(k model.VirtualServiceKey, d ipvs.DestinationKey, conns, bytesIn, bytesOut uint64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	e, ok := f.table[k]
+	if !ok {
+		return fmt.Errorf("ipvstest: set rates: service %v: %w", k, ipvs.ErrNotFound)
+	}
+	i, ok := findDest(e, d)
+	if !ok {
+		return fmt.Errorf("ipvstest: set rates: destination %v: %w", d, ipvs.ErrNotFound)
+	}
+	dst := &e.Destinations[i]
+	dst.ConnRate, dst.BytesInRate, dst.BytesOutRate = conns, bytesIn, bytesOut
+	return nil
+}
+
 // begin locks f, counts the call and returns the injected error, if any.
 // It returns with f locked either way: every caller first defers the
 // unlock, then calls begin.

@@ -35,6 +35,10 @@
 // sets in place; family_test.go covers IPv6 NodePort/LoadBalancer/ClusterIP
 // masquerade and SCTP. They are not parallel:
 // their Full applies own every service on switchyard0's addresses.
+// policy_test.go runs reconcile.Loop (planner, policy stage, Dataplane)
+// with an in-process policy: its weights are what IPVS holds and the
+// traffic split follows them, and held connections reach it as live
+// statistics that turn its least-connections weights around.
 // BenchmarkLabDataplane (run by hand) compares programming N Services with
 // a plain loop creating the same objects.
 package labtest

@@ -1,0 +1,211 @@
+//go:build linux
+
+package labtest
+
+import (
+	"context"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/core/plan"
+	"github.com/switchyard-lb/switchyard/core/plugin"
+	"github.com/switchyard-lb/switchyard/core/reconcile"
+	"github.com/switchyard-lb/switchyard/core/reconcile/reconciletest"
+	"github.com/switchyard-lb/switchyard/ipvs"
+)
+
+// labPolicy is an in-process balancing policy keyed by backend: first
+// static weights 1/2/3 on be1/be2/be3, then, once leastConns is set,
+// least-connections from the live statistics (one more than the busiest
+// backend's active connections, less its own). It keeps the active
+// connections it last saw, by backend name.
+type labPolicy struct {
+	mu         sync.Mutex
+	leastConns bool
+	seen       map[string]uint32
+}
+
+func (p *labPolicy) evaluate(_ context.Context, in *plugin.PolicyInput) (plugin.PolicyResult, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.seen = map[string]uint32{}
+	var most uint32
+	for _, ep := range in.Endpoints {
+		p.seen[backendName(ep.Addr)] = ep.Stats.ActiveConns
+		most = max(most, ep.Stats.ActiveConns)
+	}
+	w := make([]uint32, len(in.Endpoints))
+	for i, ep := range in.Endpoints {
+		if p.leastConns {
+			w[i] = most + 1 - ep.Stats.ActiveConns
+			continue
+		}
+		for j, be := range topo.Backends {
+			if be.IPv4 == ep.Addr {
+				w[i] = uint32(j + 1)
+			}
+		}
+	}
+	return plugin.PolicyResult{Weights: w}, nil
+}
+
+func (p *labPolicy) setLeastConns() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.leastConns = true
+}
+
+func (p *labPolicy) lastSeen() map[string]uint32 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.seen
+}
+
+func backendName(a netip.Addr) string {
+	for _, be := range topo.Backends {
+		if be.IPv4 == a || be.IPv6 == a {
+			return be.Name
+		}
+	}
+	return "unknown " + a.String()
+}
+
+// TestPolicyWeightsDriveTraffic runs the reconcile loop (planner, policy
+// stage, ipvs.Dataplane on the guest's kernel) for a ClusterIP Service
+// with an in-process policy. Its weights 1/2/3 are what IPVS holds and
+// real traffic splits exactly 1:2:3. Then six held connections (1/2/3 per
+// backend) reach the policy as live IPVS statistics on the next tick, and
+// its least-connections weights 3/2/1 are again what IPVS holds and how
+// traffic splits.
+func TestPolicyWeightsDriveTraffic(t *testing.T) {
+	requireGuest(t)
+	clearPlan(t)
+	const tick = time.Second
+	vip := netip.MustParseAddrPort("10.96.5.10:80")
+	key := model.ServiceKey{Namespace: "lab", Name: "policy"}
+	var eps []model.Endpoint
+	for _, be := range topo.Backends {
+		eps = append(eps, model.Endpoint{Addr: be.IPv4, Port: HTTPPort, PortName: "http", Protocol: model.TCP,
+			NodeName: "node-" + be.Name, Ready: true, Serving: true})
+	}
+	src := reconciletest.NewSource()
+	src.Push(model.Delta{
+		Nodes: map[string]*model.Node{"lab": {Name: "lab", Ready: true}},
+		Services: map[model.ServiceKey]model.ServiceState{key: {
+			Service: &model.Service{Key: key, Type: model.ClusterIP, ClusterIPs: []netip.Addr{vip.Addr()}, Policy: "split",
+				Ports: []model.ServicePort{{Name: "http", Protocol: model.TCP, Port: vip.Port()}}},
+			Endpoints: eps,
+		}},
+	})
+	src.SetSynced(true)
+	pol := &labPolicy{}
+	pols := reconciletest.NewPolicies("split")
+	pols.Set("split", reconciletest.NewFunc("split", pol.evaluate), nil, nil)
+	dp := newLabDataplane(t)
+	clock := &labClock{now: time.Now()}
+	loop := reconcile.New(reconcile.Config{
+		NodeName: "lab", Source: src, Planner: plan.New(plan.Options{}), Dataplane: dp,
+		Now: clock.Now, Policies: pols, StatsInterval: tick,
+	})
+	syncLoop := func() {
+		t.Helper()
+		if err := loop.Sync(t.Context()); err != nil {
+			t.Fatalf("Sync: %v", err)
+		}
+	}
+	table := func() map[string][]ipvs.Destination {
+		t.Helper()
+		all, _ := kernelDump(t)
+		out := map[string][]ipvs.Destination{}
+		for name, ds := range all {
+			if strings.HasPrefix(name, "TCP/10.96.5.10:80 ") {
+				out[name] = ds
+			}
+		}
+		return out
+	}
+	want := func(w ...uint32) map[string][]ipvs.Destination {
+		var ds []ipvs.Destination
+		for i, be := range topo.Backends {
+			ds = append(ds, ipvs.Destination{DestinationKey: ipvs.DestinationKey{Addr: be.IPv4, Port: HTTPPort}, Weight: w[i]})
+		}
+		return map[string][]ipvs.Destination{"TCP/10.96.5.10:80 wrr flags=0x0 persist=0s": ds}
+	}
+	split := func(what string, n int, want map[string]int) {
+		t.Helper()
+		got, err := Split(t.Context(), topo.Client, "tcp", vip, n)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("%s: answers per backend (-want +got):\n%s", what, diff)
+		}
+	}
+
+	syncLoop()
+	if diff := cmp.Diff(want(1, 2, 3), table(), cmpLab); diff != "" {
+		t.Fatalf("IPVS table with the static policy (-want +got):\n%s", diff)
+	}
+	split("static 1/2/3", 30, map[string]int{"be1": 5, "be2": 10, "be3": 15})
+
+	// The kernel's estimator (every 2 s) turns that traffic into rates,
+	// which Stats reports for every backend.
+	vk := model.VirtualServiceKey{Addr: vip.Addr(), Port: vip.Port(), Protocol: model.TCP}
+	var last map[netip.AddrPort]plugin.EndpointStats
+	for deadline := time.Now().Add(15 * time.Second); ; {
+		stats, err := dp.Stats()
+		if err != nil {
+			t.Fatalf("Stats: %v", err)
+		}
+		last = stats[vk]
+		rated := 0
+		for _, st := range last {
+			if st.ConnRate > 0 && st.BytesInRate > 0 && st.BytesOutRate > 0 {
+				rated++
+			}
+		}
+		if rated == len(topo.Backends) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no connection and byte rates for every backend within 15 s; last read %v", last)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Logf("rates after 30 connections: %v", last)
+
+	// Hold six connections: one wrr cycle, so 1/2/3 per backend.
+	held := map[string]int{}
+	for range 6 {
+		c, err := DialHTTP(t.Context(), topo.Client, vip)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		name, err := c.Get()
+		if err != nil {
+			t.Fatal(err)
+		}
+		held[name]++
+	}
+	if diff := cmp.Diff(map[string]int{"be1": 1, "be2": 2, "be3": 3}, held); diff != "" {
+		t.Fatalf("held connections per backend (-want +got):\n%s", diff)
+	}
+
+	pol.setLeastConns()
+	clock.Advance(tick)
+	syncLoop()
+	if diff := cmp.Diff(map[string]uint32{"be1": 1, "be2": 2, "be3": 3}, pol.lastSeen()); diff != "" {
+		t.Errorf("active connections the policy saw (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(want(3, 2, 1), table(), cmpLab); diff != "" {
+		t.Fatalf("IPVS table with least connections (-want +got):\n%s", diff)
+	}
+	split("least connections 3/2/1", 30, map[string]int{"be1": 15, "be2": 10, "be3": 5})
+}

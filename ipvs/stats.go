@@ -1,0 +1,52 @@
+package ipvs
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"net/netip"
+	"slices"
+
+	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/core/plugin"
+)
+
+var _ plugin.StatsReader = (*Dataplane)(nil)
+
+// Stats reads the live counters of the real servers of every virtual
+// service the dataplane programs: one destination dump per virtual
+// service, outside the dataplane's lock, so that Apply and Drain never
+// wait on it. A virtual service whose dump fails is left out and its error
+// joined to the one returned. Destinations that are draining are included:
+// they still carry connections.
+func (d *Dataplane) Stats() (map[model.VirtualServiceKey]map[netip.AddrPort]plugin.EndpointStats, error) {
+	d.mu.Lock()
+	keys := slices.SortedFunc(maps.Keys(d.want.Services), model.VirtualServiceKey.Compare)
+	d.mu.Unlock()
+	out := make(map[model.VirtualServiceKey]map[netip.AddrPort]plugin.EndpointStats, len(keys))
+	var errs []error
+	for _, k := range keys {
+		states, err := d.cfg.Kernel.Destinations(k)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("ipvs: read statistics: %w", err))
+			continue
+		}
+		m := make(map[netip.AddrPort]plugin.EndpointStats, len(states))
+		for _, s := range states {
+			m[netip.AddrPortFrom(s.Addr, s.Port)] = endpointStats(s)
+		}
+		out[k] = m
+	}
+	return out, errors.Join(errs...)
+}
+
+func endpointStats(s DestinationState) plugin.EndpointStats {
+	return plugin.EndpointStats{
+		ActiveConns:   s.ActiveConns,
+		InactiveConns: s.InactiveConns,
+		ConnRate:      uint32(min(s.ConnRate, math.MaxUint32)),
+		BytesInRate:   s.BytesInRate,
+		BytesOutRate:  s.BytesOutRate,
+	}
+}
