@@ -19,7 +19,9 @@
 // policy, on the statistics tick and when a result asks to be
 // re-evaluated), folds the weights and scheduler into a copy of the
 // planner's plan, and hands the dataplane only the Services whose weighted
-// plan changed. The planner stays pure. A policy's failure (load, trap,
+// plan changed. When the dataplane implements plugin.StatsReader, its live
+// per-real-server statistics are read once per statistics tick and handed
+// to the policies. The planner stays pure. A policy's failure (load, trap,
 // deadline, invalid output) stays with its Service: it falls back to its
 // last good result, else uniform weights, and PolicyReporter, metrics and
 // State say why; the sync itself does not fail.
