@@ -47,7 +47,7 @@ test-lab::
 test-peers::
 
 demo: build
-	test/demo/run.sh
+	test/demo/run.sh --lab-if-available
 
 # bench: the host benchmarks the issues ask for, with a summary table
 # (bench.mk); the lab benchmarks of the IPVS dataplane are in lab.mk.

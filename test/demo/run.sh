@@ -2,8 +2,39 @@
 # make demo: a real etcd + kube-apiserver on loopback, sample Services and
 # EndpointSlices, the daemon against them, and its plan printed like
 # `ipvsadm -Ln`. Cleans up after itself.
+#
+#   run.sh                     dry run: the daemon on this host with the
+#                              dry-run dataplane (this kernel has no IPVS)
+#   run.sh --lab               the real daemon, statically built, inside the
+#                              kernel lab's VM (test/lab) with the ipvs
+#                              dataplane, reaching the API server through
+#                              qemu user networking (guest 10.0.2.2 = host
+#                              loopback); prints the kernel's IPVS table,
+#                              switchyard0's addresses and the nft table
+#   run.sh --lab-if-available  --lab when qemu and the lab's kernel are
+#                              there, else the dry run, saying why
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+
+mode=dryrun
+case "${1:-}" in
+"") ;;
+--lab) mode=lab ;;
+--lab-if-available)
+	mode=lab
+	if ! command -v qemu-system-x86_64 >/dev/null; then
+		echo "== kernel lab unavailable (no qemu-system-x86_64; test/lab/deps.sh installs it): dry run instead"
+		mode=dryrun
+	elif ! ls "${SWITCHYARD_CACHE:-$HOME/.cache/switchyard}"/lab/kernel/*/.complete >/dev/null 2>&1; then
+		echo "== kernel lab unavailable (no unpacked kernel; test/lab/deps.sh fetches it): dry run instead"
+		mode=dryrun
+	fi
+	;;
+*)
+	echo "usage: $0 [--lab|--lab-if-available]" >&2
+	exit 2
+	;;
+esac
 
 export SWITCHYARD_KUBE_BIN=$(test/tools/kube-binaries.sh)
 work=$(mktemp -d)
@@ -28,6 +59,53 @@ kubectl apply -f test/demo/services.yaml
 kubectl -n demo patch service shop --subresource=status --type=merge \
 	-p '{"status":{"loadBalancer":{"ingress":[{"ip":"203.0.113.7"}]}}}' >/dev/null
 kubectl get services -A -o wide
+
+if [ "$mode" = lab ]; then
+	echo "== building the daemon and the guest helper (static) and the lab runner"
+	guest=$work/guest
+	mkdir -p "$guest/testdata"
+	CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$guest/testdata/switchyard" ./cmd/switchyard
+	CGO_ENABLED=0 go build -trimpath -o "$guest/labguest" ./test/demo/labguest
+	go build -o "$work/labrun" ./test/lab/cmd/labrun
+	cp test/demo/config-lab.yaml "$guest/testdata/config.yaml"
+	# The guest dials the host's loopback as 10.0.2.2; the serving
+	# certificate names 127.0.0.1 and localhost, so verify it as localhost.
+	port=$(kubectl config view --minify -o jsonpath='{.clusters[0].cluster.server}' | sed 's/.*://')
+	cluster=$(kubectl config view --minify -o jsonpath='{.clusters[0].name}')
+	kubectl config view --raw --flatten --minify >"$guest/testdata/kubeconfig"
+	"$SWITCHYARD_KUBE_BIN/kubectl" --kubeconfig "$guest/testdata/kubeconfig" config set-cluster "$cluster" \
+		--server "https://10.0.2.2:$port" --tls-server-name localhost >/dev/null
+	echo "== booting the kernel lab: switchyard as node-a with dataplane.mode ipvs, API server at 10.0.2.2:$port"
+	start=$(date +%s)
+	: >"$work/lab.out"
+	(cd "$guest" && exec "$work/labrun" run -usernet -mem 512 -timeout 4m -console "$work/console.log" -- \
+		./labguest -wait-change 60s) >"$work/lab.out" 2>&1 &
+	lab=$!
+	tail -n +1 -f --pid="$lab" "$work/lab.out" &
+	pids+=($!)
+	# Once the guest has listed the kernel's state, an endpoint of demo/web
+	# starts terminating; the guest prints the virtual services that change.
+	while kill -0 "$lab" 2>/dev/null && ! grep -q '^== waiting for the IPVS table to change' "$work/lab.out"; do
+		sleep 0.5
+	done
+	if grep -q '^== waiting for the IPVS table to change' "$work/lab.out"; then
+		echo "== (host) an endpoint of demo/web starts terminating"
+		now=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+		kubectl -n demo patch endpointslice web-abc12 --type=json -p '[
+			{"op":"replace","path":"/endpoints/1/conditions","value":{"ready":false,"serving":true,"terminating":true}},
+			{"op":"add","path":"/metadata/annotations","value":{"endpoints.kubernetes.io/last-change-trigger-time":"'"$now"'"}}]' >/dev/null
+	fi
+	rc=0
+	wait "$lab" || rc=$?
+	sleep 0.5 # let tail print the last lines
+	if [ "$rc" -ne 0 ]; then
+		echo "lab run failed (exit $rc); guest kernel console:"
+		tail -n 30 "$work/console.log" 2>/dev/null || true
+		exit "$rc"
+	fi
+	echo "== lab VM done in $(($(date +%s) - start))s"
+	exit 0
+fi
 
 echo "== running switchyard as node-a"
 ./bin/switchyard --config test/demo/config.yaml --kubeconfig "$work/kube/kubeconfig" \

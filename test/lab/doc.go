@@ -24,7 +24,8 @@
 //   - every guest-only test skips unless os.Getenv(lab.GuestEnv) == "1",
 //     so `go test ./...` on the host stays green and fast;
 //   - the guest is a fresh kernel per package run: root, one CPU, 256 MiB,
-//     the DefaultModules loaded, loopback up, nothing else; the package's
+//     the DefaultModules loaded, loopback up, no NIC unless Job.UserNet
+//     (labrun -usernet) attaches one on qemu user networking; the package's
 //     testdata/ is copied in and the working directory is its parent;
 //   - list the package in LAB_GUEST_PKGS (test/lab/lab.mk), which runs it
 //     with CGO_ENABLED=0 (the guest has no libc) through labrun;

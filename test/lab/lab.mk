@@ -22,3 +22,10 @@ test-lab::
 	@$(LABRUN) assets >/dev/null
 	CGO_ENABLED=0 $(GO) test -count=1 -exec '$(LABRUN) run $(LAB_RUN_FLAGS)' $(GOTEST_FLAGS) $(LAB_GUEST_PKGS)
 	SWITCHYARD_LAB_VM=1 $(GO) test -count=1 $(GOTEST_FLAGS) ./test/lab/...
+
+# demo-lab: `make demo` in the kernel lab, failing rather than falling back
+# to the dry run (test/demo/run.sh --lab).
+.PHONY: demo-lab
+demo-lab: build
+	@test/lab/deps.sh >/dev/null
+	test/demo/run.sh --lab

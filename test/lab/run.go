@@ -43,7 +43,16 @@ type Job struct {
 	// guest's working directory being /job: relative testdata/ paths of a
 	// Go test work unchanged. At most 64 MiB, held in guest memory.
 	TestData string
+	// UserNet attaches a virtio NIC on qemu's user-mode network: the guest
+	// is 10.0.2.15/24 once it configures the link (the init does not), and
+	// 10.0.2.2 reaches the host's loopback. The guest needs UserNetModules
+	// loaded (Config.Modules).
+	UserNet bool
 }
+
+// UserNetModules are the modules a guest with Job.UserNet needs on top of
+// DefaultModules.
+var UserNetModules = []string{"virtio_pci", "virtio_net"}
 
 // Result is a run that produced a verdict.
 type Result struct {
@@ -89,7 +98,7 @@ func Run(ctx context.Context, a Assets, j Job) (Result, error) {
 
 	ctx, cancel := context.WithTimeout(ctx, j.Timeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, j.QEMU, qemuArgs(a.Vmlinux, initrd, console, j.MemoryMB)...)
+	cmd := exec.CommandContext(ctx, j.QEMU, qemuArgs(a.Vmlinux, initrd, console, j.MemoryMB, j.UserNet)...)
 	killWithParent(cmd)
 	var qemuErr bytes.Buffer
 	cmd.Stderr = &qemuErr
@@ -136,7 +145,12 @@ func Run(ctx context.Context, a Assets, j Job) (Result, error) {
 // guest panic into a qemu exit. no_timer_check: on a loaded host the
 // emulated timer can miss the kernel's early IO-APIC check, which then
 // panics ("IO-APIC + timer doesn't work!"; seen at load 18 on 2 cores).
-func qemuArgs(vmlinux, initrd, console string, memMB int) []string {
+// userNet replaces "-nic none" with a virtio NIC on user-mode networking.
+func qemuArgs(vmlinux, initrd, console string, memMB int, userNet bool) []string {
+	nic := "none"
+	if userNet {
+		nic = "user,model=virtio-net-pci"
+	}
 	return []string{
 		"-accel", "tcg",
 		"-m", strconv.Itoa(memMB),
@@ -144,7 +158,7 @@ func qemuArgs(vmlinux, initrd, console string, memMB int) []string {
 		"-kernel", vmlinux,
 		"-initrd", initrd,
 		"-append", "console=ttyS0 panic=-1 quiet loglevel=3 no_timer_check",
-		"-display", "none", "-vga", "none", "-nic", "none",
+		"-display", "none", "-vga", "none", "-nic", nic,
 		"-no-reboot", "-nodefaults", "-no-user-config", "-monitor", "none",
 		"-serial", "file:" + console,
 		"-serial", "stdio",

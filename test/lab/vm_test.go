@@ -3,10 +3,13 @@ package lab
 import (
 	"bytes"
 	"errors"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -123,6 +126,56 @@ func TestModprobeResolvesDependencies(t *testing.T) {
 	for _, m := range []string{"ip_vs_rr", "ip_vs", "nf_conntrack", "nf_defrag_ipv4", "nf_defrag_ipv6", "libcrc32c", "nft_masq", "nf_nat", "nf_tables"} {
 		if !slices.Contains(loaded, m) {
 			t.Errorf("module %s not loaded; loaded: %v", m, loaded)
+		}
+	}
+}
+
+// TestUserNetReachesHostLoopback boots a guest with Job.UserNet: it
+// dials 10.0.2.2, which qemu's user networking maps to the host's
+// loopback, and must read what a listener on 127.0.0.1 says. Without the
+// NIC the same job must fail, so the pass is the NIC's doing.
+func TestUserNetReachesHostLoopback(t *testing.T) {
+	t.Parallel()
+	a := requireVM(t, Config{Modules: append(slices.Clone(DefaultModules), UserNetModules...)})
+	prog := goBuild(t, "./testdata/guestprog")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			io.WriteString(c, "hello from the host\n")
+			c.Close()
+		}
+	}()
+	target := "10.0.2.2:" + strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	tests := []struct {
+		name     string
+		userNet  bool
+		wantCode int
+		wantOut  string
+	}{
+		{name: "with the NIC", userNet: true, wantOut: "got hello from the host\n"},
+		{name: "without", userNet: false, wantCode: 1},
+	}
+	for _, tc := range tests {
+		var out strings.Builder
+		res, err := Run(t.Context(), a, Job{Binary: prog, Args: []string{"dial", target}, UserNet: tc.userNet, Timeout: 2 * time.Minute, Output: &out})
+		if err != nil {
+			t.Fatalf("%s: Run: %v", tc.name, err)
+		}
+		if res.ExitCode != tc.wantCode {
+			t.Errorf("%s: exit code = %d, want %d; output:\n%s", tc.name, res.ExitCode, tc.wantCode, out.String())
+		}
+		if tc.wantOut != "" {
+			if diff := cmp.Diff(tc.wantOut, out.String()); diff != "" {
+				t.Errorf("%s: output (-want +got):\n%s", tc.name, diff)
+			}
 		}
 	}
 }

@@ -53,9 +53,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	verbose := fs.Bool("v", false, "log timings to stderr")
 	consoleFile := fs.String("console", "", "write the guest's kernel console log to this file")
 	testdata := fs.String("testdata", "testdata", "directory copied to the guest's working directory as testdata/, if it exists (\"\" for none)")
+	userNet := fs.Bool("usernet", false, "attach a NIC on qemu user networking (guest 10.0.2.15/24 to configure, host loopback at 10.0.2.2); loads lab.UserNetModules")
 	fs.Var(&env, "env", "KEY=VALUE added to the guest environment (repeatable)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
+	}
+	if *userNet {
+		cfg.Modules = append(append([]string{}, lab.DefaultModules...), lab.UserNetModules...)
 	}
 	level := slog.LevelWarn
 	if *verbose {
@@ -91,6 +95,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		MemoryMB: *mem,
 		Timeout:  *timeout,
 		Output:   stdout,
+		UserNet:  *userNet,
 	}
 	if *testdata != "" {
 		// go test -exec runs in the package directory: bring its testdata.

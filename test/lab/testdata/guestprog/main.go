@@ -3,8 +3,11 @@
 package main
 
 import (
+	"bufio"
 	"fmt"
+	"net"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -43,6 +46,24 @@ func main() {
 	case "panic": // crash the guest kernel
 		fmt.Println("crashing the kernel")
 		os.WriteFile("/proc/sysrq-trigger", []byte("c"), 0)
+	case "dial": // configure the user-mode NIC, read a line from HOST:PORT
+		for _, args := range [][]string{{"addr", "add", "10.0.2.15/24", "dev", "eth0"}, {"link", "set", "eth0", "up"}} {
+			if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+				fmt.Printf("ip %s: %v %s\n", strings.Join(args, " "), err, out)
+				os.Exit(1)
+			}
+		}
+		conn, err := net.DialTimeout("tcp", os.Args[2], 30*time.Second)
+		if err != nil {
+			fmt.Println(err)
+			os.Exit(1)
+		}
+		line, err := bufio.NewReader(conn).ReadString('\n')
+		if err != nil {
+			fmt.Println(err)
+			os.Exit(1)
+		}
+		fmt.Print("got ", line)
 	case "hang":
 		fmt.Println("hanging")
 		time.Sleep(time.Hour)
