@@ -42,3 +42,7 @@ bench-host:
 	$(call bench_run,./core/ipam,^BenchmarkAllocate$$) \
 	echo; echo "Summary (benchtime $(BENCHTIME); raw output in $(BENCH_OUT)):"; \
 	awk -f test/e2e/benchsummary.awk $(BENCH_OUT)
+
+# The peer measurements (layer-2 failover, BGP route times) of issue 5:
+# bench-peers in test/peers/peers.mk, which needs root and the peers.
+bench: bench-peers

@@ -26,3 +26,21 @@ test-peers:: peers-deps
 	@set -o pipefail; \
 	SWITCHYARD_PEERS=1 $(GO) test -tags peers -count=1 -v -run '^TestPeers' $(GOTEST_FLAGS) ./... 2>&1 \
 		| grep -vE '^=== (RUN|PAUSE|CONT|NAME)|^\?.*\[no test files\]|^testing: warning: no tests to run|^PASS$$|^ok .*\[no tests to run\]'
+
+# bench-peers: the measurements issue 5 asks `make bench` for, taken
+# against real peers in namespaces: layer-2 failover end to end (owner
+# crash -> first TCP answer from the new owner, 5 runs), the ARP and NDP
+# ownership moves, and BGP assignment -> route and node loss -> withdrawal
+# in FRR and BIRD. One package at a time (-p 1), so the timings do not
+# compete for the CPUs; ends with every `measured:` line.
+PEERS_BENCH_OUT ?= $(or $(TMPDIR),/tmp)/switchyard-bench-peers.txt
+
+.PHONY: bench-peers
+bench-peers: peers-deps
+	@set -o pipefail; \
+	SWITCHYARD_PEERS=1 $(GO) test -tags peers -count=1 -p 1 -v -run '^TestPeers' \
+		./test/peers ./announcers/bgp 2>&1 | tee $(PEERS_BENCH_OUT) \
+		| grep -vE '^=== (RUN|PAUSE|CONT|NAME)'; st=$$?; \
+	echo; echo "Peer measurements (raw output in $(PEERS_BENCH_OUT)):"; \
+	sed -n 's/^ *[a-z0-9_]*\.go:[0-9]*: measured: /  /p' $(PEERS_BENCH_OUT); \
+	exit $$st
