@@ -129,13 +129,13 @@ func TestManifestsDecodeStrictly(t *testing.T) {
 
 // TestConfigSampleIsTheDefaults parses config.yaml with the daemon's own
 // parser and checks that every value it spells out is the documented
-// default, apart from the IPVS dataplane being selected.
+// default (the IPVS dataplane included).
 func TestConfigSampleIsTheDefaults(t *testing.T) {
 	got, err := config.Load("config.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := config.Parse([]byte("apiVersion: switchyard.dev/v1alpha1\nkind: SwitchyardConfig\ndataplane: {mode: ipvs}\n"))
+	want, err := config.Parse([]byte("apiVersion: switchyard.dev/v1alpha1\nkind: SwitchyardConfig\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,6 +220,7 @@ func TestDaemonSetPrivileges(t *testing.T) {
 		Drop, Add                                                  []corev1.Capability
 		TolerateEverything                                         bool
 		ReadOnlyMounts                                             []string
+		InitContainers                                             []initView
 	}
 	got := view{
 		HostNetwork: spec.HostNetwork, HostPID: spec.HostPID,
@@ -236,16 +237,36 @@ func TestDaemonSetPrivileges(t *testing.T) {
 			got.ReadOnlyMounts = append(got.ReadOnlyMounts, m.MountPath)
 		}
 	}
+	for _, ic := range spec.InitContainers {
+		got.InitContainers = append(got.InitContainers, initView{
+			Name: ic.Name, SameImage: ic.Image == c.Image, Args: ic.Args,
+			Privileged: ic.SecurityContext != nil && ic.SecurityContext.Privileged != nil && *ic.SecurityContext.Privileged,
+		})
+	}
 	want := view{
 		HostNetwork: true, DNSPolicy: corev1.DNSClusterFirstWithHostNet,
 		Priority: "system-node-critical", ServiceAccount: "switchyard",
 		Drop: []corev1.Capability{"ALL"}, Add: []corev1.Capability{"NET_ADMIN", "NET_RAW"},
 		TolerateEverything: true,
 		ReadOnlyMounts:     []string{"/etc/switchyard", "/lib/modules"},
+		// The only privileged container: the daemon's container sees
+		// /proc/sys read-only, so this one sets the dataplane's sysctls
+		// once, with the daemon's binary and config, and exits.
+		InitContainers: []initView{{
+			Name: "sysctls", SameImage: true, Privileged: true,
+			Args: []string{"--config=/etc/switchyard/config.yaml", "--set-sysctls"},
+		}},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("DaemonSet privileges (-want +got):\n%s", diff)
 	}
+}
+
+// initView is what TestDaemonSetPrivileges pins of an init container.
+type initView struct {
+	Name                  string
+	SameImage, Privileged bool
+	Args                  []string
 }
 
 // TestRBACHasNoWildcardsOrSecrets guards the least-privilege rules against

@@ -6,14 +6,14 @@ import (
 	"maps"
 )
 
-// sysctlSetting is a kernel parameter the dataplane sets. Optional ones
-// are skipped when the kernel lacks them (no IPv6).
-type sysctlSetting struct {
-	name, value string
-	optional    bool
+// SysctlSetting is a kernel parameter the dataplane sets, by /proc/sys
+// path. Optional ones are skipped when the kernel lacks them (no IPv6).
+type SysctlSetting struct {
+	Name, Value string
+	Optional    bool
 }
 
-// sysctlSettings are the parameters the dataplane needs:
+// SysctlSettings returns the parameters the dataplane needs:
 //   - forwarding, for NAT to backends on other hosts;
 //   - vs/conntrack=1, so that IPVS flows get conntrack entries that
 //     nftables masquerade and the stale-UDP cleanup work on;
@@ -23,20 +23,59 @@ type sysctlSetting struct {
 //     weight-0 real server expire and affinity moves on;
 //   - with strictARP, arp_ignore=1 and arp_announce=2, so that only an
 //     announcer answers ARP for the addresses on switchyard0.
-func (d *Dataplane) sysctlSettings() []sysctlSetting {
-	s := []sysctlSetting{
-		{name: "net/ipv4/ip_forward", value: "1"},
-		{name: "net/ipv6/conf/all/forwarding", value: "1", optional: true},
-		{name: "net/ipv4/vs/conntrack", value: "1"},
-		{name: "net/ipv4/vs/expire_nodest_conn", value: "1"},
-		{name: "net/ipv4/vs/expire_quiescent_template", value: "1"},
+//
+// The net/ipv4/vs/ entries exist only once the ip_vs module is loaded.
+func SysctlSettings(strictARP bool) []SysctlSetting {
+	s := []SysctlSetting{
+		{Name: "net/ipv4/ip_forward", Value: "1"},
+		{Name: "net/ipv6/conf/all/forwarding", Value: "1", Optional: true},
+		{Name: "net/ipv4/vs/conntrack", Value: "1"},
+		{Name: "net/ipv4/vs/expire_nodest_conn", Value: "1"},
+		{Name: "net/ipv4/vs/expire_quiescent_template", Value: "1"},
 	}
-	if d.cfg.StrictARP {
+	if strictARP {
 		s = append(s,
-			sysctlSetting{name: "net/ipv4/conf/all/arp_ignore", value: "1"},
-			sysctlSetting{name: "net/ipv4/conf/all/arp_announce", value: "2"})
+			SysctlSetting{Name: "net/ipv4/conf/all/arp_ignore", Value: "1"},
+			SysctlSetting{Name: "net/ipv4/conf/all/arp_announce", Value: "2"})
 	}
 	return s
+}
+
+// SysctlChange is a parameter SetSysctls wrote: its new and former value.
+type SysctlChange struct {
+	Name, Value, Was string
+}
+
+// SetSysctls writes each of settings whose current value differs (so that
+// it needs no write access when all are right already) and returns the
+// resulting values by name, and what it changed. It goes on past a failed
+// parameter and returns every failure joined.
+func SetSysctls(s Sysctls, settings []SysctlSetting) (map[string]string, []SysctlChange, error) {
+	got := map[string]string{}
+	var changed []SysctlChange
+	var errs []error
+	for _, st := range settings {
+		cur, err := s.Get(st.Name)
+		if err != nil {
+			if !(st.Optional && errors.Is(err, ErrNotFound)) {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		if cur != st.Value {
+			if err := s.Set(st.Name, st.Value); err != nil {
+				errs = append(errs, err)
+				got[st.Name] = cur
+				continue
+			}
+			changed = append(changed, SysctlChange{Name: st.Name, Value: st.Value, Was: cur})
+		}
+		got[st.Name] = st.Value
+	}
+	if len(errs) > 0 {
+		return got, changed, fmt.Errorf("ipvs: sysctls: %w", errors.Join(errs...))
+	}
+	return got, changed, nil
 }
 
 // reportedSysctls are read and reported, never set. conn_reuse_mode is
@@ -48,33 +87,17 @@ var reportedSysctls = []string{"net/ipv4/vs/conn_reuse_mode"}
 // ensureSysctls sets what the dataplane needs and records every value it
 // set or read, for Sysctls.
 func (d *Dataplane) ensureSysctls() error {
-	got := map[string]string{}
-	var errs []error
-	for _, s := range d.sysctlSettings() {
-		cur, err := d.cfg.Sysctls.Get(s.name)
-		if err != nil {
-			if !(s.optional && errors.Is(err, ErrNotFound)) {
-				errs = append(errs, err)
-			}
-			continue
-		}
-		if cur != s.value {
-			if err := d.cfg.Sysctls.Set(s.name, s.value); err != nil {
-				errs = append(errs, err)
-				got[s.name] = cur
-				continue
-			}
-			d.cfg.Log.Info("set sysctl", "name", s.name, "value", s.value, "was", cur)
-		}
-		got[s.name] = s.value
+	got, changed, err := SetSysctls(d.cfg.Sysctls, SysctlSettings(d.cfg.StrictARP))
+	for _, c := range changed {
+		d.cfg.Log.Info("set sysctl", "name", c.Name, "value", c.Value, "was", c.Was)
+	}
+	if err != nil {
+		return err
 	}
 	for _, name := range reportedSysctls {
 		if v, err := d.cfg.Sysctls.Get(name); err == nil {
 			got[name] = v
 		}
-	}
-	if len(errs) > 0 {
-		return fmt.Errorf("ipvs: sysctls: %w", errors.Join(errs...))
 	}
 	d.sysctls = got
 	return nil

@@ -170,11 +170,11 @@ func TestDaemonReloadsConfig(t *testing.T) {
 	d.waitMetric(t, "switchyard_config_last_reload_successful 1")
 
 	// A good change to a live field is applied.
-	d.tc.write(t, "dataplane:\n  ipvs:\n    scheduler: wlc\n")
+	d.tc.write(t, "dataplane:\n  mode: dryrun\n  ipvs:\n    scheduler: wlc\n")
 	d.waitPlan(t, []string{"default/web ClusterIP TCP 10.96.0.10:80 wlc -> 10.1.0.1:8080 10.1.0.2:8080"})
 
 	// A bad change is rejected, logged, and the last good config stays.
-	d.tc.write(t, "dataplane:\n  ipvs:\n    scheduler: nope\n")
+	d.tc.write(t, "dataplane:\n  mode: dryrun\n  ipvs:\n    scheduler: nope\n")
 	poll(t, 30*time.Second, func() error {
 		if !strings.Contains(d.logs.String(), `config rejected; keeping the last good config`) {
 			return fmt.Errorf("no rejection logged")
@@ -188,7 +188,7 @@ func TestDaemonReloadsConfig(t *testing.T) {
 	d.waitMetric(t, "switchyard_config_last_reload_successful 0")
 
 	// A change that needs a restart is reported, not applied.
-	d.tc.write(t, "dataplane:\n  ipvs:\n    scheduler: wlc\n    syncPeriod: 1m\n")
+	d.tc.write(t, "dataplane:\n  mode: dryrun\n  ipvs:\n    scheduler: wlc\n    syncPeriod: 1m\n")
 	poll(t, 30*time.Second, func() error {
 		if !strings.Contains(d.logs.String(), `"fields":"dataplane.ipvs.syncPeriod"`) {
 			return fmt.Errorf("restart-only change not logged")

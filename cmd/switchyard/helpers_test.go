@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -56,8 +57,17 @@ func writeTestConfig(t *testing.T, extra string) *testConfig {
 	return tc
 }
 
+// write writes the config with extra appended. The default dataplane is
+// IPVS, which this host's kernel may lack, so the file always names a
+// mode: dryrun unless extra has a dataplane section, which must then name
+// its mode itself.
 func (tc *testConfig) write(t *testing.T, extra string) {
 	t.Helper()
+	if !strings.Contains("\n"+extra, "\ndataplane:") {
+		extra += "dataplane:\n  mode: dryrun\n"
+	} else if !strings.Contains(extra, "\n  mode: ") {
+		t.Fatalf("test config's dataplane section names no mode (the default, ipvs, needs the kernel's IPVS):\n%s", extra)
+	}
 	body := fmt.Sprintf(`apiVersion: switchyard.dev/v1alpha1
 kind: SwitchyardConfig
 metrics:

@@ -127,7 +127,7 @@ func TestIntegrationDaemon(t *testing.T) {
 // field, and serves nothing.
 func TestIntegrationDaemonRefusesInvalidConfig(t *testing.T) {
 	srv := apitest.Start(t)
-	tc := writeTestConfig(t, "dataplane:\n  ipvs:\n    scheduler: fastest\n    clusterCIDRs: [10.244.0.0/33]\n")
+	tc := writeTestConfig(t, "dataplane:\n  ipvs:\n    scheduler: fastest\n    clusterCIDRs: [10.244.0.0/33]\n  mode: dryrun\n")
 	var stdout, stderr syncBuffer
 	err := run(t.Context(), []string{"--config", tc.path, "--kubeconfig", srv.Kubeconfig, "--hostname-override", "node-a"}, &stdout, &stderr)
 	want := `line 9: dataplane.ipvs.scheduler: unknown scheduler "fastest"`

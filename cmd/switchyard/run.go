@@ -29,6 +29,7 @@ type flags struct {
 	verbosity        int
 	logFormat        string
 	version          bool
+	setSysctls       bool
 }
 
 func parseFlags(args []string, stderr io.Writer) (*flags, error) {
@@ -41,6 +42,7 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 	fs.IntVar(&f.verbosity, "v", 0, "log verbosity: 0 is info; higher shows more (4 shows debug)")
 	fs.StringVar(&f.logFormat, "log-format", logging.FormatJSON, "log format: json or text")
 	fs.BoolVar(&f.version, "version", false, "print the version and exit")
+	fs.BoolVar(&f.setSysctls, "set-sysctls", false, "set the kernel parameters the config's dataplane needs, then exit (needs a writable /proc/sys: the DaemonSet's privileged init container)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: switchyard [flags]\n\nSwitchyard node daemon: programs this node's dataplane for the cluster's Services.\n\nFlags:\n")
 		fs.PrintDefaults()
@@ -74,6 +76,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if err := logging.RouteKlog(log, f.verbosity); err != nil {
 		return err
+	}
+	if f.setSysctls {
+		cfg, err := config.Load(f.configPath)
+		if err != nil {
+			return err
+		}
+		return setSysctls(cfg, hostSysctls(), log)
 	}
 	watcher, err := config.NewWatcher(f.configPath)
 	if err != nil {

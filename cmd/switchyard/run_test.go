@@ -21,8 +21,8 @@ func TestParseFlags(t *testing.T) {
 		{name: "defaults", args: nil, want: &flags{configPath: "/etc/switchyard/config.yaml", logFormat: "json"}},
 		{
 			name: "all",
-			args: []string{"--config", "c.yaml", "--kubeconfig=kc", "--hostname-override", "n1", "--v=4", "--log-format=text", "--version"},
-			want: &flags{configPath: "c.yaml", kubeconfig: "kc", hostnameOverride: "n1", verbosity: 4, logFormat: "text", version: true},
+			args: []string{"--config", "c.yaml", "--kubeconfig=kc", "--hostname-override", "n1", "--v=4", "--log-format=text", "--version", "--set-sysctls"},
+			want: &flags{configPath: "c.yaml", kubeconfig: "kc", hostnameOverride: "n1", verbosity: 4, logFormat: "text", version: true, setSysctls: true},
 		},
 		{name: "unknown flag", args: []string{"--bogus"}, wantErr: "flag provided but not defined: -bogus"},
 		{name: "bad level", args: []string{"--v=high"}, wantErr: `invalid value "high" for flag -v`},
@@ -116,7 +116,7 @@ func TestRunHelpVersionAndClientErrors(t *testing.T) {
 	if err := run(t.Context(), []string{"--help"}, &stdout, &stderr); err != nil {
 		t.Errorf("--help: %v", err)
 	}
-	for _, want := range []string{"Usage: switchyard", "-config", "-kubeconfig", "-hostname-override", "-v int"} {
+	for _, want := range []string{"Usage: switchyard", "-config", "-kubeconfig", "-hostname-override", "-v int", "-set-sysctls"} {
 		if !strings.Contains(stderr.String(), want) {
 			t.Errorf("--help output lacks %q:\n%s", want, stderr.String())
 		}
@@ -139,5 +139,15 @@ func TestRunHelpVersionAndClientErrors(t *testing.T) {
 	err = run(t.Context(), []string{"--config", tc.path, "--log-format", "xml"}, &stdout, &stderr)
 	if err == nil || !strings.Contains(err.Error(), `unknown log format "xml"`) {
 		t.Errorf("run --log-format xml = %v", err)
+	}
+
+	// --set-sysctls needs no API server and exits; with the dry-run
+	// dataplane it has nothing to set.
+	stderr.Reset()
+	if err := run(t.Context(), []string{"--config", tc.path, "--set-sysctls", "--log-format=text"}, &stdout, &stderr); err != nil {
+		t.Errorf("run --set-sysctls (dryrun) = %v", err)
+	}
+	if !strings.Contains(stderr.String(), "no sysctls to set") {
+		t.Errorf("run --set-sysctls (dryrun) logged:\n%s", stderr.String())
 	}
 }

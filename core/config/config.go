@@ -45,8 +45,9 @@ type Config struct {
 
 // Dataplane selects and tunes the dataplane.
 type Dataplane struct {
-	// Mode is "ipvs" or "dryrun" (records the desired table, touches no
-	// kernel state). Default "dryrun" until the IPVS dataplane lands.
+	// Mode is "ipvs" (programs the kernel's IPVS, nftables and sysctls) or
+	// "dryrun" (records the desired table, touches no kernel state: for
+	// tests and demos on hosts without IPVS). Default "ipvs".
 	Mode string `yaml:"mode"`
 	IPVS IPVS   `yaml:"ipvs"`
 }

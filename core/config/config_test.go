@@ -33,7 +33,7 @@ func defaults() *Config {
 		APIVersion: APIVersion,
 		Kind:       Kind,
 		Dataplane: Dataplane{
-			Mode: "dryrun",
+			Mode: "ipvs",
 			IPVS: IPVS{
 				Scheduler:     "rr",
 				StrictARP:     ptr(true),

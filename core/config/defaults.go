@@ -4,7 +4,7 @@ import "time"
 
 // Default values; each is documented on the field it fills.
 const (
-	DefaultMode               = ModeDryRun
+	DefaultMode               = ModeIPVS
 	DefaultScheduler          = "rr"
 	DefaultSyncPeriod         = 30 * time.Second
 	DefaultMinSyncPeriod      = time.Second

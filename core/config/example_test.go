@@ -19,7 +19,7 @@ dataplane:
 		panic(err)
 	}
 	fmt.Println(c.Dataplane.Mode, c.Dataplane.IPVS.Scheduler, c.Dataplane.IPVS.SyncPeriod, c.Metrics.BindAddress)
-	// Output: dryrun wlc 30s 127.0.0.1:10249
+	// Output: ipvs wlc 30s 127.0.0.1:10249
 }
 
 // Every bad value is reported at once, with its line and field path.
