@@ -128,6 +128,15 @@ func oneArg(args []string, what string) (string, error) {
 	return "", usageError{fmt.Sprintf("unexpected argument %q", args[1])}
 }
 
+// fileArg checks the output format and returns the one FILE argument of
+// the policy commands.
+func fileArg(output string, args []string) (string, error) {
+	if err := checkOutput(output); err != nil {
+		return "", err
+	}
+	return oneArg(args, "FILE")
+}
+
 // readModule reads a module file, gunzipping it when it is gzip.
 func readModule(path string) ([]byte, error) {
 	b, err := os.ReadFile(path)
@@ -177,10 +186,7 @@ var policyValidate = &command{
 		output := outputFlag(fs)
 		deadline := fs.Duration("deadline", 50*time.Millisecond, "evaluation deadline")
 		return func(ctx context.Context, s ioStreams, args []string) error {
-			if err := checkOutput(*output); err != nil {
-				return err
-			}
-			path, err := oneArg(args, "FILE")
+			path, err := fileArg(*output, args)
 			if err != nil {
 				return err
 			}
@@ -363,10 +369,7 @@ var policyTest = &command{
 		scenarioPath := fs.String("scenario", "", "scenario YAML file (required)")
 		deadline := fs.Duration("deadline", 50*time.Millisecond, "evaluation deadline")
 		return func(ctx context.Context, s ioStreams, args []string) error {
-			if err := checkOutput(*output); err != nil {
-				return err
-			}
-			path, err := oneArg(args, "FILE")
+			path, err := fileArg(*output, args)
 			if err != nil {
 				return err
 			}
@@ -423,10 +426,7 @@ var policyBench = &command{
 		endpoints := fs.Int("endpoints", 50, "synthetic endpoints when no --scenario is given")
 		duration := fs.Duration("duration", time.Second, "how long to measure")
 		return func(ctx context.Context, s ioStreams, args []string) error {
-			if err := checkOutput(*output); err != nil {
-				return err
-			}
-			path, err := oneArg(args, "FILE")
+			path, err := fileArg(*output, args)
 			if err != nil {
 				return err
 			}
@@ -501,10 +501,7 @@ var policyPack = &command{
 		gzipOver := fs.Int("gzip-over", DefaultGzipOver, "compress modules larger than this many bytes")
 		namespace := fs.String("namespace", registry.DefaultNamespace, "namespace the daemons watch")
 		return func(ctx context.Context, s ioStreams, args []string) error {
-			if err := checkOutput(*output); err != nil {
-				return err
-			}
-			path, err := oneArg(args, "FILE")
+			path, err := fileArg(*output, args)
 			if err != nil {
 				return err
 			}
