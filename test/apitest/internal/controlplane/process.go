@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -24,6 +25,14 @@ type process struct {
 }
 
 // startProcess starts bin with args and env, its output appended to logPath.
+//
+// The child is started, and waited for, on an OS thread locked for its
+// whole life. Pdeathsig (sysProcAttr) fires when the thread that started
+// the child exits, not the process (golang/go#27505), and the Go runtime
+// ends a thread whose goroutine exits while locked to it, as namespace
+// helpers do (test/netns Do). Started from any thread, etcd or
+// kube-apiserver would be SIGKILLed whenever such a helper happened to run
+// on that thread.
 func startProcess(name, bin string, args, env []string, logPath string) (*process, error) {
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -34,16 +43,26 @@ func startProcess(name, bin string, args, env []string, logPath string) (*proces
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
 	cmd.SysProcAttr = sysProcAttr()
-	if err := cmd.Start(); err != nil {
-		logFile.Close()
-		return nil, fmt.Errorf("start %s: %w", name, err)
-	}
 	p := &process{name: name, cmd: cmd, logPath: logPath, done: make(chan struct{})}
+	started := make(chan error, 1)
 	go func() {
+		runtime.LockOSThread()
+		// Unlocked only once the child is gone: the thread may then be
+		// reused, or ended, without harm.
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
 		p.err = cmd.Wait()
 		logFile.Close()
 		close(p.done)
 	}()
+	if err := <-started; err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
 	return p, nil
 }
 
