@@ -21,7 +21,12 @@
 // planner's plan, and hands the dataplane only the Services whose weighted
 // plan changed. When the dataplane implements plugin.StatsReader, its live
 // per-real-server statistics are read once per statistics tick and handed
-// to the policies. The planner stays pure. A policy's failure (load, trap,
+// to the policies; a failed read is counted and keeps the last good
+// statistics of what it could not read. The Services of one round are
+// evaluated on up to Config.PolicyWorkers goroutines, which only read the
+// stage: their results are committed on Sync's goroutine in key order, so
+// the plan, the Events and the conditions do not depend on which
+// evaluation ended first. The planner stays pure. A policy's failure (load, trap,
 // deadline, invalid output) stays with its Service: it falls back to its
 // last good result, else uniform weights, and PolicyReporter, metrics and
 // State say why; the sync itself does not fail.

@@ -79,6 +79,11 @@ type Config struct {
 	PolicyMetrics *PolicyMetrics
 	// PolicyDeadline bounds one evaluation; 0 means DefaultPolicyDeadline.
 	PolicyDeadline time.Duration
+	// PolicyWorkers bounds how many Services' policies are evaluated at
+	// once; 0 means runtime.GOMAXPROCS(0), and 1 evaluates them one after
+	// the other on Sync's goroutine. The weighted plan does not depend on
+	// it.
+	PolicyWorkers int
 	// PolicyErrorReason, when set, names the failure reason of an
 	// evaluation error for metrics and conditions (one of the Failure*
 	// values); the loop tells only deadlines and invalid results apart.

@@ -7,8 +7,11 @@ import (
 	"maps"
 	"math"
 	"net/netip"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/switchyard-lb/switchyard/core/model"
@@ -101,12 +104,14 @@ type decision struct {
 }
 
 // policyStage folds policy decisions into the planner's plan. It is owned
-// by the loop's Sync (guarded by syncMu).
+// by the loop's Sync (guarded by syncMu); while apply's workers evaluate,
+// they read it and nothing writes it.
 type policyStage struct {
 	cfg      *Config
 	deadline time.Duration
 	reason   func(error) string
 	m        *PolicyMetrics
+	workers  int // evaluations at once
 
 	services  map[model.ServiceKey]model.ServiceState
 	uses      map[model.ServiceKey]string // policy name each Service last resolved to
@@ -119,8 +124,9 @@ type policyStage struct {
 	lastTick  time.Time
 	// statsReader is the dataplane's, when it has one; stats is its last
 	// read, taken on the statistics tick.
-	statsReader plugin.StatsReader
-	stats       map[model.VirtualServiceKey]map[netip.AddrPort]plugin.EndpointStats
+	statsReader  plugin.StatsReader
+	stats        map[model.VirtualServiceKey]map[netip.AddrPort]plugin.EndpointStats
+	statsFailing bool // the last read failed
 	// weighted is the plan handed to the dataplane: the planner's plans,
 	// with the policies' weights and schedulers.
 	weighted map[model.ServiceKey]*model.ServicePlan
@@ -132,6 +138,7 @@ func newPolicyStage(cfg *Config) *policyStage {
 		deadline:  cfg.PolicyDeadline,
 		reason:    cfg.PolicyErrorReason,
 		m:         cfg.PolicyMetrics,
+		workers:   cfg.PolicyWorkers,
 		services:  make(map[model.ServiceKey]model.ServiceState),
 		uses:      make(map[model.ServiceKey]string),
 		lastGood:  make(map[model.ServiceKey]map[groupKey]decision),
@@ -142,6 +149,9 @@ func newPolicyStage(cfg *Config) *policyStage {
 	}
 	if s.deadline <= 0 {
 		s.deadline = DefaultPolicyDeadline
+	}
+	if s.workers <= 0 {
+		s.workers = runtime.GOMAXPROCS(0)
 	}
 	if s.m == nil {
 		s.m = NewPolicyMetrics(nil)
@@ -218,39 +228,95 @@ func (s *policyStage) apply(ctx context.Context, now time.Time, node *model.Node
 		}
 	}
 	var out []model.ServiceKey
-	for k := range dirty {
+	jobs := make([]evalJob, 0, len(dirty))
+	for _, k := range slices.SortedFunc(maps.Keys(dirty), model.ServiceKey.Compare) {
 		base := p.Services[k]
-		old, had := s.weighted[k]
 		if base == nil {
-			delete(s.weighted, k)
-			s.forget(k)
-			if had {
+			if _, had := s.weighted[k]; had {
 				out = append(out, k)
 			}
+			delete(s.weighted, k)
+			s.forget(k)
 			continue
 		}
-		w := s.evaluate(ctx, now, node, k, base)
-		s.weighted[k] = w
+		jobs = append(jobs, s.prepare(k, base))
+	}
+	// The workers only read the stage; what they found is committed
+	// below, on this goroutine and in key order, so the plan, the Events
+	// and the conditions do not depend on which evaluation ended first.
+	s.run(len(jobs), func(i int) { jobs[i].out = s.evaluate(ctx, now, node, &jobs[i]) })
+	for i := range jobs {
+		j := &jobs[i]
+		old, had := s.weighted[j.key]
+		w := s.commit(now, j)
+		s.weighted[j.key] = w
 		if !had || !w.Equal(old) {
-			out = append(out, k)
+			out = append(out, j.key)
 		}
 	}
 	slices.SortFunc(out, model.ServiceKey.Compare)
 	return out, &model.Plan{Services: s.weighted}
 }
 
+// run calls fn(i) for every i below n on at most s.workers goroutines,
+// and returns once every call has. With one worker, or one call, it
+// calls fn on the caller's goroutine.
+func (s *policyStage) run(n int, fn func(i int)) {
+	workers := min(s.workers, n)
+	if workers <= 1 {
+		for i := range n {
+			fn(i)
+		}
+		return
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				fn(i)
+			}
+		})
+	}
+	wg.Wait()
+}
+
 // readStats replaces the statistics policies see with the dataplane's
-// current ones. A failed read keeps what could be read: a virtual service
-// whose read failed shows zero counters until the next tick.
+// current ones. A failed read is counted and logged, and replaces only
+// what it could read: a virtual service whose read failed keeps its last
+// good statistics (rather than showing no connections, which would send
+// a least-connections policy's traffic its way) until a read succeeds.
 func (s *policyStage) readStats() {
 	if s.statsReader == nil {
 		return
 	}
 	stats, err := s.statsReader.Stats()
-	if err != nil && s.cfg.Log != nil {
-		s.cfg.Log.Warn("reading the dataplane's statistics for policies", "err", err)
+	if err == nil {
+		if s.statsFailing && s.cfg.Log != nil {
+			s.cfg.Log.Info("reading the dataplane's statistics for policies works again")
+		}
+		s.statsFailing = false
+		s.stats = stats
+		return
 	}
-	s.stats = stats
+	s.m.StatsReadFailures.Inc()
+	// Logged when reads start failing; the metric counts every failure.
+	if !s.statsFailing && s.cfg.Log != nil {
+		s.cfg.Log.Warn("reading the dataplane's statistics for policies; keeping the last good ones of what failed", "err", err)
+	}
+	s.statsFailing = true
+	if len(stats) == 0 {
+		return
+	}
+	// A new map: the reader may keep the one it returned.
+	merged := make(map[model.VirtualServiceKey]map[netip.AddrPort]plugin.EndpointStats, max(len(s.stats), len(stats)))
+	maps.Copy(merged, s.stats)
+	maps.Copy(merged, stats)
+	s.stats = merged
 }
 
 // forget drops what the stage knows of a deleted Service.
@@ -267,74 +333,135 @@ func (s *policyStage) forget(k model.ServiceKey) {
 	}
 }
 
-// evaluate returns base with the decisions of k's policy folded in. A
-// failure falls back per group and is reported; it never fails the sync.
-func (s *policyStage) evaluate(ctx context.Context, now time.Time, node *model.Node, k model.ServiceKey, base *model.ServicePlan) *model.ServicePlan {
-	st := s.services[k]
-	delete(s.due, k)
-	if st.Service == nil || len(base.VirtualServices) == 0 {
-		return base
+// evalJob is one Service's evaluation in a round. prepare fills the
+// inputs on the loop's goroutine; evaluate, on a worker, fills out.
+type evalJob struct {
+	key  model.ServiceKey
+	base *model.ServicePlan
+	st   model.ServiceState
+	good map[groupKey]decision // the last good decisions; read only
+
+	// What Resolve returned; pol is nil when err is set.
+	name   string
+	pol    plugin.Policy
+	params []byte
+	err    error
+
+	out evalOutcome
+}
+
+// evalOutcome is what one Service's evaluation found, for commit.
+type evalOutcome struct {
+	plan       *model.ServicePlan
+	failure    error
+	failReason string
+	fallbacks  []string
+	// good, when not nil, replaces the Service's last good decisions.
+	good   map[groupKey]decision
+	reeval time.Duration
+}
+
+// prepare resolves k's policy (Policies is only called from the loop's
+// goroutine) and gathers what evaluate reads.
+func (s *policyStage) prepare(k model.ServiceKey, base *model.ServicePlan) evalJob {
+	j := evalJob{key: k, base: base, st: s.services[k]}
+	if j.st.Service == nil || len(base.VirtualServices) == 0 {
+		return j
 	}
-	name, pol, params, err := s.cfg.Policies.Resolve(st.Service)
-	if s.uses[k] != name {
-		s.uses[k] = name
-		s.viewDirty = true
+	j.name, j.pol, j.params, j.err = s.cfg.Policies.Resolve(j.st.Service)
+	if j.err == nil && j.st.Service.PolicyParams != "" {
+		j.params = []byte(j.st.Service.PolicyParams)
 	}
-	if err == nil && st.Service.PolicyParams != "" {
-		params = []byte(st.Service.PolicyParams)
+	// A policy that is gone takes its last good result with it.
+	if !errors.Is(j.err, ErrNoPolicy) {
+		j.good = s.lastGood[j.key]
 	}
-	var failure error
-	failReason := ""
-	if err != nil {
-		failure, failReason = err, FailureLoad
-		s.m.Failures.WithLabelValues(name, FailureLoad).Inc()
-		if errors.Is(err, ErrNoPolicy) {
-			delete(s.lastGood, k)
+	return j
+}
+
+// evaluate returns j's base plan with the decisions of its policy folded
+// in. A failure falls back per group; commit reports it, and it never
+// fails the sync. It runs on a worker: it reads the stage, writes none of
+// it, and turns a panic into a failure of this Service alone.
+func (s *policyStage) evaluate(ctx context.Context, now time.Time, node *model.Node, j *evalJob) (out evalOutcome) {
+	if j.st.Service == nil || len(j.base.VirtualServices) == 0 {
+		return evalOutcome{plan: j.base}
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			s.m.Failures.WithLabelValues(j.name, FailureError).Inc()
+			out = evalOutcome{plan: j.base, failure: fmt.Errorf("evaluation panicked: %v", v), failReason: FailureError,
+				fallbacks: []string{"every port: uniform weights"}}
 		}
+	}()
+	if j.err != nil {
+		out.failure, out.failReason = j.err, FailureLoad
+		s.m.Failures.WithLabelValues(j.name, FailureLoad).Inc()
 	}
 	decisions := make(map[groupKey]decision)
-	good := s.lastGood[k]
-	var fallbacks []string
-	var reeval time.Duration
-	for _, vs := range base.VirtualServices {
+	good := j.good
+	for _, vs := range j.base.VirtualServices {
 		g := groupKey{vs.PortName, vs.Protocol, vs.Local}
 		if _, done := decisions[g]; done || len(vs.Destinations) == 0 {
 			continue
 		}
-		in := s.input(now, node, st, base, vs, params)
-		if failure == nil || failReason != FailureLoad {
-			d, re, err := s.evaluateGroup(ctx, name, pol, in)
+		in := s.input(now, node, j.st, j.base, vs, j.params)
+		if out.failReason != FailureLoad {
+			d, re, err := s.evaluateGroup(ctx, j.name, j.pol, in)
 			if err == nil {
 				decisions[g] = d
-				if good == nil {
-					good = make(map[groupKey]decision)
-					s.lastGood[k] = good
+				if out.good == nil {
+					out.good = make(map[groupKey]decision, max(len(good), 1))
+					maps.Copy(out.good, good)
+					good = out.good
 				}
 				good[g] = d
-				if re > 0 && (reeval == 0 || re < reeval) {
-					reeval = re
+				if re > 0 && (out.reeval == 0 || re < out.reeval) {
+					out.reeval = re
 				}
 				continue
 			}
-			if failure == nil {
-				failure, failReason = fmt.Errorf("port %s: %w", portLabel(vs), err), s.classify(err)
+			if out.failure == nil {
+				out.failure, out.failReason = fmt.Errorf("port %s: %w", portLabel(vs), err), s.classify(err)
 			}
-			s.m.Failures.WithLabelValues(name, s.classify(err)).Inc()
+			s.m.Failures.WithLabelValues(j.name, s.classify(err)).Inc()
 		}
 		// Fall back: the last good decision when it covers the same
 		// endpoints, else the planner's uniform weights.
 		if d, ok := good[g]; ok && sameEndpoints(d, in.Endpoints) {
 			decisions[g] = d
-			fallbacks = append(fallbacks, fmt.Sprintf("port %s: the last good result", portLabel(vs)))
+			out.fallbacks = append(out.fallbacks, fmt.Sprintf("port %s: the last good result", portLabel(vs)))
 		} else {
-			fallbacks = append(fallbacks, fmt.Sprintf("port %s: uniform weights", portLabel(vs)))
+			out.fallbacks = append(out.fallbacks, fmt.Sprintf("port %s: uniform weights", portLabel(vs)))
 		}
 	}
-	if reeval > 0 {
-		s.due[k] = now.Add(reeval)
+	out.plan = fold(j.base, decisions, j.st.Service.Scheduler != "")
+	return out
+}
+
+// commit records what evaluate found for j in the stage, reports it,
+// and returns j's weighted plan. It runs on the loop's goroutine.
+func (s *policyStage) commit(now time.Time, j *evalJob) *model.ServicePlan {
+	k := j.key
+	delete(s.due, k)
+	if j.st.Service == nil || len(j.base.VirtualServices) == 0 {
+		return j.base
 	}
-	s.report(k, name, st.Service.Policy != "", failure, failReason, fallbacks)
-	return fold(base, decisions, st.Service.Scheduler != "")
+	if s.uses[k] != j.name {
+		s.uses[k] = j.name
+		s.viewDirty = true
+	}
+	if errors.Is(j.err, ErrNoPolicy) {
+		delete(s.lastGood, k)
+	}
+	if j.out.good != nil {
+		s.lastGood[k] = j.out.good
+	}
+	if j.out.reeval > 0 {
+		s.due[k] = now.Add(j.out.reeval)
+	}
+	s.report(k, j.name, j.st.Service.Policy != "", j.out.failure, j.out.failReason, j.out.fallbacks)
+	return j.out.plan
 }
 
 // evaluateGroup runs the policy for one group under the deadline and

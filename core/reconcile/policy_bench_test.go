@@ -4,21 +4,55 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"runtime"
 	"testing"
 	"time"
 
 	"github.com/switchyard-lb/switchyard/core/model"
 	"github.com/switchyard-lb/switchyard/core/plan"
+	"github.com/switchyard-lb/switchyard/core/plugin"
 	"github.com/switchyard-lb/switchyard/core/reconcile"
 	"github.com/switchyard-lb/switchyard/core/reconcile/reconciletest"
 	"github.com/switchyard-lb/switchyard/ipvs/dryrun"
 )
 
 // BenchmarkPolicyReevaluateAll measures a statistics tick over 10,000
-// Services of 3 endpoints each: every policy runs again (a Go policy, so
-// this is the stage's own cost) and nothing changes, so the dataplane
-// gets no Apply.
+// Services of 3 endpoints each: every policy runs again and nothing
+// changes, so the dataplane gets no Apply. It runs with one worker and
+// with GOMAXPROCS workers, for two Go policies: one that returns at once
+// (instant: the stage's own cost) and one that first burns a CPU for
+// about 20µs (busy: see busyWork).
 func BenchmarkPolicyReevaluateAll(b *testing.B) {
+	for _, policy := range []struct {
+		name string
+		work int
+	}{{"instant", 0}, {"busy", busyWork}} {
+		for _, workers := range []int{1, runtime.GOMAXPROCS(0)} {
+			b.Run(fmt.Sprintf("policy=%s/workers=%d", policy.name, workers), func(b *testing.B) {
+				benchmarkReevaluateAll(b, policy.work, workers)
+			})
+		}
+	}
+}
+
+// busyWork is the busy policy's work per evaluation: rounds of xorshift,
+// about 20µs on one idle core of the 2026 development machine, what a
+// WebAssembly policy with every guard on costs for 50 endpoints.
+const busyWork = 8000
+
+// burn does n rounds of xorshift and returns the result, so the compiler
+// keeps the work.
+func burn(n int) uint64 {
+	x := uint64(88172645463325252)
+	for range n {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+	}
+	return x
+}
+
+func benchmarkReevaluateAll(b *testing.B, work, workers int) {
 	const services = 10000
 	src := reconciletest.NewSource()
 	d := model.Delta{Nodes: map[string]*model.Node{"node-a": nodeA}, Services: map[model.ServiceKey]model.ServiceState{}}
@@ -34,10 +68,17 @@ func BenchmarkPolicyReevaluateAll(b *testing.B) {
 	src.Push(d)
 	src.SetSynced(true)
 	pols := reconciletest.NewPolicies("weights")
-	pols.Set("weights", reconciletest.NewFunc("weights", weights(3, 1, 1)), nil, nil)
+	fn := weights(3, 1, 1)
+	pols.Set("weights", reconciletest.NewFunc("weights", func(ctx context.Context, in *plugin.PolicyInput) (plugin.PolicyResult, error) {
+		// Work rather than sleep: a policy evaluation holds a CPU.
+		if burn(work) == 0 {
+			return plugin.PolicyResult{}, fmt.Errorf("xorshift reached 0")
+		}
+		return fn(ctx, in)
+	}), nil, nil)
 	now := t0
 	loop := reconcile.New(reconcile.Config{NodeName: "node-a", Source: src, Planner: plan.New(plan.Options{}), Dataplane: dryrun.New(),
-		Policies: pols, StatsInterval: time.Second, Now: func() time.Time { return now }})
+		Policies: pols, StatsInterval: time.Second, Now: func() time.Time { return now }, PolicyWorkers: workers})
 	if err := loop.Sync(context.Background()); err != nil {
 		b.Fatal(err)
 	}
@@ -47,5 +88,14 @@ func BenchmarkPolicyReevaluateAll(b *testing.B) {
 		if err := loop.Sync(context.Background()); err != nil {
 			b.Fatal(err)
 		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/services, "ns/service")
+}
+
+// BenchmarkBusyWork is one evaluation's work of the busy policy alone, to
+// calibrate busyWork.
+func BenchmarkBusyWork(b *testing.B) {
+	for b.Loop() {
+		burn(busyWork)
 	}
 }

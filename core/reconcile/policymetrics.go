@@ -20,6 +20,9 @@ type PolicyMetrics struct {
 	Duration *prometheus.HistogramVec
 	// Failures counts failed loads and evaluations by policy and reason.
 	Failures *prometheus.CounterVec
+	// StatsReadFailures counts failed reads of the dataplane's live
+	// statistics (one read per statistics tick).
+	StatsReadFailures prometheus.Counter
 }
 
 // NewPolicyMetrics builds the policy metrics and registers them on reg
@@ -39,9 +42,13 @@ func NewPolicyMetrics(reg prometheus.Registerer) *PolicyMetrics {
 			Namespace: metrics.Namespace, Name: "policy_failures_total",
 			Help: "Balancing policy failures, by policy and reason (load, deadline, trap, declined, invalid_output, error); the Service fell back each time.",
 		}, []string{"policy", "reason"}),
+		StatsReadFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: metrics.Namespace, Name: "policy_stats_read_failures_total",
+			Help: "Failed reads of the dataplane's live statistics for balancing policies (one read per statistics tick); policies kept the last good statistics of what could not be read.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Evaluations, m.Duration, m.Failures)
+		reg.MustRegister(m.Evaluations, m.Duration, m.Failures, m.StatsReadFailures)
 	}
 	return m
 }

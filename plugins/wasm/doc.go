@@ -3,7 +3,9 @@
 // runtime and runs them as plugin.Policy.
 //
 // A Runtime compiles each module once per sha256 digest (with an optional
-// on-disk compilation cache) and refuses modules that import anything
+// on-disk compilation cache: one that cannot be written fails NewRuntime
+// with ErrCacheDir, and a compilation it fails later is done again,
+// without it if need be) and refuses modules that import anything
 // outside the ABI. A Policy keeps a pool of instances, one per concurrent
 // caller, and runs every call under a deadline and a memory cap, with no
 // filesystem, network, environment or arguments and a real monotonic

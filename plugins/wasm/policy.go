@@ -256,7 +256,7 @@ func (p *Policy) instantiate(ctx context.Context) (*instance, error) {
 	if p.c.hasInit {
 		cfg = cfg.WithStartFunctions(abi.ExportInit)
 	}
-	mod, err := p.rt.rt.InstantiateModule(ctx, p.c.mod, cfg)
+	mod, err := p.c.rt.InstantiateModule(ctx, p.c.mod, cfg)
 	if err != nil {
 		var exit *sys.ExitError
 		if errors.As(err, &exit) && exit.ExitCode() == sys.ExitCodeDeadlineExceeded {
