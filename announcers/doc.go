@@ -6,7 +6,11 @@
 //
 //   - arp: layer 2, answering ARP and IPv6 neighbour discovery on the
 //     local segment and announcing ownership changes gratuitously;
-//   - bgp: an embedded BGP speaker advertising host routes to routers.
+//   - bgp: an embedded BGP speaker advertising host routes to routers;
+//   - cloud: a cloud load balancer driven through an HTTP webhook.
+//
+// report wraps any of them to turn failures of one address into
+// AnnounceFailed Events on the address's Services.
 //
 // This package itself holds no code.
 package announcers

@@ -39,6 +39,8 @@ var (
 	inNamespace = slices.Sorted(slices.Values(slices.Concat(clusterWide, []string{
 		"create coordination.k8s.io/leases", "get /configmaps", "get coordination.k8s.io/leases",
 		"list /configmaps", "update coordination.k8s.io/leases", "watch /configmaps",
+		// BGP passwords: read only, this namespace only.
+		"get /secrets", "list /secrets", "watch /secrets",
 	})))
 )
 
@@ -51,8 +53,8 @@ func TestIntegrationDeploy(t *testing.T) {
 		// namespace first, as `kubectl apply -f namespace.yaml` would.
 		mustKubectl(t, s, "apply", "-f", "namespace.yaml")
 		out := mustKubectl(t, s, "apply", "--dry-run=server", "-k", ".")
-		if n := strings.Count(out, "(server dry run)"); n != 8 {
-			t.Errorf("dry run reported %d objects, want 8:\n%s", n, out)
+		if n := strings.Count(out, "(server dry run)"); n != 10 {
+			t.Errorf("dry run reported %d objects, want 10:\n%s", n, out)
 		}
 		if _, err := s.Client.AppsV1().DaemonSets(namespace).Get(t.Context(), "switchyard", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			t.Errorf("DaemonSet after a dry run: err = %v, want NotFound", err)
@@ -62,7 +64,7 @@ func TestIntegrationDeploy(t *testing.T) {
 	mustKubectl(t, s, "apply", "-k", ".")
 	// Applying again changes nothing: the manifests are what the server
 	// stores (no defaulting fights).
-	if out := mustKubectl(t, s, "apply", "--dry-run=server", "-k", "."); strings.Count(out, "unchanged") != 8 {
+	if out := mustKubectl(t, s, "apply", "--dry-run=server", "-k", "."); strings.Count(out, "unchanged") != 10 {
 		t.Errorf("second apply is not a no-op:\n%s", out)
 	}
 
@@ -115,6 +117,16 @@ func TestIntegrationDeploy(t *testing.T) {
 		}
 		if _, err := client.CoreV1().ConfigMaps(namespace).Get(ctx, "switchyard-config", metav1.GetOptions{}); err != nil {
 			t.Errorf("get its config ConfigMap: %v", err)
+		}
+		// How the daemon reads a BGP password Secret: a watch on its name.
+		byName := metav1.ListOptions{FieldSelector: "metadata.name=bgp-auth"}
+		if _, err := client.CoreV1().Secrets(namespace).List(ctx, byName); err != nil {
+			t.Errorf("list a Secret by name in %s: %v", namespace, err)
+		}
+		if w, err := client.CoreV1().Secrets(namespace).Watch(ctx, byName); err != nil {
+			t.Errorf("watch a Secret by name in %s: %v", namespace, err)
+		} else {
+			w.Stop()
 		}
 		w, err := client.DiscoveryV1().EndpointSlices(app).Watch(ctx, metav1.ListOptions{})
 		if err != nil {
@@ -176,12 +188,25 @@ func TestIntegrationDeploy(t *testing.T) {
 			"delete a Service": func() error {
 				return client.CoreV1().Services(app).Delete(ctx, svc.Name, metav1.DeleteOptions{})
 			},
-			"list secrets in its namespace": func() error {
-				_, err := client.CoreV1().Secrets(namespace).List(ctx, metav1.ListOptions{})
+			"create a Secret in its namespace": func() error {
+				_, err := client.CoreV1().Secrets(namespace).Create(ctx,
+					&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "x"}}, metav1.CreateOptions{})
 				return err
+			},
+			"update a Secret in its namespace": func() error {
+				_, err := client.CoreV1().Secrets(namespace).Update(ctx,
+					&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "bgp-auth"}}, metav1.UpdateOptions{})
+				return err
+			},
+			"delete a Secret in its namespace": func() error {
+				return client.CoreV1().Secrets(namespace).Delete(ctx, "bgp-auth", metav1.DeleteOptions{})
 			},
 			"get secrets elsewhere": func() error {
 				_, err := client.CoreV1().Secrets("kube-system").Get(ctx, "x", metav1.GetOptions{})
+				return err
+			},
+			"list secrets in every namespace": func() error {
+				_, err := client.CoreV1().Secrets("").List(ctx, metav1.ListOptions{})
 				return err
 			},
 			"list configmaps outside its namespace": func() error {
@@ -221,7 +246,11 @@ func TestIntegrationDeploy(t *testing.T) {
 			{[]string{"watch", "nodes"}, "yes"},
 			{[]string{"update", "services", "--subresource=status", "-n", app}, "yes"},
 			{[]string{"update", "services", "-n", app}, "no"},
-			{[]string{"get", "secrets", "-n", namespace}, "no"},
+			{[]string{"get", "secrets", "-n", namespace}, "yes"},
+			{[]string{"watch", "secrets", "-n", namespace}, "yes"},
+			{[]string{"create", "secrets", "-n", namespace}, "no"},
+			{[]string{"get", "secrets", "-n", "default"}, "no"},
+			{[]string{"list", "secrets", "--all-namespaces"}, "no"},
 			{[]string{"*", "*"}, "no"},
 		} {
 			out, err := s.Kubectl(t, append([]string{"--kubeconfig", kc, "auth", "can-i"}, tc.args...)...)

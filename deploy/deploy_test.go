@@ -120,7 +120,7 @@ func TestManifestsDecodeStrictly(t *testing.T) {
 	}
 	want := map[string]int{
 		"Namespace": 1, "ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1,
-		"Role": 1, "RoleBinding": 1, "DaemonSet": 1,
+		"Role": 2, "RoleBinding": 2, "DaemonSet": 1,
 	}
 	if diff := cmp.Diff(want, kinds); diff != "" {
 		t.Errorf("kinds (-want +got):\n%s", diff)
@@ -270,11 +270,15 @@ type initView struct {
 }
 
 // TestRBACHasNoWildcardsOrSecrets guards the least-privilege rules against
-// the two easiest regressions; the integration test checks the effective
-// permissions on a real API server.
+// the easiest regressions: wildcards, aggregation, non-resource URLs, and
+// Secrets beyond reading them in switchyard-system (one rule, of the Role
+// switchyard-secrets, for BGP passwords). The integration test checks the
+// effective permissions on a real API server.
 func TestRBACHasNoWildcardsOrSecrets(t *testing.T) {
+	secretRules := 0
 	for _, obj := range objects(t) {
 		var rules []rbacv1.PolicyRule
+		role := ""
 		switch o := obj.(type) {
 		case *rbacv1.ClusterRole:
 			rules = o.Rules
@@ -283,6 +287,7 @@ func TestRBACHasNoWildcardsOrSecrets(t *testing.T) {
 			}
 		case *rbacv1.Role:
 			rules = o.Rules
+			role = o.Namespace + "/" + o.Name
 		}
 		for _, r := range rules {
 			for _, s := range slices.Concat(r.APIGroups, r.Resources, r.Verbs) {
@@ -290,11 +295,29 @@ func TestRBACHasNoWildcardsOrSecrets(t *testing.T) {
 					t.Errorf("%T rule %+v has a wildcard", obj, r)
 				}
 			}
-			if slices.Contains(r.Resources, "secrets") || len(r.NonResourceURLs) > 0 {
-				t.Errorf("%T rule %+v grants secrets or non-resource URLs", obj, r)
+			if len(r.NonResourceURLs) > 0 {
+				t.Errorf("%T rule %+v grants non-resource URLs", obj, r)
+			}
+			if !slices.Contains(r.Resources, "secrets") {
+				continue
+			}
+			secretRules++
+			want := rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "list", "watch"}}
+			if role != "switchyard-system/switchyard-secrets" || !equality(r, want) {
+				t.Errorf("%T %s rule %+v grants secrets; only Role switchyard-system/switchyard-secrets may, with exactly %+v", obj, role, r, want)
 			}
 		}
 	}
+	if secretRules != 1 {
+		t.Errorf("%d rules grant secrets, want 1 (BGP passwords)", secretRules)
+	}
+}
+
+// equality compares two rules field by field.
+func equality(a, b rbacv1.PolicyRule) bool {
+	return slices.Equal(a.APIGroups, b.APIGroups) && slices.Equal(a.Resources, b.Resources) &&
+		slices.Equal(a.Verbs, b.Verbs) && slices.Equal(a.ResourceNames, b.ResourceNames) &&
+		len(a.NonResourceURLs) == 0
 }
 
 func daemonSet(t *testing.T) *appsv1.DaemonSet {

@@ -68,6 +68,10 @@ type Announcer struct {
 	healthMu sync.Mutex
 	failing  map[string]error // reader ("eth0/arp") → its last read error
 
+	// checkLink, when set, says whether a link's interface is still
+	// there and up (Listen sets it; links given to New are the caller's).
+	checkLink func(index int, name string) error
+
 	// afterFunc is time.AfterFunc; tests replace it.
 	afterFunc func(time.Duration, func()) (stop func() bool)
 }
@@ -138,7 +142,7 @@ func (a *Announcer) Name() string { return Name }
 // of its family, and again Options.Repeats times while it stays owned.
 // Addresses left out are no longer answered. An error
 // leaves the set in place; announcements that failed are retried by the
-// next call.
+// next call. Failures of one address are plugin.AddrErrors.
 func (a *Announcer) Announce(ctx context.Context, set []model.Announcement) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("announcing: %w", err)
@@ -147,7 +151,7 @@ func (a *Announcer) Announce(ctx context.Context, set []model.Announcement) erro
 	for _, s := range set {
 		addr := s.Addr.Unmap().WithZone("")
 		if !addr.IsValid() || addr.IsUnspecified() || addr.IsMulticast() {
-			return fmt.Errorf("announcing %v for %v: not a unicast address", s.Addr, s.Service)
+			return &plugin.AddrError{Addr: s.Addr, Err: fmt.Errorf("for %v: not a unicast address", s.Service)}
 		}
 		want[addr] = true
 	}
@@ -163,7 +167,9 @@ func (a *Announcer) Announce(ctx context.Context, set []model.Announcement) erro
 			delete(a.owned, addr)
 			a.cancelRepeat(addr)
 			if addr.Is6() {
-				errs = append(errs, a.leave(addr)...)
+				for _, err := range a.leave(addr) {
+					errs = append(errs, &plugin.AddrError{Addr: addr, Withdraw: true, Err: err})
+				}
 			}
 		}
 	}
@@ -175,7 +181,9 @@ func (a *Announcer) Announce(ctx context.Context, set []model.Announcement) erro
 		if !ok {
 			a.scheduleRepeat(addr, a.opts.Repeats)
 		}
-		errs = append(errs, a.gain(addr)...)
+		for _, err := range a.gain(addr) {
+			errs = append(errs, &plugin.AddrError{Addr: addr, Err: err})
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -417,9 +425,18 @@ func (a *Announcer) report(l *Link, err error) {
 	}
 }
 
-// Healthy reports the readers whose last read failed: while one fails,
-// its link is not answered.
+// Healthy reports the links whose interface is gone or down (for an
+// Announcer from Listen) and the readers whose last read failed: while
+// either holds, the link is not answered.
 func (a *Announcer) Healthy() error {
+	var errs []error
+	if a.checkLink != nil {
+		for i := range a.links {
+			if err := a.checkLink(a.links[i].Index, a.links[i].Name); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
 	a.healthMu.Lock()
 	defer a.healthMu.Unlock()
 	keys := make([]string, 0, len(a.failing))
@@ -427,7 +444,6 @@ func (a *Announcer) Healthy() error {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
-	errs := make([]error, 0, len(keys))
 	for _, k := range keys {
 		errs = append(errs, a.failing[k])
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/switchyard-lb/switchyard/announcers/arp"
 	"github.com/switchyard-lb/switchyard/announcers/arp/arptest"
 	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/core/plugin"
 )
 
 var (
@@ -264,8 +265,17 @@ func TestAnnounceRetriesFailedGratuitousARP(t *testing.T) {
 	boom := errors.New("link down")
 	r.pc.FailWrites(boom)
 	set := []model.Announcement{{Addr: vip4}}
-	if err := r.a.Announce(context.Background(), set); !errors.Is(err, boom) {
+	err := r.a.Announce(context.Background(), set)
+	if !errors.Is(err, boom) {
 		t.Fatalf("Announce with failing writes = %v, want %v", err, boom)
+	}
+	// The failure names its address, for the AnnounceFailed Event.
+	var failed []string
+	for _, e := range plugin.AddrErrors(err) {
+		failed = append(failed, fmt.Sprintf("%s withdraw=%v", e.Addr, e.Withdraw))
+	}
+	if diff := cmp.Diff([]string{vip4.String() + " withdraw=false"}, failed); diff != "" {
+		t.Errorf("addresses of the failure (-want +got):\n%s", diff)
 	}
 	r.pc.FailWrites(nil)
 	if !r.answered(t, vip4, vip4) {

@@ -203,5 +203,22 @@ func Listen(names []string, opts Options) (*Announcer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return New(links, opts), nil
+	a := New(links, opts)
+	a.checkLink = linkState
+	return a, nil
+}
+
+// linkState reports whether the interface a Link was opened on still
+// exists under its name and is up: its sockets are useless otherwise
+// (a deleted interface's index is not reused for another at once, and a
+// re-created one gets a new index).
+func linkState(index int, name string) error {
+	ifi, err := net.InterfaceByIndex(index)
+	if err != nil || ifi.Name != name {
+		return fmt.Errorf("interface %s (index %d) is gone", name, index)
+	}
+	if ifi.Flags&net.FlagUp == 0 {
+		return fmt.Errorf("interface %s is down", name)
+	}
+	return nil
 }

@@ -72,6 +72,11 @@ type Peer struct {
 	// Go 1.24+ listens with MPTCP, which refuses TCP_MD5SIG (GoBGP then
 	// only logs a warning). Dialled sessions are unaffected.
 	Password string
+	// AdminDown configures the peer without attempting a session, until
+	// SetPassword brings it up: the daemon sets it while the peer's
+	// password Secret cannot be read, so the peer never connects without
+	// its key. Sessions reports it idle.
+	AdminDown bool
 	// EBGPMultihopTTL, when non-zero, allows an eBGP neighbour that many
 	// hops away.
 	EBGPMultihopTTL uint8

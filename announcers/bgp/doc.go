@@ -29,4 +29,8 @@
 // GoBGP logs through a log.Logger interface; the package adapts it to the
 // *slog.Logger passed in, and never lets GoBGP's Fatal exit the process.
 // Peer session state is exposed by Speaker.Sessions for metrics.
+//
+// A peer's TCP MD5 password may change at run time (SetPassword, for a
+// rotated Secret); a peer configured AdminDown waits for its first one.
+// Announce reports a route that failed as a plugin.AddrError.
 package bgp

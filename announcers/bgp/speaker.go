@@ -103,7 +103,7 @@ func (s *Speaker) start(ctx context.Context) error {
 func (c Config) apiPeer(p Peer) *api.Peer {
 	sec := func(d time.Duration) uint64 { return uint64(d / time.Second) }
 	out := &api.Peer{
-		Conf: &api.PeerConf{NeighborAddress: p.Address.String(), PeerAsn: p.ASN, AuthPassword: p.Password},
+		Conf: &api.PeerConf{NeighborAddress: p.Address.String(), PeerAsn: p.ASN, AuthPassword: p.Password, AdminDown: p.AdminDown},
 		Timers: &api.Timers{Config: &api.TimersConfig{
 			ConnectRetry: sec(p.ConnectRetry), HoldTime: sec(p.HoldTime), KeepaliveInterval: sec(p.KeepaliveTime),
 		}},
@@ -188,6 +188,34 @@ func (s *Speaker) installExportPolicy(ctx context.Context) error {
 	return nil
 }
 
+// SetPassword sets the TCP MD5 password of the configured peer at addr,
+// and brings the peer up if it was AdminDown. GoBGP re-creates a peer
+// whose configuration changes (the password included): its session, if
+// any, ends with a Cease and a new one is dialled with the new key, and
+// GoBGP sends it the routes once it is established. The same password on
+// a peer that is up changes nothing.
+func (s *Speaker) SetPassword(ctx context.Context, addr netip.Addr, password string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	i := slices.IndexFunc(s.cfg.Peers, func(p Peer) bool { return p.Address == addr })
+	if i < 0 {
+		return fmt.Errorf("bgp peer %s is not configured", addr)
+	}
+	p := s.cfg.Peers[i]
+	if p.Password == password && !p.AdminDown {
+		return nil
+	}
+	p.Password, p.AdminDown = password, false
+	if _, err := s.srv.UpdatePeer(ctx, &api.UpdatePeerRequest{Peer: s.cfg.apiPeer(p)}); err != nil {
+		return fmt.Errorf("updating the password of bgp peer %s: %w", addr, err)
+	}
+	s.cfg.Peers[i] = p
+	return nil
+}
+
 // Name returns the configured announcer name.
 func (s *Speaker) Name() string { return s.cfg.Name }
 
@@ -220,7 +248,7 @@ func (s *Speaker) Announce(ctx context.Context, set []model.Announcement) error 
 			_, err = s.srv.AddPath(ctx, &api.AddPathRequest{TableType: api.TableType_GLOBAL, Path: p})
 		}
 		if err != nil {
-			errs = append(errs, fmt.Errorf("announcing bgp route %s: %w", a, err))
+			errs = append(errs, &plugin.AddrError{Addr: a, Err: fmt.Errorf("bgp route: %w", err)})
 			continue
 		}
 		s.sent[a] = struct{}{}
@@ -237,7 +265,7 @@ func (s *Speaker) withdraw(ctx context.Context, a netip.Addr) error {
 		err = s.srv.DeletePath(ctx, &api.DeletePathRequest{TableType: api.TableType_GLOBAL, Family: p.Family, Path: p})
 	}
 	if err != nil {
-		return fmt.Errorf("withdrawing bgp route %s: %w", a, err)
+		return &plugin.AddrError{Addr: a, Withdraw: true, Err: fmt.Errorf("bgp route: %w", err)}
 	}
 	delete(s.sent, a)
 	return nil

@@ -166,6 +166,7 @@ func runDaemon(ctx context.Context, dc daemonConfig) (err error) {
 		PolicyReporter:    reporter,
 		PolicyMetrics:     reconcile.NewPolicyMetrics(reg),
 		PolicyDeadline:    cfg.Policies.EvaluationDeadline.Std(),
+		PolicyWorkers:     cfg.Policies.EvaluationWorkers(),
 		PolicyErrorReason: registry.Reason,
 		StatsInterval:     cfg.Policies.StatisticsInterval.Std(),
 	})
@@ -197,9 +198,10 @@ func runDaemon(ctx context.Context, dc daemonConfig) (err error) {
 		if err := src.Healthy(); err != nil {
 			return fmt.Errorf("watching Kubernetes: %w", err)
 		}
-		return nil
+		return lb.ready()
 	}
 	reload := newReloader(cfg, loop, policies, lb.setPools, r.Trigger, log.With("component", "config"), reg)
+	reload.setAnnouncers = lb.setAnnouncers
 	metricsSrv, err := status.Listen("metrics", cfg.Metrics.BindAddress,
 		status.MetricsHandler(reg, func() any { return loop.State() }))
 	if err != nil {
@@ -253,8 +255,11 @@ type reloader struct {
 	policies *registry.Registry
 	// setPools applies the address pools.
 	setPools func([]config.Pool) error
-	trigger  func()
-	log      *slog.Logger
+	// setAnnouncers applies the announcers when it can without a
+	// restart; its error says why not.
+	setAnnouncers func([]config.Announcer) error
+	trigger       func()
+	log           *slog.Logger
 	// successful is 1 when the last changed file was accepted, 0 when it
 	// was rejected (as Prometheus' own config_last_reload_successful).
 	successful prometheus.Gauge
@@ -288,9 +293,17 @@ func (rl *reloader) apply(next *config.Config) {
 	}
 	var live, restart []string
 	for _, f := range changed {
-		if slices.Contains(liveFields, f) {
+		switch {
+		case slices.Contains(liveFields, f):
 			live = append(live, f)
-		} else {
+		case f == "announcers" && rl.setAnnouncers != nil:
+			if err := rl.setAnnouncers(next.Announcers); err != nil {
+				rl.log.Warn("announcers not reloaded", "reason", err)
+				restart = append(restart, f)
+			} else {
+				live = append(live, f)
+			}
+		default:
 			restart = append(restart, f)
 		}
 	}
@@ -315,6 +328,9 @@ func (rl *reloader) apply(next *config.Config) {
 	// Fields that need a restart keep their running values, so later
 	// reloads report them again until the daemon restarts.
 	rl.current = withLive(rl.current, next)
+	if slices.Contains(live, "announcers") {
+		rl.current.Announcers = next.Announcers
+	}
 }
 
 // withLive returns cur with next's live fields.
@@ -340,13 +356,25 @@ func (rl *reloader) reject(err error) {
 // the runtime and the Event broadcaster.
 func newPolicies(ctx context.Context, dc daemonConfig, cfg *config.Config, trigger func()) (*registry.Registry, *registry.Reporter, func(), error) {
 	log := dc.Log.With("component", "policies")
-	rt, err := wasm.NewRuntime(ctx, wasm.Config{
+	wcfg := wasm.Config{
+		CacheDir:         cfg.Policies.CompilationCacheDir(),
 		MemoryLimitPages: uint32(min(cfg.Policies.MemoryLimit/(64<<10), 1<<16)),
 		Deadline:         cfg.Policies.EvaluationDeadline.Std(),
+		CacheFault: func(err error) {
+			log.Warn("the WebAssembly compilation cache failed a compilation; compiled again, without it if it keeps failing", "err", err)
+		},
+		// An instance per evaluation worker: a worker never waits for one.
+		MaxInstances: cfg.Policies.EvaluationWorkers(),
 		Log: func(rec wasm.LogRecord) {
 			log.Log(context.Background(), rec.Level, rec.Message, "policy", rec.Policy, "dropped", rec.Dropped)
 		},
-	})
+	}
+	rt, err := wasm.NewRuntime(ctx, wcfg)
+	if errors.Is(err, wasm.ErrCacheDir) {
+		log.Warn("policies.cacheDir unusable; WebAssembly policies are compiled at every start", "err", err)
+		wcfg.CacheDir = ""
+		rt, err = wasm.NewRuntime(ctx, wcfg)
+	}
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("start the WebAssembly runtime: %w", err)
 	}

@@ -68,6 +68,15 @@ func (tc *testConfig) write(t *testing.T, extra string) {
 	} else if !strings.Contains(extra, "\n  mode: ") {
 		t.Fatalf("test config's dataplane section names no mode (the default, ipvs, needs the kernel's IPVS):\n%s", extra)
 	}
+	// The default policies.cacheDir is a host path (/var/cache/...):
+	// tests that do not name one run without the cache.
+	if !strings.Contains(extra, "cacheDir:") {
+		if strings.Contains("\n"+extra, "\npolicies:\n") {
+			extra = strings.TrimPrefix(strings.Replace("\n"+extra, "\npolicies:\n", "\npolicies:\n  cacheDir: \"\"\n", 1), "\n")
+		} else {
+			extra += "policies:\n  cacheDir: \"\"\n"
+		}
+	}
 	body := fmt.Sprintf(`apiVersion: switchyard.dev/v1alpha1
 kind: SwitchyardConfig
 metrics:

@@ -11,16 +11,19 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/switchyard-lb/switchyard/announcers/arp"
 	"github.com/switchyard-lb/switchyard/announcers/bgp"
 	"github.com/switchyard-lb/switchyard/announcers/cloud"
+	"github.com/switchyard-lb/switchyard/announcers/report"
 	"github.com/switchyard-lb/switchyard/core/config"
 	"github.com/switchyard-lb/switchyard/core/election"
 	"github.com/switchyard-lb/switchyard/core/ipam"
@@ -42,30 +45,47 @@ const scrapeTimeout = 2 * time.Second
 type loadBalancing struct {
 	log     *slog.Logger
 	elected []reconcile.ElectedAnnouncer
-	clouds  []cloudAnnouncer
 	bgp     []*bgp.Speaker
 	members *membership.Membership
 	ipam    *lbipam.Controller
 	closers []func() error
-}
-
-// cloudAnnouncer is a cloud announcer with the node selector that picks
-// the nodes its load balancers front.
-type cloudAnnouncer struct {
-	a        *cloud.Announcer
-	selector labels.Selector
+	// passwords keeps BGP peers' passwords in step with their Secrets;
+	// nil when no peer has a passwordSecret.
+	passwords *bgpPasswords
+	// slots are the announcers' settings a reload may change, in
+	// config order.
+	slots []*announcerSlot
+	mu    sync.Mutex
+	// pools and nodes are the last pools and nodes, for reloads.
+	pools []ipam.Pool
+	nodes map[string]*model.Node
+	// trigger asks the loop for a sync; set by run.
+	trigger func()
+	// health is the announcers' part of /readyz; nil without announcers.
+	health *announcerHealth
+	// rotation applies changes of the gossip keys' Secret; nil without
+	// membership.secretKeySecret.
+	rotation *gossipRotation
+	// client and ns are where Secrets are read: the daemon's namespace.
+	client kubernetes.Interface
+	ns     string
 }
 
 // newLoadBalancing builds what cfg configures; on error it releases what
 // it built.
 func newLoadBalancing(ctx context.Context, dc daemonConfig, cfg *config.Config, reg prometheus.Registerer) (_ *loadBalancing, err error) {
-	lb := &loadBalancing{log: dc.Log.With("component", "loadbalancing")}
+	lb := &loadBalancing{
+		log:    dc.Log.With("component", "loadbalancing"),
+		ns:     daemonNamespace(os.Getenv("POD_NAMESPACE"), os.ReadFile),
+		client: dc.Client,
+	}
 	defer func() {
 		if err != nil {
 			lb.close()
 		}
 	}()
 	pools := ipamPools(cfg.Pools)
+	lb.pools = pools
 	if len(pools) > 0 {
 		c, err := lbipam.New(lbipam.Config{
 			Client:          dc.Client,
@@ -86,28 +106,40 @@ func newLoadBalancing(ctx context.Context, dc daemonConfig, cfg *config.Config, 
 		return lb, nil
 	}
 
+	keys, err := gossipKeys(ctx, dc.Client, lb.ns, cfg.Membership)
+	if err != nil {
+		return nil, err
+	}
 	m, err := membership.New(membership.Config{
 		NodeName: dc.NodeName,
 		BindAddr: cfg.Membership.BindAddress,
 		BindPort: cfg.Membership.Port,
+		Keys:     keys,
 		Logger:   dc.Log.With("component", "membership"),
+		// core/config documents the trade; unset means on.
+		DisableQuorumGuard: cfg.Membership.QuorumGuard != nil && !*cfg.Membership.QuorumGuard,
 	})
 	if err != nil {
 		return nil, err
 	}
 	lb.members = m
+	if ref := cfg.Membership.SecretKeySecret; ref != nil {
+		lb.rotation = &gossipRotation{ns: lb.ns, ref: *ref, m: m, log: lb.log}
+	}
 	lb.closers = append(lb.closers, func() error { return m.Close(context.Background()) })
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Namespace: metrics.Namespace, Name: "membership_members",
 		Help: "Daemons gossip membership knows alive, this one included.",
 	}, func() float64 { return float64(m.Size()) }))
 
+	lb.health = newAnnouncerHealth(nil)
+	events := newAnnounceEvents(dc)
+	lb.closers = append(lb.closers, events.close)
 	var self *model.Node // fetched once, for BGP defaults and peer selectors
 	for _, ac := range cfg.Announcers {
-		ea := reconcile.ElectedAnnouncer{Mode: election.Layer2, Serves: servedBy(pools, ac.Pools)}
-		if len(ac.NodeSelector) > 0 {
-			ea.Selector = labelMatcher{labels.SelectorFromSet(ac.NodeSelector)}
-		}
+		slot := newAnnouncerSlot(ac, pools)
+		lb.slots = append(lb.slots, slot)
+		ea := reconcile.ElectedAnnouncer{Mode: election.Layer2, Serves: slot.serves, Selector: slot}
 		switch ac.Type {
 		case config.AnnouncerARP:
 			var ifaces []string // none: every suitable interface
@@ -123,14 +155,21 @@ func newLoadBalancing(ctx context.Context, dc daemonConfig, cfg *config.Config, 
 				return nil, fmt.Errorf("announcer %s: %w", ac.Name, err)
 			}
 			lb.closers = append(lb.closers, a.Close)
-			ea.Announcer = named{a, ac.Name}
+			lb.health.add(announcerCheck{name: ac.Name, probe: a.Healthy, grace: arpGrace})
+			ea.Announcer = events.wrap(named{a, ac.Name}, false)
 		case config.AnnouncerCloud:
+			// The webhook calls happen in the background: their failures
+			// reach the Events through OnCall.
+			var reporter atomic.Pointer[report.Announcer]
 			a, err := cloud.New(cloud.Options{
 				URL:       ac.Cloud.URL,
 				NodeName:  dc.NodeName,
 				TokenFile: ac.Cloud.TokenFile,
 				Timeout:   ac.Cloud.Timeout.Std(),
 				OnCall: func(c cloud.Call) {
+					if r := reporter.Load(); r != nil {
+						r.Result(c.Addr, c.Op == cloud.OpRelease, c.Err)
+					}
 					if c.Err != nil {
 						lb.log.Warn("cloud webhook", "announcer", ac.Name, "op", c.Op, "address", c.Addr, "status", c.Status, "retry", c.Retry, "err", c.Err)
 					} else {
@@ -142,25 +181,47 @@ func newLoadBalancing(ctx context.Context, dc daemonConfig, cfg *config.Config, 
 				return nil, fmt.Errorf("announcer %s: %w", ac.Name, err)
 			}
 			lb.closers = append(lb.closers, a.Close)
-			lb.clouds = append(lb.clouds, cloudAnnouncer{a: a, selector: labels.SelectorFromSet(ac.NodeSelector)})
-			ea.Announcer = named{a, ac.Name}
+			slot.cloud = a
+			r := events.wrap(named{a, ac.Name}, true)
+			reporter.Store(r)
+			ea.Announcer = r
 		case config.AnnouncerBGP:
 			if self == nil {
 				if self, err = getNode(ctx, dc); err != nil {
 					return nil, fmt.Errorf("announcer %s: %w", ac.Name, err)
 				}
 			}
-			bc, err := bgpConfig(ac, self)
+			bc, secrets, err := bgpConfig(ac, self)
 			if err != nil {
 				return nil, fmt.Errorf("announcer %s: %w", ac.Name, err)
+			}
+			if len(secrets) > 0 && lb.passwords == nil {
+				lb.passwords = newBGPPasswords(dc.Client, lb.ns, lb.log)
+			}
+			initial := make([]error, len(secrets))
+			for i, sp := range secrets {
+				pw, err := lb.passwords.initial(ctx, sp.ref)
+				if err != nil {
+					// The other peers come up; this one when its Secret does.
+					initial[i] = fmt.Errorf("bgp peer %s: password: %w", sp.peer, err)
+					lb.log.Error("bgp peer stays down until its password Secret is readable", "announcer", ac.Name, "peer", sp.peer, "err", initial[i])
+					continue
+				}
+				j := slices.IndexFunc(bc.Peers, func(p bgp.Peer) bool { return p.Address == sp.peer })
+				bc.Peers[j].Password, bc.Peers[j].AdminDown = pw, false
 			}
 			s, err := bgp.New(ctx, bc, dc.Log.With("component", "bgp"))
 			if err != nil {
 				return nil, fmt.Errorf("announcer %s: %w", ac.Name, err)
 			}
+			for i, sp := range secrets {
+				sp.speaker = s
+				lb.passwords.add(sp, initial[i])
+			}
 			lb.closers = append(lb.closers, s.Close)
 			lb.bgp = append(lb.bgp, s)
-			ea.Announcer = s
+			lb.health.add(announcerCheck{name: ac.Name, probe: lb.bgpProbe(ac.Name, s), grace: maxHoldTime(bc.Peers)})
+			ea.Announcer = events.wrap(s, false)
 			ea.Mode = election.BGP
 		default:
 			return nil, fmt.Errorf("announcer %s: unknown type %q", ac.Name, ac.Type)
@@ -197,16 +258,31 @@ func (lb *loadBalancing) setNodes(nodes map[string]*model.Node) {
 		}
 		lb.members.SetPeers(peers)
 	}
-	for _, c := range lb.clouds {
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	lb.nodes = nodes
+	lb.setCloudNodesLocked()
+}
+
+// setCloudNodesLocked gives each cloud announcer the ready nodes its
+// node selector picks: what its load balancers front. Called with mu
+// held, so that a reload and a node change never pass stale nodes.
+func (lb *loadBalancing) setCloudNodesLocked() {
+	nodes := lb.nodes
+	names := slices.Sorted(maps.Keys(nodes))
+	for _, slot := range lb.slots {
+		if slot.cloud == nil {
+			continue
+		}
 		var front []cloud.Node
 		for _, name := range names {
 			n := nodes[name]
-			if n.Ready && c.selector.Matches(labels.Set(n.Labels)) {
+			if n.Ready && slot.Matches(n.Labels) {
 				front = append(front, cloud.Node{Name: name, Addrs: n.Addresses})
 			}
 		}
-		if err := c.a.SetNodes(front); err != nil {
-			lb.log.Warn("cloud announcer: set nodes", "err", err)
+		if err := slot.cloud.SetNodes(front); err != nil {
+			lb.log.Warn("cloud announcer: set nodes", "announcer", slot.name, "err", err)
 		}
 	}
 }
@@ -215,8 +291,15 @@ func (lb *loadBalancing) setNodes(nodes map[string]*model.Node) {
 // campaign, gossip, and the trigger of a sync when membership changes
 // (an address may change owner).
 func (lb *loadBalancing) run(ctx context.Context, wg *sync.WaitGroup, trigger func()) {
+	lb.trigger = trigger
 	if lb.ipam != nil {
 		wg.Go(func() { lb.ipam.Run(ctx) })
+	}
+	if lb.passwords != nil {
+		lb.passwords.run(ctx, wg)
+	}
+	if g := lb.rotation; g != nil {
+		watchSecret(ctx, wg, lb.client, g.ns, g.ref.Name, lb.log, g.apply)
 	}
 	if lb.members == nil {
 		return
@@ -238,15 +321,56 @@ func (lb *loadBalancing) run(ctx context.Context, wg *sync.WaitGroup, trigger fu
 	})
 }
 
-// setPools applies a reload of the pools.
+// ready is the announcers' readiness (see announcerHealth).
+func (lb *loadBalancing) ready() error { return lb.health.err() }
+
+// bgpProbe is a BGP announcer's readiness probe: no session established,
+// with its peers' password failures as the likely reason.
+func (lb *loadBalancing) bgpProbe(name string, s *bgp.Speaker) func() error {
+	return func() error {
+		err := s.Healthy()
+		if err != nil && lb.passwords != nil {
+			err = errors.Join(err, lb.passwords.failures(name))
+		}
+		return err
+	}
+}
+
+// maxHoldTime is the longest hold time of peers (bgp.DefaultHoldTime
+// where unset), the BGP announcer's readiness grace.
+func maxHoldTime(peers []bgp.Peer) time.Duration {
+	d := time.Duration(0)
+	for _, p := range peers {
+		h := p.HoldTime
+		if h == 0 {
+			h = bgp.DefaultHoldTime
+		}
+		d = max(d, h)
+	}
+	return d
+}
+
+// setPools applies a reload of the pools: to the allocator, and to the
+// announcers limited to some pools (with a sync, for them to announce
+// or withdraw what moved).
 func (lb *loadBalancing) setPools(pools []config.Pool) error {
+	ip := ipamPools(pools)
+	lb.mu.Lock()
+	lb.pools = ip
+	lb.mu.Unlock()
+	for _, slot := range lb.slots {
+		slot.setPools(ip)
+	}
+	if len(lb.slots) > 0 && lb.trigger != nil {
+		lb.trigger()
+	}
 	if lb.ipam == nil {
 		if len(pools) > 0 {
 			return errors.New("pools added to a daemon started without any: restart to allocate")
 		}
 		return nil
 	}
-	return lb.ipam.SetPools(ipamPools(pools))
+	return lb.ipam.SetPools(ip)
 }
 
 // close leaves membership and closes the announcers; none withdraws
@@ -291,28 +415,6 @@ func ipamSelectors(ss []config.LabelSelector) []ipam.Selector {
 	return out
 }
 
-// servedBy returns whether an address lies in one of the named pools;
-// nil (every address) when names is empty.
-func servedBy(pools []ipam.Pool, names []string) func(netip.Addr) bool {
-	if len(names) == 0 {
-		return nil
-	}
-	var ranges []ipam.Range
-	for _, p := range pools {
-		if !slices.Contains(names, p.Name) {
-			continue
-		}
-		for _, s := range p.Addresses {
-			if r, err := ipam.ParseRange(s); err == nil { // validated with the config
-				ranges = append(ranges, r)
-			}
-		}
-	}
-	return func(a netip.Addr) bool {
-		return slices.ContainsFunc(ranges, func(r ipam.Range) bool { return r.Contains(a) })
-	}
-}
-
 // named gives an announcer its name from the config, for /debug/state and
 // switchyard_announced_ips (the ARP and cloud announcers name their type).
 type named struct {
@@ -329,11 +431,6 @@ func (n named) Healthy() error {
 	}
 	return nil
 }
-
-// labelMatcher adapts a Kubernetes label selector to election.Matcher.
-type labelMatcher struct{ sel labels.Selector }
-
-func (m labelMatcher) Matches(l map[string]string) bool { return m.sel.Matches(labels.Set(l)) }
 
 // getNode reads this node once (for BGP's router ID and peer selectors).
 func getNode(ctx context.Context, dc daemonConfig) (*model.Node, error) {
@@ -352,20 +449,21 @@ func getNode(ctx context.Context, dc daemonConfig) (*model.Node, error) {
 
 // bgpConfig translates an announcer's BGP block for this node: the
 // router ID defaults to its first IPv4 InternalIP, and peers whose node
-// selector it does not match are left out.
-func bgpConfig(ac config.Announcer, self *model.Node) (bgp.Config, error) {
+// selector it does not match are left out. Peers with a passwordSecret
+// are AdminDown and returned in secrets, for the caller to resolve.
+func bgpConfig(ac config.Announcer, self *model.Node) (bc bgp.Config, secrets []*secretPeer, err error) {
 	b := ac.BGP
-	bc := bgp.Config{Name: ac.Name, LocalASN: b.ASN, ListenPort: b.ListenPort}
+	bc = bgp.Config{Name: ac.Name, LocalASN: b.ASN, ListenPort: b.ListenPort}
 	if b.RouterID != "" {
 		id, err := netip.ParseAddr(b.RouterID)
 		if err != nil {
-			return bc, fmt.Errorf("routerID: %w", err)
+			return bc, nil, fmt.Errorf("routerID: %w", err)
 		}
 		bc.RouterID = id
 	} else if i := slices.IndexFunc(self.Addresses, netip.Addr.Is4); i >= 0 {
 		bc.RouterID = self.Addresses[i]
 	} else {
-		return bc, fmt.Errorf("no routerID configured and node %s has no IPv4 InternalIP", self.Name)
+		return bc, nil, fmt.Errorf("no routerID configured and node %s has no IPv4 InternalIP", self.Name)
 	}
 	for _, p := range b.Peers {
 		if !labels.SelectorFromSet(p.NodeSelector).Matches(labels.Set(self.Labels)) {
@@ -373,7 +471,7 @@ func bgpConfig(ac config.Announcer, self *model.Node) (bgp.Config, error) {
 		}
 		addr, err := netip.ParseAddr(p.Address)
 		if err != nil {
-			return bc, fmt.Errorf("peer %s: %w", p.Address, err)
+			return bc, nil, fmt.Errorf("peer %s: %w", p.Address, err)
 		}
 		bp := bgp.Peer{
 			Address: addr, ASN: p.ASN, Port: uint16(p.Port),
@@ -385,15 +483,18 @@ func bgpConfig(ac config.Announcer, self *model.Node) (bgp.Config, error) {
 		case p.PasswordFile != "":
 			pw, err := os.ReadFile(p.PasswordFile)
 			if err != nil {
-				return bc, fmt.Errorf("peer %s: password: %w", p.Address, err)
+				return bc, nil, fmt.Errorf("peer %s: password: %w", p.Address, err)
 			}
 			bp.Password = strings.TrimSpace(string(pw))
 		case p.PasswordSecret != nil:
-			return bc, fmt.Errorf("peer %s: passwordSecret: the daemon may not read Secrets; mount it and set passwordFile", p.Address)
+			// Down until the Secret's password is known: a peer never
+			// connects without its key.
+			bp.AdminDown = true
+			secrets = append(secrets, &secretPeer{announcer: ac.Name, peer: addr, ref: *p.PasswordSecret})
 		}
 		bc.Peers = append(bc.Peers, bp)
 	}
-	return bc, nil
+	return bc, secrets, nil
 }
 
 // poolCollector reports the allocator's pools while it leads.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -17,23 +18,60 @@ import (
 	"github.com/switchyard-lb/switchyard/core/model"
 )
 
-func TestServedBy(t *testing.T) {
+// TestAnnouncerSlot: an announcer's pools and node selector follow
+// reloads of the pools and of the announcer.
+func TestAnnouncerSlot(t *testing.T) {
 	pools := ipamPools([]config.Pool{
 		{Name: "public", Addresses: []string{"192.0.2.0/28", "2001:db8::/120"}},
 		{Name: "range", Addresses: []string{"198.51.100.10-198.51.100.20"}},
 		{Name: "other", Addresses: []string{"203.0.113.0/24"}},
 	})
-	if servedBy(pools, nil) != nil {
-		t.Error("servedBy without pools is not nil (every address)")
+	ac := config.Announcer{Name: "l2", Type: config.AnnouncerARP, Pools: []string{"public", "range"}}
+	s := newAnnouncerSlot(ac, pools)
+	check := func(when string, want map[string]bool) {
+		t.Helper()
+		for addr, want := range want {
+			if got := s.serves(netip.MustParseAddr(addr)); got != want {
+				t.Errorf("%s: serves(%s) = %v, want %v", when, addr, got, want)
+			}
+		}
 	}
-	serves := servedBy(pools, []string{"public", "range"})
-	for addr, want := range map[string]bool{
+	check("at start", map[string]bool{
 		"192.0.2.15": true, "192.0.2.16": false, "2001:db8::ff": true, "2001:db8::1:0": false,
 		"198.51.100.10": true, "198.51.100.20": true, "198.51.100.21": false, "203.0.113.1": false,
-	} {
-		if got := serves(netip.MustParseAddr(addr)); got != want {
-			t.Errorf("serves(%s) = %v, want %v", addr, got, want)
-		}
+	})
+	if !s.Matches(map[string]string{"any": "node"}) {
+		t.Error("an announcer without a node selector does not match every node")
+	}
+	// A reload grows "public" and shrinks "range".
+	pools = ipamPools([]config.Pool{
+		{Name: "public", Addresses: []string{"192.0.2.0/27"}},
+		{Name: "range", Addresses: []string{"198.51.100.10-198.51.100.11"}},
+		{Name: "other", Addresses: []string{"203.0.113.0/24"}},
+	})
+	s.setPools(pools)
+	check("after a reload of the pools", map[string]bool{
+		"192.0.2.16": true, "2001:db8::ff": false, "198.51.100.11": true, "198.51.100.12": false, "203.0.113.1": false,
+	})
+	// A reload of the announcer: other pools, a node selector.
+	next := ac
+	next.Pools, next.NodeSelector = []string{"other"}, map[string]string{"edge": "true"}
+	if err := s.reloadable(next); err != nil {
+		t.Fatalf("reloadable(pools and nodeSelector) = %v", err)
+	}
+	s.apply(next, pools)
+	check("after a reload of the announcer", map[string]bool{"192.0.2.1": false, "203.0.113.1": true})
+	if s.Matches(map[string]string{"any": "node"}) || !s.Matches(map[string]string{"edge": "true"}) {
+		t.Error("the reloaded node selector is not in force")
+	}
+	next.Pools = nil
+	s.apply(next, pools)
+	check("without pools", map[string]bool{"192.0.2.1": true, "10.0.0.1": true})
+
+	other := next
+	other.ARP = &config.ARPAnnouncer{Interfaces: []string{"eth1"}}
+	if err := s.reloadable(other); err == nil {
+		t.Error("reloadable accepted a change of the ARP settings")
 	}
 }
 
@@ -67,10 +105,11 @@ func TestBGPConfig(t *testing.T) {
 		return config.Announcer{Name: "tor", Type: config.AnnouncerBGP, BGP: &b}
 	}
 	tests := []struct {
-		name    string
-		ac      config.Announcer
-		want    bgp.Config
-		wantErr bool
+		name        string
+		ac          config.Announcer
+		want        bgp.Config
+		wantSecrets []string // announcer, peer, Secret/key
+		wantErr     bool
 	}{
 		{
 			name: "router ID from the node, password file, selected peers only",
@@ -90,9 +129,12 @@ func TestBGPConfig(t *testing.T) {
 			want: bgp.Config{Name: "tor", LocalASN: 64512, RouterID: netip.MustParseAddr("192.0.2.1"), ListenPort: 1790},
 		},
 		{
-			name:    "a Secret reference cannot be read",
-			ac:      ann(config.BGPAnnouncer{ASN: 64512, Peers: []config.BGPPeer{{Address: "10.0.0.254", ASN: 1, PasswordSecret: &config.SecretKeyRef{Name: "bgp", Key: "pw"}}}}),
-			wantErr: true,
+			name: "a peer with a password Secret is down until the Secret is read",
+			ac:   ann(config.BGPAnnouncer{ASN: 64512, Peers: []config.BGPPeer{{Address: "10.0.0.254", ASN: 1, PasswordSecret: &config.SecretKeyRef{Name: "bgp", Key: "pw"}}}}),
+			want: bgp.Config{Name: "tor", LocalASN: 64512, RouterID: netip.MustParseAddr("10.0.0.1"), Peers: []bgp.Peer{{
+				Address: netip.MustParseAddr("10.0.0.254"), ASN: 1, AdminDown: true,
+			}}},
+			wantSecrets: []string{"tor 10.0.0.254 bgp/pw"},
 		},
 		{
 			name:    "missing password file",
@@ -102,7 +144,7 @@ func TestBGPConfig(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := bgpConfig(tt.ac, self)
+			got, secrets, err := bgpConfig(tt.ac, self)
 			if (err != nil) != tt.wantErr {
 				t.Fatalf("bgpConfig error = %v, want error %v", err, tt.wantErr)
 			}
@@ -112,11 +154,18 @@ func TestBGPConfig(t *testing.T) {
 			if diff := cmp.Diff(tt.want, got, cmpopts.EquateComparable(netip.Addr{})); diff != "" {
 				t.Errorf("bgpConfig (-want +got):\n%s", diff)
 			}
+			var gotSecrets []string
+			for _, sp := range secrets {
+				gotSecrets = append(gotSecrets, fmt.Sprintf("%s %s %s/%s", sp.announcer, sp.peer, sp.ref.Name, sp.ref.Key))
+			}
+			if diff := cmp.Diff(tt.wantSecrets, gotSecrets); diff != "" {
+				t.Errorf("bgpConfig's Secret peers (-want +got):\n%s", diff)
+			}
 		})
 	}
 
 	// Without an IPv4 address and a configured router ID there is none.
-	if _, err := bgpConfig(ann(config.BGPAnnouncer{ASN: 64512}), &model.Node{Name: "v6", Addresses: []netip.Addr{netip.MustParseAddr("fd00::1")}}); err == nil {
+	if _, _, err := bgpConfig(ann(config.BGPAnnouncer{ASN: 64512}), &model.Node{Name: "v6", Addresses: []netip.Addr{netip.MustParseAddr("fd00::1")}}); err == nil {
 		t.Error("bgpConfig without an IPv4 router ID succeeded")
 	}
 }

@@ -1,5 +1,7 @@
 package config
 
+import "runtime"
+
 // APIVersion and Kind identify the config file format.
 const (
 	APIVersion = "switchyard.dev/v1alpha1"
@@ -95,6 +97,37 @@ type Policies struct {
 	// StatisticsInterval is how often live IPVS statistics are read and
 	// policies re-evaluated with them. Default 10s.
 	StatisticsInterval Duration `yaml:"statisticsInterval"`
+	// Workers is how many Services' policies are evaluated at once, 0 to
+	// MaxPolicyWorkers. Default 0: one per CPU the daemon may use
+	// (GOMAXPROCS); EvaluationWorkers resolves it. Each worker may hold
+	// an instance of a WebAssembly policy (a few MiB for a Go guest).
+	Workers int `yaml:"workers"`
+	// CacheDir is the directory where compiled WebAssembly policies are
+	// kept across restarts, so a restarted daemon does not compile them
+	// again (about 1s for a Go guest). An empty string disables the
+	// cache; a directory the daemon cannot create or write is logged and
+	// the daemon runs without it (so is a cache that fails later: a
+	// damaged entry is dropped, a module it cannot store is compiled
+	// without it). Default "/var/cache/switchyard/wasm".
+	CacheDir *string `yaml:"cacheDir"`
+}
+
+// EvaluationWorkers returns the number of policy evaluations run at once:
+// Workers, or GOMAXPROCS when Workers is 0.
+func (p *Policies) EvaluationWorkers() int {
+	if p.Workers > 0 {
+		return p.Workers
+	}
+	return runtime.GOMAXPROCS(0)
+}
+
+// CompilationCacheDir returns the WebAssembly compilation cache's
+// directory, "" when the cache is disabled.
+func (p *Policies) CompilationCacheDir() string {
+	if p.CacheDir == nil {
+		return DefaultPolicyCacheDir
+	}
+	return *p.CacheDir
 }
 
 // Pool is a named set of addresses LoadBalancer IPs are allocated from.
@@ -187,12 +220,13 @@ type BGPPeer struct {
 	HoldTime Duration `yaml:"holdTime"`
 	// KeepaliveTime must be shorter than HoldTime. Default HoldTime/3.
 	KeepaliveTime Duration `yaml:"keepaliveTime"`
-	// PasswordSecret names the Secret (in the daemon's namespace) holding
-	// the TCP MD5 password. Default none.
+	// PasswordSecret names a key of a Secret (in the daemon's namespace)
+	// holding the TCP MD5 password, watched: a change re-creates the
+	// session with the new password; while the Secret or key is missing
+	// the peer stays down. Default none.
 	PasswordSecret *SecretKeyRef `yaml:"passwordSecret"`
 	// PasswordFile is a file holding the TCP MD5 password, such as a
-	// Secret mounted into the pod (the daemon may not read Secrets
-	// through the API). Default none.
+	// Secret mounted into the pod, read at start. Default none.
 	PasswordFile string `yaml:"passwordFile"`
 	// EBGPMultihop is the TTL for eBGP sessions. Default 0: directly
 	// connected.
@@ -229,6 +263,27 @@ type Membership struct {
 	BindAddress string `yaml:"bindAddress"`
 	// Port is the gossip port (TCP and UDP). Default 7946.
 	Port int `yaml:"port"`
+	// SecretKeySecret names a key of a Secret (in the daemon's
+	// namespace) holding the gossip encryption keys: one base64 key per
+	// line, each 16, 24 or 32 bytes once decoded (AES-128/192/256-GCM);
+	// the first encrypts, all decrypt. A change of the Secret is applied
+	// at once, so keys rotate without a restart: add the new key second,
+	// then move it first, then remove the old one. The daemon does not
+	// start while the Secret or key is missing or invalid. Default none:
+	// gossip in clear (authenticated by nothing but the network).
+	SecretKeySecret *SecretKeyRef `yaml:"secretKeySecret"`
+	// SecretKeyFile is a file with the same content (a mounted Secret),
+	// read at start. Default none. At most one of the two may be set.
+	SecretKeyFile string `yaml:"secretKeyFile"`
+	// QuorumGuard, when true, makes a daemon that sees no strict majority
+	// of its members alive stop trusting gossip: it moves no address on
+	// its own and waits for Kubernetes node readiness instead. That keeps
+	// both sides of a partition from announcing the same addresses. In a
+	// two-node cluster the survivor of a crash never has a majority, so
+	// failover waits for NotReady (about 40 s with Kubernetes defaults);
+	// false there trades partition safety for sub-second failover, as
+	// MetalLB's layer 2 does. Default true.
+	QuorumGuard *bool `yaml:"quorumGuard"`
 }
 
 // Metrics configures the metrics server (/metrics and /debug/state).

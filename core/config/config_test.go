@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/netip"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -45,8 +46,9 @@ func defaults() *Config {
 			EvaluationDeadline: Duration(50 * time.Millisecond),
 			MemoryLimit:        32 << 20,
 			StatisticsInterval: Duration(10 * time.Second),
+			CacheDir:           ptr("/var/cache/switchyard/wasm"),
 		},
-		Membership:        Membership{BindAddress: "0.0.0.0", Port: 7946},
+		Membership:        Membership{BindAddress: "0.0.0.0", Port: 7946, QuorumGuard: ptr(true)},
 		Metrics:           Metrics{BindAddress: "127.0.0.1:10249"},
 		Health:            Health{BindAddress: "0.0.0.0:10256"},
 		LoadBalancerClass: "switchyard.dev/lb",
@@ -111,6 +113,8 @@ announcers:
 					EvaluationDeadline: Duration(20 * time.Millisecond),
 					MemoryLimit:        64 << 20,
 					StatisticsInterval: Duration(5 * time.Second),
+					Workers:            8,
+					CacheDir:           ptr("/var/lib/switchyard/wasm"),
 				},
 				Pools: []Pool{{
 					Name:               "public",
@@ -144,7 +148,7 @@ announcers:
 						Cloud: &CloudAnnouncer{URL: "https://lb.example.internal/v1", Timeout: Duration(3 * time.Second)},
 					},
 				},
-				Membership:        Membership{BindAddress: "10.0.0.1", Port: 7947},
+				Membership:        Membership{BindAddress: "10.0.0.1", Port: 7947, QuorumGuard: ptr(false)},
 				Metrics:           Metrics{BindAddress: "0.0.0.0:9249"},
 				Health:            Health{BindAddress: "[::]:9256"},
 				LoadBalancerClass: "example.com/lb",
@@ -256,6 +260,22 @@ func TestValidate(t *testing.T) {
 			},
 		},
 		{
+			name: "policy workers and cache directory",
+			in:   header + "policies:\n  workers: -1\n  cacheDir: var/cache\n",
+			want: []FieldError{
+				{Path: "policies.workers", Line: 4, Msg: "-1 is out of range (want 0 to 256; 0 is one per CPU)"},
+				{Path: "policies.cacheDir", Line: 5, Msg: `invalid directory "var/cache" (want a clean absolute path, or "" to disable the cache)`},
+			},
+		},
+		{
+			name: "too many policy workers, unclean cache directory",
+			in:   header + "policies:\n  workers: 257\n  cacheDir: /var/cache/../wasm\n",
+			want: []FieldError{
+				{Path: "policies.workers", Line: 4, Msg: "257 is out of range (want 0 to 256; 0 is one per CPU)"},
+				{Path: "policies.cacheDir", Line: 5, Msg: `invalid directory "/var/cache/../wasm" (want a clean absolute path, or "" to disable the cache)`},
+			},
+		},
+		{
 			name: "memory limit too small",
 			in:   header + "policies:\n  memoryLimit: 64Ki\n",
 			want: []FieldError{{Path: "policies.memoryLimit", Line: 4, Msg: "64Ki is out of range (want 1Mi to 4Gi)"}},
@@ -314,6 +334,7 @@ announcers:
       holdTime: 1s
       keepaliveTime: 2s
       passwordSecret: {name: s}
+      passwordFile: /etc/pw
       ebgpMultihop: 256
       communities: ["1:2", "x"]
 - name: d
@@ -334,10 +355,23 @@ announcers:
 				{Path: "announcers[2].bgp.peers[0].holdTime", Line: 18, Msg: "1s is shorter than 3s"},
 				{Path: "announcers[2].bgp.peers[0].keepaliveTime", Line: 19, Msg: "2s is not between 0s and holdTime 1s"},
 				{Path: "announcers[2].bgp.peers[0].passwordSecret.key", Line: 20, Msg: "required"},
-				{Path: "announcers[2].bgp.peers[0].ebgpMultihop", Line: 21, Msg: "256 is out of range (want 0 to 255)"},
-				{Path: "announcers[2].bgp.peers[0].communities[1]", Line: 22, Msg: `invalid community "x" (want ASN:value, each 0 to 65535)`},
-				{Path: "announcers[3].cloud.url", Line: 25, Msg: `invalid URL "ftp://x" (want an absolute http or https URL)`},
-				{Path: "announcers[4].type", Line: 27, Msg: `unknown type "gossip" (want arp, bgp or cloud)`},
+				{Path: "announcers[2].bgp.peers[0].passwordFile", Line: 21, Msg: "set passwordSecret or passwordFile, not both"},
+				{Path: "announcers[2].bgp.peers[0].ebgpMultihop", Line: 22, Msg: "256 is out of range (want 0 to 255)"},
+				{Path: "announcers[2].bgp.peers[0].communities[1]", Line: 23, Msg: `invalid community "x" (want ASN:value, each 0 to 65535)`},
+				{Path: "announcers[3].cloud.url", Line: 26, Msg: `invalid URL "ftp://x" (want an absolute http or https URL)`},
+				{Path: "announcers[4].type", Line: 28, Msg: `unknown type "gossip" (want arp, bgp or cloud)`},
+			},
+		},
+		{
+			name: "membership encryption",
+			in: header + `membership:
+  secretKeySecret: {name: Bad_Name}
+  secretKeyFile: /etc/switchyard/gossip/keys
+`,
+			want: []FieldError{
+				{Path: "membership.secretKeySecret.name", Line: 4, Msg: `invalid Secret name "Bad_Name"`},
+				{Path: "membership.secretKeySecret.key", Line: 4, Msg: "required"},
+				{Path: "membership.secretKeyFile", Line: 5, Msg: "set secretKeySecret or secretKeyFile, not both"},
 			},
 		},
 		{
@@ -502,5 +536,37 @@ func TestChanged(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, Changed(a, b)); diff != "" {
 		t.Errorf("Changed mismatch (-want +got):\n%s", diff)
+	}
+}
+
+// TestPolicyWorkersAndCacheDir checks the values the daemon takes from
+// policies.workers and policies.cacheDir: 0 workers is one per CPU, and
+// an empty cacheDir disables the cache while a missing one takes the
+// default.
+func TestPolicyWorkersAndCacheDir(t *testing.T) {
+	tests := []struct {
+		name        string
+		in          string
+		wantWorkers int
+		wantDir     string
+	}{
+		{"defaults", header, runtime.GOMAXPROCS(0), "/var/cache/switchyard/wasm"},
+		{"null is the default", header + "policies:\n  cacheDir:\n", runtime.GOMAXPROCS(0), "/var/cache/switchyard/wasm"},
+		{"set", header + "policies:\n  workers: 3\n  cacheDir: /cache\n", 3, "/cache"},
+		{"cache disabled", header + "policies:\n  workers: 1\n  cacheDir: \"\"\n", 1, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := Parse([]byte(tt.in))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := c.Policies.EvaluationWorkers(); got != tt.wantWorkers {
+				t.Errorf("EvaluationWorkers() = %d, want %d", got, tt.wantWorkers)
+			}
+			if got := c.Policies.CompilationCacheDir(); got != tt.wantDir {
+				t.Errorf("CompilationCacheDir() = %q, want %q", got, tt.wantDir)
+			}
+		})
 	}
 }

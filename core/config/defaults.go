@@ -11,6 +11,7 @@ const (
 	DefaultEvaluationDeadline = 50 * time.Millisecond
 	DefaultMemoryLimit        = 32 << 20
 	DefaultStatisticsInterval = 10 * time.Second
+	DefaultPolicyCacheDir     = "/var/cache/switchyard/wasm"
 	DefaultBGPPort            = 179
 	DefaultHoldTime           = 90 * time.Second
 	DefaultCloudTimeout       = 10 * time.Second
@@ -20,6 +21,9 @@ const (
 	DefaultHealthAddress      = "0.0.0.0:10256"
 	DefaultLoadBalancerClass  = "switchyard.dev/lb"
 )
+
+// MaxPolicyWorkers bounds policies.workers.
+const MaxPolicyWorkers = 256
 
 // Default returns the configuration used when the file sets nothing.
 func Default() *Config {
@@ -44,6 +48,10 @@ func (c *Config) SetDefaults() {
 		p.MemoryLimit = DefaultMemoryLimit
 	}
 	setDuration(&p.StatisticsInterval, DefaultStatisticsInterval)
+	if p.CacheDir == nil {
+		dir := DefaultPolicyCacheDir
+		p.CacheDir = &dir
+	}
 
 	for i := range c.Pools {
 		setBool(&c.Pools[i].AutoAssign, true)
@@ -66,6 +74,7 @@ func (c *Config) SetDefaults() {
 	}
 
 	setString(&c.Membership.BindAddress, DefaultMembershipAddress)
+	setBool(&c.Membership.QuorumGuard, true)
 	if c.Membership.Port == 0 {
 		c.Membership.Port = DefaultMembershipPort
 	}

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -39,6 +40,12 @@ func (c *Config) Validate() error {
 	v.announcers("announcers", c.Announcers, pools)
 	v.ipAddr("membership.bindAddress", c.Membership.BindAddress)
 	v.port("membership.port", c.Membership.Port)
+	if ref := c.Membership.SecretKeySecret; ref != nil {
+		v.secretRef("membership.secretKeySecret", ref)
+		if c.Membership.SecretKeyFile != "" {
+			v.add("membership.secretKeyFile", "set secretKeySecret or secretKeyFile, not both")
+		}
+	}
 	v.hostPort("metrics.bindAddress", c.Metrics.BindAddress, DefaultMetricsAddress)
 	v.hostPort("health.bindAddress", c.Health.BindAddress, DefaultHealthAddress)
 	v.qualifiedName("loadBalancerClass", c.LoadBalancerClass)
@@ -83,6 +90,12 @@ func (v *validator) policies(path string, p *Policies) {
 		v.add(path+".memoryLimit", "%s is out of range (want 1Mi to 4Gi)", p.MemoryLimit)
 	}
 	v.positive(path+".statisticsInterval", p.StatisticsInterval)
+	if p.Workers < 0 || p.Workers > MaxPolicyWorkers {
+		v.add(path+".workers", "%d is out of range (want 0 to %d; 0 is one per CPU)", p.Workers, MaxPolicyWorkers)
+	}
+	if dir := p.CacheDir; dir != nil && *dir != "" && (!filepath.IsAbs(*dir) || filepath.Clean(*dir) != *dir) {
+		v.add(path+".cacheDir", "invalid directory %q (want a clean absolute path, or \"\" to disable the cache)", *dir)
+	}
 }
 
 func (v *validator) policyName(path, name string) {
@@ -230,11 +243,9 @@ func (v *validator) bgp(path string, b *BGPAnnouncer) {
 			v.add(p+".keepaliveTime", "%s is not between 0s and holdTime %s", peer.KeepaliveTime, peer.HoldTime)
 		}
 		if s := peer.PasswordSecret; s != nil {
-			if !dns1123Subdomain.MatchString(s.Name) {
-				v.add(p+".passwordSecret.name", "invalid Secret name %q", s.Name)
-			}
-			if s.Key == "" {
-				v.add(p+".passwordSecret.key", "required")
+			v.secretRef(p+".passwordSecret", s)
+			if peer.PasswordFile != "" {
+				v.add(p+".passwordFile", "set passwordSecret or passwordFile, not both")
 			}
 		}
 		if peer.EBGPMultihop < 0 || peer.EBGPMultihop > 255 {
@@ -246,6 +257,16 @@ func (v *validator) bgp(path string, b *BGPAnnouncer) {
 				v.add(fmt.Sprintf("%s.communities[%d]", p, j), "invalid community %q (want ASN:value, each 0 to 65535)", c)
 			}
 		}
+	}
+}
+
+// secretRef checks a Secret key reference.
+func (v *validator) secretRef(path string, s *SecretKeyRef) {
+	if !dns1123Subdomain.MatchString(s.Name) {
+		v.add(path+".name", "invalid Secret name %q", s.Name)
+	}
+	if s.Key == "" {
+		v.add(path+".key", "required")
 	}
 }
 

@@ -1,6 +1,7 @@
 package membership
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -66,6 +67,7 @@ const leaveTimeout = time.Second
 // safe for concurrent use.
 type Membership struct {
 	ml      *memberlist.Memberlist
+	keyring *memberlist.Keyring // nil: gossip in clear
 	self    string
 	port    int
 	guard   bool
@@ -135,6 +137,7 @@ func New(cfg Config) (*Membership, error) {
 		}
 		mc.Keyring = kr
 	}
+	keyring := mc.Keyring
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -143,6 +146,7 @@ func New(cfg Config) (*Membership, error) {
 	mc.DNSConfigPath = "" // peers are IP addresses; never read resolv.conf
 
 	m := &Membership{
+		keyring: keyring,
 		self:    cfg.NodeName,
 		guard:   !cfg.DisableQuorumGuard,
 		rejoin:  cfg.RejoinInterval,
@@ -231,6 +235,40 @@ func (m *Membership) notify() {
 	case m.changes <- struct{}{}:
 	default: // a notification is already pending: coalesced
 	}
+}
+
+// SetKeys replaces the gossip keys of a Membership started with
+// Config.Keys, at once: the first encrypts from now on, and only the
+// keys given decrypt (see Config.Keys for rotating without a partition).
+// A Membership started without keys gossips in clear until a restart.
+func (m *Membership) SetKeys(keys [][]byte) error {
+	if m.keyring == nil {
+		return errors.New("membership: gossip was started in clear; restart to encrypt it")
+	}
+	if len(keys) == 0 {
+		return errors.New("membership: no gossip key; restart to gossip in clear")
+	}
+	for i, k := range keys {
+		if err := checkKey(k); err != nil {
+			return fmt.Errorf("membership: gossip key %d: %w", i, err)
+		}
+	}
+	for _, k := range keys {
+		if err := m.keyring.AddKey(k); err != nil {
+			return fmt.Errorf("membership: add gossip key: %w", err)
+		}
+	}
+	if err := m.keyring.UseKey(keys[0]); err != nil {
+		return fmt.Errorf("membership: use gossip key: %w", err)
+	}
+	for _, k := range m.keyring.GetKeys() {
+		if !slices.ContainsFunc(keys, func(x []byte) bool { return bytes.Equal(x, k) }) {
+			if err := m.keyring.RemoveKey(k); err != nil {
+				return fmt.Errorf("membership: remove gossip key: %w", err)
+			}
+		}
+	}
+	return nil
 }
 
 // Changes returns a channel that receives a value, coalesced, after

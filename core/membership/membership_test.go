@@ -214,8 +214,64 @@ func TestEncryption(t *testing.T) {
 	if _, known := a.Alive("node-2"); known {
 		t.Error("a knows c although c gossips with a key a lacks")
 	}
-	if _, err := membership.New(membership.Config{NodeName: "x", BindAddr: addr(3), BindPort: -1, Keys: [][]byte{[]byte("short")}}); err == nil {
+	// A member gossiping in clear is refused by an encrypted one too.
+	d := start(t, 3)
+	d.SetPeers(peersOf(a))
+	eventually(t, "d fails to join a without a key", func() bool { return d.JoinErr() != nil })
+	if got := d.Size(); got != 1 {
+		t.Errorf("d's Size = %d, want 1 (alone)", got)
+	}
+	if _, known := a.Alive("node-3"); known {
+		t.Error("a knows d although d gossips in clear")
+	}
+	if _, err := membership.New(membership.Config{NodeName: "x", BindAddr: addr(4), BindPort: -1, Keys: [][]byte{[]byte("short")}}); err == nil {
 		t.Error("New accepted a 5-byte key")
+	}
+}
+
+// TestSetKeys rotates the key of a running cluster the documented way
+// (add the new key second, then first, then drop the old one): the two
+// members stay joined throughout, a newcomer with only the new key joins,
+// and one with only the old key is refused.
+func TestSetKeys(t *testing.T) {
+	oldKey := []byte("0123456789abcdef")
+	newKey := []byte("0123456789abcdef0123456789abcdef")
+	withKeys := func(keys ...[]byte) option { return func(c *membership.Config) { c.Keys = keys } }
+	a := start(t, 0, withKeys(oldKey))
+	b := start(t, 1, withKeys(oldKey))
+	b.SetPeers(peersOf(a))
+	eventually(t, "a and b joined", func() bool { return a.Size() == 2 && b.Size() == 2 })
+
+	for _, step := range [][][]byte{{oldKey, newKey}, {newKey, oldKey}, {newKey}} {
+		for _, m := range []*membership.Membership{a, b} {
+			if err := m.SetKeys(step); err != nil {
+				t.Fatalf("SetKeys: %v", err)
+			}
+		}
+	}
+	fresh := start(t, 2, withKeys(newKey))
+	fresh.SetPeers(peersOf(a))
+	eventually(t, "a member with the new key joins", func() bool { return a.Size() == 3 && fresh.Size() == 3 })
+	stale := start(t, 3, withKeys(oldKey))
+	stale.SetPeers(peersOf(a))
+	eventually(t, "a member with the old key fails to join", func() bool { return stale.JoinErr() != nil })
+	if _, known := a.Alive("node-3"); known {
+		t.Error("a knows a member gossiping with the removed key")
+	}
+	eventually(t, "b learns the newcomer through gossip with the new key", func() bool { return b.Size() == 3 })
+
+	for _, tc := range []struct {
+		name string
+		m    *membership.Membership
+		keys [][]byte
+	}{
+		{"no key", a, nil},
+		{"a short key", a, [][]byte{[]byte("short")}},
+		{"keys for a member in clear", start(t, 4), [][]byte{newKey}},
+	} {
+		if err := tc.m.SetKeys(tc.keys); err == nil {
+			t.Errorf("SetKeys with %s succeeded", tc.name)
+		}
 	}
 }
 

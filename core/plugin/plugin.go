@@ -114,3 +114,46 @@ type PolicyResult struct {
 type HealthReporter interface {
 	Healthy() error
 }
+
+// AddrError is an announcer's failure to announce or withdraw one
+// address. Announce returns them, joined with errors.Join when several
+// fail, so that the caller can tell the Services of the address (as
+// AnnounceFailed Events); other errors concern the announcer as a whole.
+type AddrError struct {
+	Addr netip.Addr
+	// Withdraw is set when withdrawing failed, unset when announcing.
+	Withdraw bool
+	Err      error
+}
+
+func (e *AddrError) Error() string {
+	op := "announcing"
+	if e.Withdraw {
+		op = "withdrawing"
+	}
+	return op + " " + e.Addr.String() + ": " + e.Err.Error()
+}
+
+func (e *AddrError) Unwrap() error { return e.Err }
+
+// AddrErrors returns every AddrError in err's tree (errors.Join and %w
+// wrapping included), in tree order.
+func AddrErrors(err error) []*AddrError {
+	var out []*AddrError
+	var walk func(error)
+	walk = func(err error) {
+		switch e := err.(type) {
+		case nil:
+		case *AddrError:
+			out = append(out, e)
+		case interface{ Unwrap() []error }:
+			for _, x := range e.Unwrap() {
+				walk(x)
+			}
+		case interface{ Unwrap() error }:
+			walk(e.Unwrap())
+		}
+	}
+	walk(err)
+	return out
+}

@@ -88,12 +88,13 @@ func arpingMACs(t *testing.T, client *netns.NS, vip netip.Addr) string {
 // and announces; the client's entries move to its MAC and TCP reaches it.
 //
 // node-c is a witness: the daemons' gossip abstains without a strict
-// majority alive (core/membership's split-brain guard, which the config
-// cannot turn off), so in a two-daemon cluster a crash is only acted
-// upon once Kubernetes marks the node NotReady (TestPeersDaemonARPTwoNodes).
+// majority alive (core/membership's split-brain guard, membership.quorumGuard),
+// so in a two-daemon cluster a crash is only acted upon once Kubernetes
+// marks the node NotReady (TestPeersDaemonARPTwoNodes), unless the guard
+// is off (TestPeersDaemonARPTwoNodesNoQuorumGuard).
 // With three daemons, two of three alive is a majority and gossip decides
 // within a second.
-func TestPeersDaemonARP(t *testing.T) { testDaemonL2(t, true) }
+func TestPeersDaemonARP(t *testing.T) { testDaemonL2(t, l2Witness) }
 
 // TestPeersDaemonARPTwoNodes is TestPeersDaemonARP without the witness:
 // after the owner's daemon dies, the survivor sees one of two daemons
@@ -101,9 +102,24 @@ func TestPeersDaemonARP(t *testing.T) { testDaemonL2(t, true) }
 // death; once the owner's Node turns NotReady (what the node lifecycle
 // controller does after its grace period; the test does it at once),
 // Kubernetes readiness decides and the survivor takes both addresses.
-func TestPeersDaemonARPTwoNodes(t *testing.T) { testDaemonL2(t, false) }
+func TestPeersDaemonARPTwoNodes(t *testing.T) { testDaemonL2(t, l2Guarded) }
 
-func testDaemonL2(t *testing.T, witness bool) {
+// TestPeersDaemonARPTwoNodesNoQuorumGuard is the two-node cluster with
+// membership.quorumGuard false: gossip alone moves the addresses, within
+// a second, with the Node still Ready.
+func TestPeersDaemonARPTwoNodesNoQuorumGuard(t *testing.T) { testDaemonL2(t, l2Unguarded) }
+
+// l2Cluster is the membership a layer-2 daemon test runs.
+type l2Cluster int
+
+const (
+	l2Witness   l2Cluster = iota // node-a, node-b and a witness node-c
+	l2Guarded                    // node-a and node-b, quorum guard on
+	l2Unguarded                  // node-a and node-b, quorum guard off
+)
+
+func testDaemonL2(t *testing.T, cluster l2Cluster) {
+	witness := cluster == l2Witness
 	lab := newDaemonLab(t)
 	client := netns.New(t, "client")
 	lab.sw.Attach(t, client, "eth0", macClient,
@@ -139,8 +155,11 @@ announcers:
     arp:
       interfaces: [eth0]
 `, v4, v6, l2Label)
-	if !witness {
+	switch cluster {
+	case l2Guarded:
 		config += "policies:\n  statisticsInterval: 1s\n"
+	case l2Unguarded:
+		config += "membership:\n  quorumGuard: false\n"
 	}
 	var all []*daemonNode
 	for _, n := range nodes {
@@ -185,7 +204,7 @@ announcers:
 	t0 := time.Now()
 	owner.kill(t)
 	cause := "gossip + election"
-	if !witness {
+	if cluster == l2Guarded {
 		survivorAbstains(t, survivor, len(nodes)-1)
 		owner.setReady(t, false)
 		t0 = time.Now()
@@ -225,10 +244,11 @@ announcers:
 	// Nothing is renumbered.
 	lab.waitIngress(t, "web", v4.String(), v6.String())
 	for _, v := range []netip.Addr{v4, v6} {
-		what := "owner's daemon SIGKILLed"
-		if !witness {
-			what = "two nodes, owner's Node marked NotReady after its daemon died"
-		}
+		what := map[l2Cluster]string{
+			l2Witness:   "owner's daemon SIGKILLed",
+			l2Guarded:   "two nodes, owner's Node marked NotReady after its daemon died",
+			l2Unguarded: "two nodes, quorum guard off, owner's daemon SIGKILLed",
+		}[cluster]
 		t.Logf("measured: daemon %s failover (%s; %s + %s): client entry moved %.0f ms, first TCP answer from the new owner %.0f ms",
 			family(v), what, cause, map[bool]string{true: "GARP", false: "unsolicited NA"}[v.Is4()], ms(moved[v]), ms(answered[v]))
 	}

@@ -1,0 +1,134 @@
+//go:build integration
+
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+
+	"github.com/switchyard-lb/switchyard/announcers/cloud/cloudtest"
+	"github.com/switchyard-lb/switchyard/core/lbipam"
+	"github.com/switchyard-lb/switchyard/test/apitest"
+)
+
+// TestIntegrationAnnounceFailedEvent runs one daemon whose cloud provider
+// fails the first ensures of a Service's address: the Service gets one
+// AnnounceFailed warning Event naming the announcer and the address,
+// not one per failed call, and the address is ensured once the provider
+// recovers.
+func TestIntegrationAnnounceFailedEvent(t *testing.T) {
+	srv := apitest.Start(t)
+	ns := srv.Namespace(t)
+	ctx := t.Context()
+	client := srv.Client
+	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{
+		ObjectMeta: metav1.ObjectMeta{Name: lbipam.DefaultLeaseNamespace},
+	}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	provider := cloudtest.New("")
+	defer provider.Close()
+	const failures = 3
+	for range failures {
+		provider.FailNext(cloudtest.Fault{Method: "PUT", Status: 503})
+	}
+	setNodeReady(t, client, "node-a", "127.0.0.1", true)
+	tc := writeTestConfig(t, fmt.Sprintf(`pools:
+  - name: public
+    addresses: [192.0.2.0/28]
+announcers:
+  - name: provider
+    type: cloud
+    cloud: {url: %q}
+membership:
+  bindAddress: 127.0.0.1
+  port: %d
+`, provider.URL, freeGossipPort(t)))
+	d := &lbDaemon{node: "node-a", tc: tc, done: make(chan error, 1)}
+	runCtx, cancel := context.WithCancel(ctx)
+	d.cancel = cancel
+	go func() {
+		d.done <- run(runCtx, []string{"--config", tc.path, "--kubeconfig", srv.Kubeconfig,
+			"--hostname-override", "node-a", "--log-format", "text"}, &d.logs, &d.logs)
+	}()
+	defer func() {
+		if t.Failed() {
+			t.Logf("logs:\n%s", d.logs.String())
+		}
+		d.stop(t)
+	}()
+
+	// Using the client while run sets up klog races on klog's globals:
+	// wait until the daemon serves.
+	poll(t, 30*time.Second, func() error {
+		if _, ok := d.metric("switchyard_membership_members "); !ok {
+			return fmt.Errorf("daemon not serving metrics yet")
+		}
+		return nil
+	})
+	svc := testService(ns, "web", "")
+	svc.Spec.Type = corev1.ServiceTypeLoadBalancer
+	svc.Spec.ClusterIP, svc.Spec.ClusterIPs = "", nil
+	svc.Spec.Ports[0].NodePort = 0
+	if _, err := client.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var ip string
+	poll(t, 60*time.Second, func() error {
+		for addr, st := range provider.Addresses() {
+			if len(st.Services) > 0 && st.Services[0] == ns+"/web" {
+				ip = addr
+				return nil
+			}
+		}
+		return fmt.Errorf("provider serves %v, want the Service's address after %d failures", provider.Addresses(), failures)
+	})
+	failed := 0
+	for _, r := range provider.Requests() {
+		if r.Method == "PUT" && r.Status == 503 {
+			failed++
+		}
+	}
+	if failed != failures {
+		t.Fatalf("provider answered %d PUTs with 503, want %d", failed, failures)
+	}
+
+	sel := fields.Set{"involvedObject.name": "web", "reason": "AnnounceFailed"}.AsSelector().String()
+	var events []corev1.Event
+	poll(t, 30*time.Second, func() error {
+		l, err := client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: sel})
+		if err != nil {
+			return err
+		}
+		if len(l.Items) == 0 {
+			return fmt.Errorf("no AnnounceFailed Event on the Service")
+		}
+		events = l.Items
+		return nil
+	})
+	// The recorder writes asynchronously and nothing signals that it is
+	// idle: give late duplicates (which would raise the count or add
+	// Events) two more seconds to show.
+	time.Sleep(2 * time.Second)
+	l, err := client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: sel})
+	if err != nil {
+		t.Fatal(err)
+	}
+	events = l.Items
+	if len(events) != 1 || events[0].Count > 1 {
+		t.Fatalf("AnnounceFailed Events = %+v, want one with count 1 for %d failed calls", events, failures)
+	}
+	e := events[0]
+	want := "announcer provider failed to announce " + ip + ": "
+	if e.Type != corev1.EventTypeWarning || !strings.HasPrefix(e.Message, want) || e.Source.Component != "switchyard" {
+		t.Errorf("Event = %s %q from %+v, want a Warning starting %q from switchyard", e.Type, e.Message, e.Source, want)
+	}
+}

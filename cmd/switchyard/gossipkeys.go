@@ -1,0 +1,106 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/switchyard-lb/switchyard/core/config"
+	"github.com/switchyard-lb/switchyard/core/membership"
+)
+
+// gossipKeys reads the gossip encryption keys membership's config names:
+// nil when it names none. A missing or invalid Secret, key or file is an
+// error naming it: the daemon does not gossip in clear when told to
+// encrypt.
+func gossipKeys(ctx context.Context, client kubernetes.Interface, ns string, mc config.Membership) ([][]byte, error) {
+	switch {
+	case mc.SecretKeyFile != "":
+		data, err := os.ReadFile(mc.SecretKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("membership.secretKeyFile: %w", err)
+		}
+		keys, err := parseGossipKeys(data)
+		if err != nil {
+			return nil, fmt.Errorf("membership.secretKeyFile %s: %w", mc.SecretKeyFile, err)
+		}
+		return keys, nil
+	case mc.SecretKeySecret != nil:
+		s, err := getSecret(ctx, client, ns, mc.SecretKeySecret.Name)
+		if err != nil {
+			return nil, fmt.Errorf("membership.secretKeySecret: %w", err)
+		}
+		return secretGossipKeys(ns, *mc.SecretKeySecret, s)
+	}
+	return nil, nil
+}
+
+// secretGossipKeys returns the keys ref names in s (nil: no such
+// Secret).
+func secretGossipKeys(ns string, ref config.SecretKeyRef, s *corev1.Secret) ([][]byte, error) {
+	if s == nil {
+		return nil, fmt.Errorf("membership.secretKeySecret: Secret %s/%s not found", ns, ref.Name)
+	}
+	data, ok := s.Data[ref.Key]
+	if !ok {
+		return nil, fmt.Errorf("membership.secretKeySecret: Secret %s/%s has no key %q", ns, ref.Name, ref.Key)
+	}
+	keys, err := parseGossipKeys(data)
+	if err != nil {
+		return nil, fmt.Errorf("membership.secretKeySecret: Secret %s/%s key %q: %w", ns, ref.Name, ref.Key, err)
+	}
+	return keys, nil
+}
+
+// parseGossipKeys is membership.ParseKeys, refusing no key at all.
+func parseGossipKeys(data []byte) ([][]byte, error) {
+	keys, err := membership.ParseKeys(data)
+	if err != nil {
+		return nil, err
+	}
+	if len(keys) == 0 {
+		return nil, errors.New("no gossip key (want one base64 key of 16, 24 or 32 bytes per line)")
+	}
+	return keys, nil
+}
+
+// keySetter is what gossipRotation needs of membership.
+type keySetter interface{ SetKeys([][]byte) error }
+
+// gossipRotation applies changes of the gossip keys' Secret to a running
+// membership, and keeps the last failure for /readyz. A deleted Secret
+// or an invalid change keeps the keys in force.
+type gossipRotation struct {
+	ns  string
+	ref config.SecretKeyRef
+	m   keySetter
+	log *slog.Logger
+
+	mu  sync.Mutex
+	err error
+}
+
+func (g *gossipRotation) apply(s *corev1.Secret) {
+	keys, err := secretGossipKeys(g.ns, g.ref, s)
+	if err == nil {
+		err = g.m.SetKeys(keys)
+	}
+	if err != nil {
+		g.log.Error("gossip keys not changed; the keys in force stay", "err", err)
+	}
+	g.mu.Lock()
+	g.err = err
+	g.mu.Unlock()
+}
+
+func (g *gossipRotation) failure() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.err
+}
