@@ -105,7 +105,7 @@ type Announcer struct {
 	done   chan struct{}
 
 	mu       sync.Mutex
-	desired  map[netip.Addr][]model.ServiceKey
+	desired  map[netip.Addr]target
 	nodes    []Node
 	haveNode bool
 	// sent is what the provider may hold: the body it confirmed, or nil
@@ -124,6 +124,15 @@ type Announcer struct {
 type rejection struct {
 	body []byte
 	err  error
+}
+
+// target is the desired state of one address.
+type target struct {
+	services []model.ServiceKey // sorted, without duplicates
+	// only, when non-nil, are the names of the nodes that serve the
+	// address (model.Announcement.Nodes), sorted: the address goes to
+	// these of SetNodes' nodes. Nil: to all of them.
+	only []string
 }
 
 var (
@@ -165,7 +174,7 @@ func New(opts Options) (*Announcer, error) {
 		opts: opts, base: base, ctx: ctx, cancel: cancel,
 		wake:     make(chan struct{}, 1),
 		done:     make(chan struct{}),
-		desired:  map[netip.Addr][]model.ServiceKey{},
+		desired:  map[netip.Addr]target{},
 		sent:     map[netip.Addr][]byte{},
 		rejected: map[netip.Addr]rejection{},
 		passDone: make(chan struct{}),
@@ -180,21 +189,42 @@ func (a *Announcer) Name() string { return Name }
 // Announce sets the complete set of addresses this node announces; an
 // empty set releases everything. It returns at once: the calls happen on
 // the Announcer's goroutine (see Synced and Healthy).
+//
+// An address whose announcements carry Nodes goes only to those of
+// SetNodes' nodes (the union over its announcements); one announcement
+// without Nodes sends it to all of them.
 func (a *Announcer) Announce(ctx context.Context, set []model.Announcement) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("cloud announce: %w", err)
 	}
-	desired := map[netip.Addr][]model.ServiceKey{}
+	desired := map[netip.Addr]target{}
+	all := map[netip.Addr]bool{} // an announcement without Nodes
 	for _, an := range set {
 		if !an.Addr.IsValid() {
 			return fmt.Errorf("cloud announce: invalid address for %s", an.Service)
 		}
 		addr := an.Addr.WithZone("").Unmap()
-		desired[addr] = append(desired[addr], an.Service)
+		t := desired[addr]
+		t.services = append(t.services, an.Service)
+		if an.Nodes == nil {
+			all[addr] = true
+		} else {
+			t.only = append(t.only, an.Nodes...)
+		}
+		desired[addr] = t
 	}
-	for addr, keys := range desired {
-		slices.SortFunc(keys, model.ServiceKey.Compare)
-		desired[addr] = slices.Compact(keys)
+	for addr, t := range desired {
+		slices.SortFunc(t.services, model.ServiceKey.Compare)
+		t.services = slices.Compact(t.services)
+		if all[addr] {
+			t.only = nil
+		} else {
+			slices.Sort(t.only)
+			if t.only = slices.Compact(t.only); t.only == nil {
+				t.only = []string{}
+			}
+		}
+		desired[addr] = t
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -206,8 +236,9 @@ func (a *Announcer) Announce(ctx context.Context, set []model.Announcement) erro
 	return nil
 }
 
-// SetNodes sets the nodes every address's traffic goes to (see the
-// package documentation); a change re-ensures every address.
+// SetNodes sets the nodes the addresses' traffic goes to (see the
+// package documentation): all of them, or those an address's
+// announcements name; a change re-ensures every address it changes.
 func (a *Announcer) SetNodes(nodes []Node) error {
 	cp := make([]Node, len(nodes))
 	for i, n := range nodes {
@@ -376,8 +407,8 @@ type op struct {
 func (a *Announcer) planLocked() []op {
 	var ops []op
 	if a.haveNode {
-		for addr, keys := range a.desired {
-			body := encodeEnsure(addr, a.opts.NodeName, keys, a.nodes)
+		for addr := range a.desired {
+			body := a.bodyLocked(addr)
 			if sent, ok := a.sent[addr]; ok && sent != nil && bytes.Equal(sent, body) {
 				continue
 			}
@@ -398,6 +429,20 @@ func (a *Announcer) planLocked() []op {
 	}
 	slices.SortFunc(ops, func(x, y op) int { return x.addr.Compare(y.addr) })
 	return ops
+}
+
+// bodyLocked returns the ensure body of a desired address: its Services
+// and the nodes it goes to.
+func (a *Announcer) bodyLocked(addr netip.Addr) []byte {
+	t := a.desired[addr]
+	nodes := a.nodes
+	if t.only != nil {
+		nodes = slices.DeleteFunc(slices.Clone(a.nodes), func(n Node) bool {
+			_, found := slices.BinarySearch(t.only, n.Name)
+			return !found
+		})
+	}
+	return encodeEnsure(addr, a.opts.NodeName, t.services, nodes)
 }
 
 // pass makes the calls the desired state needs. ok is false when one
@@ -447,8 +492,8 @@ func (a *Announcer) pass() (wait time.Duration, ok bool) {
 	a.transient = errors.Join(transient...)
 	// Rejections of a state no longer desired are moot.
 	for addr, r := range a.rejected {
-		if keys, want := a.desired[addr]; want != (r.body != nil) ||
-			(want && a.haveNode && !bytes.Equal(r.body, encodeEnsure(addr, a.opts.NodeName, keys, a.nodes))) {
+		if _, want := a.desired[addr]; want != (r.body != nil) ||
+			(want && a.haveNode && !bytes.Equal(r.body, a.bodyLocked(addr))) {
 			delete(a.rejected, addr)
 		}
 	}

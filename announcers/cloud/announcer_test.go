@@ -537,3 +537,101 @@ func TestNewValidates(t *testing.T) {
 		}
 	}
 }
+
+// TestNodesOfAnnouncement: an announcement's Nodes (externalTrafficPolicy
+// Local: the nodes with a ready endpoint) restrict its address to those
+// of SetNodes' nodes, and a change of them alone ensures that address
+// again, and only it.
+func TestNodesOfAnnouncement(t *testing.T) {
+	e := setup(t)
+	if err := e.a.SetNodes([]cloud.Node{nodeA, nodeB}); err != nil {
+		t.Fatal(err)
+	}
+	only := func(ip netip.Addr, svc model.ServiceKey, nodes ...string) model.Announcement {
+		a := an(ip, svc)
+		a.Nodes = append([]string{}, nodes...)
+		return a
+	}
+	nodesOf := func() map[string][]cloudtest.Node {
+		out := map[string][]cloudtest.Node{}
+		for addr, got := range e.srv.Addresses() {
+			out[addr] = got.Nodes
+		}
+		return out
+	}
+	steps := []struct {
+		name      string
+		nodes     []cloud.Node // SetNodes first when set
+		set       []model.Announcement
+		wantNodes map[string][]cloudtest.Node
+		wantReqs  []string
+	}{
+		{
+			name: "restricted, unrestricted, and a name SetNodes does not know",
+			set:  []model.Announcement{only(ip4, web, "node-b"), only(ip4b, api, "node-a", "node-c"), an(ip6, api)},
+			wantNodes: map[string][]cloudtest.Node{
+				"203.0.113.10": {wireB}, "203.0.113.11": {wireA}, "2001:db8::10": {wireA, wireB},
+			},
+			wantReqs: []string{"PUT /v1/addresses/203.0.113.10 Created", "PUT /v1/addresses/203.0.113.11 Created", "PUT /v1/addresses/2001:db8::10 Created"},
+		},
+		{
+			name: "the same again sends nothing",
+			set:  []model.Announcement{only(ip4, web, "node-b"), only(ip4b, api, "node-a", "node-c"), an(ip6, api)},
+			wantNodes: map[string][]cloudtest.Node{
+				"203.0.113.10": {wireB}, "203.0.113.11": {wireA}, "2001:db8::10": {wireA, wireB},
+			},
+		},
+		{
+			name: "an endpoint appears on node-a: only that address is ensured again",
+			set:  []model.Announcement{only(ip4, web, "node-a", "node-b"), only(ip4b, api, "node-a", "node-c"), an(ip6, api)},
+			wantNodes: map[string][]cloudtest.Node{
+				"203.0.113.10": {wireA, wireB}, "203.0.113.11": {wireA}, "2001:db8::10": {wireA, wireB},
+			},
+			wantReqs: []string{"PUT /v1/addresses/203.0.113.10 OK"},
+		},
+		{
+			name: "Services sharing an address: the union of their nodes",
+			set:  []model.Announcement{only(ip4, web, "node-b"), only(ip4, api, "node-a"), only(ip4b, api, "node-a", "node-c"), an(ip6, api)},
+			wantNodes: map[string][]cloudtest.Node{
+				"203.0.113.10": {wireA, wireB}, "203.0.113.11": {wireA}, "2001:db8::10": {wireA, wireB},
+			},
+			wantReqs: []string{"PUT /v1/addresses/203.0.113.10 OK"}, // its services changed
+		},
+		{
+			// The same announcements: what changes is SetNodes' only.
+			name:  "node-a leaves the node list",
+			nodes: []cloud.Node{nodeB},
+			set:   []model.Announcement{only(ip4, web, "node-b"), only(ip4, api, "node-a"), only(ip4b, api, "node-a", "node-c"), an(ip6, api)},
+			wantNodes: map[string][]cloudtest.Node{
+				"203.0.113.10": {wireB}, "203.0.113.11": {}, "2001:db8::10": {wireB},
+			},
+			wantReqs: []string{"PUT /v1/addresses/203.0.113.10 OK", "PUT /v1/addresses/203.0.113.11 OK", "PUT /v1/addresses/2001:db8::10 OK"},
+		},
+		{
+			name: "no serving node at all",
+			set:  []model.Announcement{only(ip4, web), only(ip4b, api, "node-a", "node-c"), an(ip6, api)},
+			wantNodes: map[string][]cloudtest.Node{
+				"203.0.113.10": {}, "203.0.113.11": {}, "2001:db8::10": {wireB},
+			},
+			wantReqs: []string{"PUT /v1/addresses/203.0.113.10 OK"},
+		},
+	}
+	for _, s := range steps {
+		before := len(e.srv.Requests())
+		if s.nodes != nil {
+			if err := e.a.SetNodes(s.nodes); err != nil {
+				t.Fatal(err)
+			}
+		}
+		announce(t, e.a, s.set...)
+		if err := synced(t, e.a); err != nil {
+			t.Fatalf("%s: Synced: %v", s.name, err)
+		}
+		if diff := cmp.Diff(s.wantNodes, nodesOf()); diff != "" {
+			t.Errorf("%s: nodes at the provider (-want +got):\n%s", s.name, diff)
+		}
+		if diff := cmp.Diff(s.wantReqs, methods(e.srv.Requests()[before:])); diff != "" {
+			t.Errorf("%s: requests (-want +got):\n%s", s.name, diff)
+		}
+	}
+}

@@ -17,8 +17,12 @@
 // They come from SetNodes, not from configuration, because they change at
 // run time (nodes join, leave, turn NotReady or stop matching the
 // announcer's node selector); the daemon feeds it from the Node
-// informer. A change re-ensures every address. No ensure is sent before
-// the first SetNodes: an empty node set is never sent by mistake.
+// informer. A change re-ensures every address it changes. No ensure is
+// sent before the first SetNodes: an empty node set is never sent by
+// mistake. An announcement that carries Nodes (model.Announcement.Nodes:
+// with externalTrafficPolicy Local, the nodes running a ready endpoint)
+// narrows its address to those of SetNodes' nodes; a change of them
+// ensures that address again.
 //
 // The daemon should elect the cloud announcer like layer 2 (one owner per
 // address), so that one node calls per address; the owner field of the

@@ -185,6 +185,10 @@ func newLoadBalancing(ctx context.Context, dc daemonConfig, cfg *config.Config, 
 			r := events.wrap(named{a, ac.Name}, true)
 			reporter.Store(r)
 			ea.Announcer = r
+			// The load balancer sends traffic to other nodes: each
+			// address goes only to the nodes serving it (with
+			// externalTrafficPolicy Local, those with a ready endpoint).
+			ea.WithNodes = true
 		case config.AnnouncerBGP:
 			if self == nil {
 				if self, err = getNode(ctx, dc); err != nil {
@@ -265,7 +269,8 @@ func (lb *loadBalancing) setNodes(nodes map[string]*model.Node) {
 }
 
 // setCloudNodesLocked gives each cloud announcer the ready nodes its
-// node selector picks: what its load balancers front. Called with mu
+// node selector picks: what its load balancers front, narrowed per
+// address by the announcements' Nodes (ElectedAnnouncer.WithNodes). Called with mu
 // held, so that a reload and a node change never pass stale nodes.
 func (lb *loadBalancing) setCloudNodesLocked() {
 	nodes := lb.nodes

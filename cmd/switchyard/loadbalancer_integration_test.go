@@ -17,6 +17,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -131,10 +132,13 @@ func freeGossipPort(t *testing.T) int {
 // pool and a cloud announcer pointed at a provider following
 // announcers/cloud/CONTRACT.md: a LoadBalancer Service gets an address
 // from the pool written to its status by the one allocator holding the
-// Lease, exactly one node ensures it at the webhook, the other takes it
-// over when the owner's daemon stops (it leaves gossip), its Node turning
-// NotReady then drops it from the provider's backends, and the address
-// is released when the Service is deleted.
+// Lease, exactly one node ensures it at the webhook, towards both nodes;
+// a Service with externalTrafficPolicy Local goes only to the nodes with
+// a ready endpoint, following them (localTrafficPolicy); the other node
+// takes the first address over when the owner's daemon stops (it leaves
+// gossip, which also drops it from the provider's backends), its Node
+// turning NotReady keeps it out, and the address is released when the
+// Service is deleted.
 func TestIntegrationLoadBalancer(t *testing.T) {
 	srv := apitest.Start(t)
 	ns := srv.Namespace(t)
@@ -286,17 +290,20 @@ membership:
 	if owners := putOwners(t, provider, ip); len(owners) != 1 || !owners[owner] {
 		t.Fatalf("ensures of %s came from %v, want only %s", ip, owners, owner)
 	}
-	if a := provider.Addresses()[ip]; a.Services[0] != ns+"/web" || len(a.Nodes) != 2 {
-		t.Errorf("provider's state = %+v, want Service %s/web fronting both nodes", a, ns)
+	if a := provider.Addresses()[ip]; a.Services[0] != ns+"/web" || nodeNames(a) != "node-a,node-b" {
+		t.Errorf("provider's state = %+v, want Service %s/web (externalTrafficPolicy Cluster) fronting both nodes", a, ns)
 	}
 
+	localTrafficPolicy(t, client, ns, provider)
+
 	// The owner's daemon stops: it leaves gossip on the way out, so the
-	// other node takes the address over before Kubernetes notices.
+	// other node takes the address over before Kubernetes notices, and
+	// fronts only itself (gossip says the owner is dead).
 	daemons[owner].stop(t)
 	stopped := time.Now()
 	poll(t, 30*time.Second, func() error {
-		if a := provider.Addresses()[ip]; a.Owner != other {
-			return fmt.Errorf("provider's %s = %+v, want owner %s", ip, a, other)
+		if a := provider.Addresses()[ip]; a.Owner != other || nodeNames(a) != other {
+			return fmt.Errorf("provider's %s = %+v, want owner %s fronting only itself", ip, a, other)
 		}
 		return nil
 	})
@@ -308,7 +315,7 @@ membership:
 	setNodeReady(t, client, owner, addrs[owner], false)
 	marked := time.Now()
 	poll(t, 30*time.Second, func() error {
-		if a := provider.Addresses()[ip]; a.Owner != other || len(a.Nodes) != 1 || a.Nodes[0].Name != other {
+		if a := provider.Addresses()[ip]; a.Owner != other || nodeNames(a) != other {
 			return fmt.Errorf("provider's %s = %+v, want owner %s fronting only itself", ip, a, other)
 		}
 		return nil
@@ -342,6 +349,86 @@ membership:
 		}
 		return nil
 	})
+}
+
+// localTrafficPolicy checks, with both daemons running, that a
+// LoadBalancer Service with externalTrafficPolicy Local is ensured
+// towards the nodes running a ready endpoint only, following its
+// endpoints, then deletes it.
+func localTrafficPolicy(t *testing.T, client kubernetes.Interface, ns string, provider *cloudtest.Server) {
+	t.Helper()
+	ctx := t.Context()
+	svc := testService(ns, "local", "")
+	svc.Spec.Type = corev1.ServiceTypeLoadBalancer
+	svc.Spec.ClusterIP, svc.Spec.ClusterIPs = "", nil
+	svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+	if _, err := client.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	slice := testSlice(ns, "local", "10.1.1.2")
+	slice.Endpoints[0].NodeName = ptr("node-b")
+	if _, err := client.DiscoveryV1().EndpointSlices(ns).Create(ctx, slice, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var ip string
+	poll(t, 60*time.Second, func() error {
+		s, err := client.CoreV1().Services(ns).Get(ctx, "local", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if len(s.Status.LoadBalancer.Ingress) != 1 {
+			return fmt.Errorf("ingress = %+v, want one address", s.Status.LoadBalancer.Ingress)
+		}
+		ip = s.Status.LoadBalancer.Ingress[0].IP
+		return nil
+	})
+	// Only node-b is eligible: it owns the address and is its only backend.
+	poll(t, 30*time.Second, func() error {
+		if a := provider.Addresses()[ip]; a.Owner != "node-b" || nodeNames(a) != "node-b" {
+			return fmt.Errorf("provider's %s = %+v, want owner node-b fronting node-b only", ip, a)
+		}
+		return nil
+	})
+	if owners := putOwners(t, provider, ip); len(owners) != 1 || !owners["node-b"] {
+		t.Errorf("ensures of %s came from %v, want only node-b", ip, owners)
+	}
+
+	// An endpoint appears on node-a: both nodes serve the address now
+	// (whichever owns it).
+	slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{
+		Addresses: []string{"10.1.1.1"}, NodeName: ptr("node-a"),
+		Conditions: discoveryv1.EndpointConditions{Ready: ptr(true)},
+	})
+	if _, err := client.DiscoveryV1().EndpointSlices(ns).Update(ctx, slice, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	moved := time.Now()
+	poll(t, 30*time.Second, func() error {
+		if a, ok := provider.Addresses()[ip]; !ok || nodeNames(a) != "node-a,node-b" {
+			return fmt.Errorf("provider's %s = %+v (present %v), want node-a and node-b", ip, a, ok)
+		}
+		return nil
+	})
+	t.Logf("endpoint on node-a reached the provider's backends of %s after %s", ip, time.Since(moved).Round(time.Millisecond))
+
+	if err := client.CoreV1().Services(ns).Delete(ctx, "local", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, 30*time.Second, func() error {
+		if a, ok := provider.Addresses()[ip]; ok {
+			return fmt.Errorf("provider still serves %+v", a)
+		}
+		return nil
+	})
+}
+
+// nodeNames returns the names of an address's backends, joined by commas.
+func nodeNames(a cloudtest.Address) string {
+	var names []string
+	for _, n := range a.Nodes {
+		names = append(names, n.Name)
+	}
+	return strings.Join(names, ",")
 }
 
 // announcedBy returns the addresses a daemon's /debug/state says the

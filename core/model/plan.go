@@ -149,4 +149,18 @@ type Plan struct {
 type Announcement struct {
 	Addr    netip.Addr
 	Service ServiceKey
+	// Nodes, when non-nil, names the nodes that serve the address's
+	// traffic, sorted: the nodes eligible for it over every Service
+	// sharing it (with externalTrafficPolicy Local, only nodes running a
+	// ready endpoint). It is set only for announcers that ask for it
+	// (reconcile.ElectedAnnouncer.WithNodes), such as the cloud
+	// announcer, which sends traffic to other nodes; nil leaves the
+	// choice of nodes to the announcer.
+	Nodes []string
+}
+
+// Equal reports whether two announcements ask for the same thing.
+func (a Announcement) Equal(o Announcement) bool {
+	return a.Addr == o.Addr && a.Service == o.Service &&
+		(a.Nodes == nil) == (o.Nodes == nil) && slices.Equal(a.Nodes, o.Nodes)
 }

@@ -22,6 +22,12 @@ type ElectedAnnouncer struct {
 	Serves func(netip.Addr) bool
 	// Selector is the announcer's node selector; nil selects every node.
 	Selector election.Matcher
+	// WithNodes makes every announcement carry the nodes that serve its
+	// address (model.Announcement.Nodes): the union, over the Services
+	// sharing the address, of the nodes eligible for the Service. An
+	// announcer that sends traffic to other nodes (cloud) needs it to
+	// honour externalTrafficPolicy Local.
+	WithNodes bool
 }
 
 // electionInfo is what election needs of a Service beyond its plan:
@@ -48,7 +54,9 @@ func electionInfoOf(st model.ServiceState) electionInfo {
 // elect returns the announcements of want (sorted) that self makes
 // through ea: those of addresses ea serves and self wins among nodes.
 // Services missing from infos elect as Cluster Services without ready
-// endpoints. It is pure: the same inputs give the same set on every node.
+// endpoints. With ea.WithNodes each announcement carries the nodes that
+// serve its address. It is pure: the same inputs give the same set on
+// every node.
 func elect(ea *ElectedAnnouncer, self string, nodes map[string]*model.Node, infos map[model.ServiceKey]electionInfo, alive election.AliveFunc, want []model.Announcement) []model.Announcement {
 	names := make([]string, 0, len(nodes))
 	for name := range nodes {
@@ -76,6 +84,35 @@ func elect(ea *ElectedAnnouncer, self string, nodes map[string]*model.Node, info
 		if len(election.Announced(ea.Mode, self, input(a.Service), []netip.Addr{a.Addr})) > 0 {
 			out = append(out, a)
 		}
+	}
+	if ea.WithNodes && len(out) > 0 {
+		serving := servingNodes(out, want, input)
+		for i := range out {
+			out[i].Nodes = serving[out[i].Addr]
+		}
+	}
+	return out
+}
+
+// servingNodes returns, for each address announced, the union of the
+// nodes eligible for the Services of want sharing it, sorted and never
+// nil. The announcements share these slices: they are read-only.
+func servingNodes(announced, want []model.Announcement, input func(model.ServiceKey) *election.Input) map[netip.Addr][]string {
+	out := make(map[netip.Addr][]string)
+	for _, a := range announced {
+		out[a.Addr] = nil
+	}
+	for _, a := range want {
+		if names, ok := out[a.Addr]; ok {
+			out[a.Addr] = append(names, election.Eligible(input(a.Service))...)
+		}
+	}
+	for addr, names := range out {
+		slices.Sort(names)
+		if names = slices.Compact(names); names == nil {
+			names = []string{} // asked for, and none: not "unset"
+		}
+		out[addr] = names
 	}
 	return out
 }

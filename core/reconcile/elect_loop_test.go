@@ -150,3 +150,67 @@ func TestLoopElectsOneLayer2Owner(t *testing.T) {
 	syncAll()
 	check("deleted", "")
 }
+
+// TestLoopReannouncesWhenServingNodesChange: with WithNodes, an
+// announcement carries the nodes serving its address, and the announcer
+// is called again when only they change (an endpoint of an
+// externalTrafficPolicy Local Service appears on another node).
+func TestLoopReannouncesWhenServingNodesChange(t *testing.T) {
+	nodes := map[string]*model.Node{
+		"node-a": {Name: "node-a", Ready: true},
+		"node-b": {Name: "node-b", Ready: true},
+	}
+	// An address node-b wins over node-a, so it stays node-b's once
+	// node-a becomes eligible too.
+	both := &election.Input{Nodes: []election.Candidate{{Name: "node-a", Ready: true}, {Name: "node-b", Ready: true}}}
+	var addr netip.Addr
+	for i := 1; i < 255 && !addr.IsValid(); i++ {
+		a := netip.AddrFrom4([4]byte{192, 0, 2, byte(i)})
+		if o, _ := election.Layer2Owner(both, a); o == "node-b" {
+			addr = a
+		}
+	}
+	ann := plugintest.NewAnnouncer("cloud")
+	src := reconciletest.NewSource()
+	src.SetSynced(true)
+	loop := reconcile.New(reconcile.Config{
+		NodeName:  "node-b",
+		Source:    src,
+		Planner:   plan.New(plan.Options{}),
+		Dataplane: dryrun.New(),
+		Elected: []reconcile.ElectedAnnouncer{{
+			Announcer: ann, Mode: election.Layer2, WithNodes: true,
+		}},
+	})
+	steps := []struct {
+		name      string
+		push      model.Delta
+		wantCalls [][]model.Announcement
+	}{
+		{"Local, endpoint on node-b only",
+			model.Delta{Nodes: nodes, Services: map[model.ServiceKey]model.ServiceState{
+				lbKey: lbLocal(lbKey, "10.96.0.20", addr.String(), ep("10.1.0.2:8080", "node-b")),
+			}},
+			[][]model.Announcement{{{Addr: addr, Service: lbKey, Nodes: []string{"node-b"}}}}},
+		{"an endpoint appears on node-a",
+			model.Delta{Services: map[model.ServiceKey]model.ServiceState{
+				lbKey: lbLocal(lbKey, "10.96.0.20", addr.String(), ep("10.1.0.1:8080", "node-a"), ep("10.1.0.2:8080", "node-b")),
+			}},
+			[][]model.Announcement{{{Addr: addr, Service: lbKey, Nodes: []string{"node-a", "node-b"}}}}},
+		{"nothing changes: no call", model.Delta{}, [][]model.Announcement{}},
+		{"node-a NotReady",
+			model.Delta{Nodes: map[string]*model.Node{"node-a": {Name: "node-a"}}},
+			[][]model.Announcement{{{Addr: addr, Service: lbKey, Nodes: []string{"node-b"}}}}},
+	}
+	for _, s := range steps {
+		before := len(ann.Calls())
+		src.Push(s.push)
+		if err := loop.Sync(t.Context()); err != nil {
+			t.Fatalf("%s: Sync: %v", s.name, err)
+		}
+		got := ann.Calls()[before:]
+		if diff := cmp.Diff(s.wantCalls, got, cmpopts.EquateComparable(netip.Addr{}), cmpopts.EquateEmpty()); diff != "" {
+			t.Errorf("%s: announcer calls (-want +got):\n%s", s.name, diff)
+		}
+	}
+}

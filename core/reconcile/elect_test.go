@@ -115,3 +115,77 @@ func TestElectionInfoOf(t *testing.T) {
 		t.Errorf("electionInfoOf (-want +got):\n%s", diff)
 	}
 }
+
+func TestElectWithNodes(t *testing.T) {
+	web := model.ServiceKey{Namespace: "default", Name: "web"}
+	local := model.ServiceKey{Namespace: "default", Name: "local"}
+	shared := model.ServiceKey{Namespace: "default", Name: "shared"}
+	addr := netip.MustParseAddr("192.0.2.1")
+	outside := netip.MustParseAddr("198.51.100.9")
+	node := func(name string, lb ...string) *model.Node {
+		n := &model.Node{Name: name, Ready: true}
+		if len(lb) == 2 {
+			n.Labels = map[string]string{lb[0]: lb[1]}
+		}
+		return n
+	}
+	three := map[string]*model.Node{"node-a": node("node-a"), "node-b": node("node-b"), "node-c": node("node-c", "edge", "false")}
+	infos := map[model.ServiceKey]electionInfo{
+		web:    {readyNodes: map[string]bool{"node-c": true}},
+		local:  {policy: model.PolicyLocal, readyNodes: map[string]bool{"node-b": true}},
+		shared: {policy: model.PolicyLocal, readyNodes: map[string]bool{"node-a": true, "node-b": true}},
+	}
+	// BGP makes every eligible node announce, so self's winning does not
+	// depend on the hash; Layer2 is covered by the Local cases, where
+	// self is the only eligible node.
+	bgp := ElectedAnnouncer{Mode: election.BGP, WithNodes: true}
+	an := func(a netip.Addr, k model.ServiceKey, nodes ...string) model.Announcement {
+		return model.Announcement{Addr: a, Service: k, Nodes: nodes}
+	}
+	tests := []struct {
+		name  string
+		ea    ElectedAnnouncer
+		self  string
+		nodes map[string]*model.Node
+		alive election.AliveFunc
+		want  []model.Announcement
+		in    []model.Announcement
+	}{
+		{"without WithNodes, Nodes stays nil", ElectedAnnouncer{Mode: election.BGP}, "node-a", three, nil,
+			[]model.Announcement{an(addr, web)}, []model.Announcement{an(addr, web)}},
+		{"Cluster: every eligible node", bgp, "node-a", three, nil,
+			[]model.Announcement{an(addr, web, "node-a", "node-b", "node-c")}, []model.Announcement{an(addr, web)}},
+		{"Cluster: a node dead by gossip is left out", bgp, "node-a", three,
+			func(n string) (bool, bool) { return n != "node-b", true },
+			[]model.Announcement{an(addr, web, "node-a", "node-c")}, []model.Announcement{an(addr, web)}},
+		{"Cluster: the node selector limits the nodes", ElectedAnnouncer{Mode: election.BGP, WithNodes: true, Selector: labels{"edge": "false"}},
+			"node-c", three, nil,
+			[]model.Announcement{an(addr, web, "node-c")}, []model.Announcement{an(addr, web)}},
+		{"Local: only nodes with a ready endpoint", ElectedAnnouncer{Mode: election.Layer2, WithNodes: true}, "node-b", three, nil,
+			[]model.Announcement{an(addr, local, "node-b")}, []model.Announcement{an(addr, local)}},
+		{"Local: a node without endpoint announces nothing", ElectedAnnouncer{Mode: election.Layer2, WithNodes: true}, "node-a", three, nil,
+			[]model.Announcement{}, []model.Announcement{an(addr, local)}},
+		{"shared address: the union over its Services, on each announcement", bgp, "node-b", three, nil,
+			[]model.Announcement{an(addr, local, "node-a", "node-b"), an(addr, shared, "node-a", "node-b")},
+			[]model.Announcement{an(addr, local), an(addr, shared)}},
+		{"shared address: a Cluster Service brings every eligible node", bgp, "node-b", three, nil,
+			[]model.Announcement{an(addr, local, "node-a", "node-b", "node-c"), an(addr, web, "node-a", "node-b", "node-c")},
+			[]model.Announcement{an(addr, local), an(addr, web)}},
+		{"addresses are unioned separately; unserved ones do not count", ElectedAnnouncer{Mode: election.BGP, WithNodes: true, Serves: netip.MustParsePrefix("192.0.2.0/24").Contains},
+			"node-b", three, nil,
+			[]model.Announcement{an(addr, local, "node-b")},
+			[]model.Announcement{an(addr, local), an(outside, web)}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := elect(&tt.ea, tt.self, tt.nodes, infos, tt.alive, tt.in)
+			if diff := cmp.Diff(tt.want, got, cmpopts.EquateComparable(netip.Addr{})); diff != "" {
+				t.Errorf("elect (-want +got):\n%s", diff)
+			}
+			// Pure: the same inputs give the same answer.
+			if again := elect(&tt.ea, tt.self, tt.nodes, infos, tt.alive, tt.in); !cmp.Equal(got, again, cmpopts.EquateComparable(netip.Addr{})) {
+				t.Errorf("a second election gave %v, the first %v", again, got)
+			}
+		})
+	}
+}

@@ -342,7 +342,7 @@ func (l *Loop) Sync(ctx context.Context) (err error) {
 
 		// 4. Announce and report health only once the dataplane serves.
 		for i, a := range l.announcers {
-			if st := &l.ann[i]; !st.ok || !slices.Equal(st.sent, wants[i]) {
+			if st := &l.ann[i]; !st.ok || !slices.EqualFunc(st.sent, wants[i], model.Announcement.Equal) {
 				errs = append(errs, l.send(ctx, i, a, wants[i])...)
 			}
 		}
