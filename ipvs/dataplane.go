@@ -77,10 +77,15 @@ type Dataplane struct {
 	addrRefs map[netip.Addr]int
 	draining map[drainKey]time.Time // since when
 	sysctls  map[string]string      // as reported
-	firewall *FirewallSpec          // last synced
+	firewall *FirewallSpec          // last synced, without Owned
 	fwStamp  string                 // the table's stamp, as last read or written
 	fwRead   bool                   // the table's owned keys were adopted
 	close    func() error           // set by Open
+
+	// journal are the owned keys the table holds, as last read or
+	// written: written before the services they name are created or
+	// taken over, and removed after those are deleted.
+	journal map[model.VirtualServiceKey]bool
 }
 
 var _ plugin.Dataplane = (*Dataplane)(nil)
@@ -113,6 +118,7 @@ func New(cfg Config) (*Dataplane, error) {
 		bySvc:    map[model.ServiceKey][]model.VirtualServiceKey{},
 		addrRefs: map[netip.Addr]int{},
 		draining: map[drainKey]time.Time{},
+		journal:  map[model.VirtualServiceKey]bool{},
 	}, nil
 }
 
@@ -161,16 +167,43 @@ func (d *Dataplane) Apply(ctx context.Context, u plugin.Update) error {
 		scope = Scope{All: true}
 	}
 	ops := Diff(d.want, d.have, scope)
+	// Ownership is recorded before it is taken and dropped after it is
+	// let go (see the package doc): a service whose record failed, or
+	// whose address failed to bind, is not touched; an address whose
+	// service failed to delete stays bound.
+	unrecorded, err := d.recordIntent(ops)
+	if err != nil {
+		kernelErrs = append(kernelErrs, err)
+	}
+	unbound, undeleted := map[netip.Addr]bool{}, map[netip.Addr]bool{}
 	for _, op := range ops {
 		if err := ctx.Err(); err != nil {
 			kernelErrs = append(kernelErrs, fmt.Errorf("ipvs: apply: %w", err))
 			break
 		}
+		k := op.Service.VirtualServiceKey
+		switch op.Kind {
+		case OpBindAddr, OpDeleteService:
+		case OpUnbindAddr:
+			if undeleted[op.Addr] {
+				continue
+			}
+		default:
+			if unrecorded[k] || unbound[k.Addr] {
+				continue
+			}
+		}
 		if err := d.do(op); err != nil {
 			kernelErrs = append(kernelErrs, err)
+			switch op.Kind {
+			case OpBindAddr:
+				unbound[op.Addr] = true
+			case OpDeleteService:
+				undeleted[k.Addr] = true
+			}
 		}
 	}
-	d.adopt(scope)
+	d.adopt(scope, unrecorded)
 	if err := d.syncFirewall(reloaded); err != nil {
 		errs = append(errs, err) // retried: the spec is not recorded
 	}
@@ -255,32 +288,116 @@ func (d *Dataplane) updateWant(u plugin.Update) (Scope, error) {
 	return scope, errors.Join(errs...)
 }
 
-// syncFirewall programs the firewall when its spec changed. On a Full
-// update (and after a load) it compares the spec's stamp with the one the
-// table holds, as read by load, so that an unchanged table is never
-// rewritten, not even by a restarted daemon, while a table someone deleted
-// or replaced is.
+// syncFirewall programs the firewall when its spec changed, and brings
+// the table's owned keys to the services owned off the dummy link, after
+// the ops: a deleted service's record goes only now. On a Full update (and
+// after a load) it compares the spec's stamp with the one the table holds,
+// as read by load, so that an unchanged table is never rewritten, not even
+// by a restarted daemon, while a table someone deleted or replaced is.
 func (d *Dataplane) syncFirewall(full bool) error {
 	if d.cfg.Firewall == nil {
 		return nil
 	}
 	spec := BuildFirewallSpec(d.want, d.cfg.ClusterCIDRs, d.cfg.MasqueradeAll)
-	spec.Owned = d.ownedOffDummy()
-	if !full && d.firewall != nil && d.firewall.Equal(spec) {
-		return nil
-	}
-	stamp := spec.Stamp()
-	if d.fwStamp == stamp {
+	owned := d.ownedOffDummy()
+	if full || d.firewall == nil || !d.firewall.Equal(spec) {
+		if d.fwStamp != spec.Stamp() {
+			spec.Owned = owned
+			d.firewall = nil
+			if err := d.cfg.Firewall.Sync(spec); err != nil {
+				d.fwStamp = ""
+				return err
+			}
+			d.synced(spec)
+			return nil
+		}
 		d.firewall = &spec
+	}
+	add, drop := diffSorted(slices.SortedFunc(maps.Keys(d.journal), model.VirtualServiceKey.Compare), owned, model.VirtualServiceKey.Compare)
+	if len(add) == 0 && len(drop) == 0 {
 		return nil
 	}
+	if err := d.cfg.Firewall.RecordOwned(add, drop); err != nil {
+		d.firewall, d.fwStamp = nil, "" // the next Apply rewrites the table
+		return err
+	}
+	d.journal = keySet(owned)
+	return nil
+}
+
+// recordIntent writes to the firewall table, before any op runs, the
+// services the ops create or take over and that no address on the dummy
+// link will vouch for: NodePorts, and services staying on an address the
+// ops unbind. It costs a transaction only when there are such services
+// that the table does not hold yet. Without a table (a first start), or
+// when the table refuses, it writes the whole table for the desired state
+// with them. It returns the services it could not record, which the ops
+// must not touch.
+func (d *Dataplane) recordIntent(ops []Op) (map[model.VirtualServiceKey]bool, error) {
+	if d.cfg.Firewall == nil {
+		return nil, nil
+	}
+	need := map[model.VirtualServiceKey]bool{}
+	unbinds := map[netip.Addr]bool{}
+	for _, op := range ops {
+		switch op.Kind {
+		case OpAddService, OpUpdateService, OpAddDestination, OpUpdateDestination, OpDrainDestination:
+			if k := op.Service.VirtualServiceKey; !d.want.Addrs[k.Addr] && !d.journal[k] {
+				need[k] = true
+			}
+		case OpUnbindAddr:
+			unbinds[op.Addr] = true
+		}
+	}
+	if len(unbinds) > 0 {
+		for k := range d.have.Services {
+			if _, wanted := d.want.Services[k]; wanted && unbinds[k.Addr] && !d.journal[k] {
+				need[k] = true
+			}
+		}
+	}
+	if len(need) == 0 {
+		return nil, nil
+	}
+	add := slices.SortedFunc(maps.Keys(need), model.VirtualServiceKey.Compare)
+	var errs []error
+	if d.fwStamp != "" {
+		err := d.cfg.Firewall.RecordOwned(add, nil)
+		if err == nil {
+			for _, k := range add {
+				d.journal[k] = true
+			}
+			return nil, nil
+		}
+		errs = append(errs, err)
+	}
+	// The table is missing or not as known: write it whole, with what
+	// the dataplane owns off the dummy already and what it is about to.
+	spec := BuildFirewallSpec(d.want, d.cfg.ClusterCIDRs, d.cfg.MasqueradeAll)
+	spec.Owned = applyOwned(slices.AppendSeq(d.ownedOffDummy(), maps.Keys(d.journal)), add, nil)
 	d.firewall = nil
 	if err := d.cfg.Firewall.Sync(spec); err != nil {
 		d.fwStamp = ""
-		return err
+		return need, fmt.Errorf("ipvs: record owned services before creating them: %w", errors.Join(append(errs, err)...))
 	}
-	d.firewall, d.fwStamp = &spec, stamp
-	return nil
+	d.synced(spec)
+	return nil, nil
+}
+
+// synced records that the table holds spec.
+func (d *Dataplane) synced(spec FirewallSpec) {
+	d.journal = keySet(spec.Owned)
+	d.fwStamp = spec.Stamp()
+	spec.Owned = nil
+	d.firewall = &spec
+}
+
+func keySet(keys []model.VirtualServiceKey) map[model.VirtualServiceKey]bool {
+	out := make(map[model.VirtualServiceKey]bool, len(keys))
+	for _, k := range keys {
+		out[k] = true
+	}
+	return out
 }
 
 // ownedOffDummy returns the recorded services whose address is not bound
@@ -299,10 +416,11 @@ func (d *Dataplane) ownedOffDummy() []model.VirtualServiceKey {
 
 // adopt records the wanted services of scope that the kernel holds as
 // the dataplane's own, so that they are deleted when no longer wanted even
-// on an address other software uses (NodePorts).
-func (d *Dataplane) adopt(scope Scope) {
+// on an address other software uses (NodePorts); skip are services whose
+// ownership could not be recorded, left as they were.
+func (d *Dataplane) adopt(scope Scope, skip map[model.VirtualServiceKey]bool) {
 	record := func(k model.VirtualServiceKey) {
-		if _, ok := d.have.Services[k]; ok {
+		if _, ok := d.have.Services[k]; ok && !skip[k] {
 			d.have.Recorded[k] = true
 		}
 	}
@@ -369,6 +487,7 @@ func (d *Dataplane) load() error {
 			return fmt.Errorf("ipvs: load: %w", err)
 		}
 		d.fwStamp = fw.Stamp
+		d.journal = keySet(fw.Owned)
 	}
 	// The table's owned keys matter once, at the first load: later the
 	// cache knows more (services deleted since the table was written).

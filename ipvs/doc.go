@@ -11,19 +11,54 @@
 //     loadBalancerSourceRanges) over google/nftables: NFTables. The table
 //     also records a content stamp, so that an unchanged table is never
 //     rewritten (not even by a restart), and the owned virtual services on
-//     shared node addresses, so that ownership of NodePorts survives a
-//     restart.
+//     shared node addresses, recorded before they are created, so that
+//     ownership of NodePorts survives a restart and a crash.
 //
 // Planning is pure: Diff turns the desired state and the kernel's state
 // into ordered operations, deleting only what State.Owns (services on
 // addresses bound to switchyard0, or created or adopted by this
-// Dataplane or a previous one, as the firewall table records). Dataplane applies them, keeps a cache of the kernel re-read
+// Dataplane or a previous one, as the firewall table records).
+// Dataplane applies them, keeps a cache of the kernel re-read
 // on Full updates and after errors, adopts existing state on restart
 // without flushing, and drains removed real servers (weight 0, deleted
 // once their connections end or a timeout passes). Open wires it to the
 // running host. Dataplane.Stats (plugin.StatsReader) reads the live
 // counters of the real servers it programs, one destination dump per
 // virtual service, for the policy stage's statistics tick.
+//
+// # Crash consistency
+//
+// The daemon may die between any two kernel calls, and the next one must
+// still know what it owns: it deletes only what it owns, so an object it
+// cannot prove its own is leaked (kept, never updated or deleted, unless a
+// plan wants that very key, which adopts it). Ownership is proved by
+// durable kernel state only, and the proof always covers the object:
+//
+//   - an address on switchyard0 proves the services on it. Diff binds an
+//     address before it adds a service on it, and deletes the services
+//     before it unbinds the address. A service whose address failed to
+//     bind is not created, and an address stays bound while a service on
+//     it failed to delete (both are retried by the next Apply).
+//   - the nftables table's owned4/owned6 sets prove the services on other
+//     addresses (NodePorts on node addresses). They are a journal: before
+//     any op of an Apply runs, the services it will create or take over,
+//     and those left on an address it unbinds, are added to them (one
+//     element-only transaction, and only when such a service is new to
+//     the journal; without a table, the first write of the whole table
+//     carries them). A service whose record failed is not touched. After
+//     the ops, the keys of deleted services are removed, in the same
+//     transaction as the table's update when there is one.
+//
+// So a crash after a creation leaves a recorded service, which the
+// restarted daemon adopts if it is still wanted and deletes otherwise; a
+// crash after a record and before its creation, or after a deletion and
+// before its unrecording, leaves a record of nothing, which the next Apply
+// drops without an error (as it drops the record of a service whose
+// creation failed). A wanted service that another program created and the
+// Apply leaves as it is gets recorded only at the end: a crash before
+// leaves it as it was found. The stamp does not cover the journal
+// (stamp version v3; an older table is rewritten once), so none of this
+// rewrites the table, and a restart with nothing changed writes nothing.
 //
 // Everything goes through these interfaces, so it is tested against the
 // goroutine-safe fakes in ipvstest on any host; contract tests run the same

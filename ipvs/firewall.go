@@ -13,11 +13,18 @@ import (
 
 // Firewall owns the dataplane's nftables table. Sync replaces its content
 // with spec in one atomic transaction and records spec.Stamp and
-// spec.Owned in it; Load reads those two back, so that a restarted
-// Dataplane knows whether the table needs writing and which services on
-// shared addresses it owns.
+// spec.Owned in it; RecordOwned changes the owned keys alone; Load reads
+// the stamp and the owned keys back, so that a restarted Dataplane knows
+// whether the table needs writing and which services on shared addresses
+// it owns.
 type Firewall interface {
 	Sync(spec FirewallSpec) error
+	// RecordOwned adds add to the owned keys and removes drop from them,
+	// in one atomic transaction that changes nothing else (the stamp does
+	// not cover the owned keys). It fails, with an error wrapping
+	// ErrNotFound, when there is no table or drop holds a key the table
+	// does not; adding a key the table holds is no error.
+	RecordOwned(add, drop []model.VirtualServiceKey) error
 	// Load returns what the table records; the zero FirewallState when
 	// there is no table.
 	Load() (FirewallState, error)
@@ -58,17 +65,21 @@ type FirewallSpec struct {
 	Endpoints []netip.Addr
 	// Owned are the virtual services the dataplane owns on addresses not
 	// bound to the dummy link (NodePorts on node addresses). The table
-	// only stores them, so that ownership survives a restart. Sorted.
+	// only stores them, so that ownership survives a restart: a journal
+	// that RecordOwned also writes, outside the stamp. Sorted.
 	Owned []model.VirtualServiceKey
 }
 
-// stampVersion changes whenever the table layout for a given spec does,
-// so that an upgraded daemon rewrites the table.
-const stampVersion = "switchyard-fw-v2"
+// stampVersion changes whenever the table layout for a given spec, or
+// what the stamp covers, does, so that an upgraded daemon rewrites the
+// table. v3: the stamp no longer covers Owned.
+const stampVersion = "switchyard-fw-v3"
 
-// Stamp is a content hash of the spec (and the table layout version): two
-// specs with the same stamp program the same table. It hashes a binary
-// encoding, as specs hold up to hundreds of thousands of endpoints.
+// Stamp is a content hash of the spec (and the table layout version),
+// Owned excepted: two specs with the same stamp program the same rules and
+// sets, and may differ only in the owned keys, which RecordOwned keeps up
+// to date without a rewrite. It hashes a binary encoding, as specs hold up
+// to hundreds of thousands of endpoints.
 func (s FirewallSpec) Stamp() string {
 	b := []byte(stampVersion)
 	addr := func(a netip.Addr) {
@@ -110,7 +121,6 @@ func (s FirewallSpec) Stamp() string {
 		prefixes(r.Ranges)
 	}
 	addrs(s.Endpoints)
-	keys(s.Owned)
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
 }
@@ -170,4 +180,39 @@ func BuildFirewallSpec(want Desired, cidrs []netip.Prefix, masqueradeAll bool) F
 	slices.SortFunc(spec.NodePorts, model.VirtualServiceKey.Compare)
 	slices.SortFunc(spec.SourceRanges, func(a, b SourceRange) int { return a.Key.Compare(b.Key) })
 	return spec
+}
+
+// applyOwned returns the sorted keys of owned, with add and without drop.
+func applyOwned(owned, add, drop []model.VirtualServiceKey) []model.VirtualServiceKey {
+	set := make(map[model.VirtualServiceKey]bool, len(owned)+len(add))
+	for _, k := range owned {
+		set[k] = true
+	}
+	for _, k := range add {
+		set[k] = true
+	}
+	for _, k := range drop {
+		delete(set, k)
+	}
+	return slices.SortedFunc(maps.Keys(set), model.VirtualServiceKey.Compare)
+}
+
+// diffSorted returns what b has and a lacks, and what a has and b lacks;
+// both are sorted by cmp and free of duplicates.
+func diffSorted[T any](a, b []T, cmp func(T, T) int) (added, removed []T) {
+	i, j := 0, 0
+	for i < len(a) || j < len(b) {
+		switch {
+		case j == len(b) || (i < len(a) && cmp(a[i], b[j]) < 0):
+			removed = append(removed, a[i])
+			i++
+		case i == len(a) || cmp(a[i], b[j]) > 0:
+			added = append(added, b[j])
+			j++
+		default:
+			i++
+			j++
+		}
+	}
+	return added, removed
 }

@@ -3,8 +3,10 @@
 package ipvs_test
 
 import (
+	"errors"
 	"net/netip"
 	"os"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -45,6 +47,9 @@ func testFirewallContract(t *testing.T, fw ipvs.Firewall) {
 		t.Fatalf("Load without a table = %+v, %v; want the zero state", got, err)
 	}
 	node4, node6 := netip.MustParseAddr("192.168.1.5"), netip.MustParseAddr("fd00::5")
+	if err := fw.RecordOwned([]model.VirtualServiceKey{{Addr: node4, Port: 30080, Protocol: model.TCP}}, nil); !errors.Is(err, ipvs.ErrNotFound) {
+		t.Errorf("RecordOwned without a table = %v, want ErrNotFound", err)
+	}
 	spec := ipvs.FirewallSpec{
 		ClusterIPs:   []netip.Addr{netip.MustParseAddr("10.96.0.1"), netip.MustParseAddr("fd00:96::1")},
 		NodePorts:    []model.VirtualServiceKey{{Addr: node4, Port: 30080, Protocol: model.TCP}},
@@ -72,6 +77,46 @@ func testFirewallContract(t *testing.T, fw ipvs.Firewall) {
 		want := ipvs.FirewallState{Stamp: s.Stamp(), Owned: s.Owned}
 		if diff := cmp.Diff(want, got, cmpAddrs); diff != "" {
 			t.Errorf("Load after Sync %d (-want +got):\n%s", i, diff)
+		}
+	}
+
+	// RecordOwned changes the owned keys alone, the stamp staying; a
+	// later Sync takes them from there.
+	extra := model.VirtualServiceKey{Addr: node6, Port: 30090, Protocol: model.UDP}
+	for _, st := range []struct {
+		name      string
+		add, drop []model.VirtualServiceKey
+		want      []model.VirtualServiceKey
+		notFound  bool
+	}{
+		{name: "add one, drop one", add: []model.VirtualServiceKey{extra}, drop: spec.Owned[:1],
+			want: append(slices.Clone(spec.Owned[1:]), extra)},
+		{name: "add a held key", add: []model.VirtualServiceKey{extra}, want: append(slices.Clone(spec.Owned[1:]), extra)},
+		{name: "drop a missing key", drop: spec.Owned[:1], notFound: true, want: append(slices.Clone(spec.Owned[1:]), extra)},
+	} {
+		err := fw.RecordOwned(st.add, st.drop)
+		if st.notFound != errors.Is(err, ipvs.ErrNotFound) || (!st.notFound && err != nil) {
+			t.Errorf("RecordOwned %s: %v, want ErrNotFound %t", st.name, err, st.notFound)
+		}
+		got, err := fw.Load()
+		if err != nil {
+			t.Fatalf("Load after RecordOwned %s: %v", st.name, err)
+		}
+		slices.SortFunc(st.want, model.VirtualServiceKey.Compare)
+		if diff := cmp.Diff(ipvs.FirewallState{Stamp: spec.Stamp(), Owned: st.want}, got, cmpAddrs); diff != "" {
+			t.Errorf("Load after RecordOwned %s (-want +got):\n%s", st.name, diff)
+		}
+	}
+	for i, s := range []ipvs.FirewallSpec{fewer, spec} {
+		if err := fw.Sync(s); err != nil {
+			t.Fatalf("Sync %d after RecordOwned: %v", i, err)
+		}
+		got, err := fw.Load()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(ipvs.FirewallState{Stamp: s.Stamp(), Owned: s.Owned}, got, cmpAddrs); diff != "" {
+			t.Errorf("Load after Sync %d after RecordOwned (-want +got):\n%s", i, diff)
 		}
 	}
 }

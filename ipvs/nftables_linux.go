@@ -55,7 +55,8 @@ const MasqueradeMark = 0x4000
 // With MasqueradeAll, mark-unless-cluster has no returns. The stamp lets
 // Load tell whether the table already holds a spec, so that an unchanged
 // spec is never rewritten; a change in endpoints or owned services only
-// updates the element sets and the stamp.
+// updates the element sets and the stamp, and RecordOwned updates the
+// owned sets alone (the stamp does not cover them).
 type NFTables struct {
 	mu   sync.Mutex
 	last *FirewallSpec // what the table holds, when this NFTables wrote it
@@ -346,7 +347,62 @@ func (n *NFTables) Load() (FirewallState, error) {
 		}
 	}
 	slices.SortFunc(st.Owned, model.VirtualServiceKey.Compare)
+	if n.last != nil {
+		last := *n.last
+		last.Owned = slices.Clone(st.Owned) // the journal, as the table holds it
+		n.last = &last
+	}
 	return st, nil
+}
+
+// RecordOwned adds add to the owned sets and removes drop from them, in
+// one transaction that touches no other set and not the stamp.
+func (n *NFTables) RecordOwned(add, drop []model.VirtualServiceKey) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if len(add) == 0 && len(drop) == 0 {
+		return nil
+	}
+	c, err := newConn(len(add) + len(drop))
+	if err != nil {
+		return fmt.Errorf("ipvs: nftables: %w", err)
+	}
+	defer c.CloseLasting()
+	table := &nftables.Table{Name: TableName, Family: nftables.TableFamilyINet}
+	for _, fam := range []ipFamily{ipv4, ipv6} {
+		typ := nodePortType4
+		if fam == ipv6 {
+			typ = nodePortType6
+		}
+		set := &nftables.Set{Table: table, Name: "owned" + fam.suffix, KeyType: typ, Concatenation: true}
+		elems := func(keys []model.VirtualServiceKey) []nftables.SetElement {
+			var out []nftables.SetElement
+			for _, k := range keys {
+				if k.Addr.Is4() == (fam == ipv4) {
+					out = append(out, nftables.SetElement{Key: concatKey(k)})
+				}
+			}
+			return out
+		}
+		if err := inChunks(elems(drop), func(ch []nftables.SetElement) error { return c.SetDeleteElements(set, ch) }); err != nil {
+			return fmt.Errorf("ipvs: nftables set %s: %w", set.Name, err)
+		}
+		if err := inChunks(elems(add), func(ch []nftables.SetElement) error { return c.SetAddElements(set, ch) }); err != nil {
+			return fmt.Errorf("ipvs: nftables set %s: %w", set.Name, err)
+		}
+	}
+	if err := c.Flush(); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			err = fmt.Errorf("%w: %w", ErrNotFound, err)
+		}
+		return fmt.Errorf("ipvs: nftables: record owned services in table %s: %w", TableName, err)
+	}
+	if n.last != nil {
+		last := *n.last
+		last.Owned = applyOwned(last.Owned, add, drop)
+		n.last = &last
+	}
+	return nil
 }
 
 // chunkElements bounds the elements of one netlink message: their list is
@@ -477,26 +533,6 @@ func (n *NFTables) syncElements(old, spec FirewallSpec) error {
 		return fmt.Errorf("ipvs: nftables: update sets of table %s: %w", TableName, err)
 	}
 	return nil
-}
-
-// diffSorted returns what b has and a lacks, and what a has and b lacks;
-// both are sorted by cmp and free of duplicates.
-func diffSorted[T any](a, b []T, cmp func(T, T) int) (added, removed []T) {
-	i, j := 0, 0
-	for i < len(a) || j < len(b) {
-		switch {
-		case j == len(b) || (i < len(a) && cmp(a[i], b[j]) < 0):
-			removed = append(removed, a[i])
-			i++
-		case i == len(a) || cmp(a[i], b[j]) > 0:
-			added = append(added, b[j])
-			j++
-		default:
-			i++
-			j++
-		}
-	}
-	return added, removed
 }
 
 // parseConcatKey undoes concatKey.

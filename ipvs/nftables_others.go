@@ -2,6 +2,8 @@
 
 package ipvs
 
+import "github.com/switchyard-lb/switchyard/core/model"
+
 // NFTables needs Linux.
 type NFTables struct{}
 
@@ -13,3 +15,5 @@ func NewNFTables() *NFTables { return &NFTables{} }
 func (*NFTables) Close() error                 { return nil }
 func (*NFTables) Sync(FirewallSpec) error      { return errUnsupported }
 func (*NFTables) Load() (FirewallState, error) { return FirewallState{}, errUnsupported }
+
+func (*NFTables) RecordOwned(add, drop []model.VirtualServiceKey) error { return errUnsupported }

@@ -5,7 +5,12 @@
 //     kernel (ipvs.ErrExists, ipvs.ErrNotFound), lets tests set connection
 //     counts and inject errors, and exposes its table as the expected state;
 //   - FakeAddresses (ipvs.Addresses): links and their addresses;
-//   - FakeSysctls (ipvs.Sysctls): kernel parameters.
+//   - FakeSysctls (ipvs.Sysctls): kernel parameters;
+//   - FakeFirewall (ipvs.Firewall): the nftables table's specs, stamp and
+//     owned keys, with its transactions counted;
+//   - Crash: wraps any Kernel, Addresses and Firewall (fakes or the real
+//     kernel) to kill the process right after a chosen call, so that a
+//     test can restart a Dataplane on the state a crash left.
 //
 // The ipvs package's contract tests run the same scenarios against each
 // fake and, in the kernel lab, against the real kernel.

@@ -1,20 +1,25 @@
 package ipvstest
 
 import (
+	"fmt"
+	"maps"
 	"slices"
 	"sync"
 
+	"github.com/switchyard-lb/switchyard/core/model"
 	"github.com/switchyard-lb/switchyard/ipvs"
 )
 
 // FakeFirewall is a table that records the specs it was asked to program
 // and, like the nftables table, keeps the last one's stamp and owned keys
-// for Load. The zero value is ready and holds no table.
+// (as RecordOwned changes them) for Load. The zero value is ready and
+// holds no table.
 type FakeFirewall struct {
-	mu    sync.Mutex
-	specs []ipvs.FirewallSpec
-	table *ipvs.FirewallSpec
-	err   error
+	mu     sync.Mutex
+	specs  []ipvs.FirewallSpec
+	table  *ipvs.FirewallSpec
+	writes int
+	err    error
 }
 
 var _ ipvs.Firewall = (*FakeFirewall)(nil)
@@ -33,8 +38,51 @@ func (f *FakeFirewall) Sync(spec ipvs.FirewallSpec) error {
 		return f.err
 	}
 	f.specs = append(f.specs, spec)
+	spec.Owned = slices.Clone(spec.Owned)
 	f.table = &spec
+	f.writes++
 	return nil
+}
+
+// RecordOwned changes the table's owned keys as nftables would: it fails
+// without a table, or when a key to drop is missing, and changes nothing
+// then.
+func (f *FakeFirewall) RecordOwned(add, drop []model.VirtualServiceKey) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil {
+		return f.err
+	}
+	if len(add) == 0 && len(drop) == 0 {
+		return nil
+	}
+	if f.table == nil {
+		return fmt.Errorf("ipvstest: record owned services: table: %w", ipvs.ErrNotFound)
+	}
+	owned := map[model.VirtualServiceKey]bool{}
+	for _, k := range f.table.Owned {
+		owned[k] = true
+	}
+	for _, k := range drop {
+		if !owned[k] {
+			return fmt.Errorf("ipvstest: record owned services: drop %v: %w", k, ipvs.ErrNotFound)
+		}
+		delete(owned, k)
+	}
+	for _, k := range add {
+		owned[k] = true
+	}
+	f.table.Owned = slices.SortedFunc(maps.Keys(owned), model.VirtualServiceKey.Compare)
+	f.writes++
+	return nil
+}
+
+// Writes returns the number of transactions the table took: successful
+// Syncs, and successful RecordOwneds with keys to add or drop.
+func (f *FakeFirewall) Writes() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.writes
 }
 
 func (f *FakeFirewall) Load() (ipvs.FirewallState, error) {
