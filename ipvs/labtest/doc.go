@@ -33,12 +33,23 @@
 // drops a NodePort (deleted, a foreign service on the node address kept),
 // checks hairpin masquerade and that an endpoint change updates the table's
 // sets in place; family_test.go covers IPv6 NodePort/LoadBalancer/ClusterIP
-// masquerade and SCTP. They are not parallel:
+// masquerade and SCTP; sctp_affinity_test.go SCTP with ClientIP affinity
+// over IPv4 and IPv6; sourceranges_test.go IPv6 loadBalancerSourceRanges
+// (allowed, dropped, then allowed once the range is added); open_test.go
+// a Dataplane from ipvs.Open, whose own goroutine deletes drained real
+// servers once their connections end (SCTP) or the drain timeout passes
+// (TCP). They are not parallel:
 // their Full applies own every service on switchyard0's addresses.
 // policy_test.go runs reconcile.Loop (planner, policy stage, Dataplane)
 // with an in-process policy: its weights are what IPVS holds and the
 // traffic split follows them, and held connections reach it as live
 // statistics that turn its least-connections weights around.
+// wasm_policy_test.go does the same with WebAssembly policies in the real
+// host (plugins/wasm), compiled in the guest: the Rust SDK's canary and
+// leastconn examples, and testdata/hostile.rs, whose never-returning and
+// trapping modes leave their Services on uniform weights without touching
+// the others. `make test-lab` builds the modules into testdata/ first; a
+// missing one fails the test in the guest.
 // BenchmarkLabDataplane (run by hand) compares programming N Services with
 // a plain loop creating the same objects.
 package labtest

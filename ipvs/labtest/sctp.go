@@ -103,10 +103,22 @@ func SplitSCTP(from *Namespace, target netip.AddrPort, n int) (map[string]int, e
 	return got, err
 }
 
-// sctpAsk connects from srcPort and reads the backend's name. The socket
-// is non-blocking and waited on with poll, as the Go runtime's signals
-// interrupt blocking calls (EINTR).
+// sctpAsk connects from srcPort, reads the backend's name and ends the
+// association.
 func sctpAsk(srcPort int, target netip.AddrPort) (string, error) {
+	fd, name, err := connectSCTP(srcPort, target)
+	if err != nil {
+		return "", err
+	}
+	unix.Shutdown(fd, unix.SHUT_WR)
+	unix.Close(fd)
+	return name, nil
+}
+
+// connectSCTP connects from srcPort and reads the backend's name, leaving
+// the association open. The socket is non-blocking and waited on with
+// poll, as the Go runtime's signals interrupt blocking calls (EINTR).
+func connectSCTP(srcPort int, target netip.AddrPort) (_ int, _ string, err error) {
 	var (
 		family        = unix.AF_INET
 		local, remote unix.Sockaddr
@@ -119,36 +131,39 @@ func sctpAsk(srcPort int, target netip.AddrPort) (string, error) {
 	}
 	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, unix.IPPROTO_SCTP)
 	if err != nil {
-		return "", fmt.Errorf("socket: %w", err)
+		return -1, "", fmt.Errorf("socket: %w", err)
 	}
-	defer unix.Close(fd)
+	defer func() {
+		if err != nil {
+			unix.Close(fd)
+		}
+	}()
 	if err := unix.Bind(fd, local); err != nil {
-		return "", fmt.Errorf("bind: %w", err)
+		return -1, "", fmt.Errorf("bind: %w", err)
 	}
 	deadline := time.Now().Add(requestTimeout)
 	if err := unix.Connect(fd, remote); err != nil && !errors.Is(err, unix.EINPROGRESS) {
-		return "", fmt.Errorf("connect: %w", err)
+		return -1, "", fmt.Errorf("connect: %w", err)
 	}
 	if err := waitFD(fd, unix.POLLOUT, deadline); err != nil {
-		return "", fmt.Errorf("connect: %w", err)
+		return -1, "", fmt.Errorf("connect: %w", err)
 	}
 	if soErr, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR); err != nil || soErr != 0 {
-		return "", fmt.Errorf("connect: %w", errors.Join(err, unix.Errno(soErr)))
+		return -1, "", fmt.Errorf("connect: %w", errors.Join(err, unix.Errno(soErr)))
 	}
 	buf := make([]byte, 64)
 	for {
 		if err := waitFD(fd, unix.POLLIN, deadline); err != nil {
-			return "", fmt.Errorf("read: %w", err)
+			return -1, "", fmt.Errorf("read: %w", err)
 		}
 		n, err := unix.Read(fd, buf)
 		if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR) {
 			continue
 		}
 		if err != nil {
-			return "", fmt.Errorf("read: %w", err)
+			return -1, "", fmt.Errorf("read: %w", err)
 		}
-		unix.Shutdown(fd, unix.SHUT_WR)
-		return strings.TrimSpace(string(buf[:n])), nil
+		return fd, strings.TrimSpace(string(buf[:n])), nil
 	}
 }
 
