@@ -51,8 +51,10 @@ demo: build
 	test/demo/run.sh --lab-if-available
 
 # bench: the host benchmarks the issues ask for, with a summary table
-# (bench.mk); the lab benchmarks of the IPVS dataplane are in lab.mk.
-bench: bench-host
+# (bench.mk); the lab benchmark of the IPVS dataplane against its floor is
+# bench-lab (test/lab/lab.mk); kube-proxy side by side is bench-kubeproxy
+# (bench.mk).
+bench: bench-host bench-lab
 
 clean:
 	rm -rf $(BIN)

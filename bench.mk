@@ -46,3 +46,23 @@ bench-host:
 # The peer measurements (layer-2 failover, BGP route times) of issue 5:
 # bench-peers in test/peers/peers.mk, which needs root and the peers.
 bench: bench-peers
+
+# bench-kubeproxy: upstream kube-proxy v1.36.3 in IPVS mode side by side with
+# the switchyard daemon and the raw floor, in one kernel lab guest against
+# the host's API server (test/e2e/kpbench). It builds kube-proxy once
+# (test/tools/kube-binaries.sh --kube-proxy) and installs Debian's iptables
+# and ipset when missing (test/lab/deps.sh --netfilter-tools). About 7
+# minutes at the default 1,000 Services x 10 endpoints (kube-proxy's first
+# full sync alone takes 3 of them), 4 at 200:
+#
+#   make bench-kubeproxy KPBENCH_SERVICES=200   # quicker
+KPBENCH_SERVICES ?= 1000
+KPBENCH_CHANGES ?= 5
+.PHONY: bench-kubeproxy
+bench-kubeproxy:
+	@test/lab/deps.sh --netfilter-tools >/dev/null
+	@bin=$$(test/tools/kube-binaries.sh --kube-proxy) && \
+	SWITCHYARD_KUBE_BIN=$$bin KPBENCH_SERVICES=$(KPBENCH_SERVICES) KPBENCH_CHANGES=$(KPBENCH_CHANGES) \
+	$(GO) test -tags integration -count=1 -run '^$$' -bench '^BenchmarkIntegrationKubeProxyIPVS$$' -benchtime 1x -timeout 4h ./test/e2e/kpbench
+
+bench: bench-kubeproxy

@@ -11,6 +11,8 @@
 #                              qemu user networking (guest 10.0.2.2 = host
 #                              loopback); prints the kernel's IPVS table,
 #                              switchyard0's addresses and the nft table
+#                              (`nft list table inet switchyard` when the
+#                              host has Debian's nft to lend the guest)
 #   run.sh --lab-if-available  --lab when qemu and the lab's kernel are
 #                              there, else the dry run, saying why
 set -euo pipefail
@@ -78,7 +80,15 @@ if [ "$mode" = lab ]; then
 	echo "== booting the kernel lab: switchyard as node-a with dataplane.mode ipvs, API server at 10.0.2.2:$port"
 	start=$(date +%s)
 	: >"$work/lab.out"
-	(cd "$guest" && exec "$work/labrun" run -usernet -mem 512 -timeout 4m -console "$work/console.log" -- \
+	# Debian's nft, with its libraries, prints the nftables table in the
+	# guest (test/lab/deps.sh --netfilter-tools installs it).
+	extra=()
+	if [ -x /usr/sbin/nft ]; then
+		extra=(-extra /usr/sbin/nft)
+	else
+		echo "== no /usr/sbin/nft on the host (test/lab/deps.sh --netfilter-tools): the guest summarises the nftables table instead"
+	fi
+	(cd "$guest" && exec "$work/labrun" run -usernet -mem 512 -timeout 4m -console "$work/console.log" "${extra[@]}" -- \
 		./labguest -wait-change 60s) >"$work/lab.out" 2>&1 &
 	lab=$!
 	tail -n +1 -f --pid="$lab" "$work/lab.out" &

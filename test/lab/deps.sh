@@ -7,9 +7,19 @@
 #     installed on the host: its .deb is downloaded and unpacked into the
 #     cache with dpkg-deb. That skips the host's update-initramfs and any
 #     bootloader hooks, and is faster than an install (kernel-lab.md).
+#   - with --netfilter-tools, also Debian's iptables (nft backend), ipset and
+#     nftables, which the guest gets through `labrun -extra` (kube-proxy's
+#     IPVS mode runs ipset and iptables-restore; the demo prints `nft list`).
 #
 # Everything is idempotent: a warm machine runs no apt command at all.
 set -euo pipefail
+
+netfilter=0
+case "${1:-}" in
+"") ;;
+--netfilter-tools) netfilter=1 ;;
+*) echo "usage: $0 [--netfilter-tools]" >&2; exit 2 ;;
+esac
 
 cache=${SWITCHYARD_CACHE:-$HOME/.cache/switchyard}/lab
 mkdir -p "$cache"
@@ -42,6 +52,11 @@ missing=()
 command -v qemu-system-x86_64 >/dev/null || missing+=(qemu-system-x86)
 dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q 'ok installed' || missing+=(busybox-static)
 command -v xz >/dev/null || missing+=(xz-utils)
+if [ "$netfilter" = 1 ]; then
+	[ -x /usr/sbin/xtables-nft-multi ] || missing+=(iptables)
+	[ -x /usr/sbin/ipset ] || missing+=(ipset)
+	[ -x /usr/sbin/nft ] || missing+=(nftables)
+fi
 if [ ${#missing[@]} -gt 0 ]; then
 	apt_update
 	echo "lab: apt-get install ${missing[*]}" >&2

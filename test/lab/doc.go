@@ -27,6 +27,12 @@
 //     the DefaultModules loaded, loopback up, no NIC unless Job.UserNet
 //     (labrun -usernet) attaches one on qemu user networking; the package's
 //     testdata/ is copied in and the working directory is its parent;
+//   - the guest has no libc of its own: host programs such as Debian's
+//     ipset, iptables-nft or nft come in through Job.Extra (labrun -extra
+//     /usr/sbin/ipset,...), which copies them to the same paths with their
+//     interpreter and shared libraries (the ldd closure, read from the ELF
+//     headers) and keeps their symlinks; more kernel modules through
+//     Config.Modules (labrun -modules);
 //   - list the package in LAB_GUEST_PKGS (test/lab/lab.mk), which runs it
 //     with CGO_ENABLED=0 (the guest has no libc) through labrun;
 //   - by hand: make test-lab, or

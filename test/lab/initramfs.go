@@ -109,6 +109,10 @@ type jobFiles struct {
 	Env      []string
 	Nonce    string
 	TestData string // host directory copied to /job/testdata; "" for none
+	// Extra are host files placed at their own paths (Job.Extra), read
+	// from under ExtraRoot ("/" unless a test says otherwise).
+	Extra     []extraFile
+	ExtraRoot string
 }
 
 // maxTestData bounds what a run copies into guest memory.
@@ -131,6 +135,19 @@ func writeJobArchive(w io.Writer, j jobFiles) error {
 	c.File("job/nonce", 0o600, []byte(j.Nonce+"\n"))
 	if j.TestData != "" {
 		if err := addTree(c, j.TestData, "job/testdata"); err != nil {
+			return err
+		}
+	}
+	root := j.ExtraRoot
+	if root == "" {
+		root = "/"
+	}
+	for _, e := range j.Extra {
+		if e.Link != "" {
+			c.Symlink(e.Guest, "/"+e.Link)
+			continue
+		}
+		if err := addHostFile(c, filepath.Join(root, e.Guest), e.Guest, e.Mode); err != nil {
 			return err
 		}
 	}

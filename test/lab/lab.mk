@@ -7,7 +7,10 @@
 #   2. labrun builds the cached boot assets (vmlinux, base initramfs);
 #   3. the lab's own host-side tests boot VMs (verdicts, timeouts, a failing
 #      guest test failing go test);
-#   4. each guest suite runs in its own VM through `go test -exec labrun`.
+#   4. each guest suite runs in its own VM through `go test -exec labrun`;
+#      ipvs/labtest loads WebAssembly policies built from source first
+#      (wasm.mk's Rust SDK examples and its testdata/hostile.rs) and copied
+#      into its testdata/, which labrun brings into the guest.
 #
 # LAB_GUEST_PKGS lists the guest suites; LAB_RUN_FLAGS goes to `labrun run`
 # (e.g. -mem 512 -v).
@@ -18,6 +21,10 @@ LABRUN := $(CURDIR)/$(BIN)/labrun
 
 test-lab::
 	@test/lab/deps.sh >/dev/null
+	$(MAKE) --no-print-directory $(WASM_DIR)/rust/canary.wasm $(WASM_DIR)/rust/leastconn.wasm $(WASM_RUST_LIB)
+	$(RUSTC_WASM) $(RUSTC_WASM_FLAGS) -C lto -C strip=symbols --crate-type cdylib --extern switchyard_policy=$(WASM_RUST_LIB) \
+		-o ipvs/labtest/testdata/hostile.wasm ipvs/labtest/testdata/hostile.rs
+	cp $(WASM_DIR)/rust/canary.wasm $(WASM_DIR)/rust/leastconn.wasm ipvs/labtest/testdata/
 	$(GO) build -o $(LABRUN) ./test/lab/cmd/labrun
 	@$(LABRUN) assets >/dev/null
 	CGO_ENABLED=0 $(GO) test -count=1 -exec '$(LABRUN) run $(LAB_RUN_FLAGS)' $(GOTEST_FLAGS) $(LAB_GUEST_PKGS)
@@ -27,5 +34,23 @@ test-lab::
 # to the dry run (test/demo/run.sh --lab).
 .PHONY: demo-lab
 demo-lab: build
-	@test/lab/deps.sh >/dev/null
+	@test/lab/deps.sh --netfilter-tools >/dev/null
 	test/demo/run.sh --lab
+
+# bench-lab: the IPVS Dataplane against the floor (a plain cloudflare/ipvs
+# loop creating the same objects) in one guest boot, from scratch and for
+# one endpoint change, reported as ratios (issue 3). `make bench` runs it.
+# 10,000 Services x 10 endpoints takes several minutes under TCG:
+#
+#   make bench-lab LAB_BENCH_SERVICES=1000   # a quicker, smaller cluster
+LAB_BENCH_SERVICES ?= 10000
+LAB_BENCH_MEM ?= 1024
+LAB_BENCH_OUT ?= $(or $(TMPDIR),/tmp)/switchyard-bench-lab.txt
+
+.PHONY: bench-lab
+bench-lab:
+	@test/lab/deps.sh >/dev/null
+	$(GO) build -o $(LABRUN) ./test/lab/cmd/labrun
+	@set -o pipefail; CGO_ENABLED=0 $(GO) test -count=1 -run '^$$' -bench '^BenchmarkLabDataplane$$' -benchtime 1x -timeout 90m \
+		-exec '$(LABRUN) run -mem $(LAB_BENCH_MEM) -env LAB_BENCH_SERVICES=$(LAB_BENCH_SERVICES)' ./ipvs/labtest | tee $(LAB_BENCH_OUT)
+	@awk -f test/e2e/labsummary.awk $(LAB_BENCH_OUT)

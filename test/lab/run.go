@@ -48,6 +48,15 @@ type Job struct {
 	// 10.0.2.2 reaches the host's loopback. The guest needs UserNetModules
 	// loaded (Config.Modules).
 	UserNet bool
+	// Extra are host programs, libraries or directories the guest gets at
+	// the same absolute paths, with what they need to run: symlinks are
+	// kept and followed, directories copied whole, and every ELF file
+	// brings its interpreter and shared libraries (what ldd lists). This
+	// is how dynamically linked tools such as Debian's ipset and
+	// iptables-nft run in the guest. Libraries a program opens at run
+	// time (iptables' xtables extensions) must be listed too, by
+	// directory. They are held in guest memory.
+	Extra []string
 }
 
 // UserNetModules are the modules a guest with Job.UserNet needs on top of
@@ -90,8 +99,12 @@ func Run(ctx context.Context, a Assets, j Job) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	extra, err := extrasClosure(os.DirFS("/"), j.Extra, elfDepsOf)
+	if err != nil {
+		return Result{}, fmt.Errorf("lab: extra files: %w", err)
+	}
 	initrd := filepath.Join(tmp, "initrd.cpio")
-	if err := writeInitrd(initrd, a.Initramfs, jobFiles{Binary: j.Binary, Args: j.Args, Env: j.Env, Nonce: nonce, TestData: j.TestData}); err != nil {
+	if err := writeInitrd(initrd, a.Initramfs, jobFiles{Binary: j.Binary, Args: j.Args, Env: j.Env, Nonce: nonce, TestData: j.TestData, Extra: extra}); err != nil {
 		return Result{}, err
 	}
 	console := filepath.Join(tmp, "console.log")
@@ -146,6 +159,9 @@ func Run(ctx context.Context, a Assets, j Job) (Result, error) {
 // emulated timer can miss the kernel's early IO-APIC check, which then
 // panics ("IO-APIC + timer doesn't work!"; seen at load 18 on 2 cores).
 // userNet replaces "-nic none" with a virtio NIC on user-mode networking.
+// -cpu max gives the guest every feature TCG emulates: the default qemu64
+// model lacks SSE4.1 and POPCNT, which wazero's compiler needs, and the
+// daemon's nodes have them.
 func qemuArgs(vmlinux, initrd, console string, memMB int, userNet bool) []string {
 	nic := "none"
 	if userNet {
@@ -153,6 +169,7 @@ func qemuArgs(vmlinux, initrd, console string, memMB int, userNet bool) []string
 	}
 	return []string{
 		"-accel", "tcg",
+		"-cpu", "max",
 		"-m", strconv.Itoa(memMB),
 		"-smp", "1",
 		"-kernel", vmlinux,

@@ -278,3 +278,40 @@ func TestXZModulesMatchPlain(t *testing.T) {
 		}
 	}
 }
+
+// TestExtraRunsDynamicHostProgram runs a dynamically linked host program
+// in the guest, which has no libc: Job.Extra must bring it with its loader
+// and libraries. Without the extra the same job must fail.
+func TestExtraRunsDynamicHostProgram(t *testing.T) {
+	t.Parallel()
+	// coreutils' numfmt: on every Debian host, linked against libc, and
+	// not a busybox applet the guest would find instead.
+	const numfmt = "/usr/bin/numfmt"
+	if d, err := elfDepsOf(os.DirFS("/"), numfmt[1:]); err != nil || d.Interp == "" {
+		t.Skipf("%s is not a dynamically linked program here (%v)", numfmt, err)
+	}
+	a := requireVM(t, Config{})
+	prog := goBuild(t, "./testdata/guestprog")
+	for _, tc := range []struct {
+		name  string
+		extra []string
+		want  int
+	}{
+		{name: "with extra", extra: []string{numfmt}, want: 0},
+		{name: "without", want: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out strings.Builder
+			res, err := Run(t.Context(), a, Job{Binary: prog, Args: []string{"run", numfmt, "--to=iec", "1048576"}, Output: &out, Extra: tc.extra})
+			if err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			if res.ExitCode != tc.want {
+				t.Fatalf("exit code %d, want %d:\n%s", res.ExitCode, tc.want, out.String())
+			}
+			if tc.want == 0 && strings.TrimSpace(out.String()) != "1.0M" {
+				t.Errorf("numfmt --to=iec 1048576 printed %q, want 1.0M", out.String())
+			}
+		})
+	}
+}

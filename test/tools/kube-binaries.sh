@@ -6,8 +6,17 @@
 # refused; instead a throwaway module in the cache requires them and replaces
 # each staging module by its published version (shared/notes/apiserver.md).
 #
-# Usage: test/tools/kube-binaries.sh   -> prints the bin directory on stdout.
+# Usage: test/tools/kube-binaries.sh               -> prints the bin directory on stdout.
+#        test/tools/kube-binaries.sh --kube-proxy  -> also builds kube-proxy (static,
+#                                                     CGO_ENABLED=0) for make bench-kubeproxy.
 set -euo pipefail
+
+with_proxy=0
+case "${1:-}" in
+"") ;;
+--kube-proxy) with_proxy=1 ;;
+*) echo "usage: $0 [--kube-proxy]" >&2; exit 2 ;;
+esac
 
 KUBE_VERSION=${KUBE_VERSION:-v1.36.3}
 ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
@@ -105,6 +114,31 @@ GO
 	 log "etcd built in ${SECONDS}s")
 }
 
+# build_kube_proxy: kube-proxy from its own throwaway module (same replaces as
+# kube-apiserver), statically linked so that it runs in the kernel lab's guest,
+# which has no libc of its own.
+build_kube_proxy() {
+	local dir=$cache/kube/build-proxy-$KUBE_VERSION
+	mkmod "$dir" k8s.io/kubernetes "$KUBE_VERSION" "$STAGING_VERSION"
+	cat >"$dir/tools.go" <<'GO'
+//go:build tools
+
+package tools
+
+import _ "k8s.io/kubernetes/cmd/kube-proxy"
+GO
+	local ld="-s -w -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${KUBE_VERSION#v1.}"
+	ld=${ld%.*}
+	(cd "$dir" && GOFLAGS=-mod=mod go get k8s.io/kubernetes/cmd/kube-proxy@"$KUBE_VERSION" >/dev/null
+	 log "building kube-proxy $KUBE_VERSION (a few minutes, once)"
+	 SECONDS=0
+	 CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "$ld" -o "$bin/kube-proxy.tmp" k8s.io/kubernetes/cmd/kube-proxy
+	 "$bin/kube-proxy.tmp" --version >/dev/null
+	 mv "$bin/kube-proxy.tmp" "$bin/kube-proxy"
+	 log "kube-proxy built in ${SECONDS}s")
+}
+
 [ -x "$bin/etcd" ] || build_etcd
 { [ -x "$bin/kube-apiserver" ] && [ -x "$bin/kubectl" ]; } || build_kube
+[ "$with_proxy" = 0 ] || [ -x "$bin/kube-proxy" ] || build_kube_proxy
 echo "$bin"

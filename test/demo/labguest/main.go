@@ -74,9 +74,19 @@ func run(dir, node string, readyTimeout, waitChange time.Duration, out io.Writer
 		return err
 	}
 
-	fmt.Fprintln(out, "\n== nftables table inet switchyard (the lab has no nft binary: chains and sets read over netlink)")
-	if err := printNFT(out, "switchyard"); err != nil {
-		return err
+	if nft, err := exec.LookPath("nft"); err == nil {
+		// run.sh brings Debian's nft with its libraries (labrun -extra).
+		fmt.Fprintln(out, "\n== nft list table inet switchyard")
+		listing, err := exec.Command(nft, "list", "table", "inet", "switchyard").CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("nft list table inet switchyard: %w: %s", err, listing)
+		}
+		out.Write(listing)
+	} else {
+		fmt.Fprintln(out, "\n== nftables table inet switchyard (no nft in the lab: chains and sets read over netlink)")
+		if err := printNFT(out, "switchyard"); err != nil {
+			return err
+		}
 	}
 
 	if waitChange > 0 {

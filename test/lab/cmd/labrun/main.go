@@ -55,11 +55,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	testdata := fs.String("testdata", "testdata", "directory copied to the guest's working directory as testdata/, if it exists (\"\" for none)")
 	userNet := fs.Bool("usernet", false, "attach a NIC on qemu user networking (guest 10.0.2.15/24 to configure, host loopback at 10.0.2.2); loads lab.UserNetModules")
 	fs.Var(&env, "env", "KEY=VALUE added to the guest environment (repeatable)")
+	var extra, modules listFlag
+	fs.Var(&extra, "extra", "host programs, libraries or directories copied to the same paths in the guest with their shared libraries, e.g. /usr/sbin/ipset,/usr/sbin/nft (comma-separated, repeatable)")
+	fs.Var(&modules, "modules", "kernel modules loaded at boot on top of the default ones (comma-separated, repeatable)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
-	if *userNet {
-		cfg.Modules = append(append([]string{}, lab.DefaultModules...), lab.UserNetModules...)
+	if *userNet || len(modules) > 0 {
+		cfg.Modules = append([]string{}, lab.DefaultModules...)
+		if *userNet {
+			cfg.Modules = append(cfg.Modules, lab.UserNetModules...)
+		}
+		cfg.Modules = append(cfg.Modules, modules...)
 	}
 	level := slog.LevelWarn
 	if *verbose {
@@ -96,6 +103,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		Timeout:  *timeout,
 		Output:   stdout,
 		UserNet:  *userNet,
+		Extra:    extra,
 	}
 	if *testdata != "" {
 		// go test -exec runs in the package directory: bring its testdata.
@@ -151,5 +159,19 @@ func (m *multiFlag) Set(v string) error {
 		return errors.New("want KEY=VALUE")
 	}
 	*m = append(*m, v)
+	return nil
+}
+
+// listFlag collects comma-separated values over repeated flags.
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+
+func (l *listFlag) Set(v string) error {
+	for _, item := range strings.Split(v, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			*l = append(*l, item)
+		}
+	}
 	return nil
 }

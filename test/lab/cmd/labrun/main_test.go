@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/switchyard-lb/switchyard/test/lab"
 )
 
@@ -43,5 +44,18 @@ func TestUsageErrors(t *testing.T) {
 				t.Errorf("exit code = %d, want 2 (stderr: %s)", code, stderr.String())
 			}
 		})
+	}
+}
+
+func TestListFlag(t *testing.T) {
+	var l listFlag
+	for _, v := range []string{"/usr/sbin/ipset,/usr/sbin/nft", " xt_set , ", "/usr/lib/x86_64-linux-gnu/xtables"} {
+		if err := l.Set(v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := listFlag{"/usr/sbin/ipset", "/usr/sbin/nft", "xt_set", "/usr/lib/x86_64-linux-gnu/xtables"}
+	if diff := cmp.Diff(want, l); diff != "" {
+		t.Errorf("listFlag (-want +got):\n%s", diff)
 	}
 }

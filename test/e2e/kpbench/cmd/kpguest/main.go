@@ -1,0 +1,496 @@
+//go:build linux
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/google/nftables"
+	"github.com/vishvananda/netlink"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/ipvs"
+	"github.com/switchyard-lb/switchyard/test/e2e/kpbench"
+)
+
+type options struct {
+	services, perService, changes int
+	kubeconfig                    string
+	kubeProxy, switchyard         string
+	switchyardConfig              string
+	only                          string
+	completeTimeout, syncTimeout  time.Duration
+	changeTimeout                 time.Duration
+	logTail                       int
+}
+
+func main() {
+	var o options
+	flag.IntVar(&o.services, "services", 1000, "Services in the workload")
+	flag.IntVar(&o.perService, "endpoints", 10, "endpoints per Service")
+	flag.IntVar(&o.changes, "changes", 5, "endpoint changes measured per proxy")
+	flag.StringVar(&o.kubeconfig, "kubeconfig", "testdata/kubeconfig", "kubeconfig reaching the host's API server")
+	flag.StringVar(&o.kubeProxy, "kube-proxy", "", "kube-proxy binary (static)")
+	flag.StringVar(&o.switchyard, "switchyard", "", "switchyard binary (static)")
+	flag.StringVar(&o.switchyardConfig, "switchyard-config", "testdata/switchyard.yaml", "switchyard configuration")
+	flag.StringVar(&o.only, "only", "floor,kube-proxy,switchyard", "which measurements to run, in this order")
+	flag.DurationVar(&o.completeTimeout, "complete-timeout", 30*time.Minute, "how long a proxy may take to program the whole table")
+	flag.DurationVar(&o.syncTimeout, "sync-timeout", 40*time.Minute, "how long a proxy may take to end its first full sync")
+	flag.DurationVar(&o.changeTimeout, "change-timeout", 5*time.Minute, "how long one endpoint change may take to show and its sync to end")
+	flag.IntVar(&o.logTail, "log-tail", 0, "print the last this many bytes of each proxy's log after its run")
+	flag.Parse()
+	if err := run(o, os.Stdout); err != nil {
+		fmt.Printf("kpguest: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run(o options, out io.Writer) error {
+	w, err := kpbench.NewWorkload(o.services, o.perService)
+	if err != nil {
+		return err
+	}
+	if err := configureNIC(); err != nil {
+		return err
+	}
+	k, err := ipvs.NewNetlink()
+	if err != nil {
+		return fmt.Errorf("open IPVS netlink: %w", err)
+	}
+	defer k.Close()
+	cfg, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+	if err != nil {
+		return fmt.Errorf("load %s: %w", o.kubeconfig, err)
+	}
+	cfg.QPS, cfg.Burst = -1, 0
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("API client: %w", err)
+	}
+	res := kpbench.Result{Services: o.services, PerService: o.perService}
+	b := bench{o: o, w: w, k: k, client: client, out: out}
+	round := 0
+	for _, what := range strings.Split(o.only, ",") {
+		switch what {
+		case "floor":
+			if res.Floor, err = b.floor(); err != nil {
+				return fmt.Errorf("floor: %w", err)
+			}
+			fmt.Fprintf(out, "== floor: VIPs %s, services %s, change %s\n", res.Floor.VIPs, res.Floor.Services, res.Floor.Change)
+		case kpbench.KubeProxy:
+			args := []string{"--proxy-mode=ipvs", "--kubeconfig=" + o.kubeconfig, "--hostname-override=" + kpbench.NodeName,
+				"--cluster-cidr=" + kpbench.ClusterCIDR, "--metrics-bind-address=127.0.0.1:10249",
+				"--healthz-bind-address=127.0.0.1:10256", "--conntrack-max-per-core=0", "--v=1"}
+			// Dual-stack: the IPv6 proxier's syncs count too, unless
+			// filtered out.
+			syncs := syncMetric{name: "kubeproxy_sync_proxy_rules_duration_seconds_count", label: `ip_family="IPv4"`,
+				diag: []string{"kubeproxy_sync_proxy_rules_duration_seconds_sum", "kubeproxy_sync_proxy_rules_duration_seconds_count"}}
+			p := b.proxy(kpbench.KubeProxy, o.kubeProxy, args, syncs, &round)
+			res.Proxies = append(res.Proxies, p)
+		case kpbench.Switchyard:
+			args := []string{"--config=" + o.switchyardConfig, "--kubeconfig=" + o.kubeconfig, "--hostname-override=" + kpbench.NodeName}
+			syncs := syncMetric{name: "switchyard_syncs_total",
+				diag: []string{"switchyard_syncs_total", "switchyard_sync_duration_seconds_sum", "switchyard_sync_duration_seconds_count"}}
+			p := b.proxy(kpbench.Switchyard, o.switchyard, args, syncs, &round)
+			res.Proxies = append(res.Proxies, p)
+		default:
+			return fmt.Errorf("-only: unknown measurement %q", what)
+		}
+		if err := cleanKernel(k); err != nil {
+			return fmt.Errorf("clean after %s: %w", what, err)
+		}
+	}
+	data, err := json.Marshal(res)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "%s%s\n", kpbench.ResultMarker, data)
+	return nil
+}
+
+type bench struct {
+	o      options
+	w      kpbench.Workload
+	k      *ipvs.Netlink
+	client kubernetes.Interface
+	out    io.Writer
+}
+
+func vsKey(vip netip.Addr) model.VirtualServiceKey {
+	return model.VirtualServiceKey{Addr: vip, Port: kpbench.ServicePort, Protocol: model.TCP}
+}
+
+func dest(a netip.Addr) ipvs.Destination {
+	return ipvs.Destination{DestinationKey: ipvs.DestinationKey{Addr: a, Port: kpbench.TargetPort}, Weight: 1}
+}
+
+// floorDummy holds the floor's VIPs, as kube-ipvs0 and switchyard0 hold
+// the proxies'.
+const floorDummy = "kpbench0"
+
+// floor creates the workload's objects in a plain loop, then replaces one
+// endpoint a few times (add the new real server, delete the old).
+func (b *bench) floor() (kpbench.Floor, error) {
+	a, err := ipvs.NewNetlinkAddresses()
+	if err != nil {
+		return kpbench.Floor{}, err
+	}
+	defer a.Close()
+	if err := a.EnsureDummy(floorDummy); err != nil {
+		return kpbench.Floor{}, err
+	}
+	var f kpbench.Floor
+	start := time.Now()
+	for _, s := range b.w.Services {
+		if err := a.AddAddr(floorDummy, s.VIP); err != nil {
+			return f, err
+		}
+	}
+	f.VIPs = time.Since(start)
+	start = time.Now()
+	for _, s := range b.w.Services {
+		if err := b.k.AddService(ipvs.Service{VirtualServiceKey: vsKey(s.VIP), Scheduler: "rr"}); err != nil {
+			return f, err
+		}
+		for _, e := range s.Endpoints {
+			if err := b.k.AddDestination(vsKey(s.VIP), dest(e)); err != nil {
+				return f, err
+			}
+		}
+	}
+	f.Services = time.Since(start)
+	var changes []time.Duration
+	s := b.w.Services[0]
+	old, repl := s.Endpoints[0], netip.MustParseAddr("10.95.255.254")
+	for range 5 {
+		start = time.Now()
+		if err := b.k.AddDestination(vsKey(s.VIP), dest(repl)); err != nil {
+			return f, err
+		}
+		if err := b.k.DeleteDestination(vsKey(s.VIP), dest(old).DestinationKey); err != nil {
+			return f, err
+		}
+		changes = append(changes, time.Since(start))
+		old, repl = repl, old
+	}
+	f.Change = kpbench.Median(changes)
+	return f, nil
+}
+
+// proxy runs one proxy through the measurements. Failures end up in
+// Proxy.Err with the tail of its log, so that the other proxy still runs.
+func (b *bench) proxy(name, bin string, args []string, syncs syncMetric, round *int) kpbench.Proxy {
+	p := kpbench.Proxy{Name: name}
+	logPath := "/tmp/" + name + ".log"
+	if err := b.measure(&p, bin, args, syncs, logPath, round); err != nil {
+		p.Err = err.Error()
+		fmt.Fprintf(b.out, "== %s failed: %v\n-- %s log (tail) --\n%s\n", name, err, name, tail(logPath, max(b.o.logTail, 6<<10)))
+	} else if b.o.logTail > 0 {
+		fmt.Fprintf(b.out, "-- %s log (tail) --\n%s\n", name, tail(logPath, b.o.logTail))
+	}
+	return p
+}
+
+func (b *bench) measure(p *kpbench.Proxy, bin string, args []string, syncs syncMetric, logPath string, round *int) error {
+	if bin == "" {
+		return errors.New("no binary given")
+	}
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", bin, err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer stop(cmd, exited, b.out, p.Name)
+	pid := cmd.Process.Pid
+	fmt.Fprintf(b.out, "== %s started (pid %d)\n", p.Name, pid)
+
+	// Until every real server is in IPVS.
+	err = poll(exited, b.o.completeTimeout, 100*time.Millisecond, func() (bool, error) {
+		t, err := readTable()
+		if err != nil {
+			return false, err
+		}
+		return b.w.Missing(t) == 0, nil
+	})
+	if err != nil {
+		return fmt.Errorf("IPVS table never complete: %w", err)
+	}
+	p.Complete = time.Since(start)
+	p.CPUComplete, _ = cpu(pid)
+	fmt.Fprintf(b.out, "== %s: IPVS complete after %s (CPU %s)\n", p.Name, p.Complete.Round(time.Millisecond), p.CPUComplete)
+
+	// Until its first sync ended, as its metrics say.
+	err = poll(exited, b.o.syncTimeout, 250*time.Millisecond, func() (bool, error) {
+		n, err := syncs.read()
+		return err == nil && n >= 1, nil
+	})
+	if err != nil {
+		return fmt.Errorf("no sync ended (%s): %w", syncs.name, err)
+	}
+	p.FirstSync = time.Since(start)
+	p.CPUFirstSync, _ = cpu(pid)
+	fmt.Fprintf(b.out, "== %s: first sync ended after %s (CPU %s)\n", p.Name, p.FirstSync.Round(time.Millisecond), p.CPUFirstSync)
+	syncs.printDiag(b.out, p.Name)
+
+	for range b.o.changes {
+		// Both proxies rate-limit syncs to one a second: wait it out so
+		// that the change starts a sync at once.
+		time.Sleep(1500 * time.Millisecond)
+		c := b.w.NextChange(*round)
+		*round++
+		before, err := syncs.read()
+		if err != nil {
+			return err
+		}
+		cpuBefore, _ := cpu(pid)
+		changeStart := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		_, err = b.client.DiscoveryV1().EndpointSlices(kpbench.Namespace).Patch(ctx,
+			kpbench.SliceName(b.w.Services[c.Service].Name), types.JSONPatchType,
+			kpbench.ChangePatch(c, metav1.Now()), metav1.PatchOptions{})
+		cancel()
+		if err != nil {
+			return fmt.Errorf("patch endpoint slice: %w", err)
+		}
+		b.w.ApplyChange(c)
+		key := vsKey(b.w.Services[c.Service].VIP)
+		err = poll(exited, b.o.changeTimeout, 2*time.Millisecond, func() (bool, error) {
+			ds, err := b.k.Destinations(key)
+			if err != nil {
+				return false, err
+			}
+			for _, d := range ds {
+				if d.Addr == c.New {
+					return true, nil
+				}
+			}
+			return false, nil
+		})
+		if err != nil {
+			return fmt.Errorf("change %d never visible: %w", len(p.Changes)+1, err)
+		}
+		visible := time.Since(changeStart)
+		p.Changes = append(p.Changes, visible)
+		err = poll(exited, b.o.changeTimeout, 50*time.Millisecond, func() (bool, error) {
+			n, err := syncs.read()
+			return err == nil && n > before, nil
+		})
+		if err != nil {
+			return fmt.Errorf("change %d: no sync ended: %w", len(p.Changes), err)
+		}
+		cpuAfter, _ := cpu(pid)
+		p.ChangeCPU = append(p.ChangeCPU, cpuAfter-cpuBefore)
+		fmt.Fprintf(b.out, "== %s: change %d visible after %s, sync ended after %s (CPU %s)\n", p.Name, len(p.Changes),
+			visible.Round(100*time.Microsecond), time.Since(changeStart).Round(time.Millisecond), cpuAfter-cpuBefore)
+	}
+	syncs.printDiag(b.out, p.Name)
+	if status, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status"); err == nil {
+		p.RSS, p.PeakRSS, _ = kpbench.ParseStatusMemory(string(status))
+	}
+	return nil
+}
+
+// stop ends a proxy with SIGTERM, then SIGKILL.
+func stop(cmd *exec.Cmd, exited <-chan error, out io.Writer, name string) {
+	cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-exited:
+	case <-time.After(20 * time.Second):
+		cmd.Process.Kill()
+		<-exited
+		fmt.Fprintf(out, "== %s did not stop within 20s of SIGTERM; killed\n", name)
+	}
+}
+
+// poll calls done every interval until it reports true, the process
+// exits or timeout passes.
+func poll(exited <-chan error, timeout, interval time.Duration, done func() (bool, error)) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, err := done()
+		if err != nil {
+			return err
+		}
+		if ok {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not after %s", timeout)
+		}
+		select {
+		case err := <-exited:
+			return fmt.Errorf("the process exited: %v", err)
+		case <-time.After(interval):
+		}
+	}
+}
+
+func readTable() (kpbench.Table, error) {
+	f, err := os.Open("/proc/net/ip_vs")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return kpbench.ParseProcIPVS(f)
+}
+
+var metricsClient = &http.Client{Timeout: 10 * time.Second}
+
+// syncMetric is the counter of a proxy's ended syncs: a metric name and
+// an optional label pair the samples must carry. diag names the metrics
+// printed, for reading the numbers, after the first sync and at the end.
+type syncMetric struct {
+	name, label string
+	diag        []string
+}
+
+// printDiag prints the proxy's samples of the diag metrics on one line.
+func (m syncMetric) printDiag(out io.Writer, proxy string) {
+	resp, err := metricsClient.Get("http://127.0.0.1:10249/metrics")
+	if err != nil {
+		fmt.Fprintf(out, "== %s metrics: %v\n", proxy, err)
+		return
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	var samples []string
+	for _, line := range strings.Split(string(data), "\n") {
+		for _, name := range m.diag {
+			if rest, ok := strings.CutPrefix(line, name); ok && (strings.HasPrefix(rest, " ") || strings.HasPrefix(rest, "{")) {
+				samples = append(samples, line)
+			}
+		}
+	}
+	fmt.Fprintf(out, "== %s metrics: %s\n", proxy, strings.Join(samples, "; "))
+}
+
+// read reads the counter from the proxy's metrics endpoint, which both
+// serve on 127.0.0.1:10249.
+func (m syncMetric) read() (float64, error) {
+	resp, err := metricsClient.Get("http://127.0.0.1:10249/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	v, found, err := kpbench.MetricSum(resp.Body, m.name, m.label)
+	if err == nil && !found {
+		return 0, nil // not observed yet
+	}
+	return v, err
+}
+
+func cpu(pid int) (time.Duration, error) {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	return kpbench.ParseStatCPU(string(stat))
+}
+
+// cleanKernel removes what any run left: every IPVS service, the dummy
+// links holding VIPs, the nftables ruleset (iptables-nft's and
+// switchyard's tables) and then the ipsets it referenced.
+func cleanKernel(k *ipvs.Netlink) error {
+	svcs, err := k.Services()
+	if err != nil {
+		return err
+	}
+	for _, s := range svcs {
+		if err := k.DeleteService(s.VirtualServiceKey); err != nil {
+			return fmt.Errorf("delete IPVS service: %w", err)
+		}
+	}
+	for _, name := range []string{floorDummy, "kube-ipvs0", "switchyard0"} {
+		if l, err := netlink.LinkByName(name); err == nil {
+			if err := netlink.LinkDel(l); err != nil {
+				return fmt.Errorf("delete %s: %w", name, err)
+			}
+		}
+	}
+	conn, err := nftables.New()
+	if err != nil {
+		return err
+	}
+	conn.FlushRuleset()
+	if err := conn.Flush(); err != nil {
+		return fmt.Errorf("flush nftables ruleset: %w", err)
+	}
+	if path, err := exec.LookPath("ipset"); err == nil {
+		if out, err := exec.Command(path, "destroy").CombinedOutput(); err != nil {
+			return fmt.Errorf("ipset destroy: %w: %s", err, bytes.TrimSpace(out))
+		}
+	}
+	return nil
+}
+
+// configureNIC brings up the user-mode NIC as qemu's slirp expects it:
+// 10.0.2.15/24, default route via 10.0.2.2 (the host).
+func configureNIC() error {
+	links, err := netlink.LinkList()
+	if err != nil {
+		return fmt.Errorf("list links: %w", err)
+	}
+	var nic netlink.Link
+	for _, l := range links {
+		if l.Type() == "device" && l.Attrs().Flags&net.FlagLoopback == 0 {
+			nic = l
+			break
+		}
+	}
+	if nic == nil {
+		return errors.New("no NIC in the guest (boot the lab with Job.UserNet)")
+	}
+	addr, err := netlink.ParseAddr("10.0.2.15/24")
+	if err != nil {
+		return err
+	}
+	if err := netlink.AddrReplace(nic, addr); err != nil {
+		return fmt.Errorf("address %s on %s: %w", addr, nic.Attrs().Name, err)
+	}
+	if err := netlink.LinkSetUp(nic); err != nil {
+		return fmt.Errorf("bring up %s: %w", nic.Attrs().Name, err)
+	}
+	gw := net.ParseIP("10.0.2.2")
+	if err := netlink.RouteReplace(&netlink.Route{LinkIndex: nic.Attrs().Index, Gw: gw}); err != nil {
+		return fmt.Errorf("default route via %s: %w", gw, err)
+	}
+	return nil
+}
+
+func tail(path string, n int) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	if len(data) > n {
+		data = data[len(data)-n:]
+	}
+	return string(data)
+}

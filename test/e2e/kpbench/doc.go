@@ -1,0 +1,25 @@
+// Package kpbench measures switchyard side by side with upstream
+// kube-proxy in IPVS mode, and both against the floor: a plain
+// cloudflare/ipvs loop creating the same kernel objects. Everything runs in
+// one kernel lab guest (test/lab), one after the other on the same kernel,
+// so that the ratios come from one run: TCG inflates absolute times.
+//
+// It owns the workload (N ClusterIP Services x 10 endpoints, and the
+// endpoint changes), reading the kernel's IPVS table back from
+// /proc/net/ip_vs, the few Prometheus samples the measurements need, and
+// the result table. The pieces that run:
+//
+//   - BenchmarkIntegrationKubeProxyIPVS (build tag integration; `make
+//     bench-kubeproxy`) starts etcd and kube-apiserver on the host
+//     (test/apitest), creates the Services and EndpointSlices, boots one
+//     guest on qemu user networking (the host's loopback is 10.0.2.2 there)
+//     with kube-proxy, switchyard, and Debian's iptables-nft and ipset with
+//     their libraries (labrun's extras), and prints the table;
+//   - cmd/kpguest, the guest's job: it measures the floor, then for
+//     kube-proxy --proxy-mode=ipvs and for the switchyard daemon (ipvs
+//     dataplane) the time from start until the IPVS table is complete and
+//     until the first full sync ended, then endpoint changes made through
+//     the API server until each is visible in IPVS, with CPU and RSS;
+//     between runs it removes every IPVS service, the dummy links, the
+//     nftables ruleset and the ipsets.
+package kpbench

@@ -1,0 +1,265 @@
+//go:build integration && linux
+
+package kpbench_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/switchyard-lb/switchyard/test/apitest"
+	"github.com/switchyard-lb/switchyard/test/e2e/kpbench"
+	"github.com/switchyard-lb/switchyard/test/lab"
+)
+
+// envInt reads a positive integer setting, or returns def.
+func envInt(b *testing.B, name string, def int) int {
+	s := os.Getenv(name)
+	if s == "" {
+		return def
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n <= 0 {
+		b.Fatalf("%s=%q: want a positive integer", name, s)
+	}
+	return n
+}
+
+// BenchmarkIntegrationKubeProxyIPVS runs the side-by-side benchmark once
+// (package doc). Settings: KPBENCH_SERVICES (default 1000),
+// KPBENCH_CHANGES (endpoint changes per proxy, default 5), KPBENCH_MEM
+// (guest MiB, default from the size), KPBENCH_ONLY (default
+// floor,kube-proxy,switchyard), KPBENCH_LOG_TAIL (bytes of each proxy's
+// log to print, default none). kube-proxy comes from
+// $SWITCHYARD_KUBE_BIN, built by test/tools/kube-binaries.sh --kube-proxy.
+//
+//	SWITCHYARD_KUBE_BIN=$(test/tools/kube-binaries.sh --kube-proxy) \
+//	  go test -tags integration -run '^$' -bench KubeProxyIPVS -benchtime 1x -timeout 3h ./test/e2e/kpbench
+func BenchmarkIntegrationKubeProxyIPVS(b *testing.B) {
+	n := envInt(b, "KPBENCH_SERVICES", 1000)
+	changes := envInt(b, "KPBENCH_CHANGES", 5)
+	// kube-proxy reached 250 MiB RSS at 10,000 Services; the initramfs
+	// holds about 150 MiB of binaries.
+	mem := envInt(b, "KPBENCH_MEM", 1024+n/10)
+	only := os.Getenv("KPBENCH_ONLY")
+	if only == "" {
+		only = "floor,kube-proxy,switchyard"
+	}
+	w, err := kpbench.NewWorkload(n, 10)
+	if err != nil {
+		b.Fatal(err)
+	}
+	kubeProxy := filepath.Join(os.Getenv(apitest.EnvBinDir), "kube-proxy")
+	if _, err := os.Stat(kubeProxy); err != nil {
+		b.Fatalf("no kube-proxy in $%s (run test/tools/kube-binaries.sh --kube-proxy): %v", apitest.EnvBinDir, err)
+	}
+	extra := append([]string{kubeProxy}, kpbench.GuestTools...)
+	for _, tool := range kpbench.GuestTools {
+		if _, err := os.Stat(tool); err != nil {
+			b.Fatalf("%v (test/lab/deps.sh --netfilter-tools installs Debian's iptables and ipset)", err)
+		}
+	}
+
+	srv := apitest.Start(b)
+	ctx := b.Context()
+	began := time.Now()
+	createObjects(b, srv.Admin, w)
+	b.Logf("created %d Services and EndpointSlices in %s", n, time.Since(began).Round(time.Millisecond))
+
+	dir := b.TempDir()
+	guestData := filepath.Join(dir, "guest", "testdata")
+	if err := os.MkdirAll(guestData, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	// The guest gets switchyard at the same path (Job.Extra, no size
+	// limit), which must not be under /tmp: the guest mounts a tmpfs there.
+	syDir := filepath.Join(filepath.Dir(lab.DefaultCacheDir()), "kpbench")
+	if err := os.MkdirAll(syDir, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	switchyard := filepath.Join(syDir, "switchyard")
+	kpguest := filepath.Join(dir, "kpguest")
+	buildStatic(b, kpguest, "github.com/switchyard-lb/switchyard/test/e2e/kpbench/cmd/kpguest")
+	if strings.Contains(only, kpbench.Switchyard) {
+		buildStatic(b, switchyard, "github.com/switchyard-lb/switchyard/cmd/switchyard")
+		extra = append(extra, switchyard)
+	}
+	if err := os.WriteFile(filepath.Join(guestData, "switchyard.yaml"), []byte(kpbench.SwitchyardConfig), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	// The guest reaches the host's loopback as 10.0.2.2; the serving
+	// certificate names 127.0.0.1 and localhost, so verify it as localhost.
+	u, err := url.Parse(srv.Admin.Host)
+	if err != nil {
+		b.Fatal(err)
+	}
+	guestCfg := rest.CopyConfig(srv.Admin)
+	guestCfg.Host = "https://10.0.2.2:" + u.Port()
+	guestCfg.TLSClientConfig.ServerName = "localhost"
+	kc, err := os.ReadFile(srv.WriteKubeconfig(b, guestCfg))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(guestData, "kubeconfig"), kc, 0o600); err != nil {
+		b.Fatal(err)
+	}
+
+	modules := append(append(append([]string{}, lab.DefaultModules...), lab.UserNetModules...), kpbench.KubeProxyModules...)
+	assets, err := lab.EnsureAssets(ctx, lab.Config{Modules: modules})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var out bytes.Buffer
+	job := lab.Job{
+		Binary: kpguest,
+		Args: []string{"-services", strconv.Itoa(n), "-endpoints", "10", "-changes", strconv.Itoa(changes),
+			"-kube-proxy", kubeProxy, "-switchyard", switchyard, "-only", only,
+			"-log-tail", strconv.Itoa(envInt(b, "KPBENCH_LOG_TAIL", 0))},
+		MemoryMB: mem,
+		Timeout:  3 * time.Hour,
+		Output:   io.MultiWriter(&out, prefixWriter{w: os.Stderr, prefix: "guest: "}),
+		TestData: guestData,
+		UserNet:  true,
+		Extra:    extra,
+	}
+	for b.Loop() {
+		res, err := lab.Run(ctx, assets, job)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if res.ExitCode != 0 {
+			b.Fatalf("guest exited with %d", res.ExitCode)
+		}
+	}
+	r := parseResult(b, out.String())
+	fmt.Printf("\n%s", r.Table())
+	kp, sy := r.Proxy(kpbench.KubeProxy), r.Proxy(kpbench.Switchyard)
+	b.ReportMetric(float64(n), "services")
+	b.ReportMetric((r.Floor.VIPs + r.Floor.Services).Seconds(), "floor-s")
+	b.ReportMetric(kp.Complete.Seconds(), "kp-complete-s")
+	b.ReportMetric(sy.Complete.Seconds(), "sy-complete-s")
+	b.ReportMetric(kp.FirstSync.Seconds(), "kp-first-sync-s")
+	b.ReportMetric(sy.FirstSync.Seconds(), "sy-first-sync-s")
+	b.ReportMetric(float64(r.Floor.Change.Microseconds())/1000, "floor-change-ms")
+	b.ReportMetric(float64(kp.MedianChange().Microseconds())/1000, "kp-change-ms")
+	b.ReportMetric(float64(sy.MedianChange().Microseconds())/1000, "sy-change-ms")
+	for _, p := range r.Proxies {
+		if p.Err != "" {
+			b.Errorf("%s: %s", p.Name, p.Err)
+		}
+	}
+}
+
+// createObjects writes the Node both proxies run as, then the workload's
+// Services and EndpointSlices, several at a time.
+func createObjects(b *testing.B, admin *rest.Config, w kpbench.Workload) {
+	cfg := rest.CopyConfig(admin)
+	cfg.QPS, cfg.Burst = -1, 0
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := b.Context()
+	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: kpbench.Namespace}}, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: kpbench.NodeName},
+		Status:     corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.2.15"}}},
+	}
+	created, err := client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	created.Status = node.Status
+	if _, err := client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	svcs, slices := w.Objects()
+	work := make(chan int)
+	errs := make(chan error, 1)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for i := range work {
+				_, err := client.CoreV1().Services(kpbench.Namespace).Create(ctx, svcs[i], metav1.CreateOptions{})
+				if err == nil {
+					_, err = client.DiscoveryV1().EndpointSlices(kpbench.Namespace).Create(ctx, slices[i], metav1.CreateOptions{})
+				}
+				if err != nil {
+					select {
+					case errs <- fmt.Errorf("create %s: %w", svcs[i].Name, err):
+					default:
+					}
+				}
+			}
+		})
+	}
+	for i := range svcs {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	select {
+	case err := <-errs:
+		b.Fatal(err)
+	default:
+	}
+}
+
+func buildStatic(b *testing.B, out, pkg string) {
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", out, pkg)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if data, err := cmd.CombinedOutput(); err != nil {
+		b.Fatalf("go build %s: %v\n%s", pkg, err, data)
+	}
+}
+
+func parseResult(b *testing.B, out string) kpbench.Result {
+	for _, line := range strings.Split(out, "\n") {
+		data, ok := strings.CutPrefix(line, kpbench.ResultMarker)
+		if !ok {
+			continue
+		}
+		var r kpbench.Result
+		if err := json.Unmarshal([]byte(data), &r); err != nil {
+			b.Fatalf("guest result %q: %v", data, err)
+		}
+		return r
+	}
+	b.Fatal("the guest printed no result")
+	return kpbench.Result{}
+}
+
+// prefixWriter streams the guest's progress, each line prefixed.
+type prefixWriter struct {
+	w      io.Writer
+	prefix string
+}
+
+func (p prefixWriter) Write(data []byte) (int, error) {
+	for _, line := range strings.SplitAfter(string(data), "\n") {
+		if line == "" || strings.HasPrefix(line, kpbench.ResultMarker) {
+			continue
+		}
+		if _, err := io.WriteString(p.w, p.prefix+line); err != nil {
+			return 0, err
+		}
+	}
+	return len(data), nil
+}
