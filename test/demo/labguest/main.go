@@ -2,11 +2,9 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,6 +16,7 @@ import (
 	"github.com/switchyard-lb/switchyard/core/model"
 	"github.com/switchyard-lb/switchyard/ipvs"
 	"github.com/switchyard-lb/switchyard/ipvs/dryrun"
+	"github.com/switchyard-lb/switchyard/test/lab/guest"
 	"github.com/vishvananda/netlink"
 )
 
@@ -34,7 +33,7 @@ func main() {
 }
 
 func run(dir, node string, readyTimeout, waitChange time.Duration, out io.Writer) error {
-	if err := configureNIC(); err != nil {
+	if err := guest.ConfigureUserNet(); err != nil {
 		return err
 	}
 	logPath := "/tmp/switchyard.log"
@@ -141,40 +140,6 @@ func waitTableChange(before []model.VirtualService, timeout time.Duration) ([]mo
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-}
-
-// configureNIC brings up the user-mode NIC as qemu's slirp expects it:
-// 10.0.2.15/24, default route via 10.0.2.2 (the host).
-func configureNIC() error {
-	links, err := netlink.LinkList()
-	if err != nil {
-		return fmt.Errorf("list links: %w", err)
-	}
-	var nic netlink.Link
-	for _, l := range links {
-		if l.Type() == "device" && l.Attrs().Flags&net.FlagLoopback == 0 {
-			nic = l
-			break
-		}
-	}
-	if nic == nil {
-		return errors.New("no NIC in the guest (was the VM started with labrun -usernet?)")
-	}
-	addr, err := netlink.ParseAddr("10.0.2.15/24")
-	if err != nil {
-		return err
-	}
-	if err := netlink.AddrReplace(nic, addr); err != nil {
-		return fmt.Errorf("address %s on %s: %w", addr, nic.Attrs().Name, err)
-	}
-	if err := netlink.LinkSetUp(nic); err != nil {
-		return fmt.Errorf("bring up %s: %w", nic.Attrs().Name, err)
-	}
-	gw := net.ParseIP("10.0.2.2")
-	if err := netlink.RouteReplace(&netlink.Route{LinkIndex: nic.Attrs().Index, Gw: gw}); err != nil {
-		return fmt.Errorf("default route via %s: %w", gw, err)
-	}
-	return nil
 }
 
 // waitReady polls the daemon's /readyz until it answers 200, the daemon

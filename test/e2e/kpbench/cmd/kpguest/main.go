@@ -10,7 +10,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/netip"
 	"os"
@@ -30,6 +29,7 @@ import (
 	"github.com/switchyard-lb/switchyard/core/model"
 	"github.com/switchyard-lb/switchyard/ipvs"
 	"github.com/switchyard-lb/switchyard/test/e2e/kpbench"
+	"github.com/switchyard-lb/switchyard/test/lab/guest"
 )
 
 type options struct {
@@ -37,6 +37,7 @@ type options struct {
 	kubeconfig                    string
 	kubeProxy, switchyard         string
 	switchyardConfig              string
+	switchyardArgs                string
 	only                          string
 	completeTimeout, syncTimeout  time.Duration
 	changeTimeout                 time.Duration
@@ -52,6 +53,7 @@ func main() {
 	flag.StringVar(&o.kubeProxy, "kube-proxy", "", "kube-proxy binary (static)")
 	flag.StringVar(&o.switchyard, "switchyard", "", "switchyard binary (static)")
 	flag.StringVar(&o.switchyardConfig, "switchyard-config", "testdata/switchyard.yaml", "switchyard configuration")
+	flag.StringVar(&o.switchyardArgs, "switchyard-args", "", "extra switchyard flags, space-separated (such as --v=4)")
 	flag.StringVar(&o.only, "only", "floor,kube-proxy,switchyard", "which measurements to run, in this order")
 	flag.DurationVar(&o.completeTimeout, "complete-timeout", 30*time.Minute, "how long a proxy may take to program the whole table")
 	flag.DurationVar(&o.syncTimeout, "sync-timeout", 40*time.Minute, "how long a proxy may take to end its first full sync")
@@ -69,7 +71,7 @@ func run(o options, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := configureNIC(); err != nil {
+	if err := guest.ConfigureUserNet(); err != nil {
 		return err
 	}
 	k, err := ipvs.NewNetlink()
@@ -108,6 +110,7 @@ func run(o options, out io.Writer) error {
 			res.Proxies = append(res.Proxies, p)
 		case kpbench.Switchyard:
 			args := []string{"--config=" + o.switchyardConfig, "--kubeconfig=" + o.kubeconfig, "--hostname-override=" + kpbench.NodeName}
+			args = append(args, strings.Fields(o.switchyardArgs)...)
 			syncs := syncMetric{name: "switchyard_syncs_total",
 				diag: []string{"switchyard_syncs_total", "switchyard_sync_duration_seconds_sum", "switchyard_sync_duration_seconds_count"}}
 			p := b.proxy(kpbench.Switchyard, o.switchyard, args, syncs, &round)
@@ -446,40 +449,6 @@ func cleanKernel(k *ipvs.Netlink) error {
 		if out, err := exec.Command(path, "destroy").CombinedOutput(); err != nil {
 			return fmt.Errorf("ipset destroy: %w: %s", err, bytes.TrimSpace(out))
 		}
-	}
-	return nil
-}
-
-// configureNIC brings up the user-mode NIC as qemu's slirp expects it:
-// 10.0.2.15/24, default route via 10.0.2.2 (the host).
-func configureNIC() error {
-	links, err := netlink.LinkList()
-	if err != nil {
-		return fmt.Errorf("list links: %w", err)
-	}
-	var nic netlink.Link
-	for _, l := range links {
-		if l.Type() == "device" && l.Attrs().Flags&net.FlagLoopback == 0 {
-			nic = l
-			break
-		}
-	}
-	if nic == nil {
-		return errors.New("no NIC in the guest (boot the lab with Job.UserNet)")
-	}
-	addr, err := netlink.ParseAddr("10.0.2.15/24")
-	if err != nil {
-		return err
-	}
-	if err := netlink.AddrReplace(nic, addr); err != nil {
-		return fmt.Errorf("address %s on %s: %w", addr, nic.Attrs().Name, err)
-	}
-	if err := netlink.LinkSetUp(nic); err != nil {
-		return fmt.Errorf("bring up %s: %w", nic.Attrs().Name, err)
-	}
-	gw := net.ParseIP("10.0.2.2")
-	if err := netlink.RouteReplace(&netlink.Route{LinkIndex: nic.Attrs().Index, Gw: gw}); err != nil {
-		return fmt.Errorf("default route via %s: %w", gw, err)
 	}
 	return nil
 }
