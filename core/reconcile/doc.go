@@ -9,7 +9,8 @@
 //  3. the dataplane applies the changed Services (everything on the first
 //     sync, on a periodic full resync (Config.FullSyncPeriod), and
 //     after any failure, so that a retry repairs whatever a failed Apply
-//     left);
+//     left); changes that a periodic resync finds pending are applied on
+//     their own first, so that they do not wait for it;
 //  4. only then do announcers announce new addresses and the health check
 //     servers report new counts.
 //

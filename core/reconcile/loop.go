@@ -67,8 +67,11 @@ type Config struct {
 	Now func() time.Time
 	// FullSyncPeriod is the time between full resyncs, whether syncs
 	// carry changes or not (a sync without changes, such as a statistics
-	// tick, is not a full resync by itself); 0 means
-	// DefaultFullSyncPeriod. The daemon sets it to syncPeriod.
+	// tick, is not a full resync by itself), counted between their
+	// starts, and at least half of it from the end of the last one; 0
+	// means DefaultFullSyncPeriod. The daemon sets it to syncPeriod.
+	// Changes that a periodic resync finds pending are applied on their
+	// own before it.
 	FullSyncPeriod time.Duration
 
 	// Policies nil: no policy stage; the planner's weights apply.
@@ -80,9 +83,10 @@ type Config struct {
 	// PolicyDeadline bounds one evaluation; 0 means DefaultPolicyDeadline.
 	PolicyDeadline time.Duration
 	// PolicyWorkers bounds how many Services' policies are evaluated at
-	// once; 0 means runtime.GOMAXPROCS(0), and 1 evaluates them one after
-	// the other on Sync's goroutine. The weighted plan does not depend on
-	// it.
+	// once; 0 means one fewer than runtime.GOMAXPROCS(0), at least 1 (a
+	// CPU stays free for the goroutines that enforce deadlines: compiled
+	// WebAssembly is not preemptible), and 1 evaluates them one after the
+	// other on Sync's goroutine. The weighted plan does not depend on it.
 	PolicyWorkers int
 	// PolicyErrorReason, when set, names the failure reason of an
 	// evaluation error for metrics and conditions (one of the Failure*
@@ -116,11 +120,13 @@ type Loop struct {
 	// needFull is set until a full Apply succeeds: initially and after
 	// a failed Apply.
 	needFull bool
-	lastFull time.Time
-	triggers []time.Time // EndpointSlice trigger times not yet applied
-	announce map[model.ServiceKey][]netip.Addr
-	ann      []announcerState
-	health   map[model.ServiceKey]healthcheck.Port
+	// lastFull and lastFullEnd are when the last full Apply that
+	// succeeded started and ended.
+	lastFull, lastFullEnd time.Time
+	triggers              []time.Time // EndpointSlice trigger times not yet applied
+	announce              map[model.ServiceKey][]netip.Addr
+	ann                   []announcerState
+	health                map[model.ServiceKey]healthcheck.Port
 	// healthDirty is set when health changed or its last Sync failed.
 	healthDirty bool
 	counts      counts
@@ -289,7 +295,11 @@ func (l *Loop) Sync(ctx context.Context) (err error) {
 			l.mu.Unlock()
 		}
 	}
-	full := l.needFull || forceFull || start.Sub(l.lastFull) >= l.fullSync
+	// A resync due by the period alone waits until the last one has been
+	// over for half a period, so that resyncs slower than the period
+	// (thousands of Services under emulation) do not follow one another.
+	periodic := start.Sub(l.lastFull) >= l.fullSync && start.Sub(l.lastFullEnd) >= l.fullSync/2
+	full := l.needFull || forceFull || periodic
 	l.triggers = append(l.triggers, d.TriggerTimes...)
 	if len(l.triggers) > maxPendingTriggers {
 		l.triggers = l.triggers[:maxPendingTriggers]
@@ -323,6 +333,17 @@ func (l *Loop) Sync(ctx context.Context) (err error) {
 		mode = metrics.ModeFull
 	}
 	l.m.Syncs.WithLabelValues(mode).Inc()
+	if full && !l.needFull && !forceFull && len(changed) > 0 {
+		// The periodic resync can take seconds: the changes go first,
+		// on their own, and the resync repairs anything they missed.
+		if err := l.cfg.Dataplane.Apply(ctx, plugin.Update{Plan: p, Changed: changed}); err != nil {
+			l.log.Debug("changes before the periodic resync", "changed", len(changed), "err", err)
+		} else {
+			l.markApplied(changed, false)
+			l.m.ObserveProgramming(l.now(), l.triggers)
+			l.triggers = l.triggers[:0]
+		}
+	}
 	applyErr := error(nil)
 	if full || len(changed) > 0 {
 		applyErr = l.cfg.Dataplane.Apply(ctx, plugin.Update{Plan: p, Changed: changed, Full: full})
@@ -334,7 +355,7 @@ func (l *Loop) Sync(ctx context.Context) (err error) {
 	} else {
 		if full {
 			l.needFull = false
-			l.lastFull = start
+			l.lastFull, l.lastFullEnd = start, l.now()
 		}
 		l.markApplied(changed, full)
 		l.m.ObserveProgramming(l.now(), l.triggers)

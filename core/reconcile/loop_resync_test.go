@@ -1,0 +1,135 @@
+package reconcile_test
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/core/plan"
+	"github.com/switchyard-lb/switchyard/core/plugin"
+	"github.com/switchyard-lb/switchyard/core/reconcile"
+)
+
+// applied is what one Apply was asked to do.
+type applied struct {
+	Full    bool
+	Changed []model.ServiceKey
+}
+
+// newResyncHarness returns a harness whose loop resyncs every minute on
+// the clock *now, and the record of its successful Applies. An Apply
+// advances the clock by applyTook (a full one by fullTook), as a slow
+// dataplane would, after calling onApply when set.
+func newResyncHarness(t *testing.T, now *time.Time, applyTook, fullTook time.Duration, onApply func(plugin.Update)) (*harness, *[]applied) {
+	h := newHarness(t)
+	h.loop = reconcile.New(reconcile.Config{
+		NodeName: "node-a", Source: h.src, Planner: plan.New(plan.Options{}), Dataplane: h.dp,
+		Now: func() time.Time { return *now }, FullSyncPeriod: time.Minute,
+	})
+	var got []applied
+	h.dp.AfterApply(func(u plugin.Update) {
+		got = append(got, applied{Full: u.Full, Changed: u.Changed})
+		if onApply != nil {
+			onApply(u)
+		}
+		if u.Full {
+			*now = now.Add(fullTook)
+		} else {
+			*now = now.Add(applyTook)
+		}
+	})
+	return h, &got
+}
+
+func TestPeriodicResyncAppliesPendingChangesFirst(t *testing.T) {
+	now := t0
+	var h *harness
+	var servedBeforeResync bool
+	h, got := newResyncHarness(t, &now, 0, 0, func(u plugin.Update) {
+		if !u.Full {
+			servedBeforeResync = hasBackend(h, "10.244.9.9")
+		}
+	})
+	h.initial()
+	mustSync(t, h.loop)
+	*got = nil
+
+	now = t0.Add(time.Minute) // the resync is due
+	moved := clusterIP(webKey, "10.96.0.1", ep("10.244.9.9:8080", "node-z"))
+	h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{webKey: moved}})
+	mustSync(t, h.loop)
+	want := []applied{{Changed: []model.ServiceKey{webKey}}, {Full: true, Changed: []model.ServiceKey{webKey}}}
+	if diff := cmp.Diff(want, *got); diff != "" {
+		t.Errorf("Applies of the sync with a change and a resync due (-want +got):\n%s", diff)
+	}
+	if !servedBeforeResync {
+		t.Errorf("the change was not in the dataplane before the resync started:\n%s", h.dry)
+	}
+	if !hasBackend(h, "10.244.9.9") {
+		t.Errorf("the change is missing after the resync:\n%s", h.dry)
+	}
+}
+
+func TestRequiredFullSyncIsNotPrecededByAPartial(t *testing.T) {
+	now := t0
+	h, got := newResyncHarness(t, &now, 0, 0, nil)
+	h.initial()
+	mustSync(t, h.loop) // the first sync is full by necessity
+	h.loop.RequestFull()
+	h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{
+		webKey: clusterIP(webKey, "10.96.0.1", ep("10.244.9.9:8080", "node-z")),
+	}})
+	mustSync(t, h.loop)
+	var modes []bool
+	for _, a := range *got {
+		modes = append(modes, a.Full)
+	}
+	if diff := cmp.Diff([]bool{true, true}, modes); diff != "" {
+		t.Errorf("Full of each Apply (-want +got):\n%s", diff)
+	}
+}
+
+func TestSlowResyncIsNotFollowedByAnother(t *testing.T) {
+	now := t0
+	// A full Apply takes longer than the period, as the first one can
+	// at thousands of Services under emulation.
+	h, got := newResyncHarness(t, &now, time.Second, 90*time.Second, nil)
+	h.initial()
+	mustSync(t, h.loop) // t0 to t0+90s
+	change := func(backend string) {
+		h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{
+			webKey: clusterIP(webKey, "10.96.0.1", ep(backend+":8080", "node-z")),
+		}})
+	}
+	var fulls []bool
+	for i, at := range []time.Duration{91 * time.Second, 100 * time.Second, 120 * time.Second} {
+		now = t0.Add(at)
+		*got = nil
+		change("10.244.9." + string(rune('1'+i)))
+		mustSync(t, h.loop)
+		full := false
+		for _, a := range *got {
+			full = full || a.Full
+		}
+		fulls = append(fulls, full)
+	}
+	// 91s and 100s are less than half a period after the first resync
+	// ended; 120s is half a period after.
+	if diff := cmp.Diff([]bool{false, false, true}, fulls); diff != "" {
+		t.Errorf("whether each change's sync resynced (-want +got):\n%s", diff)
+	}
+}
+
+// hasBackend reports whether the dataplane holds a real server at addr.
+func hasBackend(h *harness, addr string) bool {
+	for _, l := range table(h.dry) {
+		if slices.Contains(strings.Fields(l), addr+":8080") {
+			return true
+		}
+	}
+	return false
+}
