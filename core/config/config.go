@@ -98,9 +98,13 @@ type Policies struct {
 	// policies re-evaluated with them. Default 10s.
 	StatisticsInterval Duration `yaml:"statisticsInterval"`
 	// Workers is how many Services' policies are evaluated at once, 0 to
-	// MaxPolicyWorkers. Default 0: one per CPU the daemon may use
-	// (GOMAXPROCS); EvaluationWorkers resolves it. Each worker may hold
-	// an instance of a WebAssembly policy (a few MiB for a Go guest).
+	// MaxPolicyWorkers. Default 0: one fewer than the CPUs the daemon may
+	// use (GOMAXPROCS), at least one; EvaluationWorkers resolves it.
+	// Compiled WebAssembly cannot be preempted by the Go scheduler, and a
+	// module's deadline is enforced by a goroutine: with a worker on every
+	// CPU, runaway modules would hold them all and overrun their deadlines
+	// (and stall the daemon) until one returned. Each worker may hold an
+	// instance of a WebAssembly policy (a few MiB for a Go guest).
 	Workers int `yaml:"workers"`
 	// CacheDir is the directory where compiled WebAssembly policies are
 	// kept across restarts, so a restarted daemon does not compile them
@@ -113,12 +117,12 @@ type Policies struct {
 }
 
 // EvaluationWorkers returns the number of policy evaluations run at once:
-// Workers, or GOMAXPROCS when Workers is 0.
+// Workers, or GOMAXPROCS-1 (at least 1) when Workers is 0.
 func (p *Policies) EvaluationWorkers() int {
 	if p.Workers > 0 {
 		return p.Workers
 	}
-	return runtime.GOMAXPROCS(0)
+	return max(1, runtime.GOMAXPROCS(0)-1)
 }
 
 // CompilationCacheDir returns the WebAssembly compilation cache's

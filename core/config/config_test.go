@@ -550,8 +550,8 @@ func TestPolicyWorkersAndCacheDir(t *testing.T) {
 		wantWorkers int
 		wantDir     string
 	}{
-		{"defaults", header, runtime.GOMAXPROCS(0), "/var/cache/switchyard/wasm"},
-		{"null is the default", header + "policies:\n  cacheDir:\n", runtime.GOMAXPROCS(0), "/var/cache/switchyard/wasm"},
+		{"defaults", header, max(1, runtime.GOMAXPROCS(0)-1), "/var/cache/switchyard/wasm"},
+		{"null is the default", header + "policies:\n  cacheDir:\n", max(1, runtime.GOMAXPROCS(0)-1), "/var/cache/switchyard/wasm"},
 		{"set", header + "policies:\n  workers: 3\n  cacheDir: /cache\n", 3, "/cache"},
 		{"cache disabled", header + "policies:\n  workers: 1\n  cacheDir: \"\"\n", 1, ""},
 	}

@@ -70,6 +70,16 @@ type Policies interface {
 	Changed() []string
 }
 
+// StatsBlind is implemented by policies whose decisions never depend on
+// the live statistics in their input (the built-in ones). A statistics
+// tick does not re-evaluate the Services using them, and when every
+// Service uses one, it does not read the dataplane's statistics at all:
+// with thousands of Services that read is one netlink dump per virtual
+// service.
+type StatsBlind interface {
+	IgnoresStats() bool
+}
+
 // PolicyReporter tells the user about a Service's policy: the daemon
 // records Events and writes the Service's switchyard.dev/PolicyReady
 // condition. Calls are made from the loop's goroutine and must not block.
@@ -119,6 +129,7 @@ type policyStage struct {
 	firstSeen map[model.ServiceKey]map[model.EndpointKey]time.Time
 	status    map[model.ServiceKey]policyStatus
 	due       map[model.ServiceKey]time.Time // Reevaluate
+	blind     map[model.ServiceKey]bool      // the policy is StatsBlind
 	touched   []model.ServiceKey             // changed in the watch since apply
 	viewDirty bool                           // status or uses changed since takeView
 	lastTick  time.Time
@@ -145,13 +156,14 @@ func newPolicyStage(cfg *Config) *policyStage {
 		firstSeen: make(map[model.ServiceKey]map[model.EndpointKey]time.Time),
 		status:    make(map[model.ServiceKey]policyStatus),
 		due:       make(map[model.ServiceKey]time.Time),
+		blind:     make(map[model.ServiceKey]bool),
 		weighted:  make(map[model.ServiceKey]*model.ServicePlan),
 	}
 	if s.deadline <= 0 {
 		s.deadline = DefaultPolicyDeadline
 	}
 	if s.workers <= 0 {
-		s.workers = runtime.GOMAXPROCS(0)
+		s.workers = max(1, runtime.GOMAXPROCS(0)-1)
 	}
 	if s.m == nil {
 		s.m = NewPolicyMetrics(nil)
@@ -217,14 +229,27 @@ func (s *policyStage) apply(ctx context.Context, now time.Time, node *model.Node
 	}
 	if iv := s.cfg.StatsInterval; iv > 0 && now.Sub(s.lastTick) >= iv {
 		s.lastTick = now
-		s.readStats()
 		// A failing Service waits for a change of its own or of its
 		// policy: a module that overruns its deadline would otherwise
-		// cost every tick a deadline per Service.
+		// cost every tick a deadline per Service. A Service whose
+		// policy ignores statistics has nothing to learn from a tick,
+		// and the statistics are read only if a Service evaluated now
+		// may use them (one not yet evaluated may).
+		read := false
 		for k := range s.weighted {
+			if s.blind[k] {
+				continue
+			}
+			read = true
 			if st, ok := s.status[k]; !ok || st.ready {
 				dirty[k] = true
 			}
+		}
+		for k := range dirty {
+			read = read || !s.blind[k]
+		}
+		if read {
+			s.readStats()
 		}
 	}
 	var out []model.ServiceKey
@@ -324,6 +349,7 @@ func (s *policyStage) forget(k model.ServiceKey) {
 	delete(s.uses, k)
 	delete(s.lastGood, k)
 	delete(s.due, k)
+	delete(s.blind, k)
 	s.viewDirty = true
 	if _, ok := s.status[k]; ok {
 		delete(s.status, k)
@@ -453,6 +479,11 @@ func (s *policyStage) commit(now time.Time, j *evalJob) *model.ServicePlan {
 	}
 	if errors.Is(j.err, ErrNoPolicy) {
 		delete(s.lastGood, k)
+	}
+	if b, ok := j.pol.(StatsBlind); ok && j.err == nil && b.IgnoresStats() {
+		s.blind[k] = true
+	} else {
+		delete(s.blind, k)
 	}
 	if j.out.good != nil {
 		s.lastGood[k] = j.out.good

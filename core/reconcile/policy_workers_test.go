@@ -393,3 +393,69 @@ func TestPolicyStatsReadFailures(t *testing.T) {
 		}
 	}
 }
+
+// statsBlind is a policy that declares it never reads statistics.
+type statsBlind struct{ *reconciletest.Func }
+
+func (statsBlind) IgnoresStats() bool { return true }
+
+// TestPolicyTickSkipsStatsBlind checks that a statistics tick neither
+// re-evaluates the Services of a policy that ignores statistics nor, when
+// no Service's policy uses them, reads the dataplane's statistics.
+func TestPolicyTickSkipsStatsBlind(t *testing.T) {
+	const tick = 10 * time.Second
+	dp := &statsDataplane{Dataplane: dryrun.New()}
+	blind := reconciletest.NewFunc("blind", weights())
+	seeing := reconciletest.NewFunc("p", weights())
+	pols := reconciletest.NewPolicies("p")
+	pols.Set("blind", statsBlind{blind}, nil, nil)
+	pols.Set("p", seeing, nil, nil)
+	src := reconciletest.NewSource()
+	now := t0
+	loop := reconcile.New(reconcile.Config{
+		NodeName: "node-a", Source: src, Planner: plan.New(plan.Options{}), Dataplane: dp,
+		Now: func() time.Time { return now }, Policies: pols, StatsInterval: tick,
+	})
+	service := func(k model.ServiceKey, vip, endpoint, policy string) model.ServiceState {
+		st := clusterIP(k, vip, ep(endpoint, "node-a"))
+		st.Service.Policy = policy
+		return st
+	}
+	web := service(webKey, "10.96.0.1", "10.244.1.2:8080", "blind")
+	api := service(apiKey, "10.96.0.30", "10.244.1.9:8080", "blind")
+	src.Push(model.Delta{Nodes: map[string]*model.Node{"node-a": nodeA},
+		Services: map[model.ServiceKey]model.ServiceState{webKey: web, apiKey: api}})
+	src.SetSynced(true)
+
+	type counts struct{ Blind, Seeing, Reads int }
+	steps := []struct {
+		name string
+		do   func()
+		want counts
+	}{
+		// Nothing is known of the policies before their first evaluation.
+		{"first sync", func() {}, counts{Blind: 2, Reads: 1}},
+		{"tick, every policy blind", func() { now = now.Add(tick) }, counts{Blind: 2, Reads: 1}},
+		{"api switches to a policy that reads statistics", func() {
+			api.Service.Policy = "p"
+			src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{apiKey: api}})
+		}, counts{Blind: 2, Seeing: 1, Reads: 1}},
+		{"tick: only api is re-evaluated", func() { now = now.Add(tick) }, counts{Blind: 2, Seeing: 2, Reads: 2}},
+		{"api back to the blind policy", func() {
+			api.Service.Policy = "blind"
+			src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{apiKey: api}})
+		}, counts{Blind: 3, Seeing: 2, Reads: 2}},
+		{"tick, every policy blind again", func() { now = now.Add(tick) }, counts{Blind: 3, Seeing: 2, Reads: 2}},
+	}
+	for _, s := range steps {
+		s.do()
+		mustSync(t, loop)
+		dp.mu.Lock()
+		reads := dp.reads
+		dp.mu.Unlock()
+		got := counts{Blind: blind.Calls(), Seeing: seeing.Calls(), Reads: reads}
+		if diff := cmp.Diff(s.want, got); diff != "" {
+			t.Errorf("%s: evaluations and statistics reads (-want +got):\n%s", s.name, diff)
+		}
+	}
+}

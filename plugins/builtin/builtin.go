@@ -37,6 +37,9 @@ type Uniform struct{}
 
 func (Uniform) Name() string { return UniformName }
 
+// IgnoresStats: its decisions never read the live statistics.
+func (Uniform) IgnoresStats() bool { return true }
+
 func (Uniform) Evaluate(_ context.Context, in *plugin.PolicyInput) (plugin.PolicyResult, error) {
 	return weigh(in, usable(in), nil), nil
 }
@@ -46,6 +49,9 @@ func (Uniform) Evaluate(_ context.Context, in *plugin.PolicyInput) (plugin.Polic
 type LocalFirst struct{}
 
 func (LocalFirst) Name() string { return LocalFirstName }
+
+// IgnoresStats: its decisions never read the live statistics.
+func (LocalFirst) IgnoresStats() bool { return true }
 
 func (LocalFirst) Evaluate(_ context.Context, in *plugin.PolicyInput) (plugin.PolicyResult, error) {
 	return weigh(in, usable(in), func(ep *plugin.PolicyEndpoint) bool { return ep.Local }), nil
@@ -59,6 +65,9 @@ func (LocalFirst) Evaluate(_ context.Context, in *plugin.PolicyInput) (plugin.Po
 type TopologyAware struct{}
 
 func (TopologyAware) Name() string { return TopologyAwareName }
+
+// IgnoresStats: its decisions never read the live statistics.
+func (TopologyAware) IgnoresStats() bool { return true }
 
 func (TopologyAware) Evaluate(_ context.Context, in *plugin.PolicyInput) (plugin.PolicyResult, error) {
 	ok := usable(in)
