@@ -65,6 +65,8 @@ type daemonConfig struct {
 	NewDataplane func(*config.Config) (plugin.Dataplane, error)
 	// ConfigPollInterval zero: configPollInterval.
 	ConfigPollInterval time.Duration
+	// Profiling serves net/http/pprof on the metrics listener.
+	Profiling bool
 }
 
 // newDataplane returns the dataplane cfg's mode names.
@@ -202,8 +204,11 @@ func runDaemon(ctx context.Context, dc daemonConfig) (err error) {
 	}
 	reload := newReloader(cfg, loop, policies, lb.setPools, r.Trigger, log.With("component", "config"), reg)
 	reload.setAnnouncers = lb.setAnnouncers
-	metricsSrv, err := status.Listen("metrics", cfg.Metrics.BindAddress,
-		status.MetricsHandler(reg, func() any { return loop.State() }))
+	metricsHandler := status.MetricsHandler(reg, func() any { return loop.State() })
+	if dc.Profiling {
+		metricsHandler = withProfiling(metricsHandler)
+	}
+	metricsSrv, err := status.Listen("metrics", cfg.Metrics.BindAddress, metricsHandler)
 	if err != nil {
 		return err
 	}

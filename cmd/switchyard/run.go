@@ -30,6 +30,7 @@ type flags struct {
 	logFormat        string
 	version          bool
 	setSysctls       bool
+	profiling        bool
 }
 
 func parseFlags(args []string, stderr io.Writer) (*flags, error) {
@@ -42,6 +43,7 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 	fs.IntVar(&f.verbosity, "v", 0, "log verbosity: 0 is info; higher shows more (4 shows debug)")
 	fs.StringVar(&f.logFormat, "log-format", logging.FormatJSON, "log format: json or text")
 	fs.BoolVar(&f.version, "version", false, "print the version and exit")
+	fs.BoolVar(&f.profiling, "profiling", false, "serve Go's profiles (net/http/pprof) under /debug/pprof/ on the metrics address")
 	fs.BoolVar(&f.setSysctls, "set-sysctls", false, "set the kernel parameters the config's dataplane needs, then exit (needs a writable /proc/sys: the DaemonSet's privileged init container)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: switchyard [flags]\n\nSwitchyard node daemon: programs this node's dataplane for the cluster's Services.\n\nFlags:\n")
@@ -103,10 +105,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	log.Info("starting", "version", version.Version, "node", node, "config", f.configPath, "apiServer", restCfg.Host)
 	return runDaemon(ctx, daemonConfig{
-		Watcher:  watcher,
-		Client:   client,
-		NodeName: node,
-		Log:      log,
+		Watcher:   watcher,
+		Client:    client,
+		NodeName:  node,
+		Log:       log,
+		Profiling: f.profiling,
 	})
 }
 

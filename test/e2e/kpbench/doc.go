@@ -21,5 +21,7 @@
 //     until the first full sync ended, then endpoint changes made through
 //     the API server until each is visible in IPVS, with CPU and RSS;
 //     between runs it removes every IPVS service, the dummy links, the
-//     nftables ruleset and the ipsets.
+//     nftables ruleset and the ipsets, and reloads the IPVS modules: the
+//     kernel keeps deleted real servers for minutes and scans them on
+//     every one added, which made a run after another up to 2x slower.
 package kpbench

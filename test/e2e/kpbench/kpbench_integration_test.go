@@ -4,6 +4,8 @@ package kpbench_test
 
 import (
 	"bytes"
+	"cmp"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -45,7 +47,11 @@ func envInt(b *testing.B, name string, def int) int {
 // KPBENCH_CHANGES (endpoint changes per proxy, default 5), KPBENCH_MEM
 // (guest MiB, default from the size), KPBENCH_ONLY (default
 // floor,kube-proxy,switchyard), KPBENCH_LOG_TAIL (bytes of each proxy's
-// log to print, default none). kube-proxy comes from
+// log to print, default none), KPBENCH_SWITCHYARD_ARGS (extra daemon
+// flags, such as --v=4), KPBENCH_PROFILE (a duration: profile the
+// daemon's CPU that long from its start, saved to KPBENCH_PROFILE_OUT),
+// KPBENCH_COMPLETE_POLL (how often the guest reads the IPVS table until
+// it is complete, default 100ms). kube-proxy comes from
 // $SWITCHYARD_KUBE_BIN, built by test/tools/kube-binaries.sh --kube-proxy.
 //
 //	SWITCHYARD_KUBE_BIN=$(test/tools/kube-binaries.sh --kube-proxy) \
@@ -129,6 +135,8 @@ func BenchmarkIntegrationKubeProxyIPVS(b *testing.B) {
 		Binary: kpguest,
 		Args: []string{"-services", strconv.Itoa(n), "-endpoints", "10", "-changes", strconv.Itoa(changes),
 			"-kube-proxy", kubeProxy, "-switchyard", switchyard, "-only", only,
+			"-switchyard-args", os.Getenv("KPBENCH_SWITCHYARD_ARGS"), "-switchyard-profile", envDuration(b, "KPBENCH_PROFILE").String(),
+			"-complete-poll", cmp.Or(envDuration(b, "KPBENCH_COMPLETE_POLL"), 100*time.Millisecond).String(),
 			"-log-tail", strconv.Itoa(envInt(b, "KPBENCH_LOG_TAIL", 0))},
 		MemoryMB: mem,
 		Timeout:  3 * time.Hour,
@@ -147,6 +155,7 @@ func BenchmarkIntegrationKubeProxyIPVS(b *testing.B) {
 		}
 	}
 	r := parseResult(b, out.String())
+	saveProfile(b, out.String())
 	fmt.Printf("\n%s", r.Table())
 	kp, sy := r.Proxy(kpbench.KubeProxy), r.Proxy(kpbench.Switchyard)
 	b.ReportMetric(float64(n), "services")
@@ -230,6 +239,42 @@ func buildStatic(b *testing.B, out, pkg string) {
 	}
 }
 
+func envDuration(b *testing.B, name string) time.Duration {
+	s := os.Getenv(name)
+	if s == "" {
+		return 0
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		b.Fatalf("%s: %v", name, err)
+	}
+	return d
+}
+
+// saveProfile writes the switchyard CPU profile the guest printed, if
+// any, to $KPBENCH_PROFILE_OUT (default: switchyard.cpu.pprof in the
+// temporary directory), for go tool pprof.
+func saveProfile(b *testing.B, out string) {
+	for _, line := range strings.Split(out, "\n") {
+		data, ok := strings.CutPrefix(line, kpbench.ProfileMarker)
+		if !ok {
+			continue
+		}
+		prof, err := base64.StdEncoding.DecodeString(data)
+		if err != nil {
+			b.Fatalf("guest profile: %v", err)
+		}
+		path := os.Getenv("KPBENCH_PROFILE_OUT")
+		if path == "" {
+			path = filepath.Join(os.TempDir(), "switchyard.cpu.pprof")
+		}
+		if err := os.WriteFile(path, prof, 0o644); err != nil {
+			b.Fatal(err)
+		}
+		b.Logf("switchyard CPU profile: go tool pprof %s", path)
+	}
+}
+
 func parseResult(b *testing.B, out string) kpbench.Result {
 	for _, line := range strings.Split(out, "\n") {
 		data, ok := strings.CutPrefix(line, kpbench.ResultMarker)
@@ -254,7 +299,7 @@ type prefixWriter struct {
 
 func (p prefixWriter) Write(data []byte) (int, error) {
 	for _, line := range strings.SplitAfter(string(data), "\n") {
-		if line == "" || strings.HasPrefix(line, kpbench.ResultMarker) {
+		if line == "" || strings.HasPrefix(line, kpbench.ResultMarker) || strings.HasPrefix(line, kpbench.ProfileMarker) {
 			continue
 		}
 		if _, err := io.WriteString(p.w, p.prefix+line); err != nil {

@@ -10,6 +10,10 @@ import (
 // ResultMarker starts the guest's output line carrying the Result as JSON.
 const ResultMarker = "KPBENCH_RESULT "
 
+// ProfileMarker starts the guest's output line carrying switchyard's CPU
+// profile in base64 (KPBENCH_PROFILE).
+const ProfileMarker = "KPBENCH_PROFILE "
+
 // The proxies, by the names results carry.
 const (
 	KubeProxy  = "kube-proxy"

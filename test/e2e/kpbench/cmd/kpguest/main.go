@@ -5,6 +5,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -38,9 +39,11 @@ type options struct {
 	kubeProxy, switchyard         string
 	switchyardConfig              string
 	switchyardArgs                string
+	switchyardProfile             time.Duration
 	only                          string
 	completeTimeout, syncTimeout  time.Duration
 	changeTimeout                 time.Duration
+	completePoll                  time.Duration
 	logTail                       int
 }
 
@@ -54,10 +57,12 @@ func main() {
 	flag.StringVar(&o.switchyard, "switchyard", "", "switchyard binary (static)")
 	flag.StringVar(&o.switchyardConfig, "switchyard-config", "testdata/switchyard.yaml", "switchyard configuration")
 	flag.StringVar(&o.switchyardArgs, "switchyard-args", "", "extra switchyard flags, space-separated (such as --v=4)")
+	flag.DurationVar(&o.switchyardProfile, "switchyard-profile", 0, "when set, profile switchyard's CPU for this long from its start (--profiling) and print the profile in base64")
 	flag.StringVar(&o.only, "only", "floor,kube-proxy,switchyard", "which measurements to run, in this order")
 	flag.DurationVar(&o.completeTimeout, "complete-timeout", 30*time.Minute, "how long a proxy may take to program the whole table")
 	flag.DurationVar(&o.syncTimeout, "sync-timeout", 40*time.Minute, "how long a proxy may take to end its first full sync")
 	flag.DurationVar(&o.changeTimeout, "change-timeout", 5*time.Minute, "how long one endpoint change may take to show and its sync to end")
+	flag.DurationVar(&o.completePoll, "complete-poll", 100*time.Millisecond, "how often to read /proc/net/ip_vs until the table is complete, at most (reads are spaced 4 times their cost)")
 	flag.IntVar(&o.logTail, "log-tail", 0, "print the last this many bytes of each proxy's log after its run")
 	flag.Parse()
 	if err := run(o, os.Stdout); err != nil {
@@ -78,7 +83,7 @@ func run(o options, out io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("open IPVS netlink: %w", err)
 	}
-	defer k.Close()
+	defer func() { k.Close() }() // the last one: resetIPVS reopens it
 	cfg, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
 	if err != nil {
 		return fmt.Errorf("load %s: %w", o.kubeconfig, err)
@@ -111,6 +116,9 @@ func run(o options, out io.Writer) error {
 		case kpbench.Switchyard:
 			args := []string{"--config=" + o.switchyardConfig, "--kubeconfig=" + o.kubeconfig, "--hostname-override=" + kpbench.NodeName}
 			args = append(args, strings.Fields(o.switchyardArgs)...)
+			if o.switchyardProfile > 0 {
+				args = append(args, "--profiling")
+			}
 			syncs := syncMetric{name: "switchyard_syncs_total",
 				diag: []string{"switchyard_syncs_total", "switchyard_sync_duration_seconds_sum", "switchyard_sync_duration_seconds_count"}}
 			p := b.proxy(kpbench.Switchyard, o.switchyard, args, syncs, &round)
@@ -121,6 +129,15 @@ func run(o options, out io.Writer) error {
 		if err := cleanKernel(k); err != nil {
 			return fmt.Errorf("clean after %s: %w", what, err)
 		}
+		// The IPVS family is registered again, maybe under a new id.
+		k.Close()
+		if err := resetIPVS(); err != nil {
+			return fmt.Errorf("clean after %s: %w", what, err)
+		}
+		if k, err = ipvs.NewNetlink(); err != nil {
+			return fmt.Errorf("open IPVS netlink: %w", err)
+		}
+		b.k = k
 	}
 	data, err := json.Marshal(res)
 	if err != nil {
@@ -233,14 +250,34 @@ func (b *bench) measure(p *kpbench.Proxy, bin string, args []string, syncs syncM
 	defer stop(cmd, exited, b.out, p.Name)
 	pid := cmd.Process.Pid
 	fmt.Fprintf(b.out, "== %s started (pid %d)\n", p.Name, pid)
+	if p.Name == kpbench.Switchyard && b.o.switchyardProfile > 0 {
+		profiled := make(chan struct{})
+		go func() {
+			defer close(profiled)
+			printProfile(b.out, p.Name, b.o.switchyardProfile)
+		}()
+		// The profile is printed before the proxy stops.
+		defer func() { <-profiled }()
+	}
 
-	// Until every real server is in IPVS.
-	err = poll(exited, b.o.completeTimeout, 100*time.Millisecond, func() (bool, error) {
+	// Until every real server is in IPVS. A read of a large table costs
+	// the guest's one CPU as much as the proxy's own work (seen: 100ms
+	// reads added 6 s to switchyard's 1,000 Services), so reads are
+	// spaced at least 4 times their cost: they take a fifth of the CPU
+	// at most.
+	var nextRead time.Time
+	err = poll(exited, b.o.completeTimeout, b.o.completePoll, func() (bool, error) {
+		if time.Now().Before(nextRead) {
+			return false, nil
+		}
+		began := time.Now()
 		t, err := readTable()
 		if err != nil {
 			return false, err
 		}
-		return b.w.Missing(t) == 0, nil
+		done := b.w.Missing(t) == 0
+		nextRead = time.Now().Add(4 * time.Since(began))
+		return done, nil
 	})
 	if err != nil {
 		return fmt.Errorf("IPVS table never complete: %w", err)
@@ -318,6 +355,36 @@ func (b *bench) measure(p *kpbench.Proxy, bin string, args []string, syncs syncM
 		p.RSS, p.PeakRSS, _ = kpbench.ParseStatusMemory(string(status))
 	}
 	return nil
+}
+
+// printProfile fetches a CPU profile of length d from the proxy's
+// /debug/pprof/profile, starting as soon as its metrics listener answers,
+// and prints it in base64 on one line after ProfileMarker.
+func printProfile(out io.Writer, proxy string, d time.Duration) {
+	client := &http.Client{Timeout: d + time.Minute}
+	url := fmt.Sprintf("http://127.0.0.1:10249/debug/pprof/profile?seconds=%d", int(d.Seconds()))
+	deadline := time.Now().Add(time.Minute)
+	for {
+		resp, err := client.Get(url)
+		if err == nil {
+			data, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err == nil && resp.StatusCode != http.StatusOK {
+				err = fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(data))
+			}
+			if err != nil {
+				fmt.Fprintf(out, "== %s profile: %v\n", proxy, err)
+				return
+			}
+			fmt.Fprintf(out, "%s%s\n", kpbench.ProfileMarker, base64.StdEncoding.EncodeToString(data))
+			return
+		}
+		if time.Now().After(deadline) {
+			fmt.Fprintf(out, "== %s profile: %v\n", proxy, err)
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // stop ends a proxy with SIGTERM, then SIGKILL.
@@ -449,6 +516,34 @@ func cleanKernel(k *ipvs.Netlink) error {
 		if out, err := exec.Command(path, "destroy").CombinedOutput(); err != nil {
 			return fmt.Errorf("ipset destroy: %w: %s", err, bytes.TrimSpace(out))
 		}
+	}
+	return nil
+}
+
+// resetIPVS unloads the IPVS modules and loads them again, which frees
+// the kernel's trash of deleted real servers. IPVS keeps a deleted real
+// server for 1 to 4 minutes (IP_VS_DEST_TRASH_PERIOD, for reuse) and
+// scans that whole list on every real server added
+// (ip_vs_trash_get_dest), so that a run after one that deleted 10,000
+// real servers creates its own several times slower: switchyard at 1,000
+// Services took 23 s to complete on a fresh kernel, 39 s after the floor.
+func resetIPVS() error {
+	data, err := os.ReadFile("/proc/modules")
+	if err != nil {
+		return err
+	}
+	var mods []string // the schedulers, then ip_vs, which they use
+	for _, line := range strings.Split(string(data), "\n") {
+		if name, _, _ := strings.Cut(line, " "); strings.HasPrefix(name, "ip_vs_") {
+			mods = append(mods, name)
+		}
+	}
+	mods = append(mods, "ip_vs")
+	if out, err := exec.Command("/bin/busybox", append([]string{"rmmod"}, mods...)...).CombinedOutput(); err != nil {
+		return fmt.Errorf("unload %s: %w: %s", strings.Join(mods, " "), err, bytes.TrimSpace(out))
+	}
+	if out, err := exec.Command("/bin/busybox", append([]string{"modprobe", "-a"}, mods...)...).CombinedOutput(); err != nil {
+		return fmt.Errorf("load %s: %w: %s", strings.Join(mods, " "), err, bytes.TrimSpace(out))
 	}
 	return nil
 }
