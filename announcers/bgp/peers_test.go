@@ -22,7 +22,6 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -34,6 +33,7 @@ import (
 
 	"github.com/switchyard-lb/switchyard/core/model"
 	"github.com/switchyard-lb/switchyard/test/netns"
+	"github.com/switchyard-lb/switchyard/test/netns/routers"
 )
 
 var helperFlag = flag.String("bgp-helper", "", "internal: run a BGP speaker with this JSON helperConfig instead of the tests")
@@ -148,21 +148,6 @@ func newLab(t *testing.T) *lab {
 	return l
 }
 
-// stateDir makes a directory the frr user can use (t.TempDir's parents are
-// root-only).
-func stateDir(t *testing.T, pattern string) string {
-	t.Helper()
-	d, err := os.MkdirTemp("", pattern)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(d) })
-	if err := os.Chmod(d, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return d
-}
-
 const frrConf = `frr defaults traditional
 hostname rfrr
 router bgp 64513
@@ -192,33 +177,7 @@ router bgp 64513
 
 func (l *lab) startFRR(t *testing.T) {
 	t.Helper()
-	d := stateDir(t, "sy-frr-")
-	l.frrDir = d
-	write(t, filepath.Join(d, "zebra.conf"), "hostname rfrr\n")
-	write(t, filepath.Join(d, "bgpd.conf"), frrConf)
-	if out, err := exec.Command("chown", "-R", "frr:frr", d).CombinedOutput(); err != nil {
-		t.Fatalf("chown %s: %v: %s", d, err, out)
-	}
-	common := func(name string) []string {
-		return []string{"-P", "0", "--vty_socket", d, "-z", d + "/zserv.api", "-i", d + "/" + name + ".pid",
-			"-f", d + "/" + name + ".conf", "--log", "file:" + d + "/" + name + ".log"}
-	}
-	l.frr.Start(t, "/usr/lib/frr/zebra", common("zebra")...)
-	waitFor(t, 10*time.Second, "zebra's zserv socket", func() (bool, string) {
-		_, err := os.Stat(d + "/zserv.api")
-		return err == nil, fmt.Sprint(err)
-	})
-	l.frr.Start(t, "/usr/lib/frr/bgpd", common("bgpd")...)
-	waitFor(t, 10*time.Second, "bgpd's vty", func() (bool, string) {
-		out, err := l.frr.Exec("vtysh", "--vty_socket", d, "-c", "show bgp summary")
-		return err == nil, out
-	})
-	t.Cleanup(func() {
-		if t.Failed() {
-			out, _ := l.frr.Exec("vtysh", "--vty_socket", d, "-c", "show bgp summary", "-c", "show ip bgp")
-			t.Logf("FRR:\n%s\nbgpd.log:\n%s", out, tailFile(d+"/bgpd.log", 3000))
-		}
-	})
+	l.frrDir = routers.StartFRR(t, l.frr, frrConf).Dir
 }
 
 const birdConf = `router id 10.0.0.2;
@@ -235,20 +194,7 @@ protocol bgp node_b from node { neighbor 10.0.0.12 as 64512; }
 
 func (l *lab) startBIRD(t *testing.T) {
 	t.Helper()
-	d := stateDir(t, "sy-bird-")
-	l.birdDir = d
-	write(t, filepath.Join(d, "bird.conf"), birdConf)
-	l.bird.Start(t, "/usr/sbin/bird", "-f", "-c", d+"/bird.conf", "-s", d+"/bird.ctl", "-P", d+"/bird.pid")
-	waitFor(t, 10*time.Second, "BIRD's control socket", func() (bool, string) {
-		out, err := l.bird.Exec("birdc", "-s", d+"/bird.ctl", "show", "status")
-		return err == nil, out
-	})
-	t.Cleanup(func() {
-		if t.Failed() {
-			out, _ := l.bird.Exec("birdc", "-s", d+"/bird.ctl", "show", "protocols", "all")
-			t.Logf("BIRD:\n%s", out)
-		}
-	})
+	l.birdDir = routers.StartBIRD(t, l.bird, birdConf).Dir
 }
 
 // speaker starts a node's speaker process peering with both routers.
@@ -620,22 +566,4 @@ func waitFor(t *testing.T, timeout time.Duration, what string, ok func() (bool, 
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-}
-
-func write(t *testing.T, path, s string) {
-	t.Helper()
-	if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func tailFile(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	if len(b) > n {
-		b = b[len(b)-n:]
-	}
-	return string(b)
 }

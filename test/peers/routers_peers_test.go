@@ -8,17 +8,15 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/vishvananda/netlink"
 	vnetns "github.com/vishvananda/netns"
 
 	"github.com/switchyard-lb/switchyard/test/netns"
+	"github.com/switchyard-lb/switchyard/test/netns/routers"
 )
 
 // Real routers for the daemon's BGP speaker: FRR (zebra + bgpd) and BIRD 2,
@@ -54,31 +52,10 @@ func requireRouters(t *testing.T) {
 type router struct {
 	name string
 	ns   *netns.NS
-	dir  string
+	frr  *routers.FRR  // set for FRR
+	bird *routers.BIRD // set for BIRD
 	// rib returns the next hops of prefix in the router's BGP table.
 	rib func(t *testing.T, prefix netip.Prefix) []string
-}
-
-// stateDir makes a directory the frr user can use (t.TempDir's parents
-// are root-only).
-func stateDir(t *testing.T, pattern string) string {
-	t.Helper()
-	d, err := os.MkdirTemp("", pattern)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(d) })
-	if err := os.Chmod(d, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return d
-}
-
-func writeFile(t *testing.T, path, body string) {
-	t.Helper()
-	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
 }
 
 const daemonFRRConf = `frr defaults traditional
@@ -114,41 +91,16 @@ router bgp 64513
 // nodes do not open stay idle).
 func startFRR(t *testing.T, sw *netns.Switch) *router {
 	t.Helper()
-	r := &router{name: "FRR", ns: netns.New(t, "rfrr"), dir: stateDir(t, "sy-frr-")}
+	r := &router{name: "FRR", ns: netns.New(t, "rfrr")}
 	sw.Attach(t, r.ns, "eth0", net.HardwareAddr{2, 0, 0, 0, 1, 1}, netip.MustParsePrefix(frrAddr+"/24"), netip.MustParsePrefix(frrAddr6+"/64"))
-	d := r.dir
-	writeFile(t, filepath.Join(d, "zebra.conf"), "hostname rfrr\n")
-	writeFile(t, filepath.Join(d, "bgpd.conf"), daemonFRRConf)
-	if out, err := exec.Command("chown", "-R", "frr:frr", d).CombinedOutput(); err != nil {
-		t.Fatalf("chown %s: %v: %s", d, err, out)
-	}
-	common := func(name string) []string {
-		return []string{"-P", "0", "--vty_socket", d, "-z", d + "/zserv.api", "-i", d + "/" + name + ".pid",
-			"-f", d + "/" + name + ".conf", "--log", "file:" + d + "/" + name + ".log"}
-	}
-	r.ns.Start(t, "/usr/lib/frr/zebra", common("zebra")...)
-	poll(t, 10*time.Second, "zebra's zserv socket", func() error {
-		_, err := os.Stat(d + "/zserv.api")
-		return err
-	})
-	r.ns.Start(t, "/usr/lib/frr/bgpd", common("bgpd")...)
-	poll(t, 10*time.Second, "bgpd's vty", func() error {
-		_, err := r.vtysh("show bgp summary")
-		return err
-	})
-	t.Cleanup(func() {
-		if t.Failed() {
-			out, _ := r.vtysh("show bgp summary")
-			t.Logf("FRR:\n%s", out)
-		}
-	})
+	r.frr = routers.StartFRR(t, r.ns, daemonFRRConf)
 	r.rib = func(t *testing.T, prefix netip.Prefix) []string {
 		t.Helper()
 		afi := "ipv4"
 		if prefix.Addr().Is6() {
 			afi = "ipv6"
 		}
-		out, err := r.vtysh("show bgp " + afi + " unicast json")
+		out, err := r.frr.Vtysh("show bgp " + afi + " unicast json")
 		if err != nil {
 			t.Fatalf("reading FRR's BGP table: %v", err)
 		}
@@ -177,10 +129,6 @@ func startFRR(t *testing.T, sw *netns.Switch) *router {
 	return r
 }
 
-func (r *router) vtysh(cmd string) (string, error) {
-	return r.ns.Exec("vtysh", "--vty_socket", r.dir, "-c", cmd)
-}
-
 const daemonBIRDConf = `router id 10.0.0.2;
 protocol device { scan time 10; }
 protocol kernel { ipv4 { import none; export all; }; merge paths on; }
@@ -196,24 +144,12 @@ protocol bgp node_b from node { neighbor 10.0.0.12 as 64512; }
 // startBIRD runs BIRD in a namespace at 10.0.0.2 on sw.
 func startBIRD(t *testing.T, sw *netns.Switch) *router {
 	t.Helper()
-	r := &router{name: "BIRD", ns: netns.New(t, "rbird"), dir: stateDir(t, "sy-bird-")}
+	r := &router{name: "BIRD", ns: netns.New(t, "rbird")}
 	sw.Attach(t, r.ns, "eth0", net.HardwareAddr{2, 0, 0, 0, 1, 2}, netip.MustParsePrefix(birdAddr+"/24"))
-	d := r.dir
-	writeFile(t, filepath.Join(d, "bird.conf"), daemonBIRDConf)
-	r.ns.Start(t, "/usr/sbin/bird", "-f", "-c", d+"/bird.conf", "-s", d+"/bird.ctl", "-P", d+"/bird.pid")
-	poll(t, 10*time.Second, "BIRD's control socket", func() error {
-		_, err := r.birdc("show", "status")
-		return err
-	})
-	t.Cleanup(func() {
-		if t.Failed() {
-			out, _ := r.birdc("show", "protocols", "all")
-			t.Logf("BIRD:\n%s", out)
-		}
-	})
+	r.bird = routers.StartBIRD(t, r.ns, daemonBIRDConf)
 	r.rib = func(t *testing.T, prefix netip.Prefix) []string {
 		t.Helper()
-		out, err := r.birdc("show", "route", "for", prefix.String(), "all")
+		out, err := r.bird.Birdc("show", "route", "for", prefix.String(), "all")
 		if err != nil && strings.Contains(err.Error(), "Network not found") {
 			return nil
 		}
@@ -233,23 +169,19 @@ func startBIRD(t *testing.T, sw *netns.Switch) *router {
 	return r
 }
 
-func (r *router) birdc(args ...string) (string, error) {
-	return r.ns.Exec("birdc", append([]string{"-s", r.dir + "/bird.ctl"}, args...)...)
-}
-
 // established reports whether the router's session with node is up.
 // BIRD here peers over IPv4 only.
 func (r *router) established(node string) error {
 	var out string
 	var err error
-	if r.name == "FRR" {
-		out, err = r.vtysh("show bgp neighbor " + node + " json")
+	if r.frr != nil {
+		out, err = r.frr.Vtysh("show bgp neighbor " + node + " json")
 		if err == nil && !strings.Contains(out, `"bgpState":"Established"`) {
 			err = fmt.Errorf("FRR's session with %s is not established", node)
 		}
 	} else {
 		proto := map[string]string{"10.0.0.11": "node_a", "10.0.0.12": "node_b"}[node]
-		out, err = r.birdc("show", "protocols", proto)
+		out, err = r.bird.Birdc("show", "protocols", proto)
 		if err == nil && !strings.Contains(out, "Established") {
 			err = fmt.Errorf("BIRD's session with %s is not established: %s", node, strings.TrimSpace(out))
 		}

@@ -1,0 +1,7 @@
+// Package routers runs real BGP routers for the peer tests, each in a
+// network namespace (test/netns): FRR (zebra and bgpd) and BIRD 2, from
+// Debian's packages, with their state in a directory of their own. The
+// callers write the routers' configurations; this package starts them,
+// waits until they answer, gives their control commands, and logs their
+// state when the test fails.
+package routers

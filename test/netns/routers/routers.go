@@ -1,0 +1,145 @@
+package routers
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/switchyard-lb/switchyard/test/netns"
+)
+
+// startTimeout bounds how long a router may take to answer after start.
+const startTimeout = 10 * time.Second
+
+// FRR is zebra and bgpd running in NS, with their state in Dir.
+type FRR struct {
+	NS  *netns.NS
+	Dir string
+}
+
+// StartFRR writes bgpdConf and starts zebra and bgpd in ns. It returns
+// once bgpd's vty answers.
+func StartFRR(t testing.TB, ns *netns.NS, bgpdConf string) *FRR {
+	t.Helper()
+	r := &FRR{NS: ns, Dir: stateDir(t, "sy-frr-")}
+	d := r.Dir
+	writeFile(t, filepath.Join(d, "zebra.conf"), "hostname "+ns.Name()+"\n")
+	writeFile(t, filepath.Join(d, "bgpd.conf"), bgpdConf)
+	if out, err := exec.Command("chown", "-R", "frr:frr", d).CombinedOutput(); err != nil {
+		t.Fatalf("chown %s: %v: %s", d, err, out)
+	}
+	common := func(name string) []string {
+		return []string{"-P", "0", "--vty_socket", d, "-z", d + "/zserv.api", "-i", d + "/" + name + ".pid",
+			"-f", d + "/" + name + ".conf", "--log", "file:" + d + "/" + name + ".log"}
+	}
+	ns.Start(t, "/usr/lib/frr/zebra", common("zebra")...)
+	wait(t, "zebra's zserv socket", func() error {
+		_, err := os.Stat(d + "/zserv.api")
+		return err
+	})
+	ns.Start(t, "/usr/lib/frr/bgpd", common("bgpd")...)
+	wait(t, "bgpd's vty", func() error {
+		_, err := r.Vtysh("show bgp summary")
+		return err
+	})
+	t.Cleanup(func() {
+		if t.Failed() {
+			out, _ := r.Vtysh("show bgp summary", "show ip bgp")
+			t.Logf("FRR:\n%s\nbgpd.log:\n%s", out, tail(d+"/bgpd.log", 3000))
+		}
+	})
+	return r
+}
+
+// Vtysh runs the vtysh commands, in order, and returns their output.
+func (r *FRR) Vtysh(cmds ...string) (string, error) {
+	args := []string{"--vty_socket", r.Dir}
+	for _, c := range cmds {
+		args = append(args, "-c", c)
+	}
+	return r.NS.Exec("vtysh", args...)
+}
+
+// BIRD is BIRD 2 running in NS, with its state in Dir.
+type BIRD struct {
+	NS  *netns.NS
+	Dir string
+}
+
+// StartBIRD writes conf and starts BIRD in ns. It returns once its
+// control socket answers.
+func StartBIRD(t testing.TB, ns *netns.NS, conf string) *BIRD {
+	t.Helper()
+	r := &BIRD{NS: ns, Dir: stateDir(t, "sy-bird-")}
+	d := r.Dir
+	writeFile(t, filepath.Join(d, "bird.conf"), conf)
+	ns.Start(t, "/usr/sbin/bird", "-f", "-c", d+"/bird.conf", "-s", d+"/bird.ctl", "-P", d+"/bird.pid")
+	wait(t, "BIRD's control socket", func() error {
+		_, err := r.Birdc("show", "status")
+		return err
+	})
+	t.Cleanup(func() {
+		if t.Failed() {
+			out, _ := r.Birdc("show", "protocols", "all")
+			t.Logf("BIRD:\n%s", out)
+		}
+	})
+	return r
+}
+
+// Birdc runs one birdc command and returns its output.
+func (r *BIRD) Birdc(args ...string) (string, error) {
+	return r.NS.Exec("birdc", append([]string{"-s", r.Dir + "/bird.ctl"}, args...)...)
+}
+
+// stateDir makes a directory the frr user can use (t.TempDir's parents
+// are root-only).
+func stateDir(t testing.TB, pattern string) string {
+	t.Helper()
+	d, err := os.MkdirTemp("", pattern)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	if err := os.Chmod(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func writeFile(t testing.TB, path, body string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// wait polls ok until it returns nil, failing t after startTimeout.
+func wait(t testing.TB, what string, ok func() error) {
+	t.Helper()
+	deadline := time.Now().Add(startTimeout)
+	for {
+		err := ok()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waiting for %s: %v", what, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func tail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Sprint(err)
+	}
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(b)
+}
