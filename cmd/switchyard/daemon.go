@@ -164,13 +164,12 @@ func runDaemon(ctx context.Context, dc daemonConfig) (err error) {
 		// other syncs without changes do not reprogram everything.
 		FullSyncPeriod: ipvsCfg.SyncPeriod.Std(),
 
-		Policies:          policies,
-		PolicyReporter:    reporter,
-		PolicyMetrics:     reconcile.NewPolicyMetrics(reg),
-		PolicyDeadline:    cfg.Policies.EvaluationDeadline.Std(),
-		PolicyWorkers:     cfg.Policies.EvaluationWorkers(),
-		PolicyErrorReason: registry.Reason,
-		StatsInterval:     cfg.Policies.StatisticsInterval.Std(),
+		Policies:       policies,
+		PolicyReporter: reporter,
+		PolicyMetrics:  reconcile.NewPolicyMetrics(reg),
+		PolicyDeadline: cfg.Policies.EvaluationDeadline.Std(),
+		PolicyWorkers:  cfg.Policies.EvaluationWorkers(),
+		StatsInterval:  cfg.Policies.StatisticsInterval.Std(),
 	})
 	retry := max(min(maxRetryInterval, ipvsCfg.SyncPeriod.Std()), ipvsCfg.MinSyncPeriod.Std())
 	r = runner.New("sync", func(ctx context.Context) error {

@@ -1,7 +1,20 @@
-// Package plugin declares the three plugin kinds Switchyard's control loop
-// drives: the dataplane that forwards packets, the announcers that make
-// LoadBalancer addresses reachable, and the balancing policies that weigh
-// endpoints. It holds interfaces and their value types only.
+// Package plugin holds every contract between Switchyard's control loop
+// (core/reconcile, with its policy stage core/policystage) and what it
+// drives or reads:
+//
+//   - the three plugin kinds: the Dataplane that forwards packets (and
+//     may read its live statistics, StatsReader), the Announcers that make
+//     LoadBalancer addresses reachable, and the balancing Policy that
+//     weighs endpoints;
+//   - Source, the watch layer the loop takes changes from (core/k8s);
+//   - Policies, which resolves a Service's policy (plugins/registry), and
+//     PolicyReporter, which tells the user about it;
+//   - the values they exchange: the reasons of policy Events and
+//     conditions, the policy failure reasons and the errors that carry
+//     them (FailureReason), announcers' AddrErrors.
+//
+// It holds interfaces, their value types and errors only, and imports
+// nothing but core/model, so plugins never import the loop.
 package plugin
 
 import (

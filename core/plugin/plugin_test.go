@@ -1,6 +1,7 @@
 package plugin_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -40,5 +41,25 @@ func TestAddrErrors(t *testing.T) {
 	}
 	if !errors.Is(fmt.Errorf("x: %w", a), a.Err) {
 		t.Error("an AddrError does not unwrap to its cause")
+	}
+}
+
+func TestFailureReason(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{fmt.Errorf("port http: %w", plugin.ErrPolicyDeadline), plugin.FailureDeadline},
+		{fmt.Errorf("wrapped: %w", context.DeadlineExceeded), plugin.FailureDeadline},
+		{fmt.Errorf("%w: guest panic", plugin.ErrPolicyTrap), plugin.FailureTrap},
+		{fmt.Errorf("%w: no zone", plugin.ErrPolicyDeclined), plugin.FailureDeclined},
+		{errors.Join(errors.New("x"), plugin.ErrPolicyInvalidOutput), plugin.FailureInvalidOutput},
+		{fmt.Errorf("%w", plugin.ErrPolicyUnusable), plugin.FailureLoad},
+		{errors.New("boom"), plugin.FailureError},
+		{nil, plugin.FailureError},
+	} {
+		if got := plugin.FailureReason(tc.err); got != tc.want {
+			t.Errorf("FailureReason(%v) = %q, want %q", tc.err, got, tc.want)
+		}
 	}
 }

@@ -13,7 +13,6 @@ import (
 	"github.com/switchyard-lb/switchyard/core/plan"
 	"github.com/switchyard-lb/switchyard/core/plugin/plugintest"
 	"github.com/switchyard-lb/switchyard/core/reconcile"
-	"github.com/switchyard-lb/switchyard/core/reconcile/reconciletest"
 	"github.com/switchyard-lb/switchyard/ipvs/dryrun"
 )
 
@@ -39,13 +38,13 @@ func (f *fakeMembership) Alive(node string) (alive, known bool) {
 
 // electedNode is one node's loop with a layer-2 announcer.
 type electedNode struct {
-	src  *reconciletest.Source
+	src  *plugintest.Source
 	ann  *plugintest.Announcer
 	loop *reconcile.Loop
 }
 
 func newElectedNode(name string, members *fakeMembership) *electedNode {
-	n := &electedNode{src: reconciletest.NewSource(), ann: plugintest.NewAnnouncer("cloud")}
+	n := &electedNode{src: plugintest.NewSource(), ann: plugintest.NewAnnouncer("cloud")}
 	n.src.SetSynced(true)
 	n.loop = reconcile.New(reconcile.Config{
 		NodeName:  name,
@@ -171,7 +170,7 @@ func TestLoopReannouncesWhenServingNodesChange(t *testing.T) {
 		}
 	}
 	ann := plugintest.NewAnnouncer("cloud")
-	src := reconciletest.NewSource()
+	src := plugintest.NewSource()
 	src.SetSynced(true)
 	loop := reconcile.New(reconcile.Config{
 		NodeName:  "node-b",

@@ -28,20 +28,12 @@ const DefaultFullSyncPeriod = time.Hour
 // keeps failing.
 const maxPendingTriggers = 10000
 
-// Source is what the loop needs of the watch layer.
-type Source interface {
-	// HasSynced reports whether every cache has synced.
-	HasSynced() bool
-	// Take returns what changed since the previous Take.
-	Take() model.Delta
-}
-
 // Config is what a Loop drives. Source, Planner and Dataplane are
 // required; the rest may be left zero.
 type Config struct {
 	// NodeName is this node's name: the Node the planner plans for.
 	NodeName  string
-	Source    Source
+	Source    plugin.Source
 	Planner   *plan.Planner
 	Dataplane plugin.Dataplane
 	// Announcers announce every address of the plan.
@@ -75,9 +67,9 @@ type Config struct {
 	FullSyncPeriod time.Duration
 
 	// Policies nil: no policy stage; the planner's weights apply.
-	Policies Policies
+	Policies plugin.Policies
 	// PolicyReporter nil: failures are only counted and logged.
-	PolicyReporter PolicyReporter
+	PolicyReporter plugin.PolicyReporter
 	// PolicyMetrics nil: unregistered metrics.
 	PolicyMetrics *PolicyMetrics
 	// PolicyDeadline bounds one evaluation; 0 means DefaultPolicyDeadline.
@@ -88,10 +80,6 @@ type Config struct {
 	// WebAssembly is not preemptible), and 1 evaluates them one after the
 	// other on Sync's goroutine. The weighted plan does not depend on it.
 	PolicyWorkers int
-	// PolicyErrorReason, when set, names the failure reason of an
-	// evaluation error for metrics and conditions (one of the Failure*
-	// values); the loop tells only deadlines and invalid results apart.
-	PolicyErrorReason func(error) string
 	// StatsInterval, when non-zero, re-evaluates every policy at most
 	// that often (the statistics tick); the daemon triggers the runner
 	// at that interval.

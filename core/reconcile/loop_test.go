@@ -21,7 +21,6 @@ import (
 	"github.com/switchyard-lb/switchyard/core/plugin"
 	"github.com/switchyard-lb/switchyard/core/plugin/plugintest"
 	"github.com/switchyard-lb/switchyard/core/reconcile"
-	"github.com/switchyard-lb/switchyard/core/reconcile/reconciletest"
 	"github.com/switchyard-lb/switchyard/ipvs/dryrun"
 )
 
@@ -76,7 +75,7 @@ func delta(trigger time.Duration, svcs map[model.ServiceKey]model.ServiceState) 
 }
 
 type harness struct {
-	src  *reconciletest.Source
+	src  *plugintest.Source
 	dry  *dryrun.Dataplane
 	dp   *plugintest.Dataplane // dry, failing on request
 	ann  *plugintest.Announcer
@@ -91,7 +90,7 @@ type harness struct {
 // every Apply, every announced address is served by the dataplane.
 func newHarness(t *testing.T) *harness {
 	h := &harness{
-		src: reconciletest.NewSource(),
+		src: plugintest.NewSource(),
 		dry: dryrun.New(),
 		ann: plugintest.NewAnnouncer("arp"),
 		hc: healthcheck.NewServer(nil, nil, healthcheck.WithListen(func(network, _ string) (net.Listener, error) {

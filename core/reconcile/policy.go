@@ -23,75 +23,6 @@ import (
 // Config.PolicyDeadline is zero.
 const DefaultPolicyDeadline = 50 * time.Millisecond
 
-// Event reasons and condition reasons of the policy stage.
-const (
-	// ReasonPolicyFailed: the Service's policy could not be loaded or
-	// evaluated (warning Event).
-	ReasonPolicyFailed = "PolicyFailed"
-	// ReasonPolicyFallback: the Service is balanced by a fallback (the
-	// policy's last good result, else uniform weights) (warning Event).
-	ReasonPolicyFallback = "PolicyFallback"
-	// ReasonPolicyEvaluated is the reason of a True PolicyReady condition.
-	ReasonPolicyEvaluated = "Evaluated"
-)
-
-// Values of the reason label of PolicyMetrics.Failures, as Config.PolicyErrorReason
-// reports them; the loop itself tells only ReasonLoad, ReasonDeadline,
-// ReasonInvalidOutput and ReasonError apart.
-const (
-	FailureLoad          = "load"
-	FailureDeadline      = "deadline"
-	FailureTrap          = "trap"
-	FailureDeclined      = "declined"
-	FailureInvalidOutput = "invalid_output"
-	FailureError         = "error"
-)
-
-// ErrNoPolicy, wrapped by a Resolve error, says the named policy does not
-// exist (for example its ConfigMap was deleted): the Service then falls
-// back to uniform weights at once rather than to its last good result,
-// which came from the policy that is gone.
-var ErrNoPolicy = errors.New("no such policy")
-
-// Policies resolves the balancing policy of a Service; plugins/registry
-// implements it.
-type Policies interface {
-	// HasSynced reports whether every policy known at start has been
-	// loaded (or has failed to), so the first evaluations do not fall
-	// back only because a module is still compiling.
-	HasSynced() bool
-	// Resolve returns the policy svc uses: its name (for metrics, Events
-	// and Changed; set even when err is not nil), the policy and the
-	// parameters to pass it. err says why the policy cannot be used.
-	Resolve(svc *model.Service) (name string, p plugin.Policy, params []byte, err error)
-	// Changed returns the names of the policies that changed (loaded,
-	// reloaded, deleted, or became or stopped being the default) since
-	// the previous call.
-	Changed() []string
-}
-
-// StatsBlind is implemented by policies whose decisions never depend on
-// the live statistics in their input (the built-in ones). A statistics
-// tick does not re-evaluate the Services using them, and when every
-// Service uses one, it does not read the dataplane's statistics at all:
-// with thousands of Services that read is one netlink dump per virtual
-// service.
-type StatsBlind interface {
-	IgnoresStats() bool
-}
-
-// PolicyReporter tells the user about a Service's policy: the daemon
-// records Events and writes the Service's switchyard.dev/PolicyReady
-// condition. Calls are made from the loop's goroutine and must not block.
-type PolicyReporter interface {
-	// PolicyEvent records a warning Event on the Service.
-	PolicyEvent(svc model.ServiceKey, reason, message string)
-	// PolicyCondition reports the Service's PolicyReady condition. The
-	// loop calls it when the condition changes, and once with ready and
-	// an empty reason when the Service is gone.
-	PolicyCondition(svc model.ServiceKey, ready bool, reason, message string)
-}
-
 // policyStatus is a Service's PolicyReady condition.
 type policyStatus struct {
 	ready           bool
@@ -119,7 +50,6 @@ type decision struct {
 type policyStage struct {
 	cfg      *Config
 	deadline time.Duration
-	reason   func(error) string
 	m        *PolicyMetrics
 	workers  int // evaluations at once
 
@@ -129,7 +59,7 @@ type policyStage struct {
 	firstSeen map[model.ServiceKey]map[model.EndpointKey]time.Time
 	status    map[model.ServiceKey]policyStatus
 	due       map[model.ServiceKey]time.Time // Reevaluate
-	blind     map[model.ServiceKey]bool      // the policy is StatsBlind
+	blind     map[model.ServiceKey]bool      // the policy is plugin.StatsBlind
 	touched   []model.ServiceKey             // changed in the watch since apply
 	viewDirty bool                           // status or uses changed since takeView
 	lastTick  time.Time
@@ -147,7 +77,6 @@ func newPolicyStage(cfg *Config) *policyStage {
 	s := &policyStage{
 		cfg:       cfg,
 		deadline:  cfg.PolicyDeadline,
-		reason:    cfg.PolicyErrorReason,
 		m:         cfg.PolicyMetrics,
 		workers:   cfg.PolicyWorkers,
 		services:  make(map[model.ServiceKey]model.ServiceState),
@@ -399,7 +328,7 @@ func (s *policyStage) prepare(k model.ServiceKey, base *model.ServicePlan) evalJ
 		j.params = []byte(j.st.Service.PolicyParams)
 	}
 	// A policy that is gone takes its last good result with it.
-	if !errors.Is(j.err, ErrNoPolicy) {
+	if !errors.Is(j.err, plugin.ErrNoPolicy) {
 		j.good = s.lastGood[j.key]
 	}
 	return j
@@ -415,14 +344,14 @@ func (s *policyStage) evaluate(ctx context.Context, now time.Time, node *model.N
 	}
 	defer func() {
 		if v := recover(); v != nil {
-			s.m.Failures.WithLabelValues(j.name, FailureError).Inc()
-			out = evalOutcome{plan: j.base, failure: fmt.Errorf("evaluation panicked: %v", v), failReason: FailureError,
+			s.m.Failures.WithLabelValues(j.name, plugin.FailureError).Inc()
+			out = evalOutcome{plan: j.base, failure: fmt.Errorf("evaluation panicked: %v", v), failReason: plugin.FailureError,
 				fallbacks: []string{"every port: uniform weights"}}
 		}
 	}()
 	if j.err != nil {
-		out.failure, out.failReason = j.err, FailureLoad
-		s.m.Failures.WithLabelValues(j.name, FailureLoad).Inc()
+		out.failure, out.failReason = j.err, plugin.FailureLoad
+		s.m.Failures.WithLabelValues(j.name, plugin.FailureLoad).Inc()
 	}
 	decisions := make(map[groupKey]decision)
 	good := j.good
@@ -432,7 +361,7 @@ func (s *policyStage) evaluate(ctx context.Context, now time.Time, node *model.N
 			continue
 		}
 		in := s.input(now, node, j.st, j.base, vs, j.params)
-		if out.failReason != FailureLoad {
+		if out.failReason != plugin.FailureLoad {
 			d, re, err := s.evaluateGroup(ctx, j.name, j.pol, in)
 			if err == nil {
 				decisions[g] = d
@@ -477,10 +406,10 @@ func (s *policyStage) commit(now time.Time, j *evalJob) *model.ServicePlan {
 		s.uses[k] = j.name
 		s.viewDirty = true
 	}
-	if errors.Is(j.err, ErrNoPolicy) {
+	if errors.Is(j.err, plugin.ErrNoPolicy) {
 		delete(s.lastGood, k)
 	}
-	if b, ok := j.pol.(StatsBlind); ok && j.err == nil && b.IgnoresStats() {
+	if b, ok := j.pol.(plugin.StatsBlind); ok && j.err == nil && b.IgnoresStats() {
 		s.blind[k] = true
 	} else {
 		delete(s.blind, k)
@@ -557,24 +486,16 @@ func checkResult(in *plugin.PolicyInput, res plugin.PolicyResult) error {
 }
 
 func (s *policyStage) classify(err error) string {
-	switch {
-	case errors.Is(err, errInvalidResult):
-		return FailureInvalidOutput
-	case s.reason != nil:
-		if r := s.reason(err); r != "" {
-			return r
-		}
+	if errors.Is(err, errInvalidResult) {
+		return plugin.FailureInvalidOutput
 	}
-	if errors.Is(err, context.DeadlineExceeded) {
-		return FailureDeadline
-	}
-	return FailureError
+	return plugin.FailureReason(err)
 }
 
 // report updates k's PolicyReady condition and sends Events when it
 // changes. explicit is set when the Service names its policy.
 func (s *policyStage) report(k model.ServiceKey, name string, explicit bool, failure error, reason string, fallbacks []string) {
-	next := policyStatus{ready: true, reason: ReasonPolicyEvaluated, message: fmt.Sprintf("policy %s evaluated", name)}
+	next := policyStatus{ready: true, reason: plugin.ReasonPolicyEvaluated, message: fmt.Sprintf("policy %s evaluated", name)}
 	if failure != nil {
 		next = policyStatus{reason: policyConditionReason(reason), message: fmt.Sprintf("policy %s: %v", name, failure)}
 	}
@@ -591,9 +512,9 @@ func (s *policyStage) report(k model.ServiceKey, name string, explicit bool, fai
 		return
 	}
 	if failure != nil {
-		r.PolicyEvent(k, ReasonPolicyFailed, next.message)
+		r.PolicyEvent(k, plugin.ReasonPolicyFailed, next.message)
 		if len(fallbacks) > 0 {
-			r.PolicyEvent(k, ReasonPolicyFallback, "balancing with "+strings.Join(fallbacks, ", "))
+			r.PolicyEvent(k, plugin.ReasonPolicyFallback, "balancing with "+strings.Join(fallbacks, ", "))
 		}
 	}
 	r.PolicyCondition(k, next.ready, next.reason, next.message)
@@ -603,15 +524,15 @@ func (s *policyStage) report(k model.ServiceKey, name string, explicit bool, fai
 // (CamelCase, as Kubernetes conditions want).
 func policyConditionReason(failure string) string {
 	switch failure {
-	case FailureLoad:
+	case plugin.FailureLoad:
 		return "LoadFailed"
-	case FailureDeadline:
+	case plugin.FailureDeadline:
 		return "DeadlineExceeded"
-	case FailureTrap:
+	case plugin.FailureTrap:
 		return "Trapped"
-	case FailureDeclined:
+	case plugin.FailureDeclined:
 		return "Declined"
-	case FailureInvalidOutput:
+	case plugin.FailureInvalidOutput:
 		return "InvalidOutput"
 	}
 	return "EvaluationFailed"

@@ -11,8 +11,8 @@ import (
 	"github.com/switchyard-lb/switchyard/core/model"
 	"github.com/switchyard-lb/switchyard/core/plan"
 	"github.com/switchyard-lb/switchyard/core/plugin"
+	"github.com/switchyard-lb/switchyard/core/plugin/plugintest"
 	"github.com/switchyard-lb/switchyard/core/reconcile"
-	"github.com/switchyard-lb/switchyard/core/reconcile/reconciletest"
 	"github.com/switchyard-lb/switchyard/ipvs/dryrun"
 )
 
@@ -54,7 +54,7 @@ func burn(n int) uint64 {
 
 func benchmarkReevaluateAll(b *testing.B, work, workers int) {
 	const services = 10000
-	src := reconciletest.NewSource()
+	src := plugintest.NewSource()
 	d := model.Delta{Nodes: map[string]*model.Node{"node-a": nodeA}, Services: map[model.ServiceKey]model.ServiceState{}}
 	for i := range services {
 		key := model.ServiceKey{Namespace: "bench", Name: fmt.Sprint("svc-", i)}
@@ -67,9 +67,9 @@ func benchmarkReevaluateAll(b *testing.B, work, workers int) {
 	}
 	src.Push(d)
 	src.SetSynced(true)
-	pols := reconciletest.NewPolicies("weights")
+	pols := plugintest.NewPolicies("weights")
 	fn := weights(3, 1, 1)
-	pols.Set("weights", reconciletest.NewFunc("weights", func(ctx context.Context, in *plugin.PolicyInput) (plugin.PolicyResult, error) {
+	pols.Set("weights", plugintest.NewFunc("weights", func(ctx context.Context, in *plugin.PolicyInput) (plugin.PolicyResult, error) {
 		// Work rather than sleep: a policy evaluation holds a CPU.
 		if burn(work) == 0 {
 			return plugin.PolicyResult{}, fmt.Errorf("xorshift reached 0")

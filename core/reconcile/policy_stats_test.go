@@ -12,8 +12,8 @@ import (
 	"github.com/switchyard-lb/switchyard/core/model"
 	"github.com/switchyard-lb/switchyard/core/plan"
 	"github.com/switchyard-lb/switchyard/core/plugin"
+	"github.com/switchyard-lb/switchyard/core/plugin/plugintest"
 	"github.com/switchyard-lb/switchyard/core/reconcile"
-	"github.com/switchyard-lb/switchyard/core/reconcile/reconciletest"
 	"github.com/switchyard-lb/switchyard/ipvs"
 	"github.com/switchyard-lb/switchyard/ipvs/ipvstest"
 )
@@ -70,10 +70,10 @@ func TestPolicySeesDataplaneStats(t *testing.T) {
 		t.Fatal(err)
 	}
 	lc := &leastConns{}
-	pols := reconciletest.NewPolicies("leastconns")
-	fn := reconciletest.NewFunc("leastconns", lc.evaluate)
+	pols := plugintest.NewPolicies("leastconns")
+	fn := plugintest.NewFunc("leastconns", lc.evaluate)
 	pols.Set("leastconns", fn, nil, nil)
-	src := reconciletest.NewSource()
+	src := plugintest.NewSource()
 	now := t0
 	loop := reconcile.New(reconcile.Config{
 		NodeName: "node-a", Source: src, Planner: plan.New(plan.Options{}), Dataplane: dp,

@@ -12,24 +12,24 @@ import (
 	"github.com/switchyard-lb/switchyard/core/model"
 	"github.com/switchyard-lb/switchyard/core/plan"
 	"github.com/switchyard-lb/switchyard/core/plugin"
+	"github.com/switchyard-lb/switchyard/core/plugin/plugintest"
 	"github.com/switchyard-lb/switchyard/core/reconcile"
-	"github.com/switchyard-lb/switchyard/core/reconcile/reconciletest"
 )
 
 // policyHarness is a harness whose loop runs the policy stage over a fake
 // policy table, with web on policy "weights" and lb on the default.
 type policyHarness struct {
 	*harness
-	pols *reconciletest.Policies
-	rep  *reconciletest.Reporter
+	pols *plugintest.Policies
+	rep  *plugintest.Reporter
 	pm   *reconcile.PolicyMetrics
 	now  time.Time
 }
 
 func newPolicyHarness(t *testing.T, stats time.Duration) *policyHarness {
-	h := &policyHarness{harness: newHarness(t), pols: reconciletest.NewPolicies("uniform"),
-		rep: reconciletest.NewReporter(), pm: reconcile.NewPolicyMetrics(nil), now: t0}
-	h.pols.Set("uniform", reconciletest.NewFunc("uniform", weights()), nil, nil)
+	h := &policyHarness{harness: newHarness(t), pols: plugintest.NewPolicies("uniform"),
+		rep: plugintest.NewReporter(), pm: reconcile.NewPolicyMetrics(nil), now: t0}
+	h.pols.Set("uniform", plugintest.NewFunc("uniform", weights()), nil, nil)
 	h.loop = reconcile.New(reconcile.Config{
 		NodeName: "node-a", Source: h.src, Planner: plan.New(plan.Options{}), Dataplane: h.dp,
 		Now: func() time.Time { return h.now }, Policies: h.pols, PolicyReporter: h.rep,
@@ -81,9 +81,9 @@ var (
 // change, and what the user was told.
 func TestPolicyStage(t *testing.T) {
 	h := newPolicyHarness(t, 0)
-	h.pols.Set("weights", reconciletest.NewFunc("weights", weights(3, 1)), nil, nil)
+	h.pols.Set("weights", plugintest.NewFunc("weights", weights(3, 1)), nil, nil)
 	h.start(t)
-	ready := reconciletest.Condition{Ready: true, Reason: reconcile.ReasonPolicyEvaluated}
+	ready := plugintest.Condition{Ready: true, Reason: plugin.ReasonPolicyEvaluated}
 
 	steps := []struct {
 		name        string
@@ -91,26 +91,26 @@ func TestPolicyStage(t *testing.T) {
 		wantTable   []string
 		wantChanged []model.ServiceKey // nil: no Apply
 		wantEvents  []string           // reasons
-		wantWeb     reconciletest.Condition
+		wantWeb     plugintest.Condition
 	}{{
 		name:      "a policy's weights reach the dataplane, with wrr",
 		do:        func() {},
 		wantTable: cat(webWeighted, apiTable), wantWeb: ready,
 	}, {
 		name:      "the same result again changes nothing",
-		do:        func() { h.pols.Set("weights", reconciletest.NewFunc("weights", weights(3, 1)), nil, nil) },
+		do:        func() { h.pols.Set("weights", plugintest.NewFunc("weights", weights(3, 1)), nil, nil) },
 		wantTable: cat(webWeighted, apiTable), wantWeb: ready,
 	}, {
 		name:        "a reloaded policy changes its Services only",
-		do:          func() { h.pols.Set("weights", reconciletest.NewFunc("weights", weights(5, 0)), nil, nil) },
+		do:          func() { h.pols.Set("weights", plugintest.NewFunc("weights", weights(5, 0)), nil, nil) },
 		wantTable:   cat(webWeighted2, apiTable),
 		wantChanged: []model.ServiceKey{webKey}, wantWeb: ready,
 	}, {
 		name:       "a trap falls back to the last good result",
-		do:         func() { h.pols.Set("weights", reconciletest.NewFunc("weights", failing(errors.New("trap"))), nil, nil) },
+		do:         func() { h.pols.Set("weights", plugintest.NewFunc("weights", failing(errors.New("trap"))), nil, nil) },
 		wantTable:  cat(webWeighted2, apiTable),
-		wantEvents: []string{reconcile.ReasonPolicyFailed, reconcile.ReasonPolicyFallback},
-		wantWeb:    reconciletest.Condition{Reason: "EvaluationFailed", Message: "policy weights: port http/TCP: trap"},
+		wantEvents: []string{plugin.ReasonPolicyFailed, plugin.ReasonPolicyFallback},
+		wantWeb:    plugintest.Condition{Reason: "EvaluationFailed", Message: "policy weights: port http/TCP: trap"},
 	}, {
 		name: "new endpoints while failing: uniform weights",
 		do: func() {
@@ -120,17 +120,17 @@ func TestPolicyStage(t *testing.T) {
 		},
 		wantTable:   cat([]string{"TCP 10.96.0.1:80 rr", "-> 10.244.1.2:8080 Masq 1 0 0"}, apiTable),
 		wantChanged: []model.ServiceKey{webKey},
-		wantWeb:     reconciletest.Condition{Reason: "EvaluationFailed", Message: "policy weights: port http/TCP: trap"},
+		wantWeb:     plugintest.Condition{Reason: "EvaluationFailed", Message: "policy weights: port http/TCP: trap"},
 	}, {
 		name:       "a load failure is reported once more with its reason",
 		do:         func() { h.pols.Set("weights", nil, nil, errors.New("garbage bytes")) },
 		wantTable:  cat([]string{"TCP 10.96.0.1:80 rr", "-> 10.244.1.2:8080 Masq 1 0 0"}, apiTable),
-		wantEvents: []string{reconcile.ReasonPolicyFailed, reconcile.ReasonPolicyFallback},
-		wantWeb:    reconciletest.Condition{Reason: "LoadFailed", Message: "policy weights: garbage bytes"},
+		wantEvents: []string{plugin.ReasonPolicyFailed, plugin.ReasonPolicyFallback},
+		wantWeb:    plugintest.Condition{Reason: "LoadFailed", Message: "policy weights: garbage bytes"},
 	}, {
 		name: "the policy recovers",
 		do: func() {
-			h.pols.Set("weights", reconciletest.NewFunc("weights", weights(3, 1)), nil, nil)
+			h.pols.Set("weights", plugintest.NewFunc("weights", weights(3, 1)), nil, nil)
 			web := clusterIP(webKey, "10.96.0.1", webEndpoints...)
 			web.Service.Policy = "weights"
 			h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{webKey: web}})
@@ -183,8 +183,8 @@ func TestPolicyStage(t *testing.T) {
 		}
 	}
 	for name, c := range map[string]struct{ got, want float64 }{
-		"failures{weights,load}":   {testutil.ToFloat64(h.pm.Failures.WithLabelValues("weights", reconcile.FailureLoad)), 1},
-		"failures{weights,error}":  {testutil.ToFloat64(h.pm.Failures.WithLabelValues("weights", reconcile.FailureError)), 2},
+		"failures{weights,load}":   {testutil.ToFloat64(h.pm.Failures.WithLabelValues("weights", plugin.FailureLoad)), 1},
+		"failures{weights,error}":  {testutil.ToFloat64(h.pm.Failures.WithLabelValues("weights", plugin.FailureError)), 2},
 		"evaluations{api,failure}": {testutil.ToFloat64(h.pm.Evaluations.WithLabelValues("uniform", reconcile.ResultFailure)), 0},
 		"evaluations{web,failure}": {testutil.ToFloat64(h.pm.Evaluations.WithLabelValues("weights", reconcile.ResultFailure)), 2},
 		"evaluations{web,success}": {testutil.ToFloat64(h.pm.Evaluations.WithLabelValues("weights", reconcile.ResultSuccess)), 4},
@@ -209,26 +209,26 @@ func TestPolicyFailures(t *testing.T) {
 			<-ctx.Done()
 			return plugin.PolicyResult{}, ctx.Err()
 		},
-		wantReason: "DeadlineExceeded", wantMetric: reconcile.FailureDeadline,
+		wantReason: "DeadlineExceeded", wantMetric: plugin.FailureDeadline,
 	}, {
 		name: "returns after its deadline",
 		fn: func(ctx context.Context, in *plugin.PolicyInput) (plugin.PolicyResult, error) {
 			<-ctx.Done()
 			return weights()(ctx, in)
 		},
-		wantReason: "DeadlineExceeded", wantMetric: reconcile.FailureDeadline,
+		wantReason: "DeadlineExceeded", wantMetric: plugin.FailureDeadline,
 	}, {
 		name: "panic",
 		fn: func(context.Context, *plugin.PolicyInput) (plugin.PolicyResult, error) {
 			panic("index out of range")
 		},
-		wantReason: "EvaluationFailed", wantMetric: reconcile.FailureError,
+		wantReason: "EvaluationFailed", wantMetric: plugin.FailureError,
 	}, {
 		name: "too few weights",
 		fn: func(context.Context, *plugin.PolicyInput) (plugin.PolicyResult, error) {
 			return plugin.PolicyResult{Weights: []uint32{4}}, nil
 		},
-		wantReason: "InvalidOutput", wantMetric: reconcile.FailureInvalidOutput,
+		wantReason: "InvalidOutput", wantMetric: plugin.FailureInvalidOutput,
 	}, {
 		name: "unknown scheduler",
 		fn: func(ctx context.Context, in *plugin.PolicyInput) (plugin.PolicyResult, error) {
@@ -236,17 +236,17 @@ func TestPolicyFailures(t *testing.T) {
 			res.Scheduler = "fastest"
 			return res, nil
 		},
-		wantReason: "InvalidOutput", wantMetric: reconcile.FailureInvalidOutput,
+		wantReason: "InvalidOutput", wantMetric: plugin.FailureInvalidOutput,
 	}, {
 		name: "weight above IPVS' range",
 		fn: func(context.Context, *plugin.PolicyInput) (plugin.PolicyResult, error) {
 			return plugin.PolicyResult{Weights: []uint32{1 << 31, 1}}, nil
 		},
-		wantReason: "InvalidOutput", wantMetric: reconcile.FailureInvalidOutput,
+		wantReason: "InvalidOutput", wantMetric: plugin.FailureInvalidOutput,
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newPolicyHarness(t, 0)
-			h.pols.Set("weights", reconciletest.NewFunc("weights", tc.fn), nil, nil)
+			h.pols.Set("weights", plugintest.NewFunc("weights", tc.fn), nil, nil)
 			h.start(t)
 			if diff := cmp.Diff(cat(webUniform, apiTable), table(h.dry)); diff != "" {
 				t.Errorf("dataplane (-want +got):\n%s", diff)
@@ -268,13 +268,13 @@ func TestPolicyFailures(t *testing.T) {
 // Reevaluate interval.
 func TestPolicyReevaluation(t *testing.T) {
 	h := newPolicyHarness(t, 10*time.Second)
-	periodic := reconciletest.NewFunc("periodic", func(ctx context.Context, in *plugin.PolicyInput) (plugin.PolicyResult, error) {
+	periodic := plugintest.NewFunc("periodic", func(ctx context.Context, in *plugin.PolicyInput) (plugin.PolicyResult, error) {
 		res, err := weights(3, 1)(ctx, in)
 		res.Reevaluate = 2 * time.Second
 		return res, err
 	})
 	h.pols.Set("weights", periodic, nil, nil)
-	uniform := reconciletest.NewFunc("uniform", weights())
+	uniform := plugintest.NewFunc("uniform", weights())
 	h.pols.Set("uniform", uniform, nil, nil)
 	h.start(t)
 	for _, s := range []struct {
@@ -309,27 +309,27 @@ func TestPolicyWaitsForPolicies(t *testing.T) {
 // gets a condition only once it fails, and True again when it recovers.
 func TestPolicyDefaultConditions(t *testing.T) {
 	h := newPolicyHarness(t, 0)
-	h.pols.Set("weights", reconciletest.NewFunc("weights", weights(3, 1)), nil, nil)
+	h.pols.Set("weights", plugintest.NewFunc("weights", weights(3, 1)), nil, nil)
 	h.start(t)
 	if c, ok := h.rep.Conditions()[apiKey]; ok {
 		t.Fatalf("api has a condition %+v before any failure", c)
 	}
-	h.pols.Set("uniform", reconciletest.NewFunc("uniform", failing(errors.New("boom"))), nil, nil)
+	h.pols.Set("uniform", plugintest.NewFunc("uniform", failing(errors.New("boom"))), nil, nil)
 	mustSync(t, h.loop)
-	want := reconciletest.Condition{Reason: "EvaluationFailed", Message: "policy uniform: port http/TCP: boom"}
+	want := plugintest.Condition{Reason: "EvaluationFailed", Message: "policy uniform: port http/TCP: boom"}
 	if diff := cmp.Diff(want, h.rep.Conditions()[apiKey]); diff != "" {
 		t.Errorf("api's condition after a failure (-want +got):\n%s", diff)
 	}
 	wantState := []reconcile.PolicyState{
-		{Service: "default/web", Policy: "weights", Ready: true, Reason: reconcile.ReasonPolicyEvaluated, Message: "policy weights evaluated"},
+		{Service: "default/web", Policy: "weights", Ready: true, Reason: plugin.ReasonPolicyEvaluated, Message: "policy weights evaluated"},
 		{Service: "prod/api", Policy: "uniform", Reason: "EvaluationFailed", Message: "policy uniform: port http/TCP: boom"},
 	}
 	if diff := cmp.Diff(wantState, h.loop.State().Policies); diff != "" {
 		t.Errorf("State().Policies (-want +got):\n%s", diff)
 	}
-	h.pols.Set("uniform", reconciletest.NewFunc("uniform", weights()), nil, nil)
+	h.pols.Set("uniform", plugintest.NewFunc("uniform", weights()), nil, nil)
 	mustSync(t, h.loop)
-	if c := h.rep.Conditions()[apiKey]; !c.Ready || c.Reason != reconcile.ReasonPolicyEvaluated {
+	if c := h.rep.Conditions()[apiKey]; !c.Ready || c.Reason != plugin.ReasonPolicyEvaluated {
 		t.Errorf("api's condition after recovery = %+v, want True Evaluated", c)
 	}
 }
@@ -338,7 +338,7 @@ func TestPolicyDefaultConditions(t *testing.T) {
 // failing Service alone until it or its policy changes.
 func TestPolicyTickSkipsFailing(t *testing.T) {
 	h := newPolicyHarness(t, 10*time.Second)
-	broken := reconciletest.NewFunc("weights", failing(errors.New("boom")))
+	broken := plugintest.NewFunc("weights", failing(errors.New("boom")))
 	h.pols.Set("weights", broken, nil, nil)
 	h.start(t)
 	steps := []struct {

@@ -20,8 +20,8 @@ import (
 	"github.com/switchyard-lb/switchyard/core/model"
 	"github.com/switchyard-lb/switchyard/core/plan"
 	"github.com/switchyard-lb/switchyard/core/plugin"
+	"github.com/switchyard-lb/switchyard/core/plugin/plugintest"
 	"github.com/switchyard-lb/switchyard/core/reconcile"
-	"github.com/switchyard-lb/switchyard/core/reconcile/reconciletest"
 	"github.com/switchyard-lb/switchyard/ipvs/dryrun"
 )
 
@@ -48,15 +48,15 @@ func workerIndex(in *plugin.PolicyInput) int {
 type workersLoop struct {
 	loop *reconcile.Loop
 	dry  *dryrun.Dataplane
-	pols *reconciletest.Policies
-	rep  *reconciletest.Reporter
+	pols *plugintest.Policies
+	rep  *plugintest.Reporter
 	pm   *reconcile.PolicyMetrics
 }
 
 func newWorkersLoop(t *testing.T, n, workers int, policyOf func(i int) string) *workersLoop {
 	t.Helper()
-	w := &workersLoop{dry: dryrun.New(), pols: reconciletest.NewPolicies("p"), rep: reconciletest.NewReporter(), pm: reconcile.NewPolicyMetrics(nil)}
-	src := reconciletest.NewSource()
+	w := &workersLoop{dry: dryrun.New(), pols: plugintest.NewPolicies("p"), rep: plugintest.NewReporter(), pm: reconcile.NewPolicyMetrics(nil)}
+	src := plugintest.NewSource()
 	d := model.Delta{Nodes: map[string]*model.Node{"node-a": nodeA}, Services: map[model.ServiceKey]model.ServiceState{}}
 	for i := range n {
 		st := clusterIP(workerKey(i), fmt.Sprintf("10.96.1.%d", i),
@@ -100,7 +100,7 @@ func TestPolicyWorkersEvaluateConcurrently(t *testing.T) {
 		all            = make(chan struct{}) // closed once workers evaluations are in flight
 		release        sync.Once
 	)
-	pol := reconciletest.NewFunc("p", func(ctx context.Context, in *plugin.PolicyInput) (plugin.PolicyResult, error) {
+	pol := plugintest.NewFunc("p", func(ctx context.Context, in *plugin.PolicyInput) (plugin.PolicyResult, error) {
 		mu.Lock()
 		inflight++
 		most = max(most, inflight)
@@ -152,8 +152,8 @@ func TestPolicyWorkersDeterministic(t *testing.T) {
 	type outcome struct {
 		Table      []string
 		Changed    []model.ServiceKey
-		Events     []reconciletest.Event
-		Conditions map[model.ServiceKey]reconciletest.Condition
+		Events     []plugintest.Event
+		Conditions map[model.ServiceKey]plugintest.Condition
 		State      []reconcile.PolicyState
 	}
 	run := func(workers int, reverse bool) (outcome, []int) {
@@ -165,7 +165,7 @@ func TestPolicyWorkersDeterministic(t *testing.T) {
 		}
 		var mu sync.Mutex
 		var order []int
-		pol := reconciletest.NewFunc("p", func(ctx context.Context, in *plugin.PolicyInput) (plugin.PolicyResult, error) {
+		pol := plugintest.NewFunc("p", func(ctx context.Context, in *plugin.PolicyInput) (plugin.PolicyResult, error) {
 			i := workerIndex(in)
 			defer func() {
 				mu.Lock()
@@ -238,7 +238,7 @@ func TestPolicyWorkerFailuresStayLocal(t *testing.T) {
 		}
 		return "p"
 	})
-	w.pols.Set("p", reconciletest.NewFunc("p", func(ctx context.Context, in *plugin.PolicyInput) (plugin.PolicyResult, error) {
+	w.pols.Set("p", plugintest.NewFunc("p", func(ctx context.Context, in *plugin.PolicyInput) (plugin.PolicyResult, error) {
 		switch i := workerIndex(in); i {
 		case 2:
 			panic("index out of range")
@@ -263,29 +263,29 @@ func TestPolicyWorkerFailuresStayLocal(t *testing.T) {
 	if diff := cmp.Diff(want, table(w.dry)); diff != "" {
 		t.Errorf("dataplane (-want +got):\n%s", diff)
 	}
-	wantConds := map[model.ServiceKey]reconciletest.Condition{}
+	wantConds := map[model.ServiceKey]plugintest.Condition{}
 	for i := range services {
-		wantConds[workerKey(i)] = reconciletest.Condition{Ready: true, Reason: reconcile.ReasonPolicyEvaluated, Message: "policy p evaluated"}
+		wantConds[workerKey(i)] = plugintest.Condition{Ready: true, Reason: plugin.ReasonPolicyEvaluated, Message: "policy p evaluated"}
 	}
-	wantConds[workerKey(2)] = reconciletest.Condition{Reason: "EvaluationFailed", Message: "policy p: port http/TCP: policy p panicked: index out of range"}
-	wantConds[workerKey(5)] = reconciletest.Condition{Reason: "EvaluationFailed", Message: "policy p: port http/TCP: trap"}
-	wantConds[workerKey(7)] = reconciletest.Condition{Reason: "EvaluationFailed", Message: "policy panicky: evaluation panicked: no name"}
+	wantConds[workerKey(2)] = plugintest.Condition{Reason: "EvaluationFailed", Message: "policy p: port http/TCP: policy p panicked: index out of range"}
+	wantConds[workerKey(5)] = plugintest.Condition{Reason: "EvaluationFailed", Message: "policy p: port http/TCP: trap"}
+	wantConds[workerKey(7)] = plugintest.Condition{Reason: "EvaluationFailed", Message: "policy panicky: evaluation panicked: no name"}
 	if diff := cmp.Diff(wantConds, w.rep.Conditions()); diff != "" {
 		t.Errorf("conditions (-want +got):\n%s", diff)
 	}
 	var failed []model.ServiceKey
 	for _, e := range w.rep.TakeEvents() {
-		if e.Reason == reconcile.ReasonPolicyFailed {
+		if e.Reason == plugin.ReasonPolicyFailed {
 			failed = append(failed, e.Service)
 		}
 	}
 	if diff := cmp.Diff([]model.ServiceKey{workerKey(2), workerKey(5), workerKey(7)}, failed); diff != "" {
 		t.Errorf("PolicyFailed Events, in key order (-want +got):\n%s", diff)
 	}
-	if got := testutil.ToFloat64(w.pm.Failures.WithLabelValues("p", reconcile.FailureError)); got != 2 {
+	if got := testutil.ToFloat64(w.pm.Failures.WithLabelValues("p", plugin.FailureError)); got != 2 {
 		t.Errorf("failures{p,error} = %v, want 2", got)
 	}
-	if got := testutil.ToFloat64(w.pm.Failures.WithLabelValues("panicky", reconcile.FailureError)); got != 1 {
+	if got := testutil.ToFloat64(w.pm.Failures.WithLabelValues("panicky", plugin.FailureError)); got != 1 {
 		t.Errorf("failures{panicky,error} = %v, want 1", got)
 	}
 }
@@ -322,15 +322,15 @@ func TestPolicyStatsReadFailures(t *testing.T) {
 	dp := &statsDataplane{Dataplane: dryrun.New()}
 	var mu sync.Mutex
 	seen := map[string]uint32{} // active connections of each Service's first endpoint
-	pols := reconciletest.NewPolicies("p")
-	pols.Set("p", reconciletest.NewFunc("p", func(ctx context.Context, in *plugin.PolicyInput) (plugin.PolicyResult, error) {
+	pols := plugintest.NewPolicies("p")
+	pols.Set("p", plugintest.NewFunc("p", func(ctx context.Context, in *plugin.PolicyInput) (plugin.PolicyResult, error) {
 		mu.Lock()
 		seen[in.Service.Key.Name] = in.Endpoints[0].Stats.ActiveConns
 		mu.Unlock()
 		return weights()(ctx, in)
 	}), nil, nil)
 	pm := reconcile.NewPolicyMetrics(nil)
-	src := reconciletest.NewSource()
+	src := plugintest.NewSource()
 	now := t0
 	var logs bytes.Buffer // written by Sync only
 	loop := reconcile.New(reconcile.Config{
@@ -395,7 +395,7 @@ func TestPolicyStatsReadFailures(t *testing.T) {
 }
 
 // statsBlind is a policy that declares it never reads statistics.
-type statsBlind struct{ *reconciletest.Func }
+type statsBlind struct{ *plugintest.Func }
 
 func (statsBlind) IgnoresStats() bool { return true }
 
@@ -405,12 +405,12 @@ func (statsBlind) IgnoresStats() bool { return true }
 func TestPolicyTickSkipsStatsBlind(t *testing.T) {
 	const tick = 10 * time.Second
 	dp := &statsDataplane{Dataplane: dryrun.New()}
-	blind := reconciletest.NewFunc("blind", weights())
-	seeing := reconciletest.NewFunc("p", weights())
-	pols := reconciletest.NewPolicies("p")
+	blind := plugintest.NewFunc("blind", weights())
+	seeing := plugintest.NewFunc("p", weights())
+	pols := plugintest.NewPolicies("p")
 	pols.Set("blind", statsBlind{blind}, nil, nil)
 	pols.Set("p", seeing, nil, nil)
-	src := reconciletest.NewSource()
+	src := plugintest.NewSource()
 	now := t0
 	loop := reconcile.New(reconcile.Config{
 		NodeName: "node-a", Source: src, Planner: plan.New(plan.Options{}), Dataplane: dp,

@@ -15,8 +15,8 @@ import (
 	"github.com/switchyard-lb/switchyard/core/model"
 	"github.com/switchyard-lb/switchyard/core/plan"
 	"github.com/switchyard-lb/switchyard/core/plugin"
+	"github.com/switchyard-lb/switchyard/core/plugin/plugintest"
 	"github.com/switchyard-lb/switchyard/core/reconcile"
-	"github.com/switchyard-lb/switchyard/core/reconcile/reconciletest"
 	"github.com/switchyard-lb/switchyard/ipvs"
 )
 
@@ -94,7 +94,7 @@ func TestPolicyWeightsDriveTraffic(t *testing.T) {
 		eps = append(eps, model.Endpoint{Addr: be.IPv4, Port: HTTPPort, PortName: "http", Protocol: model.TCP,
 			NodeName: "node-" + be.Name, Ready: true, Serving: true})
 	}
-	src := reconciletest.NewSource()
+	src := plugintest.NewSource()
 	src.Push(model.Delta{
 		Nodes: map[string]*model.Node{"lab": {Name: "lab", Ready: true}},
 		Services: map[model.ServiceKey]model.ServiceState{key: {
@@ -105,8 +105,8 @@ func TestPolicyWeightsDriveTraffic(t *testing.T) {
 	})
 	src.SetSynced(true)
 	pol := &labPolicy{}
-	pols := reconciletest.NewPolicies("split")
-	pols.Set("split", reconciletest.NewFunc("split", pol.evaluate), nil, nil)
+	pols := plugintest.NewPolicies("split")
+	pols.Set("split", plugintest.NewFunc("split", pol.evaluate), nil, nil)
 	dp := newLabDataplane(t)
 	clock := &labClock{now: time.Now()}
 	loop := reconcile.New(reconcile.Config{

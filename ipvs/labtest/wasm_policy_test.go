@@ -4,7 +4,6 @@ package labtest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -18,8 +17,9 @@ import (
 
 	"github.com/switchyard-lb/switchyard/core/model"
 	"github.com/switchyard-lb/switchyard/core/plan"
+	"github.com/switchyard-lb/switchyard/core/plugin"
+	"github.com/switchyard-lb/switchyard/core/plugin/plugintest"
 	"github.com/switchyard-lb/switchyard/core/reconcile"
-	"github.com/switchyard-lb/switchyard/core/reconcile/reconciletest"
 	"github.com/switchyard-lb/switchyard/ipvs"
 	"github.com/switchyard-lb/switchyard/plugins/wasm"
 )
@@ -87,18 +87,6 @@ func memAvailable() string {
 	return "unknown"
 }
 
-// wasmFailure names the reconcile failure reason of a wasm host error, as
-// the daemon's registry.Reason does for the errors this test provokes.
-func wasmFailure(err error) string {
-	switch {
-	case errors.Is(err, wasm.ErrDeadline):
-		return reconcile.FailureDeadline
-	case errors.Is(err, wasm.ErrTrap):
-		return reconcile.FailureTrap
-	}
-	return ""
-}
-
 // TestWasmPolicyWeightsDriveTraffic runs the reconcile loop on the guest's
 // kernel with WebAssembly policies loaded by the real host (plugins/wasm,
 // with its deadline, memory cap and instance recycling), compiled by
@@ -132,7 +120,7 @@ func TestWasmPolicyWeightsDriveTraffic(t *testing.T) {
 	}
 	t.Cleanup(func() { rt.Close(context.Background()) })
 	before := memAvailable()
-	pols := reconciletest.NewPolicies("")
+	pols := plugintest.NewPolicies("")
 	loaded := map[string]*wasm.Policy{}
 	for _, name := range labModules {
 		start := time.Now()
@@ -163,7 +151,7 @@ func TestWasmPolicyWeightsDriveTraffic(t *testing.T) {
 		}
 	}
 	canary := service("canary", "10.96.7.10", "canary")
-	src := reconciletest.NewSource()
+	src := plugintest.NewSource()
 	src.Push(model.Delta{
 		Nodes: map[string]*model.Node{"lab": {Name: "lab", Ready: true}},
 		Services: map[model.ServiceKey]model.ServiceState{
@@ -176,10 +164,10 @@ func TestWasmPolicyWeightsDriveTraffic(t *testing.T) {
 	const tick = time.Second
 	dp := newLabDataplane(t)
 	clock := &labClock{now: time.Now()}
-	reporter := reconciletest.NewReporter()
+	reporter := plugintest.NewReporter()
 	loop := reconcile.New(reconcile.Config{
 		NodeName: "lab", Source: src, Planner: plan.New(plan.Options{}), Dataplane: dp, Now: clock.Now,
-		Policies: pols, PolicyReporter: reporter, PolicyErrorReason: wasmFailure,
+		Policies: pols, PolicyReporter: reporter,
 		PolicyDeadline: 2 * time.Second, StatsInterval: tick,
 	})
 	syncLoop := func() {
@@ -230,10 +218,10 @@ func TestWasmPolicyWeightsDriveTraffic(t *testing.T) {
 	// the reason it is not.
 	conditions := func(when string) {
 		t.Helper()
-		want := map[string]string{"canary": reconcile.ReasonPolicyEvaluated, "loop": "DeadlineExceeded", "trap": "Trapped"}
+		want := map[string]string{"canary": plugin.ReasonPolicyEvaluated, "loop": "DeadlineExceeded", "trap": "Trapped"}
 		got := map[string]string{}
 		for k, c := range reporter.Conditions() {
-			if c.Ready != (c.Reason == reconcile.ReasonPolicyEvaluated) {
+			if c.Ready != (c.Reason == plugin.ReasonPolicyEvaluated) {
 				t.Errorf("%s: %s condition %+v: ready and reason disagree", when, k.Name, c)
 			}
 			got[k.Name] = c.Reason

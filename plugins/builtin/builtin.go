@@ -14,6 +14,13 @@ const (
 	TopologyAwareName = "topology-aware"
 )
 
+// The built-in policies never read statistics (plugin.StatsBlind).
+var (
+	_ plugin.StatsBlind = Uniform{}
+	_ plugin.StatsBlind = LocalFirst{}
+	_ plugin.StatsBlind = TopologyAware{}
+)
+
 // Lookup returns the built-in policy called name.
 func Lookup(name string) (plugin.Policy, bool) {
 	switch name {

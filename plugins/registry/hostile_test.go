@@ -13,8 +13,9 @@ import (
 
 	"github.com/switchyard-lb/switchyard/core/model"
 	"github.com/switchyard-lb/switchyard/core/plan"
+	"github.com/switchyard-lb/switchyard/core/plugin"
+	"github.com/switchyard-lb/switchyard/core/plugin/plugintest"
 	"github.com/switchyard-lb/switchyard/core/reconcile"
-	"github.com/switchyard-lb/switchyard/core/reconcile/reconciletest"
 	"github.com/switchyard-lb/switchyard/ipvs/dryrun"
 	"github.com/switchyard-lb/switchyard/plugins/registry"
 	"github.com/switchyard-lb/switchyard/plugins/wasm"
@@ -75,7 +76,7 @@ func TestHostileModules(t *testing.T) {
 	// One Service per misbehaviour; the hostile guest reads its mode from
 	// the parameters.
 	want := map[string]string{
-		"healthy":       reconcile.ReasonPolicyEvaluated,
+		"healthy":       plugin.ReasonPolicyEvaluated,
 		"loop":          "DeadlineExceeded",
 		"panic":         "Trapped",
 		"oom":           "Trapped",
@@ -90,7 +91,7 @@ func TestHostileModules(t *testing.T) {
 		"garbage-bytes": "LoadFailed",
 		"missing":       "LoadFailed",
 	}
-	src := reconciletest.NewSource()
+	src := plugintest.NewSource()
 	delta := model.Delta{Nodes: map[string]*model.Node{"node-a": {Name: "node-a", Ready: true}}, Services: map[model.ServiceKey]model.ServiceState{}}
 	i := 0
 	for name := range want {
@@ -113,12 +114,12 @@ func TestHostileModules(t *testing.T) {
 	}
 	src.Push(delta)
 	src.SetSynced(true)
-	rep := reconciletest.NewReporter()
+	rep := plugintest.NewReporter()
 	dry := dryrun.New()
 	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	pm := reconcile.NewPolicyMetrics(nil)
 	loop := reconcile.New(reconcile.Config{NodeName: "node-a", Source: src, Planner: plan.New(plan.Options{}), Dataplane: dry,
-		Policies: r, PolicyReporter: rep, PolicyMetrics: pm, PolicyDeadline: 5 * time.Second, PolicyErrorReason: registry.Reason,
+		Policies: r, PolicyReporter: rep, PolicyMetrics: pm, PolicyDeadline: 5 * time.Second,
 		StatsInterval: 10 * time.Second, Now: func() time.Time { return now }})
 	eventually(t, "the registry's first load", r.HasSynced)
 
@@ -141,7 +142,7 @@ func TestHostileModules(t *testing.T) {
 			for name := range want {
 				var w []string
 				if name != "healthy" {
-					w = []string{reconcile.ReasonPolicyFailed, reconcile.ReasonPolicyFallback}
+					w = []string{plugin.ReasonPolicyFailed, plugin.ReasonPolicyFallback}
 				}
 				if diff := cmp.Diff(w, events[name]); diff != "" {
 					t.Errorf("events of %s (-want +got):\n%s", name, diff)
@@ -167,7 +168,7 @@ func TestHostileModules(t *testing.T) {
 		t.Errorf("successful evaluations of hostile = %v, want 2 (healthy, twice)", got)
 	}
 	// The tick does not retry a failing Service: only a change does.
-	if got := testutil.ToFloat64(pm.Failures.WithLabelValues("hostile", reconcile.FailureDeadline)); got != 1 {
+	if got := testutil.ToFloat64(pm.Failures.WithLabelValues("hostile", plugin.FailureDeadline)); got != 1 {
 		t.Errorf("deadline failures of hostile = %v, want 1", got)
 	}
 	if n := len(rep.TakeEvents()); n != 0 {

@@ -23,7 +23,6 @@ import (
 
 	"github.com/switchyard-lb/switchyard/core/model"
 	"github.com/switchyard-lb/switchyard/core/plugin"
-	"github.com/switchyard-lb/switchyard/core/reconcile"
 	"github.com/switchyard-lb/switchyard/plugins/builtin"
 	"github.com/switchyard-lb/switchyard/plugins/wasm"
 )
@@ -51,9 +50,9 @@ const DefaultRetireAfter = time.Minute
 
 // Errors a Resolve or a load may wrap.
 var (
-	// ErrNotFound wraps reconcile.ErrNoPolicy: the loop then falls back
+	// ErrNotFound wraps plugin.ErrNoPolicy: the loop then falls back
 	// to uniform weights rather than the gone policy's last result.
-	ErrNotFound      = fmt.Errorf("policy not found (%w)", reconcile.ErrNoPolicy)
+	ErrNotFound      = fmt.Errorf("policy not found (%w)", plugin.ErrNoPolicy)
 	ErrPinMismatch   = errors.New("module digest differs from its sha256 pin")
 	ErrBadConfigMap  = errors.New("invalid policy ConfigMap")
 	ErrNoWasmRuntime = errors.New("no WebAssembly runtime configured")

@@ -3,7 +3,6 @@ package registry
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -20,8 +19,7 @@ import (
 	"k8s.io/client-go/util/flowcontrol"
 
 	"github.com/switchyard-lb/switchyard/core/model"
-	"github.com/switchyard-lb/switchyard/core/reconcile"
-	"github.com/switchyard-lb/switchyard/plugins/wasm"
+	"github.com/switchyard-lb/switchyard/core/plugin"
 )
 
 // ConditionPolicyReady is the Service condition the Reporter writes.
@@ -46,7 +44,7 @@ type ReporterOptions struct {
 	RetryInterval time.Duration
 }
 
-// Reporter implements reconcile.PolicyReporter over the API server:
+// Reporter implements plugin.PolicyReporter over the API server:
 // Events through an EventRecorder, and the PolicyReady condition through
 // status patches from its own goroutine (Run), rate limited, coalesced per
 // Service, retried on failure.
@@ -68,7 +66,7 @@ type condition struct {
 	reason, message string
 }
 
-var _ reconcile.PolicyReporter = (*Reporter)(nil)
+var _ plugin.PolicyReporter = (*Reporter)(nil)
 
 // NewReporter returns a Reporter; recorder may be nil (no Events).
 func NewReporter(client kubernetes.Interface, recorder record.EventRecorder, opts ReporterOptions, log *slog.Logger) *Reporter {
@@ -187,22 +185,4 @@ func (r *Reporter) patch(ctx context.Context, k model.ServiceKey, c condition) e
 		return fmt.Errorf("patch status of Service %s: %w", k, err)
 	}
 	return nil
-}
-
-// Reason names the failure reason of a policy error for metrics and
-// conditions (reconcile.Config.PolicyErrorReason).
-func Reason(err error) string {
-	switch {
-	case errors.Is(err, wasm.ErrDeadline), errors.Is(err, context.DeadlineExceeded):
-		return reconcile.FailureDeadline
-	case errors.Is(err, wasm.ErrTrap):
-		return reconcile.FailureTrap
-	case errors.Is(err, wasm.ErrDeclined):
-		return reconcile.FailureDeclined
-	case errors.Is(err, wasm.ErrInvalidOutput):
-		return reconcile.FailureInvalidOutput
-	case errors.Is(err, wasm.ErrInvalidModule), errors.Is(err, wasm.ErrClosed):
-		return reconcile.FailureLoad
-	}
-	return reconcile.FailureError
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
+	"github.com/switchyard-lb/switchyard/core/plugin"
 	"github.com/switchyard-lb/switchyard/plugins/wasm/abi"
 )
 
@@ -322,23 +323,34 @@ func (r *Runtime) release(ctx context.Context, digest [sha256.Size]byte) {
 }
 
 // Errors a policy's load or evaluation wraps, for metrics and events.
+// Those of an evaluation are core/plugin's, so that the control loop
+// tells them apart (plugin.FailureReason) without knowing this package.
 var (
 	// ErrCacheDir: Config.CacheDir cannot be created or written; a
 	// Runtime without a cache still works.
 	ErrCacheDir = errors.New("unusable wasm compilation cache directory")
-	// ErrInvalidModule: not WebAssembly, or not following ABI v1.
-	ErrInvalidModule = errors.New("invalid policy module")
+	// ErrInvalidModule: not WebAssembly, or not following ABI v1. It is
+	// a plugin.ErrPolicyUnusable.
+	ErrInvalidModule error = unusable("invalid policy module")
 	// ErrDeadline: the guest ran past its deadline.
-	ErrDeadline = errors.New("policy deadline exceeded")
+	ErrDeadline = plugin.ErrPolicyDeadline
 	// ErrTrap: the guest trapped (a panic, an out-of-bounds access, out
 	// of memory) or exited.
-	ErrTrap = errors.New("policy trapped")
+	ErrTrap = plugin.ErrPolicyTrap
 	// ErrDeclined: the guest returned no result (it should have logged
 	// why).
-	ErrDeclined = errors.New("policy declined")
+	ErrDeclined = plugin.ErrPolicyDeclined
 	// ErrInvalidOutput: the guest's output broke the ABI; it also wraps
 	// abi.ErrInvalidOutput when the layout was at fault.
-	ErrInvalidOutput = errors.New("invalid policy output")
-	// ErrClosed: the policy was closed.
-	ErrClosed = errors.New("policy closed")
+	ErrInvalidOutput = plugin.ErrPolicyInvalidOutput
+	// ErrClosed: the policy was closed. It is a plugin.ErrPolicyUnusable.
+	ErrClosed error = unusable("policy closed")
 )
+
+// unusable is an error of a policy that cannot run at all: errors.Is
+// matches it with plugin.ErrPolicyUnusable.
+type unusable string
+
+func (e unusable) Error() string { return string(e) }
+
+func (e unusable) Is(target error) bool { return target == plugin.ErrPolicyUnusable }

@@ -402,3 +402,30 @@ func BenchmarkEvaluate(b *testing.B) {
 		})
 	}
 }
+
+// TestErrorsNameTheirFailureReason checks that the control loop, which
+// knows only core/plugin, tells this host's failures apart.
+func TestErrorsNameTheirFailureReason(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{wasm.ErrDeadline, plugin.FailureDeadline},
+		{wasm.ErrTrap, plugin.FailureTrap},
+		{wasm.ErrDeclined, plugin.FailureDeclined},
+		{wasm.ErrInvalidOutput, plugin.FailureInvalidOutput},
+		{wasm.ErrInvalidModule, plugin.FailureLoad},
+		{wasm.ErrClosed, plugin.FailureLoad},
+	} {
+		err := fmt.Errorf("port http/TCP: %w: details", tc.err)
+		if got := plugin.FailureReason(err); got != tc.want {
+			t.Errorf("FailureReason(%v) = %q, want %q", err, got, tc.want)
+		}
+		if !errors.Is(err, tc.err) {
+			t.Errorf("%v is not %v", err, tc.err)
+		}
+	}
+	if errors.Is(wasm.ErrClosed, wasm.ErrInvalidModule) {
+		t.Error("ErrClosed is ErrInvalidModule")
+	}
+}

@@ -1,4 +1,4 @@
-package reconciletest
+package plugintest
 
 import (
 	"context"
@@ -15,7 +15,14 @@ import (
 // ErrUnknownPolicy is what Policies.Resolve returns for a name never Set.
 var ErrUnknownPolicy = errors.New("unknown policy")
 
-// Policies is a goroutine-safe fake of reconcile.Policies: a table of
+var (
+	_ plugin.Source         = (*Source)(nil)
+	_ plugin.Policies       = (*Policies)(nil)
+	_ plugin.Policy         = (*Func)(nil)
+	_ plugin.PolicyReporter = (*Reporter)(nil)
+)
+
+// Policies is a goroutine-safe fake of plugin.Policies: a table of
 // named policies that tests Set, with a default for Services without a
 // policy annotation.
 type Policies struct {
@@ -133,7 +140,7 @@ type Condition struct {
 	Message string
 }
 
-// Reporter is a goroutine-safe fake reconcile.PolicyReporter that records
+// Reporter is a goroutine-safe fake plugin.PolicyReporter that records
 // what it is told.
 type Reporter struct {
 	mu         sync.Mutex

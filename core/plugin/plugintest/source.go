@@ -1,6 +1,4 @@
-// Package reconciletest provides a fake reconcile.Source for tests of code
-// that drives a reconcile.Loop.
-package reconciletest
+package plugintest
 
 import (
 	"maps"
