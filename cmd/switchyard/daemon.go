@@ -25,6 +25,7 @@ import (
 	"github.com/switchyard-lb/switchyard/core/metrics"
 	"github.com/switchyard-lb/switchyard/core/plan"
 	"github.com/switchyard-lb/switchyard/core/plugin"
+	"github.com/switchyard-lb/switchyard/core/policystage"
 	"github.com/switchyard-lb/switchyard/core/reconcile"
 	"github.com/switchyard-lb/switchyard/core/runner"
 	"github.com/switchyard-lb/switchyard/ipvs"
@@ -164,12 +165,14 @@ func runDaemon(ctx context.Context, dc daemonConfig) (err error) {
 		// other syncs without changes do not reprogram everything.
 		FullSyncPeriod: ipvsCfg.SyncPeriod.Std(),
 
-		Policies:       policies,
-		PolicyReporter: reporter,
-		PolicyMetrics:  reconcile.NewPolicyMetrics(reg),
-		PolicyDeadline: cfg.Policies.EvaluationDeadline.Std(),
-		PolicyWorkers:  cfg.Policies.EvaluationWorkers(),
-		StatsInterval:  cfg.Policies.StatisticsInterval.Std(),
+		PolicyStage: policystage.Config{
+			Policies:      policies,
+			Reporter:      reporter,
+			Metrics:       policystage.NewMetrics(reg),
+			Deadline:      cfg.Policies.EvaluationDeadline.Std(),
+			Workers:       cfg.Policies.EvaluationWorkers(),
+			StatsInterval: cfg.Policies.StatisticsInterval.Std(),
+		},
 	})
 	retry := max(min(maxRetryInterval, ipvsCfg.SyncPeriod.Std()), ipvsCfg.MinSyncPeriod.Std())
 	r = runner.New("sync", func(ctx context.Context) error {

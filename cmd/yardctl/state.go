@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/core/policystage"
 	"github.com/switchyard-lb/switchyard/core/reconcile"
 	"github.com/switchyard-lb/switchyard/ipvs/dryrun"
 )
@@ -177,7 +178,7 @@ func printState(w io.Writer, st *reconcile.State) error {
 }
 
 // printPolicies lists the Services' policies, failing ones with why.
-func printPolicies(w io.Writer, policies []reconcile.PolicyState) error {
+func printPolicies(w io.Writer, policies []policystage.Status) error {
 	if len(policies) == 0 {
 		return nil
 	}

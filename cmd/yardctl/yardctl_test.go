@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/switchyard-lb/switchyard/core/policystage"
 	"github.com/switchyard-lb/switchyard/core/reconcile"
 )
 
@@ -48,7 +49,7 @@ var testState = reconcile.State{
 	Announced: map[string][]reconcile.AnnouncementState{
 		"l2": {{Address: netip.MustParseAddr("192.0.2.1"), Service: "default/web"}},
 	},
-	Policies: []reconcile.PolicyState{
+	Policies: []policystage.Status{
 		{Service: "default/api", Policy: "zone", Reason: "LoadFailed", Message: "policy zone: invalid policy module"},
 		{Service: "default/web", Policy: "builtin:local-first", Ready: true, Reason: "Evaluated", Message: "policy builtin:local-first evaluated"},
 	},

@@ -14,23 +14,15 @@
 //  4. only then do announcers announce new addresses and the health check
 //     servers report new counts.
 //
-// With Config.Policies set, a policy stage (policy.go) sits between the
-// planner and the plugins: it evaluates each Service's balancing policy
-// per Service port (on a change of the Service, its endpoints or its
-// policy, on the statistics tick and when a result asks to be
-// re-evaluated), folds the weights and scheduler into a copy of the
-// planner's plan, and hands the dataplane only the Services whose weighted
-// plan changed. When the dataplane implements plugin.StatsReader, its live
-// per-real-server statistics are read once per statistics tick and handed
-// to the policies; a failed read is counted and keeps the last good
-// statistics of what it could not read. The Services of one round are
-// evaluated on up to Config.PolicyWorkers goroutines, which only read the
-// stage: their results are committed on Sync's goroutine in key order, so
-// the plan, the Events and the conditions do not depend on which
-// evaluation ended first. The planner stays pure. A policy's failure (load, trap,
-// deadline, invalid output) stays with its Service: it falls back to its
-// last good result, else uniform weights, and PolicyReporter, metrics and
-// State say why; the sync itself does not fail.
+// With Config.PolicyStage.Policies set, the policy stage
+// (core/policystage) sits between the planner and the plugins: every Sync
+// hands it what the watch changed and the planner's plan (Weigh), and
+// hands the dataplane its weighted plan and only the Services whose
+// weighted plan changed; the dataplane's live statistics reach it when the
+// dataplane is a plugin.StatsReader, and State shows what it says of each
+// Service's policy. The loop waits for the policies to sync before its
+// first Sync. The planner stays pure, and a policy's failure never fails
+// the sync.
 //
 // Announcers in Config.Elected announce only what this node wins
 // (elect.go): per address of the plan that the announcer serves (its

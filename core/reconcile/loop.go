@@ -18,6 +18,7 @@ import (
 	"github.com/switchyard-lb/switchyard/core/model"
 	"github.com/switchyard-lb/switchyard/core/plan"
 	"github.com/switchyard-lb/switchyard/core/plugin"
+	"github.com/switchyard-lb/switchyard/core/policystage"
 )
 
 // DefaultFullSyncPeriod is how often the loop asks the dataplane for a
@@ -66,24 +67,10 @@ type Config struct {
 	// own before it.
 	FullSyncPeriod time.Duration
 
-	// Policies nil: no policy stage; the planner's weights apply.
-	Policies plugin.Policies
-	// PolicyReporter nil: failures are only counted and logged.
-	PolicyReporter plugin.PolicyReporter
-	// PolicyMetrics nil: unregistered metrics.
-	PolicyMetrics *PolicyMetrics
-	// PolicyDeadline bounds one evaluation; 0 means DefaultPolicyDeadline.
-	PolicyDeadline time.Duration
-	// PolicyWorkers bounds how many Services' policies are evaluated at
-	// once; 0 means one fewer than runtime.GOMAXPROCS(0), at least 1 (a
-	// CPU stays free for the goroutines that enforce deadlines: compiled
-	// WebAssembly is not preemptible), and 1 evaluates them one after the
-	// other on Sync's goroutine. The weighted plan does not depend on it.
-	PolicyWorkers int
-	// StatsInterval, when non-zero, re-evaluates every policy at most
-	// that often (the statistics tick); the daemon triggers the runner
-	// at that interval.
-	StatsInterval time.Duration
+	// PolicyStage configures the policy stage; PolicyStage.Policies nil:
+	// no policy stage, the planner's weights apply. Its Stats defaults to
+	// the Dataplane when that is a plugin.StatsReader, its Log to Log.
+	PolicyStage policystage.Config
 }
 
 // Loop is the reconcile loop. Sync must not run concurrently with itself
@@ -118,8 +105,9 @@ type Loop struct {
 	// healthDirty is set when health changed or its last Sync failed.
 	healthDirty bool
 	counts      counts
-	// policies is the policy stage; nil without Config.Policies.
-	policies *policyStage
+	// policies is the policy stage; nil without
+	// Config.PolicyStage.Policies.
+	policies *policystage.Stage
 
 	mu          sync.Mutex // guards the fields below, read by State and LastSync
 	desired     map[model.ServiceKey]*model.ServicePlan
@@ -130,7 +118,7 @@ type Loop struct {
 	lastErr     error
 	pendingOpts *plan.Options
 	forceFull   bool
-	policyView  []PolicyState
+	policyView  []policystage.Status
 }
 
 // announcerState is what the loop last sent one announcer.
@@ -192,8 +180,14 @@ func New(cfg Config) *Loop {
 	if l.fullSync <= 0 {
 		l.fullSync = DefaultFullSyncPeriod
 	}
-	if cfg.Policies != nil {
-		l.policies = newPolicyStage(&l.cfg)
+	if pc := cfg.PolicyStage; pc.Policies != nil {
+		if pc.Stats == nil {
+			pc.Stats, _ = cfg.Dataplane.(plugin.StatsReader)
+		}
+		if pc.Log == nil {
+			pc.Log = l.log
+		}
+		l.policies = policystage.New(pc)
 	}
 	return l
 }
@@ -227,7 +221,7 @@ func (l *Loop) LastSync() (time.Time, error) {
 func (l *Loop) Sync(ctx context.Context) (err error) {
 	l.syncMu.Lock()
 	defer l.syncMu.Unlock()
-	if !l.cfg.Source.HasSynced() || (l.policies != nil && !l.cfg.Policies.HasSynced()) {
+	if !l.cfg.Source.HasSynced() || (l.policies != nil && !l.policies.HasSynced()) {
 		return nil
 	}
 	start := l.now()
@@ -275,9 +269,10 @@ func (l *Loop) Sync(ctx context.Context) (err error) {
 	if l.policies != nil {
 		// The policies weigh the planner's plans; the dataplane sees
 		// only the Services whose weighted plan changed.
-		l.policies.record(d.Services, start)
-		changed, p = l.policies.apply(ctx, start, l.nodes[l.cfg.NodeName], p, changed)
-		if view := l.policies.takeView(); view != nil {
+		changed, p = l.policies.Weigh(ctx, policystage.Round{
+			Now: start, Node: l.nodes[l.cfg.NodeName], Services: d.Services, Plan: p, Changed: changed,
+		})
+		if view := l.policies.TakeStatus(); view != nil {
 			l.mu.Lock()
 			l.policyView = view
 			l.mu.Unlock()

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/core/policystage"
 )
 
 // State is the loop's view for /debug/state: what the plan wants and what
@@ -24,16 +25,7 @@ type State struct {
 	Announced map[string][]AnnouncementState `json:"announced"`
 	// Policies is each evaluated Service's policy and whether it works,
 	// sorted by Service; empty without a policy stage.
-	Policies []PolicyState `json:"policies,omitempty"`
-}
-
-// PolicyState is a Service's policy and its PolicyReady condition.
-type PolicyState struct {
-	Service string `json:"service"` // namespace/name
-	Policy  string `json:"policy"`
-	Ready   bool   `json:"ready"`
-	Reason  string `json:"reason"`
-	Message string `json:"message,omitempty"`
+	Policies []policystage.Status `json:"policies,omitempty"`
 }
 
 // AnnouncementState is one announced address.

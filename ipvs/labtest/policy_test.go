@@ -16,6 +16,7 @@ import (
 	"github.com/switchyard-lb/switchyard/core/plan"
 	"github.com/switchyard-lb/switchyard/core/plugin"
 	"github.com/switchyard-lb/switchyard/core/plugin/plugintest"
+	"github.com/switchyard-lb/switchyard/core/policystage"
 	"github.com/switchyard-lb/switchyard/core/reconcile"
 	"github.com/switchyard-lb/switchyard/ipvs"
 )
@@ -111,7 +112,7 @@ func TestPolicyWeightsDriveTraffic(t *testing.T) {
 	clock := &labClock{now: time.Now()}
 	loop := reconcile.New(reconcile.Config{
 		NodeName: "lab", Source: src, Planner: plan.New(plan.Options{}), Dataplane: dp,
-		Now: clock.Now, Policies: pols, StatsInterval: tick,
+		Now: clock.Now, PolicyStage: policystage.Config{Policies: pols, StatsInterval: tick},
 	})
 	syncLoop := func() {
 		t.Helper()

@@ -19,6 +19,7 @@ import (
 	"github.com/switchyard-lb/switchyard/core/plan"
 	"github.com/switchyard-lb/switchyard/core/plugin"
 	"github.com/switchyard-lb/switchyard/core/plugin/plugintest"
+	"github.com/switchyard-lb/switchyard/core/policystage"
 	"github.com/switchyard-lb/switchyard/core/reconcile"
 	"github.com/switchyard-lb/switchyard/ipvs"
 	"github.com/switchyard-lb/switchyard/plugins/wasm"
@@ -167,8 +168,7 @@ func TestWasmPolicyWeightsDriveTraffic(t *testing.T) {
 	reporter := plugintest.NewReporter()
 	loop := reconcile.New(reconcile.Config{
 		NodeName: "lab", Source: src, Planner: plan.New(plan.Options{}), Dataplane: dp, Now: clock.Now,
-		Policies: pols, PolicyReporter: reporter,
-		PolicyDeadline: 2 * time.Second, StatsInterval: tick,
+		PolicyStage: policystage.Config{Policies: pols, Reporter: reporter, Deadline: 2 * time.Second, StatsInterval: tick},
 	})
 	syncLoop := func() {
 		t.Helper()

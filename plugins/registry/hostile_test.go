@@ -15,6 +15,7 @@ import (
 	"github.com/switchyard-lb/switchyard/core/plan"
 	"github.com/switchyard-lb/switchyard/core/plugin"
 	"github.com/switchyard-lb/switchyard/core/plugin/plugintest"
+	"github.com/switchyard-lb/switchyard/core/policystage"
 	"github.com/switchyard-lb/switchyard/core/reconcile"
 	"github.com/switchyard-lb/switchyard/ipvs/dryrun"
 	"github.com/switchyard-lb/switchyard/plugins/registry"
@@ -117,10 +118,10 @@ func TestHostileModules(t *testing.T) {
 	rep := plugintest.NewReporter()
 	dry := dryrun.New()
 	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
-	pm := reconcile.NewPolicyMetrics(nil)
+	pm := policystage.NewMetrics(nil)
 	loop := reconcile.New(reconcile.Config{NodeName: "node-a", Source: src, Planner: plan.New(plan.Options{}), Dataplane: dry,
-		Policies: r, PolicyReporter: rep, PolicyMetrics: pm, PolicyDeadline: 5 * time.Second,
-		StatsInterval: 10 * time.Second, Now: func() time.Time { return now }})
+		PolicyStage: policystage.Config{Policies: r, Reporter: rep, Metrics: pm, Deadline: 5 * time.Second, StatsInterval: 10 * time.Second},
+		Now:         func() time.Time { return now }})
 	eventually(t, "the registry's first load", r.HasSynced)
 
 	for round := range 2 {
@@ -164,7 +165,7 @@ func TestHostileModules(t *testing.T) {
 		}
 		now = now.Add(10 * time.Second) // the statistics tick re-evaluates the working Services
 	}
-	if got := testutil.ToFloat64(pm.Evaluations.WithLabelValues("hostile", reconcile.ResultSuccess)); got != 2 {
+	if got := testutil.ToFloat64(pm.Evaluations.WithLabelValues("hostile", policystage.ResultSuccess)); got != 2 {
 		t.Errorf("successful evaluations of hostile = %v, want 2 (healthy, twice)", got)
 	}
 	// The tick does not retry a failing Service: only a change does.

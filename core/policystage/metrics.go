@@ -1,4 +1,4 @@
-package reconcile
+package policystage
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
@@ -6,14 +6,14 @@ import (
 	"github.com/switchyard-lb/switchyard/core/metrics"
 )
 
-// Values of the result label of PolicyMetrics.Evaluations.
+// Values of the result label of Metrics.Evaluations.
 const (
 	ResultSuccess = "success"
 	ResultFailure = "failure"
 )
 
-// PolicyMetrics are the policy stage's metrics.
-type PolicyMetrics struct {
+// Metrics are the policy stage's metrics.
+type Metrics struct {
 	// Evaluations counts policy evaluations by policy and result.
 	Evaluations *prometheus.CounterVec
 	// Duration observes how long one evaluation took, by policy.
@@ -25,10 +25,10 @@ type PolicyMetrics struct {
 	StatsReadFailures prometheus.Counter
 }
 
-// NewPolicyMetrics builds the policy metrics and registers them on reg
+// NewMetrics builds the policy metrics and registers them on reg
 // (MustRegister). A nil reg leaves them unregistered.
-func NewPolicyMetrics(reg prometheus.Registerer) *PolicyMetrics {
-	m := &PolicyMetrics{
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
 		Evaluations: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: metrics.Namespace, Name: "policy_evaluations_total",
 			Help: "Balancing policy evaluations, by policy and result (success or failure).",

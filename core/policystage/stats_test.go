@@ -1,4 +1,4 @@
-package reconcile_test
+package policystage_test
 
 import (
 	"context"
@@ -10,10 +10,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/switchyard-lb/switchyard/core/model"
-	"github.com/switchyard-lb/switchyard/core/plan"
 	"github.com/switchyard-lb/switchyard/core/plugin"
 	"github.com/switchyard-lb/switchyard/core/plugin/plugintest"
-	"github.com/switchyard-lb/switchyard/core/reconcile"
+	"github.com/switchyard-lb/switchyard/core/policystage"
 	"github.com/switchyard-lb/switchyard/ipvs"
 	"github.com/switchyard-lb/switchyard/ipvs/ipvstest"
 )
@@ -75,10 +74,7 @@ func TestPolicySeesDataplaneStats(t *testing.T) {
 	pols.Set("leastconns", fn, nil, nil)
 	src := plugintest.NewSource()
 	now := t0
-	loop := reconcile.New(reconcile.Config{
-		NodeName: "node-a", Source: src, Planner: plan.New(plan.Options{}), Dataplane: dp,
-		Now: func() time.Time { return now }, Policies: pols, StatsInterval: tick,
-	})
+	loop := newLoop(src, dp, func() time.Time { return now }, policystage.Config{Policies: pols, Stats: dp, StatsInterval: tick})
 
 	eps := []model.Endpoint{ep("10.244.1.2:8080", "node-a"), ep("10.244.2.2:8080", "node-b"), ep("10.244.3.2:8080", "node-c")}
 	web := clusterIP(webKey, "10.96.0.1", eps...)

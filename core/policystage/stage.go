@@ -1,9 +1,10 @@
-package reconcile
+package policystage
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"math"
 	"net/netip"
@@ -19,9 +20,66 @@ import (
 	"github.com/switchyard-lb/switchyard/core/plugin"
 )
 
-// DefaultPolicyDeadline bounds one policy evaluation when
-// Config.PolicyDeadline is zero.
-const DefaultPolicyDeadline = 50 * time.Millisecond
+// DefaultDeadline bounds one policy evaluation when Config.Deadline is
+// zero.
+const DefaultDeadline = 50 * time.Millisecond
+
+// Config is what a Stage drives. Policies is required; the rest may be
+// left zero.
+type Config struct {
+	// Policies resolves each Service's policy.
+	Policies plugin.Policies
+	// Reporter nil: failures are only counted.
+	Reporter plugin.PolicyReporter
+	// Metrics nil: unregistered metrics.
+	Metrics *Metrics
+	// Stats, when set, is read once per statistics tick for the
+	// policies' PolicyEndpoint.Stats (core/reconcile sets the
+	// dataplane's, when it is a plugin.StatsReader); nil: no statistics.
+	Stats plugin.StatsReader
+	// Log nil: discard.
+	Log *slog.Logger
+	// Deadline bounds one evaluation; 0 means DefaultDeadline.
+	Deadline time.Duration
+	// Workers bounds how many Services' policies are evaluated at once;
+	// 0 means one fewer than runtime.GOMAXPROCS(0), at least 1 (a CPU
+	// stays free for the goroutines that enforce deadlines: compiled
+	// WebAssembly is not preemptible), and 1 evaluates them one after
+	// the other on Weigh's goroutine. The weighted plan does not depend
+	// on it.
+	Workers int
+	// StatsInterval, when non-zero, re-evaluates every policy at most
+	// that often (the statistics tick); the daemon triggers the loop at
+	// that interval.
+	StatsInterval time.Duration
+}
+
+// Round is the input of one Weigh: what one Sync of the loop took from
+// the watch and what the planner made of it.
+type Round struct {
+	// Now is when the Sync started.
+	Now time.Time
+	// Node is this node as the watch last reported it; nil when unknown.
+	Node *model.Node
+	// Services are the Services the watch changed since the previous
+	// round (model.Delta.Services): policies see their annotations and
+	// endpoints.
+	Services map[model.ServiceKey]model.ServiceState
+	// Plan is the planner's whole plan, Changed the keys of the Services
+	// whose plan it changed, sorted.
+	Plan    *model.Plan
+	Changed []model.ServiceKey
+}
+
+// Status is a Service's policy and its PolicyReady condition, for the
+// loop's /debug/state. It marshals to JSON.
+type Status struct {
+	Service string `json:"service"` // namespace/name
+	Policy  string `json:"policy"`
+	Ready   bool   `json:"ready"`
+	Reason  string `json:"reason"`
+	Message string `json:"message,omitempty"`
+}
 
 // policyStatus is a Service's PolicyReady condition.
 type policyStatus struct {
@@ -44,98 +102,133 @@ type decision struct {
 	flags     []string
 }
 
-// policyStage folds policy decisions into the planner's plan. It is owned
-// by the loop's Sync (guarded by syncMu); while apply's workers evaluate,
-// they read it and nothing writes it.
-type policyStage struct {
-	cfg      *Config
+// service is everything the stage knows of one Service: what the watch
+// last said of it, and what its evaluations found. A Service the watch
+// deleted keeps the latter until its plan is gone too (forget).
+type service struct {
+	// watch is the watch's view; its Service is nil once deleted.
+	watch model.ServiceState
+	// firstSeen is when each endpoint of watch was first seen.
+	firstSeen map[model.EndpointKey]time.Time
+	// policy is the name the Service's policy last resolved to; blind
+	// is set when that policy ignores statistics (plugin.StatsBlind).
+	policy string
+	blind  bool
+	// lastGood are the last good decisions, by group.
+	lastGood map[groupKey]decision
+	// status is the PolicyReady condition, once evaluated (reported).
+	status   policyStatus
+	reported bool
+	// due is when the policy asked to be evaluated again
+	// (PolicyResult.Reevaluate); zero when it did not.
+	due time.Time
+}
+
+// Stage folds policy decisions into the planner's plan. Weigh and
+// TakeStatus must be called from one goroutine at a time (the loop's
+// Sync); while Weigh's workers evaluate, they read the stage and nothing
+// writes it.
+type Stage struct {
+	cfg      Config
+	log      *slog.Logger
 	deadline time.Duration
-	m        *PolicyMetrics
+	m        *Metrics
 	workers  int // evaluations at once
 
-	services  map[model.ServiceKey]model.ServiceState
-	uses      map[model.ServiceKey]string // policy name each Service last resolved to
-	lastGood  map[model.ServiceKey]map[groupKey]decision
-	firstSeen map[model.ServiceKey]map[model.EndpointKey]time.Time
-	status    map[model.ServiceKey]policyStatus
-	due       map[model.ServiceKey]time.Time // Reevaluate
-	blind     map[model.ServiceKey]bool      // the policy is plugin.StatsBlind
-	touched   []model.ServiceKey             // changed in the watch since apply
-	viewDirty bool                           // status or uses changed since takeView
+	services  map[model.ServiceKey]*service
+	touched   []model.ServiceKey // changed in the watch since the last Weigh
+	viewDirty bool               // a status or a policy name changed since TakeStatus
 	lastTick  time.Time
-	// statsReader is the dataplane's, when it has one; stats is its last
-	// read, taken on the statistics tick.
-	statsReader  plugin.StatsReader
+	// stats is the last read of cfg.Stats, taken on the statistics tick.
 	stats        map[model.VirtualServiceKey]map[netip.AddrPort]plugin.EndpointStats
 	statsFailing bool // the last read failed
-	// weighted is the plan handed to the dataplane: the planner's plans,
-	// with the policies' weights and schedulers.
+	// weighted is the plan Weigh hands out: the planner's plans, with
+	// the policies' weights and schedulers. It is the map of the
+	// returned model.Plan, so it stays apart from services.
 	weighted map[model.ServiceKey]*model.ServicePlan
 }
 
-func newPolicyStage(cfg *Config) *policyStage {
-	s := &policyStage{
-		cfg:       cfg,
-		deadline:  cfg.PolicyDeadline,
-		m:         cfg.PolicyMetrics,
-		workers:   cfg.PolicyWorkers,
-		services:  make(map[model.ServiceKey]model.ServiceState),
-		uses:      make(map[model.ServiceKey]string),
-		lastGood:  make(map[model.ServiceKey]map[groupKey]decision),
-		firstSeen: make(map[model.ServiceKey]map[model.EndpointKey]time.Time),
-		status:    make(map[model.ServiceKey]policyStatus),
-		due:       make(map[model.ServiceKey]time.Time),
-		blind:     make(map[model.ServiceKey]bool),
-		weighted:  make(map[model.ServiceKey]*model.ServicePlan),
+// New returns a Stage for cfg.
+func New(cfg Config) *Stage {
+	s := &Stage{
+		cfg:      cfg,
+		log:      cfg.Log,
+		deadline: cfg.Deadline,
+		m:        cfg.Metrics,
+		workers:  cfg.Workers,
+		services: make(map[model.ServiceKey]*service),
+		weighted: make(map[model.ServiceKey]*model.ServicePlan),
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
 	}
 	if s.deadline <= 0 {
-		s.deadline = DefaultPolicyDeadline
+		s.deadline = DefaultDeadline
 	}
 	if s.workers <= 0 {
 		s.workers = max(1, runtime.GOMAXPROCS(0)-1)
 	}
 	if s.m == nil {
-		s.m = NewPolicyMetrics(nil)
+		s.m = NewMetrics(nil)
 	}
-	s.statsReader, _ = cfg.Dataplane.(plugin.StatsReader)
 	return s
+}
+
+// HasSynced reports whether the policies have synced
+// (plugin.Policies.HasSynced): the loop does not sync before, so that
+// the first evaluations do not fall back only because a module is still
+// compiling.
+func (s *Stage) HasSynced() bool { return s.cfg.Policies.HasSynced() }
+
+// blind reports whether k's policy ignores statistics.
+func (s *Stage) blind(k model.ServiceKey) bool {
+	sv := s.services[k]
+	return sv != nil && sv.blind
 }
 
 // record keeps the watch's view of the changed Services, which policies
 // see.
-func (s *policyStage) record(services map[model.ServiceKey]model.ServiceState, now time.Time) {
+func (s *Stage) record(services map[model.ServiceKey]model.ServiceState, now time.Time) {
 	for k, st := range services {
 		s.touched = append(s.touched, k)
+		sv := s.services[k]
 		if st.Service == nil {
-			delete(s.services, k)
-			delete(s.firstSeen, k)
+			if sv != nil {
+				sv.watch, sv.firstSeen = model.ServiceState{}, nil
+			}
 			continue
 		}
-		s.services[k] = st
-		seen := s.firstSeen[k]
-		if seen == nil {
-			seen = make(map[model.EndpointKey]time.Time, len(st.Endpoints))
-			s.firstSeen[k] = seen
+		if sv == nil {
+			sv = &service{}
+			s.services[k] = sv
+		}
+		sv.watch = st
+		if sv.firstSeen == nil {
+			sv.firstSeen = make(map[model.EndpointKey]time.Time, len(st.Endpoints))
 		}
 		keep := make(map[model.EndpointKey]bool, len(st.Endpoints))
 		for _, ep := range st.Endpoints {
 			key := ep.Key()
 			keep[key] = true
-			if _, ok := seen[key]; !ok {
-				seen[key] = now
+			if _, ok := sv.firstSeen[key]; !ok {
+				sv.firstSeen[key] = now
 			}
 		}
-		maps.DeleteFunc(seen, func(key model.EndpointKey, _ time.Time) bool { return !keep[key] })
+		maps.DeleteFunc(sv.firstSeen, func(key model.EndpointKey, _ time.Time) bool { return !keep[key] })
 	}
 }
 
-// apply evaluates the policies of the Services that need it: those the
-// planner or the watch changed, those whose policy changed, those whose Reevaluate
-// interval passed, and all on a statistics tick. It returns the keys
-// whose weighted plan changed, sorted, and the weighted plan.
-func (s *policyStage) apply(ctx context.Context, now time.Time, node *model.Node, p *model.Plan, changed []model.ServiceKey) ([]model.ServiceKey, *model.Plan) {
-	dirty := make(map[model.ServiceKey]bool, len(changed))
-	for _, k := range changed {
+// Weigh evaluates the policies of the Services that need it: those the
+// planner or the watch changed, those whose policy changed, those whose
+// Reevaluate interval passed, and all on a statistics tick. It returns
+// the keys whose weighted plan changed, sorted, and the weighted plan:
+// the stage's, read-only, valid until the next Weigh. A policy's failure
+// stays with its Service, which falls back; Weigh itself never fails.
+func (s *Stage) Weigh(ctx context.Context, r Round) ([]model.ServiceKey, *model.Plan) {
+	s.record(r.Services, r.Now)
+	now, p := r.Now, r.Plan
+	dirty := make(map[model.ServiceKey]bool, len(r.Changed))
+	for _, k := range r.Changed {
 		dirty[k] = true
 	}
 	// A Service's annotations or endpoints may change its policy's
@@ -145,14 +238,14 @@ func (s *policyStage) apply(ctx context.Context, now time.Time, node *model.Node
 	}
 	s.touched = s.touched[:0]
 	if names := s.cfg.Policies.Changed(); len(names) > 0 {
-		for k, name := range s.uses {
-			if slices.Contains(names, name) {
+		for k, sv := range s.services {
+			if sv.policy != "" && slices.Contains(names, sv.policy) {
 				dirty[k] = true
 			}
 		}
 	}
-	for k, at := range s.due {
-		if !now.Before(at) {
+	for k, sv := range s.services {
+		if !sv.due.IsZero() && !now.Before(sv.due) {
 			dirty[k] = true
 		}
 	}
@@ -166,16 +259,17 @@ func (s *policyStage) apply(ctx context.Context, now time.Time, node *model.Node
 		// may use them (one not yet evaluated may).
 		read := false
 		for k := range s.weighted {
-			if s.blind[k] {
+			sv := s.services[k]
+			if sv != nil && sv.blind {
 				continue
 			}
 			read = true
-			if st, ok := s.status[k]; !ok || st.ready {
+			if sv == nil || !sv.reported || sv.status.ready {
 				dirty[k] = true
 			}
 		}
 		for k := range dirty {
-			read = read || !s.blind[k]
+			read = read || !s.blind(k)
 		}
 		if read {
 			s.readStats()
@@ -198,7 +292,7 @@ func (s *policyStage) apply(ctx context.Context, now time.Time, node *model.Node
 	// The workers only read the stage; what they found is committed
 	// below, on this goroutine and in key order, so the plan, the Events
 	// and the conditions do not depend on which evaluation ended first.
-	s.run(len(jobs), func(i int) { jobs[i].out = s.evaluate(ctx, now, node, &jobs[i]) })
+	s.run(len(jobs), func(i int) { jobs[i].out = s.evaluate(ctx, now, r.Node, &jobs[i]) })
 	for i := range jobs {
 		j := &jobs[i]
 		old, had := s.weighted[j.key]
@@ -215,7 +309,7 @@ func (s *policyStage) apply(ctx context.Context, now time.Time, node *model.Node
 // run calls fn(i) for every i below n on at most s.workers goroutines,
 // and returns once every call has. With one worker, or one call, it
 // calls fn on the caller's goroutine.
-func (s *policyStage) run(n int, fn func(i int)) {
+func (s *Stage) run(n int, fn func(i int)) {
 	workers := min(s.workers, n)
 	if workers <= 1 {
 		for i := range n {
@@ -244,14 +338,14 @@ func (s *policyStage) run(n int, fn func(i int)) {
 // what it could read: a virtual service whose read failed keeps its last
 // good statistics (rather than showing no connections, which would send
 // a least-connections policy's traffic its way) until a read succeeds.
-func (s *policyStage) readStats() {
-	if s.statsReader == nil {
+func (s *Stage) readStats() {
+	if s.cfg.Stats == nil {
 		return
 	}
-	stats, err := s.statsReader.Stats()
+	stats, err := s.cfg.Stats.Stats()
 	if err == nil {
-		if s.statsFailing && s.cfg.Log != nil {
-			s.cfg.Log.Info("reading the dataplane's statistics for policies works again")
+		if s.statsFailing {
+			s.log.Info("reading the dataplane's statistics for policies works again")
 		}
 		s.statsFailing = false
 		s.stats = stats
@@ -259,8 +353,8 @@ func (s *policyStage) readStats() {
 	}
 	s.m.StatsReadFailures.Inc()
 	// Logged when reads start failing; the metric counts every failure.
-	if !s.statsFailing && s.cfg.Log != nil {
-		s.cfg.Log.Warn("reading the dataplane's statistics for policies; keeping the last good ones of what failed", "err", err)
+	if !s.statsFailing {
+		s.log.Warn("reading the dataplane's statistics for policies; keeping the last good ones of what failed", "err", err)
 	}
 	s.statsFailing = true
 	if len(stats) == 0 {
@@ -273,19 +367,22 @@ func (s *policyStage) readStats() {
 	s.stats = merged
 }
 
-// forget drops what the stage knows of a deleted Service.
-func (s *policyStage) forget(k model.ServiceKey) {
-	delete(s.uses, k)
-	delete(s.lastGood, k)
-	delete(s.due, k)
-	delete(s.blind, k)
+// forget drops what the stage found of a Service whose plan is gone,
+// and the Service itself once the watch has deleted it too.
+func (s *Stage) forget(k model.ServiceKey) {
 	s.viewDirty = true
-	if _, ok := s.status[k]; ok {
-		delete(s.status, k)
-		if r := s.cfg.PolicyReporter; r != nil {
-			r.PolicyCondition(k, true, "", "")
-		}
+	sv := s.services[k]
+	if sv == nil {
+		return
 	}
+	if sv.reported && s.cfg.Reporter != nil {
+		s.cfg.Reporter.PolicyCondition(k, true, "", "")
+	}
+	if sv.watch.Service == nil {
+		delete(s.services, k)
+		return
+	}
+	s.services[k] = &service{watch: sv.watch, firstSeen: sv.firstSeen}
 }
 
 // evalJob is one Service's evaluation in a round. prepare fills the
@@ -294,7 +391,8 @@ type evalJob struct {
 	key  model.ServiceKey
 	base *model.ServicePlan
 	st   model.ServiceState
-	good map[groupKey]decision // the last good decisions; read only
+	seen map[model.EndpointKey]time.Time // when st's endpoints were first seen; read only
+	good map[groupKey]decision           // the last good decisions; read only
 
 	// What Resolve returned; pol is nil when err is set.
 	name   string
@@ -318,8 +416,12 @@ type evalOutcome struct {
 
 // prepare resolves k's policy (Policies is only called from the loop's
 // goroutine) and gathers what evaluate reads.
-func (s *policyStage) prepare(k model.ServiceKey, base *model.ServicePlan) evalJob {
-	j := evalJob{key: k, base: base, st: s.services[k]}
+func (s *Stage) prepare(k model.ServiceKey, base *model.ServicePlan) evalJob {
+	j := evalJob{key: k, base: base}
+	sv := s.services[k]
+	if sv != nil {
+		j.st, j.seen = sv.watch, sv.firstSeen
+	}
 	if j.st.Service == nil || len(base.VirtualServices) == 0 {
 		return j
 	}
@@ -329,7 +431,7 @@ func (s *policyStage) prepare(k model.ServiceKey, base *model.ServicePlan) evalJ
 	}
 	// A policy that is gone takes its last good result with it.
 	if !errors.Is(j.err, plugin.ErrNoPolicy) {
-		j.good = s.lastGood[j.key]
+		j.good = sv.lastGood
 	}
 	return j
 }
@@ -338,7 +440,7 @@ func (s *policyStage) prepare(k model.ServiceKey, base *model.ServicePlan) evalJ
 // in. A failure falls back per group; commit reports it, and it never
 // fails the sync. It runs on a worker: it reads the stage, writes none of
 // it, and turns a panic into a failure of this Service alone.
-func (s *policyStage) evaluate(ctx context.Context, now time.Time, node *model.Node, j *evalJob) (out evalOutcome) {
+func (s *Stage) evaluate(ctx context.Context, now time.Time, node *model.Node, j *evalJob) (out evalOutcome) {
 	if j.st.Service == nil || len(j.base.VirtualServices) == 0 {
 		return evalOutcome{plan: j.base}
 	}
@@ -360,7 +462,7 @@ func (s *policyStage) evaluate(ctx context.Context, now time.Time, node *model.N
 		if _, done := decisions[g]; done || len(vs.Destinations) == 0 {
 			continue
 		}
-		in := s.input(now, node, j.st, j.base, vs, j.params)
+		in := s.input(now, node, j.st, j.seen, j.base, vs, j.params)
 		if out.failReason != plugin.FailureLoad {
 			d, re, err := s.evaluateGroup(ctx, j.name, j.pol, in)
 			if err == nil {
@@ -396,37 +498,38 @@ func (s *policyStage) evaluate(ctx context.Context, now time.Time, node *model.N
 
 // commit records what evaluate found for j in the stage, reports it,
 // and returns j's weighted plan. It runs on the loop's goroutine.
-func (s *policyStage) commit(now time.Time, j *evalJob) *model.ServicePlan {
+func (s *Stage) commit(now time.Time, j *evalJob) *model.ServicePlan {
 	k := j.key
-	delete(s.due, k)
+	sv := s.services[k]
+	if sv != nil {
+		sv.due = time.Time{}
+	}
 	if j.st.Service == nil || len(j.base.VirtualServices) == 0 {
 		return j.base
 	}
-	if s.uses[k] != j.name {
-		s.uses[k] = j.name
+	// j.st came from sv: sv is not nil.
+	if sv.policy != j.name {
+		sv.policy = j.name
 		s.viewDirty = true
 	}
 	if errors.Is(j.err, plugin.ErrNoPolicy) {
-		delete(s.lastGood, k)
+		sv.lastGood = nil
 	}
-	if b, ok := j.pol.(plugin.StatsBlind); ok && j.err == nil && b.IgnoresStats() {
-		s.blind[k] = true
-	} else {
-		delete(s.blind, k)
-	}
+	b, ok := j.pol.(plugin.StatsBlind)
+	sv.blind = ok && j.err == nil && b.IgnoresStats()
 	if j.out.good != nil {
-		s.lastGood[k] = j.out.good
+		sv.lastGood = j.out.good
 	}
 	if j.out.reeval > 0 {
-		s.due[k] = now.Add(j.out.reeval)
+		sv.due = now.Add(j.out.reeval)
 	}
-	s.report(k, j.name, j.st.Service.Policy != "", j.out.failure, j.out.failReason, j.out.fallbacks)
+	s.report(k, sv, j.name, j.st.Service.Policy != "", j.out.failure, j.out.failReason, j.out.fallbacks)
 	return j.out.plan
 }
 
 // evaluateGroup runs the policy for one group under the deadline and
 // checks its result.
-func (s *policyStage) evaluateGroup(ctx context.Context, name string, pol plugin.Policy, in *plugin.PolicyInput) (decision, time.Duration, error) {
+func (s *Stage) evaluateGroup(ctx context.Context, name string, pol plugin.Policy, in *plugin.PolicyInput) (decision, time.Duration, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.deadline)
 	defer cancel()
 	start := time.Now()
@@ -485,7 +588,7 @@ func checkResult(in *plugin.PolicyInput, res plugin.PolicyResult) error {
 	return nil
 }
 
-func (s *policyStage) classify(err error) string {
+func (s *Stage) classify(err error) string {
 	if errors.Is(err, errInvalidResult) {
 		return plugin.FailureInvalidOutput
 	}
@@ -494,18 +597,18 @@ func (s *policyStage) classify(err error) string {
 
 // report updates k's PolicyReady condition and sends Events when it
 // changes. explicit is set when the Service names its policy.
-func (s *policyStage) report(k model.ServiceKey, name string, explicit bool, failure error, reason string, fallbacks []string) {
+func (s *Stage) report(k model.ServiceKey, sv *service, name string, explicit bool, failure error, reason string, fallbacks []string) {
 	next := policyStatus{ready: true, reason: plugin.ReasonPolicyEvaluated, message: fmt.Sprintf("policy %s evaluated", name)}
 	if failure != nil {
 		next = policyStatus{reason: policyConditionReason(reason), message: fmt.Sprintf("policy %s: %v", name, failure)}
 	}
-	prev, had := s.status[k]
+	prev, had := sv.status, sv.reported
 	if had && prev == next {
 		return
 	}
-	s.status[k] = next
+	sv.status, sv.reported = next, true
 	s.viewDirty = true
-	r := s.cfg.PolicyReporter
+	r := s.cfg.Reporter
 	// A Service that names no policy and works needs no condition: that
 	// would be a status write per Service and node at start.
 	if r == nil || (failure == nil && !explicit && (!had || prev.ready)) {
@@ -545,7 +648,7 @@ func policyConditionReason(failure string) string {
 // ClusterIP, NodePorts, LoadBalancer and external IPs, of either traffic
 // locality): they are all traffic this node sends to that endpoint, which
 // is what a least-connections policy must compare.
-func (s *policyStage) input(now time.Time, node *model.Node, st model.ServiceState, base *model.ServicePlan, vs model.VirtualService, params []byte) *plugin.PolicyInput {
+func (s *Stage) input(now time.Time, node *model.Node, st model.ServiceState, seen map[model.EndpointKey]time.Time, base *model.ServicePlan, vs model.VirtualService, params []byte) *plugin.PolicyInput {
 	in := &plugin.PolicyInput{Service: st.Service, Node: node, Now: now, Params: params}
 	for _, p := range st.Service.Ports {
 		if p.Name == vs.PortName && p.Protocol == vs.Protocol {
@@ -553,7 +656,6 @@ func (s *policyStage) input(now time.Time, node *model.Node, st model.ServiceSta
 			break
 		}
 	}
-	seen := s.firstSeen[st.Service.Key]
 	in.Endpoints = make([]plugin.PolicyEndpoint, 0, len(vs.Destinations))
 	for _, d := range vs.Destinations {
 		i := slices.IndexFunc(st.Endpoints, func(ep model.Endpoint) bool {
@@ -577,7 +679,7 @@ func (s *policyStage) input(now time.Time, node *model.Node, st model.ServiceSta
 
 // endpointStats sums dst's statistics over the virtual services of base
 // that share vs's port name and protocol.
-func (s *policyStage) endpointStats(base *model.ServicePlan, vs model.VirtualService, dst netip.AddrPort) plugin.EndpointStats {
+func (s *Stage) endpointStats(base *model.ServicePlan, vs model.VirtualService, dst netip.AddrPort) plugin.EndpointStats {
 	var sum plugin.EndpointStats
 	for _, o := range base.VirtualServices {
 		if o.PortName != vs.PortName || o.Protocol != vs.Protocol {
@@ -680,17 +782,21 @@ func portLabel(vs model.VirtualService) string {
 	return fmt.Sprintf("%d/%s", vs.Port, vs.Protocol)
 }
 
-// takeView returns every Service's policy state for State, sorted, when
-// it changed since the previous call; nil otherwise.
-func (s *policyStage) takeView() []PolicyState {
+// TakeStatus returns every evaluated Service's Status, sorted by Service,
+// when one changed since the previous call; nil otherwise.
+func (s *Stage) TakeStatus() []Status {
 	if !s.viewDirty {
 		return nil
 	}
 	s.viewDirty = false
-	out := make([]PolicyState, 0, len(s.status))
-	for _, k := range slices.SortedFunc(maps.Keys(s.status), model.ServiceKey.Compare) {
-		st := s.status[k]
-		out = append(out, PolicyState{Service: k.String(), Policy: s.uses[k], Ready: st.ready, Reason: st.reason, Message: st.message})
+	out := []Status{}
+	for _, k := range slices.SortedFunc(maps.Keys(s.services), model.ServiceKey.Compare) {
+		sv := s.services[k]
+		if !sv.reported {
+			continue
+		}
+		st := sv.status
+		out = append(out, Status{Service: k.String(), Policy: sv.policy, Ready: st.ready, Reason: st.reason, Message: st.message})
 	}
 	return out
 }

@@ -1,4 +1,4 @@
-package reconcile_test
+package policystage_test
 
 import (
 	"context"
@@ -10,30 +10,39 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/switchyard-lb/switchyard/core/model"
-	"github.com/switchyard-lb/switchyard/core/plan"
 	"github.com/switchyard-lb/switchyard/core/plugin"
 	"github.com/switchyard-lb/switchyard/core/plugin/plugintest"
-	"github.com/switchyard-lb/switchyard/core/reconcile"
+	"github.com/switchyard-lb/switchyard/core/policystage"
+)
+
+// Deadlines of the tests' evaluations: generous, since a deadline that
+// passes fails the evaluation and the machine may be loaded, except where
+// a test waits for one to pass.
+const (
+	generousDeadline = 2 * time.Minute
+	shortDeadline    = 2 * time.Second
 )
 
 // policyHarness is a harness whose loop runs the policy stage over a fake
-// policy table, with web on policy "weights" and lb on the default.
+// policy table, with web on policy "weights" and api on the default.
 type policyHarness struct {
 	*harness
 	pols *plugintest.Policies
 	rep  *plugintest.Reporter
-	pm   *reconcile.PolicyMetrics
+	pm   *policystage.Metrics
 	now  time.Time
 }
 
 func newPolicyHarness(t *testing.T, stats time.Duration) *policyHarness {
+	return newPolicyHarnessDeadline(t, stats, generousDeadline)
+}
+
+func newPolicyHarnessDeadline(t *testing.T, stats, deadline time.Duration) *policyHarness {
 	h := &policyHarness{harness: newHarness(t), pols: plugintest.NewPolicies("uniform"),
-		rep: plugintest.NewReporter(), pm: reconcile.NewPolicyMetrics(nil), now: t0}
+		rep: plugintest.NewReporter(), pm: policystage.NewMetrics(nil), now: t0}
 	h.pols.Set("uniform", plugintest.NewFunc("uniform", weights()), nil, nil)
-	h.loop = reconcile.New(reconcile.Config{
-		NodeName: "node-a", Source: h.src, Planner: plan.New(plan.Options{}), Dataplane: h.dp,
-		Now: func() time.Time { return h.now }, Policies: h.pols, PolicyReporter: h.rep,
-		PolicyMetrics: h.pm, PolicyDeadline: 20 * time.Millisecond, StatsInterval: stats,
+	h.loop = newLoop(h.src, h.dry, func() time.Time { return h.now }, policystage.Config{
+		Policies: h.pols, Reporter: h.rep, Metrics: h.pm, Deadline: deadline, StatsInterval: stats,
 	})
 	return h
 }
@@ -185,9 +194,9 @@ func TestPolicyStage(t *testing.T) {
 	for name, c := range map[string]struct{ got, want float64 }{
 		"failures{weights,load}":   {testutil.ToFloat64(h.pm.Failures.WithLabelValues("weights", plugin.FailureLoad)), 1},
 		"failures{weights,error}":  {testutil.ToFloat64(h.pm.Failures.WithLabelValues("weights", plugin.FailureError)), 2},
-		"evaluations{api,failure}": {testutil.ToFloat64(h.pm.Evaluations.WithLabelValues("uniform", reconcile.ResultFailure)), 0},
-		"evaluations{web,failure}": {testutil.ToFloat64(h.pm.Evaluations.WithLabelValues("weights", reconcile.ResultFailure)), 2},
-		"evaluations{web,success}": {testutil.ToFloat64(h.pm.Evaluations.WithLabelValues("weights", reconcile.ResultSuccess)), 4},
+		"evaluations{api,failure}": {testutil.ToFloat64(h.pm.Evaluations.WithLabelValues("uniform", policystage.ResultFailure)), 0},
+		"evaluations{web,failure}": {testutil.ToFloat64(h.pm.Evaluations.WithLabelValues("weights", policystage.ResultFailure)), 2},
+		"evaluations{web,success}": {testutil.ToFloat64(h.pm.Evaluations.WithLabelValues("weights", policystage.ResultSuccess)), 4},
 	} {
 		if c.got != c.want {
 			t.Errorf("%s = %v, want %v", name, c.got, c.want)
@@ -203,20 +212,21 @@ func TestPolicyFailures(t *testing.T) {
 		fn         func(context.Context, *plugin.PolicyInput) (plugin.PolicyResult, error)
 		wantReason string
 		wantMetric string
+		deadline   time.Duration // 0: generous
 	}{{
 		name: "deadline",
 		fn: func(ctx context.Context, _ *plugin.PolicyInput) (plugin.PolicyResult, error) {
 			<-ctx.Done()
 			return plugin.PolicyResult{}, ctx.Err()
 		},
-		wantReason: "DeadlineExceeded", wantMetric: plugin.FailureDeadline,
+		wantReason: "DeadlineExceeded", wantMetric: plugin.FailureDeadline, deadline: shortDeadline,
 	}, {
 		name: "returns after its deadline",
 		fn: func(ctx context.Context, in *plugin.PolicyInput) (plugin.PolicyResult, error) {
 			<-ctx.Done()
 			return weights()(ctx, in)
 		},
-		wantReason: "DeadlineExceeded", wantMetric: plugin.FailureDeadline,
+		wantReason: "DeadlineExceeded", wantMetric: plugin.FailureDeadline, deadline: shortDeadline,
 	}, {
 		name: "panic",
 		fn: func(context.Context, *plugin.PolicyInput) (plugin.PolicyResult, error) {
@@ -245,7 +255,11 @@ func TestPolicyFailures(t *testing.T) {
 		wantReason: "InvalidOutput", wantMetric: plugin.FailureInvalidOutput,
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := newPolicyHarness(t, 0)
+			deadline := tc.deadline
+			if deadline == 0 {
+				deadline = generousDeadline
+			}
+			h := newPolicyHarnessDeadline(t, 0, deadline)
 			h.pols.Set("weights", plugintest.NewFunc("weights", tc.fn), nil, nil)
 			h.start(t)
 			if diff := cmp.Diff(cat(webUniform, apiTable), table(h.dry)); diff != "" {
@@ -296,15 +310,6 @@ func TestPolicyReevaluation(t *testing.T) {
 	}
 }
 
-func TestPolicyWaitsForPolicies(t *testing.T) {
-	h := newPolicyHarness(t, 0)
-	h.pols.SetSynced(false)
-	h.start(t)
-	if st := h.dry.Stats(); st.Applies != 0 {
-		t.Errorf("the loop applied %d times before the policies synced", st.Applies)
-	}
-}
-
 // TestPolicyDefaultConditions checks that a Service on the default policy
 // gets a condition only once it fails, and True again when it recovers.
 func TestPolicyDefaultConditions(t *testing.T) {
@@ -320,11 +325,11 @@ func TestPolicyDefaultConditions(t *testing.T) {
 	if diff := cmp.Diff(want, h.rep.Conditions()[apiKey]); diff != "" {
 		t.Errorf("api's condition after a failure (-want +got):\n%s", diff)
 	}
-	wantState := []reconcile.PolicyState{
+	wantState := []policystage.Status{
 		{Service: "default/web", Policy: "weights", Ready: true, Reason: plugin.ReasonPolicyEvaluated, Message: "policy weights evaluated"},
 		{Service: "prod/api", Policy: "uniform", Reason: "EvaluationFailed", Message: "policy uniform: port http/TCP: boom"},
 	}
-	if diff := cmp.Diff(wantState, h.loop.State().Policies); diff != "" {
+	if diff := cmp.Diff(wantState, h.loop.status); diff != "" {
 		t.Errorf("State().Policies (-want +got):\n%s", diff)
 	}
 	h.pols.Set("uniform", plugintest.NewFunc("uniform", weights()), nil, nil)
@@ -361,5 +366,43 @@ func TestPolicyTickSkipsFailing(t *testing.T) {
 		if got := broken.Calls(); got != s.want {
 			t.Errorf("%s: %d evaluations, want %d", s.name, got, s.want)
 		}
+	}
+}
+
+// TestPolicyForgetsDeletedService checks that a deleted Service takes
+// everything the stage knew of it along: its condition is cleared, its
+// status leaves the state, and when it comes back its policy's last good
+// result is gone with it (a failure then falls back to uniform weights).
+func TestPolicyForgetsDeletedService(t *testing.T) {
+	h := newPolicyHarness(t, 0)
+	h.pols.Set("weights", plugintest.NewFunc("weights", weights(3, 1)), nil, nil)
+	h.start(t)
+	if diff := cmp.Diff(cat(webWeighted, apiTable), table(h.dry)); diff != "" {
+		t.Fatalf("dataplane (-want +got):\n%s", diff)
+	}
+	h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{webKey: {}}})
+	mustSync(t, h.loop)
+	if c, ok := h.rep.Conditions()[webKey]; ok {
+		t.Errorf("web's condition after its deletion = %+v, want none", c)
+	}
+	wantState := []policystage.Status{{Service: "prod/api", Policy: "uniform", Ready: true, Reason: plugin.ReasonPolicyEvaluated, Message: "policy uniform evaluated"}}
+	if diff := cmp.Diff(wantState, h.loop.status); diff != "" {
+		t.Errorf("status after web's deletion (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(apiTable, table(h.dry)); diff != "" {
+		t.Errorf("dataplane after web's deletion (-want +got):\n%s", diff)
+	}
+
+	h.pols.Set("weights", plugintest.NewFunc("weights", failing(errors.New("trap"))), nil, nil)
+	web := clusterIP(webKey, "10.96.0.1", webEndpoints...)
+	web.Service.Policy = "weights"
+	h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{webKey: web}})
+	mustSync(t, h.loop)
+	if diff := cmp.Diff(cat(webUniform, apiTable), table(h.dry)); diff != "" {
+		t.Errorf("web back, its policy failing: dataplane (-want +got):\n%s", diff)
+	}
+	want := plugintest.Condition{Reason: "EvaluationFailed", Message: "policy weights: port http/TCP: trap"}
+	if diff := cmp.Diff(want, h.rep.Conditions()[webKey]); diff != "" {
+		t.Errorf("web's condition (-want +got):\n%s", diff)
 	}
 }

@@ -1,4 +1,4 @@
-package reconcile_test
+package policystage_test
 
 import (
 	"context"
@@ -9,10 +9,9 @@ import (
 	"time"
 
 	"github.com/switchyard-lb/switchyard/core/model"
-	"github.com/switchyard-lb/switchyard/core/plan"
 	"github.com/switchyard-lb/switchyard/core/plugin"
 	"github.com/switchyard-lb/switchyard/core/plugin/plugintest"
-	"github.com/switchyard-lb/switchyard/core/reconcile"
+	"github.com/switchyard-lb/switchyard/core/policystage"
 	"github.com/switchyard-lb/switchyard/ipvs/dryrun"
 )
 
@@ -77,8 +76,7 @@ func benchmarkReevaluateAll(b *testing.B, work, workers int) {
 		return fn(ctx, in)
 	}), nil, nil)
 	now := t0
-	loop := reconcile.New(reconcile.Config{NodeName: "node-a", Source: src, Planner: plan.New(plan.Options{}), Dataplane: dryrun.New(),
-		Policies: pols, StatsInterval: time.Second, Now: func() time.Time { return now }, PolicyWorkers: workers})
+	loop := newLoop(src, dryrun.New(), func() time.Time { return now }, policystage.Config{Policies: pols, StatsInterval: time.Second, Workers: workers})
 	if err := loop.Sync(context.Background()); err != nil {
 		b.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package reconcile_test
+package policystage_test
 
 import (
 	"bytes"
@@ -18,16 +18,17 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/switchyard-lb/switchyard/core/model"
-	"github.com/switchyard-lb/switchyard/core/plan"
 	"github.com/switchyard-lb/switchyard/core/plugin"
 	"github.com/switchyard-lb/switchyard/core/plugin/plugintest"
-	"github.com/switchyard-lb/switchyard/core/reconcile"
+	"github.com/switchyard-lb/switchyard/core/policystage"
 	"github.com/switchyard-lb/switchyard/ipvs/dryrun"
 )
 
 // barrierWait bounds how long the tests' policies wait for each other;
-// the tests fail rather than hang when the evaluations do not overlap.
-const barrierWait = 10 * time.Second
+// the tests fail rather than hang when the evaluations do not overlap. It
+// bounds a failure only: a passing run waits for no more than the
+// evaluations' overlap.
+const barrierWait = 2 * time.Minute
 
 func workerKey(i int) model.ServiceKey {
 	return model.ServiceKey{Namespace: "w", Name: fmt.Sprintf("svc-%02d", i)}
@@ -46,16 +47,16 @@ func workerIndex(in *plugin.PolicyInput) int {
 // workerKey(n-1), of two endpoints each, on the policy that policyOf
 // names (default "p"), evaluated by the given number of workers.
 type workersLoop struct {
-	loop *reconcile.Loop
+	loop *loop
 	dry  *dryrun.Dataplane
 	pols *plugintest.Policies
 	rep  *plugintest.Reporter
-	pm   *reconcile.PolicyMetrics
+	pm   *policystage.Metrics
 }
 
 func newWorkersLoop(t *testing.T, n, workers int, policyOf func(i int) string) *workersLoop {
 	t.Helper()
-	w := &workersLoop{dry: dryrun.New(), pols: plugintest.NewPolicies("p"), rep: plugintest.NewReporter(), pm: reconcile.NewPolicyMetrics(nil)}
+	w := &workersLoop{dry: dryrun.New(), pols: plugintest.NewPolicies("p"), rep: plugintest.NewReporter(), pm: policystage.NewMetrics(nil)}
 	src := plugintest.NewSource()
 	d := model.Delta{Nodes: map[string]*model.Node{"node-a": nodeA}, Services: map[model.ServiceKey]model.ServiceState{}}
 	for i := range n {
@@ -69,10 +70,8 @@ func newWorkersLoop(t *testing.T, n, workers int, policyOf func(i int) string) *
 	}
 	src.Push(d)
 	src.SetSynced(true)
-	w.loop = reconcile.New(reconcile.Config{
-		NodeName: "node-a", Source: src, Planner: plan.New(plan.Options{}), Dataplane: w.dry,
-		Now: func() time.Time { return t0 }, Policies: w.pols, PolicyReporter: w.rep, PolicyMetrics: w.pm,
-		PolicyDeadline: barrierWait + 5*time.Second, PolicyWorkers: workers,
+	w.loop = newLoop(src, w.dry, func() time.Time { return t0 }, policystage.Config{
+		Policies: w.pols, Reporter: w.rep, Metrics: w.pm, Deadline: barrierWait + time.Minute, Workers: workers,
 	})
 	return w
 }
@@ -137,7 +136,7 @@ func TestPolicyWorkersEvaluateConcurrently(t *testing.T) {
 	if got := pol.Calls(); got != services {
 		t.Errorf("%d evaluations, want %d", got, services)
 	}
-	if got := testutil.ToFloat64(w.pm.Evaluations.WithLabelValues("p", reconcile.ResultSuccess)); got != services {
+	if got := testutil.ToFloat64(w.pm.Evaluations.WithLabelValues("p", policystage.ResultSuccess)); got != services {
 		t.Errorf("evaluations{p,success} = %v, want %d", got, services)
 	}
 }
@@ -154,7 +153,7 @@ func TestPolicyWorkersDeterministic(t *testing.T) {
 		Changed    []model.ServiceKey
 		Events     []plugintest.Event
 		Conditions map[model.ServiceKey]plugintest.Condition
-		State      []reconcile.PolicyState
+		State      []policystage.Status
 	}
 	run := func(workers int, reverse bool) (outcome, []int) {
 		waitCtx, cancel := context.WithTimeout(context.Background(), barrierWait)
@@ -190,7 +189,7 @@ func TestPolicyWorkersDeterministic(t *testing.T) {
 		mustSync(t, w.loop)
 		return outcome{
 			Table: table(w.dry), Changed: w.dry.Stats().LastChanged, Events: w.rep.TakeEvents(),
-			Conditions: w.rep.Conditions(), State: w.loop.State().Policies,
+			Conditions: w.rep.Conditions(), State: w.loop.status,
 		}, order
 	}
 
@@ -329,13 +328,12 @@ func TestPolicyStatsReadFailures(t *testing.T) {
 		mu.Unlock()
 		return weights()(ctx, in)
 	}), nil, nil)
-	pm := reconcile.NewPolicyMetrics(nil)
+	pm := policystage.NewMetrics(nil)
 	src := plugintest.NewSource()
 	now := t0
 	var logs bytes.Buffer // written by Sync only
-	loop := reconcile.New(reconcile.Config{
-		NodeName: "node-a", Source: src, Planner: plan.New(plan.Options{}), Dataplane: dp,
-		Now: func() time.Time { return now }, Policies: pols, PolicyMetrics: pm, StatsInterval: tick, PolicyWorkers: 2,
+	loop := newLoop(src, dp, func() time.Time { return now }, policystage.Config{
+		Policies: pols, Metrics: pm, Stats: dp, StatsInterval: tick, Workers: 2,
 		Log: slog.New(slog.NewTextHandler(&logs, nil)),
 	})
 	src.Push(model.Delta{Nodes: map[string]*model.Node{"node-a": nodeA}, Services: map[model.ServiceKey]model.ServiceState{
@@ -412,10 +410,7 @@ func TestPolicyTickSkipsStatsBlind(t *testing.T) {
 	pols.Set("p", seeing, nil, nil)
 	src := plugintest.NewSource()
 	now := t0
-	loop := reconcile.New(reconcile.Config{
-		NodeName: "node-a", Source: src, Planner: plan.New(plan.Options{}), Dataplane: dp,
-		Now: func() time.Time { return now }, Policies: pols, StatsInterval: tick,
-	})
+	loop := newLoop(src, dp, func() time.Time { return now }, policystage.Config{Policies: pols, Stats: dp, StatsInterval: tick})
 	service := func(k model.ServiceKey, vip, endpoint, policy string) model.ServiceState {
 		st := clusterIP(k, vip, ep(endpoint, "node-a"))
 		st.Service.Policy = policy
