@@ -48,7 +48,10 @@ func TestHostileModules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt, err := wasm.NewRuntime(context.Background(), wasm.Config{CacheDir: filepath.Join(cache, "wazero"), Deadline: 200 * time.Millisecond, MemoryLimitPages: 128})
+	// The host's deadline is what the looping guest runs into: long
+	// enough that the other guests never do on a loaded machine, so that
+	// only "loop" fails by its deadline. The stage's deadline is above it.
+	rt, err := wasm.NewRuntime(context.Background(), wasm.Config{CacheDir: filepath.Join(cache, "wazero"), Deadline: 10 * time.Second, MemoryLimitPages: 128})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +123,7 @@ func TestHostileModules(t *testing.T) {
 	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	pm := policystage.NewMetrics(nil)
 	loop := reconcile.New(reconcile.Config{NodeName: "node-a", Source: src, Planner: plan.New(plan.Options{}), Dataplane: dry,
-		PolicyStage: policystage.Config{Policies: r, Reporter: rep, Metrics: pm, Deadline: 5 * time.Second, StatsInterval: 10 * time.Second},
+		PolicyStage: policystage.Config{Policies: r, Reporter: rep, Metrics: pm, Deadline: waitLimit, StatsInterval: 10 * time.Second},
 		Now:         func() time.Time { return now }})
 	eventually(t, "the registry's first load", r.HasSynced)
 

@@ -55,7 +55,7 @@ func TestIntegrationReporter(t *testing.T) {
 	key := model.ServiceKey{Namespace: ns, Name: "web"}
 	waitCondition := func(status metav1.ConditionStatus, reason, message string) {
 		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
+		deadline := time.Now().Add(waitLimit)
 		for {
 			got, err := services.Get(ctx, "web", metav1.GetOptions{})
 			if err != nil {
@@ -81,7 +81,7 @@ func TestIntegrationReporter(t *testing.T) {
 	rep.PolicyCondition(key, true, "Evaluated", "policy zone evaluated")
 	waitCondition(metav1.ConditionTrue, "Evaluated", "node node-a: policy zone evaluated")
 
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(waitLimit)
 	for {
 		evs, err := srv.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {

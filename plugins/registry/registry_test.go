@@ -114,10 +114,15 @@ func (l *loader) count() int {
 	return len(l.loads)
 }
 
-// eventually polls cond until it holds or a deadline passes.
+// waitLimit bounds the tests' waits. It bounds a failure only: a passing
+// wait ends as soon as its condition holds, and a loaded machine must not
+// fail a test that would pass.
+const waitLimit = 2 * time.Minute
+
+// eventually polls cond until it holds, failing the test after waitLimit.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(waitLimit)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)

@@ -53,10 +53,23 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// generousDeadline is the tests' evaluation and instantiation deadline
+// unless a test waits for one to pass: a loaded machine must not turn a
+// healthy call into a deadline failure.
+const generousDeadline = 2 * time.Minute
+
+// newRuntime returns a Runtime for cfg, with the tests' compilation cache
+// and generous deadlines where cfg sets none.
 func newRuntime(t testing.TB, cfg wasm.Config) *wasm.Runtime {
 	t.Helper()
 	if cfg.CacheDir == "" {
 		cfg.CacheDir = compileCache
+	}
+	if cfg.Deadline == 0 {
+		cfg.Deadline = generousDeadline
+	}
+	if cfg.InstantiateDeadline == 0 {
+		cfg.InstantiateDeadline = generousDeadline
 	}
 	r, err := wasm.NewRuntime(context.Background(), cfg)
 	if err != nil {
@@ -122,14 +135,16 @@ func TestEvaluate(t *testing.T) {
 // instance, then a healthy call on the same policy: the failure must be
 // reported clearly and leave nothing behind.
 func TestHostileCalls(t *testing.T) {
-	r := newRuntime(t, wasm.Config{Deadline: 500 * time.Millisecond, MemoryLimitPages: 128, MaxInstances: 1})
+	// The looping guest runs into the deadline; the others must not, on
+	// a loaded machine either.
+	r := newRuntime(t, wasm.Config{Deadline: 10 * time.Second, MemoryLimitPages: 128, MaxInstances: 1})
 	p := load(t, r, "hostile")
 	tests := []struct {
 		mode    string
 		wantErr error
 		wantMsg string
 	}{
-		{"loop", wasm.ErrDeadline, "sy_evaluate ran past its deadline (limit 500ms)"},
+		{"loop", wasm.ErrDeadline, "sy_evaluate ran past its deadline (limit 10s)"},
 		{"panic", wasm.ErrTrap, `guest stderr: "panic: policy bug"`},
 		{"oom", wasm.ErrTrap, "out of memory"},
 		{"decline", wasm.ErrDeclined, "policy declined: cannot decide"},
