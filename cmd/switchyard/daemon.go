@@ -177,9 +177,8 @@ func runDaemon(ctx context.Context, dc daemonConfig) (err error) {
 	retry := max(min(maxRetryInterval, ipvsCfg.SyncPeriod.Std()), ipvsCfg.MinSyncPeriod.Std())
 	r = runner.New("sync", func(ctx context.Context) error {
 		start := time.Now()
-		before, _ := loop.LastSync()
-		err := loop.Sync(ctx)
-		if after, _ := loop.LastSync(); err == nil && !after.Equal(before) {
+		res, err := loop.Sync(ctx)
+		if err == nil && res.Ran {
 			tracker.Updated(start)
 		}
 		return err

@@ -41,7 +41,10 @@
 // The handlers of the watch only record changes; this loop is the one
 // place that acts on them. The daemon wires it as
 //
-//	r := runner.New("sync", loop.Sync, minSyncPeriod, syncPeriod, retryPeriod)
+//	r := runner.New("sync", func(ctx context.Context) error {
+//		_, err := loop.Sync(ctx)
+//		return err
+//	}, minSyncPeriod, syncPeriod, retryPeriod)
 //	source := k8s.New(client, k8s.Options{NodeName: node, OnChange: r.Trigger}, log)
 //
 // and triggers r once the Source has synced, so the first full sync does

@@ -79,7 +79,7 @@ func TestLoopElectsOneLayer2Owner(t *testing.T) {
 	syncAll := func() {
 		t.Helper()
 		for name, n := range cluster {
-			if err := n.loop.Sync(t.Context()); err != nil {
+			if _, err := n.loop.Sync(t.Context()); err != nil {
 				t.Fatalf("%s: Sync: %v", name, err)
 			}
 		}
@@ -116,7 +116,7 @@ func TestLoopElectsOneLayer2Owner(t *testing.T) {
 	// The owner dies: gossip knows before Kubernetes does. Its own loop
 	// stops too, so only the standby syncs.
 	members.set(owner, false)
-	if err := cluster[standby].loop.Sync(t.Context()); err != nil {
+	if _, err := cluster[standby].loop.Sync(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	if diff := cmp.Diff(want, cluster[standby].ann.Current(), cmpopts.EquateComparable(netip.Addr{})); diff != "" {
@@ -204,7 +204,7 @@ func TestLoopReannouncesWhenServingNodesChange(t *testing.T) {
 	for _, s := range steps {
 		before := len(ann.Calls())
 		src.Push(s.push)
-		if err := loop.Sync(t.Context()); err != nil {
+		if _, err := loop.Sync(t.Context()); err != nil {
 			t.Fatalf("%s: Sync: %v", s.name, err)
 		}
 		got := ann.Calls()[before:]

@@ -75,7 +75,7 @@ type Config struct {
 
 // Loop is the reconcile loop. Sync must not run concurrently with itself
 // (the runner guarantees it; a mutex makes it safe anyway); State,
-// LastSync, SetOptions and RequestFull may be called from any goroutine.
+// LastSync and SetOptions may be called from any goroutine.
 type Loop struct {
 	cfg      Config
 	log      *slog.Logger
@@ -117,7 +117,6 @@ type Loop struct {
 	lastSuccess time.Time
 	lastErr     error
 	pendingOpts *plan.Options
-	forceFull   bool
 	policyView  []policystage.Status
 }
 
@@ -200,13 +199,6 @@ func (l *Loop) SetOptions(opts plan.Options) {
 	l.pendingOpts = &opts
 }
 
-// RequestFull makes the next Sync a full resync.
-func (l *Loop) RequestFull() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.forceFull = true
-}
-
 // LastSync returns when the last successful Sync ended (zero before the
 // first) and the error of the last Sync (nil when it succeeded or when the
 // Source had not synced yet).
@@ -216,14 +208,32 @@ func (l *Loop) LastSync() (time.Time, error) {
 	return l.lastSuccess, l.lastErr
 }
 
-// Sync runs one round of reconciliation; it is the runner's function. It
-// returns nil without acting while the Source has not synced.
-func (l *Loop) Sync(ctx context.Context) (err error) {
+// SyncResult is what one Sync did.
+type SyncResult struct {
+	// Ran is unset when Sync returned without acting: the Source, or the
+	// policies, had not synced yet.
+	Ran bool
+	// Full is set when the round was a full resync of the dataplane.
+	Full bool
+	// Applied is set when the dataplane applied the round (a full resync
+	// or changed Services) successfully; unset when there was nothing to
+	// apply or the Apply failed.
+	Applied bool
+	// Changed is the number of Services whose plan the round changed,
+	// as handed to the dataplane.
+	Changed int
+}
+
+// Sync runs one round of reconciliation and says what it did; the
+// runner's function calls it. It returns at once, with a zero result and
+// nil, while the Source has not synced.
+func (l *Loop) Sync(ctx context.Context) (res SyncResult, err error) {
 	l.syncMu.Lock()
 	defer l.syncMu.Unlock()
 	if !l.cfg.Source.HasSynced() || (l.policies != nil && !l.policies.HasSynced()) {
-		return nil
+		return SyncResult{}, nil
 	}
+	res.Ran = true
 	start := l.now()
 	defer func() {
 		end := l.now()
@@ -258,8 +268,8 @@ func (l *Loop) Sync(ctx context.Context) (err error) {
 		}
 	}
 	l.mu.Lock()
-	opts, forceFull := l.pendingOpts, l.forceFull
-	l.pendingOpts, l.forceFull = nil, false
+	opts := l.pendingOpts
+	l.pendingOpts = nil
 	l.mu.Unlock()
 	changed := l.cfg.Planner.Update(l.nodes[l.cfg.NodeName], d.Services)
 	if opts != nil {
@@ -282,7 +292,8 @@ func (l *Loop) Sync(ctx context.Context) (err error) {
 	// over for half a period, so that resyncs slower than the period
 	// (thousands of Services under emulation) do not follow one another.
 	periodic := start.Sub(l.lastFull) >= l.fullSync && start.Sub(l.lastFullEnd) >= l.fullSync/2
-	full := l.needFull || forceFull || periodic
+	full := l.needFull || periodic
+	res.Full, res.Changed = full, len(changed)
 	l.triggers = append(l.triggers, d.TriggerTimes...)
 	if len(l.triggers) > maxPendingTriggers {
 		l.triggers = l.triggers[:maxPendingTriggers]
@@ -316,7 +327,7 @@ func (l *Loop) Sync(ctx context.Context) (err error) {
 		mode = metrics.ModeFull
 	}
 	l.m.Syncs.WithLabelValues(mode).Inc()
-	if full && !l.needFull && !forceFull && len(changed) > 0 {
+	if full && !l.needFull && len(changed) > 0 {
 		// The periodic resync can take seconds: the changes go first,
 		// on their own, and the resync repairs anything they missed.
 		if err := l.cfg.Dataplane.Apply(ctx, plugin.Update{Plan: p, Changed: changed}); err != nil {
@@ -336,6 +347,7 @@ func (l *Loop) Sync(ctx context.Context) (err error) {
 		l.m.SyncErrors.WithLabelValues(metrics.StageDataplane).Inc()
 		errs = append(errs, fmt.Errorf("dataplane %s: %w", l.cfg.Dataplane.Name(), applyErr))
 	} else {
+		res.Applied = full || len(changed) > 0
 		if full {
 			l.needFull = false
 			l.lastFull, l.lastFullEnd = start, l.now()
@@ -361,7 +373,7 @@ func (l *Loop) Sync(ctx context.Context) (err error) {
 		}
 	}
 	l.log.Debug("sync", "full", full, "changed", len(changed), "took", l.now().Sub(start), "errors", len(errs))
-	return errors.Join(errs...)
+	return res, errors.Join(errs...)
 }
 
 // send announces set through announcer i and records the outcome.

@@ -32,7 +32,7 @@ func (h *harness) initial() {
 
 func mustSync(t *testing.T, l *reconcile.Loop) {
 	t.Helper()
-	if err := l.Sync(context.Background()); err != nil {
+	if _, err := l.Sync(context.Background()); err != nil {
 		t.Fatalf("Sync: %v", err)
 	}
 }
@@ -41,7 +41,7 @@ func TestAnnouncerFailureIsRetried(t *testing.T) {
 	h := newHarness(t)
 	h.initial()
 	h.ann.FailNext(errors.New("socket closed"))
-	err := h.loop.Sync(context.Background())
+	_, err := h.loop.Sync(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "announcer arp: socket closed") {
 		t.Fatalf("Sync error = %v, want the announcer's", err)
 	}
@@ -75,7 +75,7 @@ func TestStateShowsDesiredAndApplied(t *testing.T) {
 	mustSync(t, h.loop)
 	h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{webKey: clusterIP(webKey, "10.96.0.1", webEndpoints[0])}})
 	h.dp.FailNext(errors.New("boom"))
-	if err := h.loop.Sync(context.Background()); err == nil {
+	if _, err := h.loop.Sync(context.Background()); err == nil {
 		t.Fatal("Sync succeeded with a failing dataplane")
 	}
 	st := h.loop.State()
@@ -128,16 +128,23 @@ func TestSetOptionsReplansEverything(t *testing.T) {
 	}
 }
 
-func TestRequestFullAndNodeChange(t *testing.T) {
+// TestPeriodicResyncAndNodeChange moves this node's address in the round
+// of a periodic full resync: the NodePort follows it.
+func TestPeriodicResyncAndNodeChange(t *testing.T) {
 	h := newHarness(t)
+	now := t0
+	h.loop = reconcile.New(reconcile.Config{
+		NodeName: "node-a", Source: h.src, Planner: plan.New(plan.Options{}), Dataplane: h.dp,
+		Now: func() time.Time { return now }, FullSyncPeriod: time.Minute,
+	})
 	h.initial()
 	mustSync(t, h.loop)
 	moved := &model.Node{Name: "node-a", Addresses: []netip.Addr{netip.MustParseAddr("192.168.1.99")}}
 	h.src.Push(model.Delta{Nodes: map[string]*model.Node{"node-a": moved, "node-b": {Name: "node-b"}}})
-	h.loop.RequestFull()
+	now = now.Add(time.Minute)
 	mustSync(t, h.loop)
 	if got := h.dry.Stats().FullApplies; got != 2 {
-		t.Errorf("FullApplies = %d after RequestFull, want 2", got)
+		t.Errorf("FullApplies = %d after the period, want 2", got)
 	}
 	got := strings.Join(table(h.dry), "\n")
 	if !strings.Contains(got, "TCP 192.168.1.99:30080 rr") || strings.Contains(got, "192.168.1.10") {
@@ -167,6 +174,40 @@ func TestBusyLoopStillResyncsFully(t *testing.T) {
 		mustSync(t, h.loop)
 		if got := h.dry.Stats().FullApplies; got != want {
 			t.Errorf("at %v: %d full applies, want %d", now.Sub(t0), got, want)
+		}
+	}
+}
+
+// TestSyncResult checks what Sync says it did, round by round.
+func TestSyncResult(t *testing.T) {
+	h := newHarness(t)
+	web2 := clusterIP(webKey, "10.96.0.1", webEndpoints[0])
+	steps := []struct {
+		name     string
+		do       func()
+		want     reconcile.SyncResult
+		wantFail bool
+	}{
+		{"the source has not synced", func() {}, reconcile.SyncResult{}, false},
+		{"the first sync is full", h.initial, reconcile.SyncResult{Ran: true, Full: true, Applied: true, Changed: 2}, false},
+		{"nothing changed", func() {}, reconcile.SyncResult{Ran: true}, false},
+		{"one Service changed", func() {
+			h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{webKey: web2}})
+		}, reconcile.SyncResult{Ran: true, Applied: true, Changed: 1}, false},
+		{"the Apply fails", func() {
+			h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{webKey: clusterIP(webKey, "10.96.0.1", webEndpoints...)}})
+			h.dp.FailNext(errors.New("boom"))
+		}, reconcile.SyncResult{Ran: true, Changed: 1}, true},
+		{"the retry is full", func() {}, reconcile.SyncResult{Ran: true, Full: true, Applied: true}, false},
+	}
+	for _, s := range steps {
+		s.do()
+		got, err := h.loop.Sync(context.Background())
+		if (err != nil) != s.wantFail {
+			t.Errorf("%s: Sync error %v, want failure %t", s.name, err, s.wantFail)
+		}
+		if diff := cmp.Diff(s.want, got); diff != "" {
+			t.Errorf("%s: SyncResult (-want +got):\n%s", s.name, diff)
 		}
 	}
 }

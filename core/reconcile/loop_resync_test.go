@@ -1,6 +1,8 @@
 package reconcile_test
 
 import (
+	"context"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -74,12 +76,22 @@ func TestPeriodicResyncAppliesPendingChangesFirst(t *testing.T) {
 	}
 }
 
+// TestRequiredFullSyncIsNotPrecededByAPartial: after a failed Apply the
+// next sync must be full, and its changes are not applied on their own
+// first even when the periodic resync is due as well.
 func TestRequiredFullSyncIsNotPrecededByAPartial(t *testing.T) {
 	now := t0
 	h, got := newResyncHarness(t, &now, 0, 0, nil)
 	h.initial()
 	mustSync(t, h.loop) // the first sync is full by necessity
-	h.loop.RequestFull()
+	h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{
+		webKey: clusterIP(webKey, "10.96.0.1", ep("10.244.8.8:8080", "node-z")),
+	}})
+	h.dp.FailNext(errors.New("netlink: dump interrupted"))
+	if _, err := h.loop.Sync(context.Background()); err == nil {
+		t.Fatal("Sync succeeded with a failing dataplane")
+	}
+	now = t0.Add(time.Minute) // the periodic resync is due too
 	h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{
 		webKey: clusterIP(webKey, "10.96.0.1", ep("10.244.9.9:8080", "node-z")),
 	}})

@@ -312,7 +312,7 @@ func TestLoopScenario(t *testing.T) {
 			h.dp.FailNext(st.failNext)
 		}
 		before := len(h.ann.Calls())
-		err := h.loop.Sync(context.Background())
+		_, err := h.loop.Sync(context.Background())
 		if got := errString(err); got != st.wantErr {
 			t.Fatalf("%s: Sync error %q, want %q", st.name, got, st.wantErr)
 		}

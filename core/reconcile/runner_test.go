@@ -25,7 +25,7 @@ func TestRunnerDrivesLoop(t *testing.T) {
 		NodeName: "node-a", Source: h.src, Planner: plan.New(plan.Options{}),
 		Dataplane: h.dp, Announcers: []plugin.Announcer{h.ann}, Now: clk.Now,
 	})
-	r := runner.New("sync", h.loop.Sync, time.Second, 10*time.Second, 3*time.Second, runner.WithClock(clk))
+	r := runner.New("sync", func(ctx context.Context) error { _, err := h.loop.Sync(ctx); return err }, time.Second, 10*time.Second, 3*time.Second, runner.WithClock(clk))
 	h.initial()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

@@ -116,7 +116,7 @@ func TestPolicyWeightsDriveTraffic(t *testing.T) {
 	})
 	syncLoop := func() {
 		t.Helper()
-		if err := loop.Sync(t.Context()); err != nil {
+		if _, err := loop.Sync(t.Context()); err != nil {
 			t.Fatalf("Sync: %v", err)
 		}
 	}

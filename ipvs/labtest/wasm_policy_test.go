@@ -173,7 +173,7 @@ func TestWasmPolicyWeightsDriveTraffic(t *testing.T) {
 	syncLoop := func() {
 		t.Helper()
 		start := time.Now()
-		if err := loop.Sync(ctx); err != nil {
+		if _, err := loop.Sync(ctx); err != nil {
 			t.Fatalf("Sync: %v", err)
 		}
 		t.Logf("Sync with the wasm policies: %s", time.Since(start).Round(time.Millisecond))

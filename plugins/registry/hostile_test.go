@@ -128,7 +128,7 @@ func TestHostileModules(t *testing.T) {
 	eventually(t, "the registry's first load", r.HasSynced)
 
 	for round := range 2 {
-		if err := loop.Sync(context.Background()); err != nil {
+		if _, err := loop.Sync(context.Background()); err != nil {
 			t.Fatalf("round %d: Sync = %v, want nil: a policy failure must not fail the sync", round, err)
 		}
 		got := map[string]string{}
