@@ -16,6 +16,9 @@
 // pack` prints and what the wasm host caches by), so a pin survives
 // re-compressing. A module whose digest differs from its pin is refused.
 //
+// A Registry implements plugin.Policies: a policy that does not exist
+// fails Resolve with ErrNotFound, a plugin.ErrNoPolicy.
+//
 // A Registry watches those ConfigMaps with an informer filtered by the
 // label in that namespace. Its handlers only record; a worker goroutine
 // loads modules through the injected loader (the wasm host, which compiles
@@ -23,7 +26,7 @@
 // evaluations in flight, and reports the names of the policies that
 // changed so the control loop re-evaluates the Services that use them.
 //
-// Reporter tells users about their Service's policy: Kubernetes Events
-// and the switchyard.dev/PolicyReady condition in the Service's status,
-// written rate limited and only when it changes.
+// Reporter (a plugin.PolicyReporter) tells users about their Service's
+// policy: Kubernetes Events and the switchyard.dev/PolicyReady condition
+// in the Service's status, written rate limited and only when it changes.
 package registry

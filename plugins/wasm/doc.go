@@ -10,7 +10,9 @@
 // caller, and runs every call under a deadline and a memory cap, with no
 // filesystem, network, environment or arguments and a real monotonic
 // clock. An instance that traps, overruns or returns invalid output is
-// discarded, so a later call starts from a fresh one. Guest logs go to
-// an injected callback, rate limited per policy; the package itself never
-// logs.
+// discarded, so a later call starts from a fresh one. The errors of a
+// call are core/plugin's (ErrDeadline is plugin.ErrPolicyDeadline, and
+// so on), so the control loop names their failure reason without this
+// package. Guest logs go to an injected callback, rate limited per
+// policy; the package itself never logs.
 package wasm
