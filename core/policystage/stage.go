@@ -386,7 +386,7 @@ func (s *Stage) forget(k model.ServiceKey) {
 }
 
 // evalJob is one Service's evaluation in a round. prepare fills the
-// inputs on the loop's goroutine; evaluate, on a worker, fills out.
+// inputs on Weigh's goroutine; evaluate, on a worker, fills out.
 type evalJob struct {
 	key  model.ServiceKey
 	base *model.ServicePlan
@@ -414,7 +414,7 @@ type evalOutcome struct {
 	reeval time.Duration
 }
 
-// prepare resolves k's policy (Policies is only called from the loop's
+// prepare resolves k's policy (Policies is only called from Weigh's
 // goroutine) and gathers what evaluate reads.
 func (s *Stage) prepare(k model.ServiceKey, base *model.ServicePlan) evalJob {
 	j := evalJob{key: k, base: base}
@@ -497,7 +497,7 @@ func (s *Stage) evaluate(ctx context.Context, now time.Time, node *model.Node, j
 }
 
 // commit records what evaluate found for j in the stage, reports it,
-// and returns j's weighted plan. It runs on the loop's goroutine.
+// and returns j's weighted plan. It runs on Weigh's goroutine.
 func (s *Stage) commit(now time.Time, j *evalJob) *model.ServicePlan {
 	k := j.key
 	sv := s.services[k]
@@ -564,7 +564,7 @@ func safeEvaluate(ctx context.Context, pol plugin.Policy, in *plugin.PolicyInput
 	return pol.Evaluate(ctx, in)
 }
 
-// errInvalidResult marks a result the loop refuses.
+// errInvalidResult marks a result the stage refuses.
 var errInvalidResult = errors.New("invalid policy result")
 
 // maxWeight is the largest weight IPVS accepts (a signed 32-bit value).
