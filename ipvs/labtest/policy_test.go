@@ -156,10 +156,14 @@ func TestPolicyWeightsDriveTraffic(t *testing.T) {
 	split("static 1/2/3", 30, map[string]int{"be1": 5, "be2": 10, "be3": 15})
 
 	// The kernel's estimator (every 2 s) turns that traffic into rates,
-	// which Stats reports for every backend.
+	// which Stats reports for every backend. Its first sample is only a
+	// baseline, and on a loaded machine it can start after the traffic
+	// above: until rates show, one more wrr cycle (6 connections, which
+	// keeps the scheduler's position) goes through every 2 s.
 	vk := model.VirtualServiceKey{Addr: vip.Addr(), Port: vip.Port(), Protocol: model.TCP}
 	var last map[netip.AddrPort]plugin.EndpointStats
-	for deadline := time.Now().Add(15 * time.Second); ; {
+	sent := time.Now()
+	for deadline := time.Now().Add(2 * time.Minute); ; {
 		stats, err := dp.Stats()
 		if err != nil {
 			t.Fatalf("Stats: %v", err)
@@ -175,7 +179,11 @@ func TestPolicyWeightsDriveTraffic(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no connection and byte rates for every backend within 15 s; last read %v", last)
+			t.Fatalf("no connection and byte rates for every backend within 2 minutes; last read %v", last)
+		}
+		if time.Since(sent) > 2*time.Second {
+			split("one more wrr cycle", 6, map[string]int{"be1": 1, "be2": 2, "be3": 3})
+			sent = time.Now()
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
