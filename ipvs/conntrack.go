@@ -10,6 +10,8 @@ import "net/netip"
 type Conntrack interface {
 	// DeleteUDP deletes the UDP entries whose original destination is
 	// vip:port and, when backend is valid, whose reply comes from backend.
-	// It returns how many it deleted.
+	// It returns how many it deleted, also with an error wrapping
+	// ErrInterrupted, when the table's dump was interrupted and only
+	// some of the entries were seen.
 	DeleteUDP(vip netip.Addr, port uint16, backend netip.Addr) (uint, error)
 }

@@ -470,14 +470,15 @@ func (d *Dataplane) unwant(sk model.ServiceKey, vk model.VirtualServiceKey) bool
 // load reads the kernel: the dummy link's addresses, every service, and
 // the destinations of those the dataplane owns or wants.
 func (d *Dataplane) load() error {
-	if err := d.cfg.Addresses.EnsureDummy(d.cfg.Dummy); err != nil {
-		return fmt.Errorf("ipvs: load: %w", err)
-	}
-	bound, err := d.cfg.Addresses.Addrs(d.cfg.Dummy)
+	_, err := retryDump(func() (struct{}, error) { return struct{}{}, d.cfg.Addresses.EnsureDummy(d.cfg.Dummy) })
 	if err != nil {
 		return fmt.Errorf("ipvs: load: %w", err)
 	}
-	svcs, err := d.cfg.Kernel.Services()
+	bound, err := retryDump(func() ([]netip.Addr, error) { return d.cfg.Addresses.Addrs(d.cfg.Dummy) })
+	if err != nil {
+		return fmt.Errorf("ipvs: load: %w", err)
+	}
+	svcs, err := retryDump(d.cfg.Kernel.Services)
 	if err != nil {
 		return fmt.Errorf("ipvs: load: %w", err)
 	}
@@ -513,7 +514,7 @@ func (d *Dataplane) load() error {
 		}
 		e := Entry{Service: s}
 		if wanted || have.Owns(k) {
-			if e.Destinations, err = d.cfg.Kernel.Destinations(k); err != nil {
+			if e.Destinations, err = d.destinations(k); err != nil {
 				return fmt.Errorf("ipvs: load: %w", err)
 			}
 		}
@@ -597,6 +598,12 @@ func (d *Dataplane) do(op Op) error {
 	return nil
 }
 
+// destinations reads k's real servers, again when the dump was
+// interrupted.
+func (d *Dataplane) destinations(k model.VirtualServiceKey) ([]DestinationState, error) {
+	return retryDump(func() ([]DestinationState, error) { return d.cfg.Kernel.Destinations(k) })
+}
+
 // setDest records a destination's weight in the cache.
 func (d *Dataplane) setDest(k model.VirtualServiceKey, dst Destination) {
 	e := d.have.Services[k]
@@ -652,7 +659,7 @@ func (d *Dataplane) drainLocked() error {
 	now := d.cfg.Now()
 	var errs []error
 	for _, k := range slices.SortedFunc(maps.Keys(bySvc), model.VirtualServiceKey.Compare) {
-		states, err := d.cfg.Kernel.Destinations(k)
+		states, err := d.destinations(k)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("ipvs: drain: %w", err))
 			continue
@@ -712,7 +719,12 @@ func (d *Dataplane) clearUDP(k model.VirtualServiceKey, backend netip.Addr) {
 	if d.cfg.Conntrack == nil {
 		return
 	}
-	n, err := d.cfg.Conntrack.DeleteUDP(k.Addr, k.Port, backend)
+	var n uint // deletions add up over interrupted attempts
+	_, err := retryDump(func() (struct{}, error) {
+		m, err := d.cfg.Conntrack.DeleteUDP(k.Addr, k.Port, backend)
+		n += m
+		return struct{}{}, err
+	})
 	if err != nil {
 		d.cfg.Log.Warn("delete stale UDP conntrack entries", "service", keyString(k), "backend", backend, "err", err)
 		return

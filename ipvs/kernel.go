@@ -11,7 +11,7 @@ import (
 )
 
 // Errors the kernel interfaces (Kernel, Addresses, Sysctls) wrap, whatever
-// the errno behind them.
+// the errno behind them (and ErrInterrupted, for their reads).
 var (
 	// ErrExists: the service or destination to add is already there.
 	ErrExists = errors.New("already exists")
@@ -24,7 +24,8 @@ var (
 // safe for concurrent use.
 type Kernel interface {
 	// Services lists every virtual service, the dataplane's or not,
-	// sorted by key.
+	// sorted by key. Like every read of the kernel interfaces, it may
+	// fail with ErrInterrupted.
 	Services() ([]Service, error)
 	AddService(Service) error
 	// UpdateService changes the scheduler, flags and persistence of an
