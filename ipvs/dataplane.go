@@ -43,6 +43,9 @@ type Config struct {
 	Scheduler string
 	// StrictARP sets arp_ignore=1 and arp_announce=2.
 	StrictARP bool
+	// Timeouts are set at the first Apply (ipvsadm --set, as kube-proxy
+	// does at start); a zero field leaves the kernel's value.
+	Timeouts Timeouts
 	// DrainTimeout defaults to DefaultDrainTimeout.
 	DrainTimeout time.Duration
 	// Now defaults to time.Now.
@@ -77,6 +80,7 @@ type Dataplane struct {
 	addrRefs map[netip.Addr]int
 	draining map[drainKey]time.Time // since when
 	sysctls  map[string]string      // as reported
+	timeouts bool                   // cfg.Timeouts are set
 	firewall *FirewallSpec          // last synced, without Owned
 	fwStamp  string                 // the table's stamp, as last read or written
 	fwRead   bool                   // the table's owned keys were adopted
@@ -94,6 +98,9 @@ var _ plugin.Dataplane = (*Dataplane)(nil)
 func New(cfg Config) (*Dataplane, error) {
 	if cfg.Kernel == nil || cfg.Addresses == nil || cfg.Sysctls == nil {
 		return nil, errors.New("ipvs: new dataplane: Kernel, Addresses and Sysctls are required")
+	}
+	if err := ValidateTimeouts(cfg.Timeouts); err != nil {
+		return nil, fmt.Errorf("ipvs: new dataplane: %w", err)
 	}
 	if cfg.Dummy == "" {
 		cfg.Dummy = DefaultDummy
@@ -151,6 +158,11 @@ func (d *Dataplane) Apply(ctx context.Context, u plugin.Update) error {
 	var errs, kernelErrs []error
 	if d.sysctls == nil {
 		if err := d.ensureSysctls(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if !d.timeouts {
+		if err := d.ensureTimeouts(); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -214,6 +226,28 @@ func (d *Dataplane) Apply(ctx context.Context, u plugin.Update) error {
 		d.loaded = false
 	}
 	return errors.Join(append(errs, kernelErrs...)...)
+}
+
+// ensureTimeouts sets the configured connection timeouts where the
+// kernel's differ, so that a restart writes nothing.
+func (d *Dataplane) ensureTimeouts() error {
+	if d.cfg.Timeouts == (Timeouts{}) {
+		d.timeouts = true
+		return nil
+	}
+	cur, err := d.cfg.Kernel.Timeouts()
+	if err != nil {
+		return err
+	}
+	if want := d.cfg.Timeouts.Merge(cur); want != cur {
+		if err := d.cfg.Kernel.SetTimeouts(d.cfg.Timeouts); err != nil {
+			return err
+		}
+		d.cfg.Log.Info("set IPVS timeouts", "tcp", want.TCP, "tcpfin", want.TCPFin, "udp", want.UDP,
+			"was", fmt.Sprintf("%s %s %s", cur.TCP, cur.TCPFin, cur.UDP))
+	}
+	d.timeouts = true
+	return nil
 }
 
 // updateWant folds u into the desired state and returns the scope an

@@ -60,7 +60,8 @@ type IPVS struct {
 	// lblcr, dh, sh, sed, nq, fo, ovf, mh or twos. Default "rr".
 	Scheduler string `yaml:"scheduler"`
 	// TCPTimeout, TCPFinTimeout and UDPTimeout set the IPVS connection
-	// timeouts. Default 0: the kernel's values are left alone.
+	// timeouts (ipvsadm --set) when the dataplane starts, whole seconds.
+	// Default 0: the kernel's value is left alone.
 	TCPTimeout    Duration `yaml:"tcpTimeout"`
 	TCPFinTimeout Duration `yaml:"tcpFinTimeout"`
 	UDPTimeout    Duration `yaml:"udpTimeout"`

@@ -229,6 +229,7 @@ func TestValidate(t *testing.T) {
   ipvs:
     scheduler: foo
     tcpTimeout: -1s
+    udpTimeout: 1500ms
     syncPeriod: 5x
     minSyncPeriod: 30
     clusterCIDRs: [10.0.0.1/8, bad, [1]]
@@ -238,11 +239,12 @@ func TestValidate(t *testing.T) {
 				{Path: "dataplane.mode", Line: 4, Msg: `unknown mode "iptables" (want ipvs or dryrun)`},
 				{Path: "dataplane.ipvs.scheduler", Line: 6, Msg: `unknown scheduler "foo" (want rr, wrr, lc, wlc, lblc, lblcr, dh, sh, sed, nq, fo, ovf, mh, twos)`},
 				{Path: "dataplane.ipvs.tcpTimeout", Line: 7, Msg: "-1s is negative"},
-				{Path: "dataplane.ipvs.syncPeriod", Line: 8, Msg: `invalid duration "5x" (want a Go duration such as "30s" or "1m30s")`},
-				{Path: "dataplane.ipvs.minSyncPeriod", Line: 9, Msg: `invalid duration "30" (want a Go duration such as "30s" or "1m30s")`},
-				{Path: "dataplane.ipvs.clusterCIDRs[0]", Line: 10, Msg: `invalid CIDR "10.0.0.1/8": host bits set (want 10.0.0.0/8)`},
-				{Path: "dataplane.ipvs.clusterCIDRs[1]", Line: 10, Msg: `invalid CIDR "bad"`},
-				{Path: "dataplane.ipvs.clusterCIDRs[2]", Line: 10, Msg: `want a CIDR string such as "10.0.0.0/8"`},
+				{Path: "dataplane.ipvs.udpTimeout", Line: 8, Msg: "1.5s is not a whole number of seconds"},
+				{Path: "dataplane.ipvs.syncPeriod", Line: 9, Msg: `invalid duration "5x" (want a Go duration such as "30s" or "1m30s")`},
+				{Path: "dataplane.ipvs.minSyncPeriod", Line: 10, Msg: `invalid duration "30" (want a Go duration such as "30s" or "1m30s")`},
+				{Path: "dataplane.ipvs.clusterCIDRs[0]", Line: 11, Msg: `invalid CIDR "10.0.0.1/8": host bits set (want 10.0.0.0/8)`},
+				{Path: "dataplane.ipvs.clusterCIDRs[1]", Line: 11, Msg: `invalid CIDR "bad"`},
+				{Path: "dataplane.ipvs.clusterCIDRs[2]", Line: 11, Msg: `want a CIDR string such as "10.0.0.0/8"`},
 			},
 		},
 		{

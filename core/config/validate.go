@@ -71,9 +71,9 @@ func (v *validator) dataplane(path string, d *Dataplane) {
 	if !slices.Contains(Schedulers, ipvs.Scheduler) {
 		v.add(p+".scheduler", "unknown scheduler %q (want %s)", ipvs.Scheduler, strings.Join(Schedulers, ", "))
 	}
-	v.nonNegative(p+".tcpTimeout", ipvs.TCPTimeout)
-	v.nonNegative(p+".tcpFinTimeout", ipvs.TCPFinTimeout)
-	v.nonNegative(p+".udpTimeout", ipvs.UDPTimeout)
+	v.seconds(p+".tcpTimeout", ipvs.TCPTimeout)
+	v.seconds(p+".tcpFinTimeout", ipvs.TCPFinTimeout)
+	v.seconds(p+".udpTimeout", ipvs.UDPTimeout)
 	v.positive(p+".syncPeriod", ipvs.SyncPeriod)
 	v.positive(p+".minSyncPeriod", ipvs.MinSyncPeriod)
 	if ipvs.MinSyncPeriod > ipvs.SyncPeriod && ipvs.SyncPeriod > 0 {
@@ -327,9 +327,13 @@ func (v *validator) positive(path string, d Duration) {
 	}
 }
 
-func (v *validator) nonNegative(path string, d Duration) {
-	if d < 0 {
+// seconds checks a timeout the kernel takes in whole seconds.
+func (v *validator) seconds(path string, d Duration) {
+	switch {
+	case d < 0:
 		v.add(path, "%s is negative", d)
+	case d.Std()%time.Second != 0:
+		v.add(path, "%s is not a whole number of seconds", d)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/switchyard-lb/switchyard/core/model"
 	"github.com/switchyard-lb/switchyard/ipvs"
@@ -22,7 +23,12 @@ const (
 	OpAddDestination    Op = "AddDestination"
 	OpUpdateDestination Op = "UpdateDestination"
 	OpDeleteDestination Op = "DeleteDestination"
+	OpTimeouts          Op = "Timeouts"
+	OpSetTimeouts       Op = "SetTimeouts"
 )
+
+// DefaultTimeouts are the kernel's connection timeouts after ip_vs loads.
+var DefaultTimeouts = ipvs.Timeouts{TCP: 900 * time.Second, TCPFin: 120 * time.Second, UDP: 300 * time.Second}
 
 // Entry is one virtual service of the fake's table with its destinations,
 // sorted by key.
@@ -39,6 +45,7 @@ type Fake struct {
 	calls  map[Op]int
 	// interrupt counts, per dump op, the calls still to interrupt.
 	interrupt map[Op]int
+	timeouts  *ipvs.Timeouts // nil: DefaultTimeouts
 }
 
 var _ ipvs.Kernel = (*Fake)(nil)
@@ -285,4 +292,33 @@ func findDest(e *Entry, d ipvs.DestinationKey) (int, bool) {
 	return slices.BinarySearchFunc(e.Destinations, d, func(s ipvs.DestinationState, k ipvs.DestinationKey) int {
 		return s.DestinationKey.Compare(k)
 	})
+}
+
+func (f *Fake) Timeouts() (ipvs.Timeouts, error) {
+	defer f.mu.Unlock()
+	if err := f.begin(OpTimeouts); err != nil {
+		return ipvs.Timeouts{}, err
+	}
+	return f.currentTimeouts(), nil
+}
+
+func (f *Fake) SetTimeouts(t ipvs.Timeouts) error {
+	defer f.mu.Unlock()
+	if err := f.begin(OpSetTimeouts); err != nil {
+		return err
+	}
+	if err := ipvs.ValidateTimeouts(t); err != nil {
+		return fmt.Errorf("ipvstest: set timeouts: %w", err)
+	}
+	t = t.Merge(f.currentTimeouts())
+	f.timeouts = &t
+	return nil
+}
+
+// currentTimeouts: f must be locked.
+func (f *Fake) currentTimeouts() ipvs.Timeouts {
+	if f.timeouts == nil {
+		return DefaultTimeouts
+	}
+	return *f.timeouts
 }
