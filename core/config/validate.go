@@ -35,6 +35,7 @@ func (c *Config) Validate() error {
 		v.add("kind", "%s", gotWant(c.Kind, Kind))
 	}
 	v.dataplane("dataplane", &c.Dataplane)
+	v.conntrack("conntrack", &c.Conntrack)
 	v.policies("policies", &c.Policies)
 	pools := v.pools("pools", c.Pools)
 	v.announcers("announcers", c.Announcers, pools)
@@ -79,6 +80,25 @@ func (v *validator) dataplane(path string, d *Dataplane) {
 	if ipvs.MinSyncPeriod > ipvs.SyncPeriod && ipvs.SyncPeriod > 0 {
 		v.add(p+".minSyncPeriod", "%s is longer than syncPeriod %s", ipvs.MinSyncPeriod, ipvs.SyncPeriod)
 	}
+}
+
+func (v *validator) conntrack(path string, c *Conntrack) {
+	for _, f := range []struct {
+		name string
+		n    *int
+	}{{"maxPerCore", c.MaxPerCore}, {"min", c.Min}} {
+		if f.n != nil && *f.n < 0 {
+			v.add(path+"."+f.name, "%d is negative", *f.n)
+		}
+	}
+	if c.TCPEstablishedTimeout != nil {
+		v.seconds(path+".tcpEstablishedTimeout", *c.TCPEstablishedTimeout)
+	}
+	if c.TCPCloseWaitTimeout != nil {
+		v.seconds(path+".tcpCloseWaitTimeout", *c.TCPCloseWaitTimeout)
+	}
+	v.seconds(path+".udpTimeout", c.UDPTimeout)
+	v.seconds(path+".udpStreamTimeout", c.UDPStreamTimeout)
 }
 
 func (v *validator) policies(path string, p *Policies) {
