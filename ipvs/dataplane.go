@@ -179,6 +179,7 @@ func (d *Dataplane) Apply(ctx context.Context, u plugin.Update) error {
 		scope = Scope{All: true}
 	}
 	ops := Diff(d.want, d.have, scope)
+	flushes := UDPFlushes(d.want, d.have, scope) // before the ops change d.have
 	// Ownership is recorded before it is taken and dropped after it is
 	// let go (see the package doc): a service whose record failed, or
 	// whose address failed to bind, is not touched; an address whose
@@ -215,6 +216,7 @@ func (d *Dataplane) Apply(ctx context.Context, u plugin.Update) error {
 			}
 		}
 	}
+	d.flushUDP(flushes)
 	d.adopt(scope, unrecorded)
 	if err := d.syncFirewall(reloaded); err != nil {
 		errs = append(errs, err) // retried: the spec is not recorded
@@ -745,8 +747,21 @@ func (d *Dataplane) wanted(k model.VirtualServiceKey, dest DestinationKey) bool 
 	return found
 }
 
+// flushUDP deletes the conntrack entries of the UDP services that just
+// got serving real servers (UDPFlushes), after the ops added them, so that
+// datagrams arriving meanwhile reach the new real servers rather than
+// leaving new stale entries. A service whose real servers failed to be
+// added is skipped.
+func (d *Dataplane) flushUDP(keys []model.VirtualServiceKey) {
+	for _, k := range keys {
+		if slices.ContainsFunc(d.have.Services[k].Destinations, func(s DestinationState) bool { return s.Weight > 0 }) {
+			d.clearUDP(k, netip.Addr{})
+		}
+	}
+}
+
 // clearUDP deletes conntrack entries of a removed UDP backend (or of a
-// whole service when backend is invalid). A failure is logged, not
+// whole service when backend is invalid: deleted, or newly served). A failure is logged, not
 // returned: the kernel state is right, and retrying would need the
 // removed backend remembered.
 func (d *Dataplane) clearUDP(k model.VirtualServiceKey, backend netip.Addr) {

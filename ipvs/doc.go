@@ -6,7 +6,9 @@
 //   - Addresses, the dummy link switchyard0 that holds the virtual IPs, over
 //     vishvananda/netlink: NetlinkAddresses;
 //   - Sysctls, the kernel parameters it sets: ProcSysctls;
-//   - Conntrack, stale UDP entry deletion over ctnetlink: NetlinkConntrack;
+//   - Conntrack, stale UDP entry deletion over ctnetlink (a removed
+//     backend's, a deleted service's, and a service's when it gets its
+//     first serving real servers): NetlinkConntrack;
 //   - Firewall, its own nftables table (masquerade incl. hairpin,
 //     loadBalancerSourceRanges) over google/nftables: NFTables. The table
 //     also records a content stamp, so that an unchanged table is never
