@@ -390,8 +390,11 @@ func TestDataplaneGracefulRemoval(t *testing.T) {
 // reply comes from backend.
 func udpConntrack(t *testing.T, target netip.AddrPort, backend netip.Addr) int {
 	t.Helper()
+	// A dump interrupted by a concurrent change is read again.
 	flows, err := netlink.ConntrackTableList(netlink.ConntrackTable, unix.AF_INET)
-
+	for i := 0; i < 5 && errors.Is(err, netlink.ErrDumpInterrupted); i++ {
+		flows, err = netlink.ConntrackTableList(netlink.ConntrackTable, unix.AF_INET)
+	}
 	if err != nil {
 		t.Fatalf("list conntrack: %v", err)
 	}
