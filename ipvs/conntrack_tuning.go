@@ -64,11 +64,11 @@ func (t ConntrackTuning) Settings(cpus int) []SysctlSetting {
 }
 
 // EnsureConntrackHashsize raises the nf_conntrack module's hashsize (its
-// hash table's buckets) to a quarter of max when it is smaller, as
-// kube-proxy does after it sets nf_conntrack_max; params is a Sysctls
-// rooted at ConntrackParams. It returns the change, nil when there was
-// none to make.
-func EnsureConntrackHashsize(params Sysctls, max int) (*SysctlChange, error) {
+// hash table's buckets) to a quarter of limit when it is smaller, as
+// kube-proxy does after it sets nf_conntrack_max to limit; params is a
+// Sysctls rooted at ConntrackParams. It returns the change, nil when there
+// was none to make.
+func EnsureConntrackHashsize(params Sysctls, limit int) (*SysctlChange, error) {
 	cur, err := params.Get("hashsize")
 	if err != nil {
 		return nil, fmt.Errorf("ipvs: conntrack hashsize: %w", err)
@@ -77,10 +77,10 @@ func EnsureConntrackHashsize(params Sysctls, max int) (*SysctlChange, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ipvs: conntrack hashsize %q: %w", cur, err)
 	}
-	if n >= max/4 {
+	if n >= limit/4 {
 		return nil, nil
 	}
-	want := strconv.Itoa(max / 4)
+	want := strconv.Itoa(limit / 4)
 	if err := params.Set("hashsize", want); err != nil {
 		return nil, fmt.Errorf("ipvs: conntrack hashsize: %w", err)
 	}

@@ -67,15 +67,15 @@ func TestConntrackTuningKernel(t *testing.T) {
 			t.Errorf("%s = %q, %v (reported %q); want %s", st.Name, v, err, got[st.Name], st.Value)
 		}
 	}
-	max := tuning.Max(cpus)
-	if _, err := ipvs.EnsureConntrackHashsize(params, max); err != nil {
+	limit := tuning.Max(cpus)
+	if _, err := ipvs.EnsureConntrackHashsize(params, limit); err != nil {
 		t.Fatalf("EnsureConntrackHashsize: %v", err)
 	}
 	h, err := params.Get("hashsize")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n, _ := strconv.Atoi(h); n < max/4 {
-		t.Errorf("hashsize = %s, want at least %d (nf_conntrack_max %d / 4)", h, max/4, max)
+	if n, _ := strconv.Atoi(h); n < limit/4 {
+		t.Errorf("hashsize = %s, want at least %d (nf_conntrack_max %d / 4)", h, limit/4, limit)
 	}
 }

@@ -91,11 +91,11 @@ func setSysctls(cfg *config.Config, host sysctlHost, log *slog.Logger) error {
 	for _, c := range changed {
 		log.Info("set sysctl", "name", c.Name, "value", c.Value, "was", c.Was)
 	}
-	if max := tuning.Max(cpus); max > 0 && got[ipvs.ConntrackMaxSysctl] == strconv.Itoa(max) {
-		c, herr := ipvs.EnsureConntrackHashsize(host.ConntrackParams, max)
+	if limit := tuning.Max(cpus); limit > 0 && got[ipvs.ConntrackMaxSysctl] == strconv.Itoa(limit) {
+		c, herr := ipvs.EnsureConntrackHashsize(host.ConntrackParams, limit)
 		switch {
 		case herr != nil && ipvs.IsReadOnly(herr):
-			log.Warn("conntrack hashsize not raised: /sys is read-only", "nf_conntrack_max", max, "err", herr)
+			log.Warn("conntrack hashsize not raised: /sys is read-only", "nf_conntrack_max", limit, "err", herr)
 		case herr != nil:
 			err = errors.Join(err, herr)
 		case c != nil:
