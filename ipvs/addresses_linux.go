@@ -53,7 +53,7 @@ func (n *NetlinkAddresses) EnsureDummy(name string) error {
 	}
 	var notFound netlink.LinkNotFoundError
 	if !errors.As(err, &notFound) {
-		return fmt.Errorf("ipvs: find link %s: %w", name, err)
+		return fmt.Errorf("ipvs: find link %s: %w", name, dumpErr(err))
 	}
 	if err := n.h.LinkAdd(&netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Name: name}}); err != nil {
 		return fmt.Errorf("ipvs: create dummy link %s: %w", name, err)
@@ -68,7 +68,7 @@ func (n *NetlinkAddresses) link(name string) (netlink.Link, error) {
 		return nil, fmt.Errorf("link %s: %w", name, ErrNotFound)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("find link %s: %w", name, err)
+		return nil, fmt.Errorf("find link %s: %w", name, dumpErr(err))
 	}
 	return link, nil
 }
@@ -80,9 +80,12 @@ func (n *NetlinkAddresses) Addrs(name string) ([]netip.Addr, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ipvs: list addresses: %w", err)
 	}
+	// The kernel dumps every address of the namespace (the library
+	// filters by link), so any address change on the node, a pod's veth
+	// coming or going, can interrupt it.
 	list, err := n.h.AddrList(link, netlink.FAMILY_ALL)
 	if err != nil {
-		return nil, fmt.Errorf("ipvs: list addresses of %s: %w", name, err)
+		return nil, fmt.Errorf("ipvs: list addresses of %s: %w", name, dumpErr(err))
 	}
 	out := make([]netip.Addr, 0, len(list))
 	for _, a := range list {
@@ -127,4 +130,14 @@ func (n *NetlinkAddresses) addrOp(op, name string, a netip.Addr, fn func(netlink
 		return fmt.Errorf("ipvs: %s %s on %s: %w", op, a, name, err)
 	}
 	return nil
+}
+
+// dumpErr marks vishvananda/netlink's ErrDumpInterrupted (a dump the
+// kernel flagged NLM_F_DUMP_INTR, returned with partial results) as
+// ErrInterrupted, which the dataplane retries.
+func dumpErr(err error) error {
+	if errors.Is(err, netlink.ErrDumpInterrupted) {
+		return fmt.Errorf("%w: %w", ErrInterrupted, err)
+	}
+	return err
 }

@@ -54,11 +54,14 @@ func (c *NetlinkConntrack) DeleteUDP(vip netip.Addr, port uint16, backend netip.
 	if vip.Is6() {
 		fam = unix.AF_INET6
 	}
+	// The library dumps the whole table and deletes the matching entries
+	// one by one; an interrupted dump still deletes what it matched, and
+	// returns ErrDumpInterrupted with the count.
 	c.mu.Lock()
 	n, err := c.h.ConntrackDeleteFilters(netlink.ConntrackTable, fam, f)
 	c.mu.Unlock()
 	if err != nil {
-		return n, fmt.Errorf("ipvs: delete udp conntrack entries to %s (backend %v): %w", netip.AddrPortFrom(vip, port), backend, err)
+		return n, fmt.Errorf("ipvs: delete udp conntrack entries to %s (backend %v): %w", netip.AddrPortFrom(vip, port), backend, dumpErr(err))
 	}
 	return n, nil
 }

@@ -43,6 +43,9 @@ type Config struct {
 	Scheduler string
 	// StrictARP sets arp_ignore=1 and arp_announce=2.
 	StrictARP bool
+	// Timeouts are set at the first Apply (ipvsadm --set, as kube-proxy
+	// does at start); a zero field leaves the kernel's value.
+	Timeouts Timeouts
 	// DrainTimeout defaults to DefaultDrainTimeout.
 	DrainTimeout time.Duration
 	// Now defaults to time.Now.
@@ -77,6 +80,7 @@ type Dataplane struct {
 	addrRefs map[netip.Addr]int
 	draining map[drainKey]time.Time // since when
 	sysctls  map[string]string      // as reported
+	timeouts bool                   // cfg.Timeouts are set
 	firewall *FirewallSpec          // last synced, without Owned
 	fwStamp  string                 // the table's stamp, as last read or written
 	fwRead   bool                   // the table's owned keys were adopted
@@ -94,6 +98,9 @@ var _ plugin.Dataplane = (*Dataplane)(nil)
 func New(cfg Config) (*Dataplane, error) {
 	if cfg.Kernel == nil || cfg.Addresses == nil || cfg.Sysctls == nil {
 		return nil, errors.New("ipvs: new dataplane: Kernel, Addresses and Sysctls are required")
+	}
+	if err := ValidateTimeouts(cfg.Timeouts); err != nil {
+		return nil, fmt.Errorf("ipvs: new dataplane: %w", err)
 	}
 	if cfg.Dummy == "" {
 		cfg.Dummy = DefaultDummy
@@ -154,6 +161,11 @@ func (d *Dataplane) Apply(ctx context.Context, u plugin.Update) error {
 			errs = append(errs, err)
 		}
 	}
+	if !d.timeouts {
+		if err := d.ensureTimeouts(); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	scope, err := d.updateWant(u)
 	if err != nil {
 		errs = append(errs, err)
@@ -167,6 +179,7 @@ func (d *Dataplane) Apply(ctx context.Context, u plugin.Update) error {
 		scope = Scope{All: true}
 	}
 	ops := Diff(d.want, d.have, scope)
+	flushes := UDPFlushes(d.want, d.have, scope) // before the ops change d.have
 	// Ownership is recorded before it is taken and dropped after it is
 	// let go (see the package doc): a service whose record failed, or
 	// whose address failed to bind, is not touched; an address whose
@@ -203,6 +216,7 @@ func (d *Dataplane) Apply(ctx context.Context, u plugin.Update) error {
 			}
 		}
 	}
+	d.flushUDP(flushes)
 	d.adopt(scope, unrecorded)
 	if err := d.syncFirewall(reloaded); err != nil {
 		errs = append(errs, err) // retried: the spec is not recorded
@@ -214,6 +228,28 @@ func (d *Dataplane) Apply(ctx context.Context, u plugin.Update) error {
 		d.loaded = false
 	}
 	return errors.Join(append(errs, kernelErrs...)...)
+}
+
+// ensureTimeouts sets the configured connection timeouts where the
+// kernel's differ, so that a restart writes nothing.
+func (d *Dataplane) ensureTimeouts() error {
+	if d.cfg.Timeouts == (Timeouts{}) {
+		d.timeouts = true
+		return nil
+	}
+	cur, err := d.cfg.Kernel.Timeouts()
+	if err != nil {
+		return err
+	}
+	if want := d.cfg.Timeouts.Merge(cur); want != cur {
+		if err := d.cfg.Kernel.SetTimeouts(d.cfg.Timeouts); err != nil {
+			return err
+		}
+		d.cfg.Log.Info("set IPVS timeouts", "tcp", want.TCP, "tcpfin", want.TCPFin, "udp", want.UDP,
+			"was", fmt.Sprintf("%s %s %s", cur.TCP, cur.TCPFin, cur.UDP))
+	}
+	d.timeouts = true
+	return nil
 }
 
 // updateWant folds u into the desired state and returns the scope an
@@ -470,14 +506,15 @@ func (d *Dataplane) unwant(sk model.ServiceKey, vk model.VirtualServiceKey) bool
 // load reads the kernel: the dummy link's addresses, every service, and
 // the destinations of those the dataplane owns or wants.
 func (d *Dataplane) load() error {
-	if err := d.cfg.Addresses.EnsureDummy(d.cfg.Dummy); err != nil {
-		return fmt.Errorf("ipvs: load: %w", err)
-	}
-	bound, err := d.cfg.Addresses.Addrs(d.cfg.Dummy)
+	_, err := retryDump(func() (struct{}, error) { return struct{}{}, d.cfg.Addresses.EnsureDummy(d.cfg.Dummy) })
 	if err != nil {
 		return fmt.Errorf("ipvs: load: %w", err)
 	}
-	svcs, err := d.cfg.Kernel.Services()
+	bound, err := retryDump(func() ([]netip.Addr, error) { return d.cfg.Addresses.Addrs(d.cfg.Dummy) })
+	if err != nil {
+		return fmt.Errorf("ipvs: load: %w", err)
+	}
+	svcs, err := retryDump(d.cfg.Kernel.Services)
 	if err != nil {
 		return fmt.Errorf("ipvs: load: %w", err)
 	}
@@ -513,7 +550,7 @@ func (d *Dataplane) load() error {
 		}
 		e := Entry{Service: s}
 		if wanted || have.Owns(k) {
-			if e.Destinations, err = d.cfg.Kernel.Destinations(k); err != nil {
+			if e.Destinations, err = d.destinations(k); err != nil {
 				return fmt.Errorf("ipvs: load: %w", err)
 			}
 		}
@@ -597,6 +634,12 @@ func (d *Dataplane) do(op Op) error {
 	return nil
 }
 
+// destinations reads k's real servers, again when the dump was
+// interrupted.
+func (d *Dataplane) destinations(k model.VirtualServiceKey) ([]DestinationState, error) {
+	return retryDump(func() ([]DestinationState, error) { return d.cfg.Kernel.Destinations(k) })
+}
+
 // setDest records a destination's weight in the cache.
 func (d *Dataplane) setDest(k model.VirtualServiceKey, dst Destination) {
 	e := d.have.Services[k]
@@ -652,7 +695,7 @@ func (d *Dataplane) drainLocked() error {
 	now := d.cfg.Now()
 	var errs []error
 	for _, k := range slices.SortedFunc(maps.Keys(bySvc), model.VirtualServiceKey.Compare) {
-		states, err := d.cfg.Kernel.Destinations(k)
+		states, err := d.destinations(k)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("ipvs: drain: %w", err))
 			continue
@@ -704,15 +747,33 @@ func (d *Dataplane) wanted(k model.VirtualServiceKey, dest DestinationKey) bool 
 	return found
 }
 
+// flushUDP deletes the conntrack entries of the UDP services that just
+// got serving real servers (UDPFlushes), after the ops added them, so that
+// datagrams arriving meanwhile reach the new real servers rather than
+// leaving new stale entries. A service whose real servers failed to be
+// added is skipped.
+func (d *Dataplane) flushUDP(keys []model.VirtualServiceKey) {
+	for _, k := range keys {
+		if slices.ContainsFunc(d.have.Services[k].Destinations, func(s DestinationState) bool { return s.Weight > 0 }) {
+			d.clearUDP(k, netip.Addr{})
+		}
+	}
+}
+
 // clearUDP deletes conntrack entries of a removed UDP backend (or of a
-// whole service when backend is invalid). A failure is logged, not
+// whole service when backend is invalid: deleted, or newly served). A failure is logged, not
 // returned: the kernel state is right, and retrying would need the
 // removed backend remembered.
 func (d *Dataplane) clearUDP(k model.VirtualServiceKey, backend netip.Addr) {
 	if d.cfg.Conntrack == nil {
 		return
 	}
-	n, err := d.cfg.Conntrack.DeleteUDP(k.Addr, k.Port, backend)
+	var n uint // deletions add up over interrupted attempts
+	_, err := retryDump(func() (struct{}, error) {
+		m, err := d.cfg.Conntrack.DeleteUDP(k.Addr, k.Port, backend)
+		n += m
+		return struct{}{}, err
+	})
 	if err != nil {
 		d.cfg.Log.Warn("delete stale UDP conntrack entries", "service", keyString(k), "backend", backend, "err", err)
 		return

@@ -189,7 +189,11 @@ func TestDataplaneProgramsAndAdopts(t *testing.T) {
 	if got, _ := r.addrs.Addrs("eth0"); !cmp.Equal(got, []netip.Addr{nodeIP}, cmpAddrs) {
 		t.Errorf("eth0 addresses = %v, want the node's %v untouched", got, nodeIP)
 	}
-	if diff := cmp.Diff([]ipvstest.ConntrackDeletion{{VIP: vipA, Port: 53}}, r.ct.Deletions(), cmpAddrs); diff != "" {
+	// The UDP service's entries go when it first gets real servers (the
+	// first Apply; not after the restart, which found them in the
+	// kernel) and when it is deleted.
+	wantCT := []ipvstest.ConntrackDeletion{{VIP: vipA, Port: 53}, {VIP: vipA, Port: 53}}
+	if diff := cmp.Diff(wantCT, r.ct.Deletions(), cmpAddrs); diff != "" {
 		t.Errorf("conntrack deletions (-want +got):\n%s", diff)
 	}
 }
@@ -295,7 +299,9 @@ func TestDataplaneUDPBackendRemoval(t *testing.T) {
 	if diff := cmp.Diff([]ipvs.DestinationState{dstState("10.244.2.3", 1, 0, 0)}, got, cmpAddrs); diff != "" {
 		t.Errorf("UDP destinations (-want +got):\n%s", diff)
 	}
-	wantCT := []ipvstest.ConntrackDeletion{{VIP: vipA, Port: 53, Backend: removed.Addr}}
+	// The first Apply gave the service real servers (every entry goes),
+	// the second removed one (its entries go).
+	wantCT := []ipvstest.ConntrackDeletion{{VIP: vipA, Port: 53}, {VIP: vipA, Port: 53, Backend: removed.Addr}}
 	if diff := cmp.Diff(wantCT, r.ct.Deletions(), cmpAddrs); diff != "" {
 		t.Errorf("conntrack deletions (-want +got):\n%s", diff)
 	}
@@ -491,5 +497,57 @@ func TestDataplaneContestedVirtualService(t *testing.T) {
 	}
 	if diff := cmp.Diff([]netip.Addr{}, r.bound(t), cmpAddrs); diff != "" {
 		t.Errorf("addresses on switchyard0 at the end (-want +got):\n%s", diff)
+	}
+}
+
+// A UDP Service that goes from no endpoints to some loses the conntrack
+// entries its clients made meanwhile, on each of its frontends, once its
+// real servers are in; later endpoint changes flush nothing whole.
+func TestDataplaneUDPFlushWhenServed(t *testing.T) {
+	r := newRig()
+	keyNP53 := model.VirtualServiceKey{Addr: nodeIP, Port: 30053, Protocol: model.UDP}
+	plan := func(dests ...model.Destination) *model.Plan {
+		return &model.Plan{Services: map[model.ServiceKey]*model.ServicePlan{
+			svcDNS: {Key: svcDNS, VirtualServices: []model.VirtualService{
+				{VirtualServiceKey: keyA53, Kind: model.FrontendClusterIP, Destinations: dests},
+				{VirtualServiceKey: keyNP53, Kind: model.FrontendNodePort, Destinations: dests},
+			}},
+		}}
+	}
+	changed := []model.ServiceKey{svcDNS}
+	dp := r.dataplane(t)
+	if err := dp.Apply(t.Context(), plugin.Update{Plan: plan(), Full: true}); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.ct.Deletions(); len(got) != 0 {
+		t.Errorf("conntrack deletions without endpoints = %v, want none", got)
+	}
+
+	// The real server cannot be added: nothing is flushed (a flush before
+	// it is in would only let new stale entries form).
+	r.kernel.SetError(ipvstest.OpAddDestination, errors.New("injected"))
+	if err := dp.Apply(t.Context(), plugin.Update{Plan: plan(be("10.244.1.3", 8080, 1)), Changed: changed}); err == nil {
+		t.Fatal("Apply with a failing AddDestination succeeded")
+	}
+	if got := r.ct.Deletions(); len(got) != 0 {
+		t.Errorf("conntrack deletions with the real servers missing = %v, want none", got)
+	}
+	r.kernel.SetError(ipvstest.OpAddDestination, nil)
+
+	if err := dp.Apply(t.Context(), plugin.Update{Plan: plan(be("10.244.1.3", 8080, 1)), Changed: changed}); err != nil {
+		t.Fatal(err)
+	}
+	want := []ipvstest.ConntrackDeletion{{VIP: vipA, Port: 53}, {VIP: nodeIP, Port: 30053}}
+	if diff := cmp.Diff(want, r.ct.Deletions(), cmpAddrs); diff != "" {
+		t.Errorf("conntrack deletions after the first endpoint (-want +got):\n%s", diff)
+	}
+	if err := dp.Apply(t.Context(), plugin.Update{Plan: plan(be("10.244.1.3", 8080, 1), be("10.244.2.3", 8080, 1)), Changed: changed}); err != nil {
+		t.Fatal(err)
+	}
+	if err := dp.Apply(t.Context(), plugin.Update{Plan: plan(be("10.244.1.3", 8080, 1), be("10.244.2.3", 8080, 1)), Full: true}); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, r.ct.Deletions(), cmpAddrs); diff != "" {
+		t.Errorf("conntrack deletions after a second endpoint and a resync (-want +got):\n%s", diff)
 	}
 }

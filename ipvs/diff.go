@@ -196,6 +196,35 @@ func Diff(want Desired, have State, scope Scope) []Op {
 	return slices.Concat(binds, services, dests, drains, deletes, unbinds)
 }
 
+// UDPFlushes returns, sorted, the UDP virtual services of scope that go
+// from no serving real server (absent from have, or every destination at
+// weight 0) to some (want has a destination above weight 0). A UDP client
+// that sent to one meanwhile (before it was programmed, routed elsewhere)
+// left a conntrack entry without NAT that its later datagrams keep
+// matching while the entry lives, refreshed by each of them, so that NAT
+// decided on a flow's first packet (masquerade) never applies to them
+// (kube-proxy's k/k#19029): the dataplane deletes the service's entries
+// once its real servers are in. It is pure.
+func UDPFlushes(want Desired, have State, scope Scope) []model.VirtualServiceKey {
+	keys := scope.Keys
+	if scope.All {
+		keys = slices.Collect(maps.Keys(want.Services))
+	}
+	var out []model.VirtualServiceKey
+	for _, k := range keys {
+		w, ok := want.Services[k]
+		if !ok || k.Protocol != model.UDP || !slices.ContainsFunc(w.Destinations, func(d Destination) bool { return d.Weight > 0 }) {
+			continue
+		}
+		if slices.ContainsFunc(have.Services[k].Destinations, func(d DestinationState) bool { return d.Weight > 0 }) {
+			continue
+		}
+		out = append(out, k)
+	}
+	slices.SortFunc(out, model.VirtualServiceKey.Compare)
+	return slices.Compact(out)
+}
+
 // FromModel converts a planned virtual service to its kernel form, with
 // scheduler the default when the plan names none. Flags map by suffix:
 // "*-fallback" or "flag-1", "*-port" or "flag-2", "flag-3"; an affinity

@@ -235,3 +235,66 @@ func TestFromModel(t *testing.T) {
 		})
 	}
 }
+
+func TestUDPFlushes(t *testing.T) {
+	keyNP53 := model.VirtualServiceKey{Addr: nodeIP, Port: 30053, Protocol: model.UDP}
+	want := func(ks ...model.VirtualServiceKey) ipvs.Desired {
+		d := ipvs.Desired{Services: map[model.VirtualServiceKey]ipvs.DesiredService{}}
+		for _, k := range ks {
+			d.Services[k] = ipvs.DesiredService{Service: rr(k), Destinations: []ipvs.Destination{dst("10.244.1.2", 1)}}
+		}
+		return d
+	}
+	have := func(entries map[model.VirtualServiceKey][]ipvs.DestinationState) ipvs.State {
+		s := ipvs.State{Services: map[model.VirtualServiceKey]ipvs.Entry{}}
+		for k, ds := range entries {
+			s.Services[k] = ipvs.Entry{Service: rr(k), Destinations: ds}
+		}
+		return s
+	}
+	all := ipvs.Scope{All: true}
+	tests := []struct {
+		name  string
+		want  ipvs.Desired
+		have  ipvs.State
+		scope ipvs.Scope
+		out   []model.VirtualServiceKey
+	}{
+		{name: "a new UDP service with real servers", want: want(keyA53, keyNP53), have: have(nil), scope: all, out: []model.VirtualServiceKey{keyA53, keyNP53}},
+		{
+			name: "from no real servers to some", want: want(keyA53), scope: all, out: []model.VirtualServiceKey{keyA53},
+			have: have(map[model.VirtualServiceKey][]ipvs.DestinationState{keyA53: nil}),
+		},
+		{
+			name: "from draining ones only to a serving one", want: want(keyA53), scope: all, out: []model.VirtualServiceKey{keyA53},
+			have: have(map[model.VirtualServiceKey][]ipvs.DestinationState{keyA53: {dstState("10.244.9.9", 0, 0, 3)}}),
+		},
+		{
+			name: "from some to others", want: want(keyA53), scope: all,
+			have: have(map[model.VirtualServiceKey][]ipvs.DestinationState{keyA53: {dstState("10.244.9.9", 1, 0, 3)}}),
+		},
+		{
+			name: "to real servers at weight 0 only", scope: all,
+			want: ipvs.Desired{Services: map[model.VirtualServiceKey]ipvs.DesiredService{
+				keyA53: {Service: rr(keyA53), Destinations: []ipvs.Destination{dst("10.244.1.2", 0)}},
+			}},
+			have: have(map[model.VirtualServiceKey][]ipvs.DestinationState{keyA53: nil}),
+		},
+		{
+			name: "still no real servers", scope: all,
+			want: ipvs.Desired{Services: map[model.VirtualServiceKey]ipvs.DesiredService{keyA53: {Service: rr(keyA53)}}},
+			have: have(map[model.VirtualServiceKey][]ipvs.DestinationState{keyA53: nil}),
+		},
+		{name: "TCP is left alone", want: want(keyA), have: have(nil), scope: all},
+		{name: "outside the scope", want: want(keyA53), have: have(nil), scope: ipvs.Scope{Keys: []model.VirtualServiceKey{keyA}}},
+		{name: "in the scope", want: want(keyA53), have: have(nil), scope: ipvs.Scope{Keys: []model.VirtualServiceKey{keyA53, keyA53}}, out: []model.VirtualServiceKey{keyA53}},
+		{name: "deleted", want: want(), have: have(map[model.VirtualServiceKey][]ipvs.DestinationState{keyA53: nil}), scope: ipvs.Scope{Keys: []model.VirtualServiceKey{keyA53}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if diff := cmp.Diff(tt.out, ipvs.UDPFlushes(tt.want, tt.have, tt.scope), cmpAddrs); diff != "" {
+				t.Errorf("UDPFlushes (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

@@ -6,7 +6,9 @@
 //   - Addresses, the dummy link switchyard0 that holds the virtual IPs, over
 //     vishvananda/netlink: NetlinkAddresses;
 //   - Sysctls, the kernel parameters it sets: ProcSysctls;
-//   - Conntrack, stale UDP entry deletion over ctnetlink: NetlinkConntrack;
+//   - Conntrack, stale UDP entry deletion over ctnetlink (a removed
+//     backend's, a deleted service's, and a service's when it gets its
+//     first serving real servers): NetlinkConntrack;
 //   - Firewall, its own nftables table (masquerade incl. hairpin,
 //     loadBalancerSourceRanges) over google/nftables: NFTables. The table
 //     also records a content stamp, so that an unchanged table is never
@@ -59,6 +61,21 @@
 // leaves it as it was found. The stamp does not cover the journal
 // (stamp version v3; an older table is rewritten once), so none of this
 // rewrites the table, and a restart with nothing changed writes nothing.
+//
+// # Interrupted dumps
+//
+// A kernel dump that a concurrent change interrupted (NLM_F_DUMP_INTR)
+// returns partial results; the interfaces' reads wrap ErrInterrupted then,
+// and the dataplane reads again, a bounded number of times (retryDump),
+// before it acts on anything. vishvananda/netlink reports the flag
+// (addresses: the kernel dumps every address of the namespace, so any
+// pod's veth can interrupt it; conntrack). cloudflare/ipvs cannot: neither
+// it nor mdlayher/netlink looks at the flag, and the kernel's IPVS dumps
+// never set it (they resume by index, so a concurrent change may skip or
+// repeat an entry silently; a service missed that way fails its re-creation
+// with ErrExists, and the next Apply re-reads). google/nftables ignores
+// it too; a commit to another table, which sets it, leaves the dataplane's
+// own table, the only one it reads, as it was.
 //
 // Everything goes through these interfaces, so it is tested against the
 // goroutine-safe fakes in ipvstest on any host; contract tests run the same

@@ -11,7 +11,7 @@ import (
 )
 
 // Errors the kernel interfaces (Kernel, Addresses, Sysctls) wrap, whatever
-// the errno behind them.
+// the errno behind them (and ErrInterrupted, for their reads).
 var (
 	// ErrExists: the service or destination to add is already there.
 	ErrExists = errors.New("already exists")
@@ -24,7 +24,8 @@ var (
 // safe for concurrent use.
 type Kernel interface {
 	// Services lists every virtual service, the dataplane's or not,
-	// sorted by key.
+	// sorted by key. Like every read of the kernel interfaces, it may
+	// fail with ErrInterrupted.
 	Services() ([]Service, error)
 	AddService(Service) error
 	// UpdateService changes the scheduler, flags and persistence of an
@@ -41,6 +42,52 @@ type Kernel interface {
 	// UpdateDestination changes the weight of an existing destination.
 	UpdateDestination(model.VirtualServiceKey, Destination) error
 	DeleteDestination(model.VirtualServiceKey, DestinationKey) error
+
+	// Timeouts reads the connection timeouts (ipvsadm -L --timeout).
+	Timeouts() (Timeouts, error)
+	// SetTimeouts changes them (ipvsadm --set): a zero field leaves the
+	// kernel's value, as the kernel itself does.
+	SetTimeouts(Timeouts) error
+}
+
+// Timeouts are IPVS's connection timeouts, for every virtual service:
+// TCP for established TCP connections, TCPFin for TCP connections after a
+// FIN, UDP for UDP flows. Whole seconds.
+type Timeouts struct {
+	TCP, TCPFin, UDP time.Duration
+}
+
+// maxTimeout is the kernel's smallest limit: it rejects more than
+// INT_MAX/HZ seconds with EINVAL, and HZ is at most 1000.
+const maxTimeout = (1<<31 - 1) / 1000 * time.Second
+
+// ValidateTimeouts checks that every timeout is whole seconds, not
+// negative and within the kernel's limit.
+func ValidateTimeouts(t Timeouts) error {
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{{"tcp", t.TCP}, {"tcpfin", t.TCPFin}, {"udp", t.UDP}} {
+		if f.d < 0 || f.d%time.Second != 0 || f.d > maxTimeout {
+			return fmt.Errorf("%s timeout %s: want whole seconds from 0 to %s", f.name, f.d, maxTimeout)
+		}
+	}
+	return nil
+}
+
+// Merge returns t with its zero fields taken from cur: the timeouts the
+// kernel has after SetTimeouts(t).
+func (t Timeouts) Merge(cur Timeouts) Timeouts {
+	if t.TCP == 0 {
+		t.TCP = cur.TCP
+	}
+	if t.TCPFin == 0 {
+		t.TCPFin = cur.TCPFin
+	}
+	if t.UDP == 0 {
+		t.UDP = cur.UDP
+	}
+	return t
 }
 
 // Flags are IPVS service flags the dataplane sets.

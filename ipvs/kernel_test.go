@@ -64,3 +64,25 @@ func TestValidateDestination(t *testing.T) {
 		})
 	}
 }
+
+func TestValidateTimeouts(t *testing.T) {
+	tests := []struct {
+		name    string
+		t       Timeouts
+		wantErr bool
+	}{
+		{name: "zero", t: Timeouts{}},
+		{name: "whole seconds", t: Timeouts{TCP: 2 * time.Hour, TCPFin: time.Minute, UDP: 5 * time.Second}},
+		{name: "the kernel's limit", t: Timeouts{TCP: maxTimeout}},
+		{name: "past the kernel's limit", t: Timeouts{UDP: maxTimeout + time.Second}, wantErr: true},
+		{name: "sub-second", t: Timeouts{TCPFin: 1500 * time.Millisecond}, wantErr: true},
+		{name: "negative", t: Timeouts{TCP: -time.Second}, wantErr: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := ValidateTimeouts(tc.t); (err != nil) != tc.wantErr {
+				t.Errorf("ValidateTimeouts(%+v) = %v, want error: %t", tc.t, err, tc.wantErr)
+			}
+		})
+	}
+}

@@ -163,6 +163,38 @@ func (n *Netlink) destinationOp(op string, k model.VirtualServiceKey, d Destinat
 	return nil
 }
 
+func (n *Netlink) Timeouts() (Timeouts, error) {
+	n.mu.Lock()
+	c, err := n.c.Config()
+	n.mu.Unlock()
+	if err != nil {
+		return Timeouts{}, fmt.Errorf("ipvs: read timeouts: %w", err)
+	}
+	return Timeouts{
+		TCP:    time.Duration(c.TCPTimeout) * time.Second,
+		TCPFin: time.Duration(c.TCPFinTimeout) * time.Second,
+		UDP:    time.Duration(c.UDPTimeout) * time.Second,
+	}, nil
+}
+
+// SetTimeouts sends every field; the kernel skips the zero ones.
+func (n *Netlink) SetTimeouts(t Timeouts) error {
+	if err := ValidateTimeouts(t); err != nil {
+		return fmt.Errorf("ipvs: set timeouts: %w", err)
+	}
+	n.mu.Lock()
+	err := n.c.SetConfig(cipvs.Config{
+		TCPTimeout:    uint32(t.TCP / time.Second),
+		TCPFinTimeout: uint32(t.TCPFin / time.Second),
+		UDPTimeout:    uint32(t.UDP / time.Second),
+	})
+	n.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("ipvs: set timeouts tcp %s tcpfin %s udp %s: %w", t.TCP, t.TCPFin, t.UDP, err)
+	}
+	return nil
+}
+
 // kernelErr adds ErrExists or ErrNotFound to the kernel's errno: EEXIST
 // for an existing service or destination, ESRCH for a missing service,
 // ENOENT for a missing destination.

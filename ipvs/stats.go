@@ -27,7 +27,7 @@ func (d *Dataplane) Stats() (map[model.VirtualServiceKey]map[netip.AddrPort]plug
 	out := make(map[model.VirtualServiceKey]map[netip.AddrPort]plugin.EndpointStats, len(keys))
 	var errs []error
 	for _, k := range keys {
-		states, err := d.cfg.Kernel.Destinations(k)
+		states, err := d.destinations(k)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("ipvs: read statistics: %w", err))
 			continue

@@ -82,6 +82,7 @@ func newDataplane(cfg *config.Config) (plugin.Dataplane, error) {
 			StrictARP:     ic.StrictARP == nil || *ic.StrictARP,
 			ClusterCIDRs:  config.Prefixes(ic.ClusterCIDRs),
 			MasqueradeAll: ic.MasqueradeAll,
+			Timeouts:      ipvs.Timeouts{TCP: ic.TCPTimeout.Std(), TCPFin: ic.TCPFinTimeout.Std(), UDP: ic.UDPTimeout.Std()},
 		})
 		if err != nil {
 			return nil, fmt.Errorf("dataplane.mode ipvs: %w", err)

@@ -2,8 +2,10 @@ package main
 
 import (
 	"errors"
+	"io/fs"
 	"log/slog"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -17,15 +19,33 @@ import (
 // dataplane sets, with ip_vs loaded.
 func kernelDefaults() map[string]string {
 	return map[string]string{
-		"net/ipv4/ip_forward":                   "0",
-		"net/ipv6/conf/all/forwarding":          "0",
-		"net/ipv4/vs/conntrack":                 "0",
-		"net/ipv4/vs/expire_nodest_conn":        "0",
-		"net/ipv4/vs/expire_quiescent_template": "0",
-		"net/ipv4/vs/conn_reuse_mode":           "1",
-		"net/ipv4/conf/all/arp_ignore":          "0",
-		"net/ipv4/conf/all/arp_announce":        "0",
+		"net/ipv4/ip_forward":                                "0",
+		"net/ipv6/conf/all/forwarding":                       "0",
+		"net/ipv4/vs/conntrack":                              "0",
+		"net/ipv4/vs/expire_nodest_conn":                     "0",
+		"net/ipv4/vs/expire_quiescent_template":              "0",
+		"net/ipv4/vs/conn_reuse_mode":                        "1",
+		"net/ipv4/conf/all/arp_ignore":                       "0",
+		"net/ipv4/conf/all/arp_announce":                     "0",
+		"net/netfilter/nf_conntrack_max":                     "65536",
+		"net/netfilter/nf_conntrack_tcp_timeout_established": "432000",
+		"net/netfilter/nf_conntrack_tcp_timeout_close_wait":  "60",
+		"net/netfilter/nf_conntrack_udp_timeout":             "30",
+		"net/netfilter/nf_conntrack_udp_timeout_stream":      "120",
 	}
+}
+
+// testCPUs is the CPU count the tests' nodes report.
+const testCPUs = 8
+
+// kubeProxyTuned is what the default conntrack section sets on a node
+// with testCPUs CPUs, as kube-proxy's defaults do: 32768 per CPU (at
+// least 131072), established TCP 24h, CLOSE_WAIT 1h; the UDP timeouts
+// left alone.
+func kubeProxyTuned(m map[string]string) {
+	m["net/netfilter/nf_conntrack_max"] = "262144"
+	m["net/netfilter/nf_conntrack_tcp_timeout_established"] = "86400"
+	m["net/netfilter/nf_conntrack_tcp_timeout_close_wait"] = "3600"
 }
 
 // readOnlySysctls is /proc/sys as an unprivileged container sees it.
@@ -124,9 +144,18 @@ func TestSetSysctls(t *testing.T) {
 			if tt.want != nil {
 				tt.want(want)
 			}
+			wantHashsize := "16384"
+			if cfg.Dataplane.Mode == config.ModeIPVS && tt.loadErr == nil {
+				kubeProxyTuned(want)
+				wantHashsize = "65536" // a quarter of nf_conntrack_max
+			}
 			sysctls := ipvstest.NewFakeSysctls(initial)
+			params := ipvstest.NewFakeSysctls(map[string]string{"hashsize": "16384"})
 			loaded := false
-			host := sysctlHost{LoadIPVS: func() error { loaded = true; return tt.loadErr }, Sysctls: sysctls}
+			host := sysctlHost{
+				LoadIPVS: func() error { loaded = true; return tt.loadErr }, Sysctls: sysctls,
+				ConntrackParams: params, CPUs: func() int { return testCPUs },
+			}
 
 			err = setSysctls(cfg, host, slog.New(slog.DiscardHandler))
 			if tt.wantErr != "" {
@@ -141,6 +170,9 @@ func TestSetSysctls(t *testing.T) {
 			}
 			if diff := cmp.Diff(want, sysctls.Values()); diff != "" {
 				t.Errorf("sysctls (-want +got):\n%s", diff)
+			}
+			if got := params.Values()["hashsize"]; got != wantHashsize {
+				t.Errorf("nf_conntrack hashsize = %s, want %s", got, wantHashsize)
 			}
 			if tt.wantErr != "" {
 				return
@@ -166,5 +198,101 @@ func TestReadOnlySysctlsFailWithoutInit(t *testing.T) {
 	ro := readOnlySysctls{ipvstest.NewFakeSysctls(kernelDefaults())}
 	if _, _, err := ipvs.SetSysctls(ro, ipvs.SysctlSettings(true)); err == nil || !strings.Contains(err.Error(), "read-only file system") {
 		t.Errorf("SetSysctls through a read-only /proc/sys = %v, want the write's error", err)
+	}
+}
+
+// readOnlyParams is /sys as an unprivileged container sees it.
+type readOnlyParams struct{ ipvs.Sysctls }
+
+func (readOnlyParams) Set(name, value string) error {
+	return &fs.PathError{Op: "open", Path: "/sys/module/nf_conntrack/parameters/" + name, Err: syscall.EROFS}
+}
+
+func TestSetSysctlsConntrack(t *testing.T) {
+	tests := []struct {
+		name         string
+		config       string
+		cpus         int
+		params       func(ipvs.Sysctls) ipvs.Sysctls
+		want         func(map[string]string)
+		wantHashsize string
+		wantErr      string
+	}{
+		{
+			name: "min on a small node", cpus: 2,
+			want: func(m map[string]string) {
+				kubeProxyTuned(m)
+				m["net/netfilter/nf_conntrack_max"] = "131072"
+			},
+			wantHashsize: "32768",
+		},
+		{
+			name:   "maxPerCore 0 leaves the max and the hashsize",
+			config: "conntrack: {maxPerCore: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 2h, udpTimeout: 45s, udpStreamTimeout: 3m}\n",
+			cpus:   8,
+			want: func(m map[string]string) {
+				m["net/netfilter/nf_conntrack_tcp_timeout_close_wait"] = "7200"
+				m["net/netfilter/nf_conntrack_udp_timeout"] = "45"
+				m["net/netfilter/nf_conntrack_udp_timeout_stream"] = "180"
+			},
+			wantHashsize: "16384",
+		},
+		{
+			name: "a large enough hashsize is kept", config: "conntrack: {maxPerCore: 1000, min: 0}\n", cpus: 8,
+			want: func(m map[string]string) {
+				kubeProxyTuned(m)
+				m["net/netfilter/nf_conntrack_max"] = "8000"
+			},
+			wantHashsize: "16384",
+		},
+		{
+			name: "read-only /sys only warns", cpus: 8,
+			params:       func(p ipvs.Sysctls) ipvs.Sysctls { return readOnlyParams{p} },
+			want:         kubeProxyTuned,
+			wantHashsize: "16384",
+		},
+		{
+			name: "nf_conntrack's parameters missing", cpus: 8,
+			params:       func(ipvs.Sysctls) ipvs.Sysctls { return ipvstest.NewFakeSysctls(nil) },
+			want:         kubeProxyTuned,
+			wantHashsize: "16384",
+			wantErr:      "conntrack hashsize",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := config.Parse([]byte("apiVersion: switchyard.dev/v1alpha1\nkind: SwitchyardConfig\n" + tt.config))
+			if err != nil {
+				t.Fatal(err)
+			}
+			sysctls := ipvstest.NewFakeSysctls(kernelDefaults())
+			params := ipvstest.NewFakeSysctls(map[string]string{"hashsize": "16384"})
+			var p ipvs.Sysctls = params
+			if tt.params != nil {
+				p = tt.params(params)
+			}
+			host := sysctlHost{LoadIPVS: func() error { return nil }, Sysctls: sysctls, ConntrackParams: p, CPUs: func() int { return tt.cpus }}
+			err = setSysctls(cfg, host, slog.New(slog.DiscardHandler))
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Errorf("setSysctls = %v, want an error containing %q", err, tt.wantErr)
+				}
+			} else if err != nil {
+				t.Fatalf("setSysctls = %v", err)
+			}
+			want := kernelDefaults()
+			for _, k := range []string{"net/ipv4/ip_forward", "net/ipv6/conf/all/forwarding", "net/ipv4/vs/conntrack",
+				"net/ipv4/vs/expire_nodest_conn", "net/ipv4/vs/expire_quiescent_template", "net/ipv4/conf/all/arp_ignore"} {
+				want[k] = "1"
+			}
+			want["net/ipv4/conf/all/arp_announce"] = "2"
+			tt.want(want)
+			if diff := cmp.Diff(want, sysctls.Values()); diff != "" {
+				t.Errorf("sysctls (-want +got):\n%s", diff)
+			}
+			if got := params.Values()["hashsize"]; got != tt.wantHashsize {
+				t.Errorf("nf_conntrack hashsize = %s, want %s", got, tt.wantHashsize)
+			}
+		})
 	}
 }

@@ -30,6 +30,7 @@ type Config struct {
 	Kind string `yaml:"kind"`
 
 	Dataplane  Dataplane   `yaml:"dataplane"`
+	Conntrack  Conntrack   `yaml:"conntrack"`
 	Policies   Policies    `yaml:"policies"`
 	Pools      []Pool      `yaml:"pools"`
 	Announcers []Announcer `yaml:"announcers"`
@@ -54,13 +55,42 @@ type Dataplane struct {
 	IPVS IPVS   `yaml:"ipvs"`
 }
 
+// Conntrack tunes the kernel's connection tracking as kube-proxy's
+// conntrack section does, with its defaults. The IPVS dataplane's
+// `switchyard --set-sysctls` applies it (the DaemonSet's privileged init
+// container), writing only values that differ; the dry-run dataplane
+// touches nothing. A change takes effect at the next start.
+type Conntrack struct {
+	// MaxPerCore sets net/netfilter/nf_conntrack_max to MaxPerCore times
+	// the node's CPUs, at least Min, and raises the nf_conntrack module's
+	// hashsize to a quarter of it if it is smaller. Default 32768; 0
+	// leaves both alone (and Min is unused).
+	MaxPerCore *int `yaml:"maxPerCore"`
+	// Min is the smallest nf_conntrack_max MaxPerCore sets. Default
+	// 131072.
+	Min *int `yaml:"min"`
+	// TCPEstablishedTimeout sets nf_conntrack_tcp_timeout_established,
+	// whole seconds. Default 24h; 0s leaves the kernel's value.
+	TCPEstablishedTimeout *Duration `yaml:"tcpEstablishedTimeout"`
+	// TCPCloseWaitTimeout sets nf_conntrack_tcp_timeout_close_wait, whole
+	// seconds. Default 1h; 0s leaves the kernel's value.
+	TCPCloseWaitTimeout *Duration `yaml:"tcpCloseWaitTimeout"`
+	// UDPTimeout sets nf_conntrack_udp_timeout, whole seconds. Default
+	// 0s: the kernel's value is left alone.
+	UDPTimeout Duration `yaml:"udpTimeout"`
+	// UDPStreamTimeout sets nf_conntrack_udp_timeout_stream, whole
+	// seconds. Default 0s: the kernel's value is left alone.
+	UDPStreamTimeout Duration `yaml:"udpStreamTimeout"`
+}
+
 // IPVS holds the IPVS dataplane's settings, named as kube-proxy names them.
 type IPVS struct {
 	// Scheduler is the default IPVS scheduler: rr, wrr, lc, wlc, lblc,
 	// lblcr, dh, sh, sed, nq, fo, ovf, mh or twos. Default "rr".
 	Scheduler string `yaml:"scheduler"`
 	// TCPTimeout, TCPFinTimeout and UDPTimeout set the IPVS connection
-	// timeouts. Default 0: the kernel's values are left alone.
+	// timeouts (ipvsadm --set) when the dataplane starts, whole seconds.
+	// Default 0: the kernel's value is left alone.
 	TCPTimeout    Duration `yaml:"tcpTimeout"`
 	TCPFinTimeout Duration `yaml:"tcpFinTimeout"`
 	UDPTimeout    Duration `yaml:"udpTimeout"`

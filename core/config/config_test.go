@@ -42,6 +42,12 @@ func defaults() *Config {
 				MinSyncPeriod: Duration(time.Second),
 			},
 		},
+		Conntrack: Conntrack{
+			MaxPerCore:            ptr(32768),
+			Min:                   ptr(131072),
+			TCPEstablishedTimeout: ptr(Duration(24 * time.Hour)),
+			TCPCloseWaitTimeout:   ptr(Duration(time.Hour)),
+		},
 		Policies: Policies{
 			EvaluationDeadline: Duration(50 * time.Millisecond),
 			MemoryLimit:        32 << 20,
@@ -107,6 +113,14 @@ announcers:
 						SyncPeriod:        Duration(time.Minute),
 						MinSyncPeriod:     Duration(2 * time.Second),
 					},
+				},
+				Conntrack: Conntrack{
+					MaxPerCore:            ptr(0),
+					Min:                   ptr(262144),
+					TCPEstablishedTimeout: ptr(Duration(2 * time.Hour)),
+					TCPCloseWaitTimeout:   ptr(Duration(0)),
+					UDPTimeout:            Duration(30 * time.Second),
+					UDPStreamTimeout:      Duration(2 * time.Minute),
 				},
 				Policies: Policies{
 					Default:            "builtin:local-first",
@@ -229,6 +243,7 @@ func TestValidate(t *testing.T) {
   ipvs:
     scheduler: foo
     tcpTimeout: -1s
+    udpTimeout: 1500ms
     syncPeriod: 5x
     minSyncPeriod: 30
     clusterCIDRs: [10.0.0.1/8, bad, [1]]
@@ -238,17 +253,37 @@ func TestValidate(t *testing.T) {
 				{Path: "dataplane.mode", Line: 4, Msg: `unknown mode "iptables" (want ipvs or dryrun)`},
 				{Path: "dataplane.ipvs.scheduler", Line: 6, Msg: `unknown scheduler "foo" (want rr, wrr, lc, wlc, lblc, lblcr, dh, sh, sed, nq, fo, ovf, mh, twos)`},
 				{Path: "dataplane.ipvs.tcpTimeout", Line: 7, Msg: "-1s is negative"},
-				{Path: "dataplane.ipvs.syncPeriod", Line: 8, Msg: `invalid duration "5x" (want a Go duration such as "30s" or "1m30s")`},
-				{Path: "dataplane.ipvs.minSyncPeriod", Line: 9, Msg: `invalid duration "30" (want a Go duration such as "30s" or "1m30s")`},
-				{Path: "dataplane.ipvs.clusterCIDRs[0]", Line: 10, Msg: `invalid CIDR "10.0.0.1/8": host bits set (want 10.0.0.0/8)`},
-				{Path: "dataplane.ipvs.clusterCIDRs[1]", Line: 10, Msg: `invalid CIDR "bad"`},
-				{Path: "dataplane.ipvs.clusterCIDRs[2]", Line: 10, Msg: `want a CIDR string such as "10.0.0.0/8"`},
+				{Path: "dataplane.ipvs.udpTimeout", Line: 8, Msg: "1.5s is not a whole number of seconds"},
+				{Path: "dataplane.ipvs.syncPeriod", Line: 9, Msg: `invalid duration "5x" (want a Go duration such as "30s" or "1m30s")`},
+				{Path: "dataplane.ipvs.minSyncPeriod", Line: 10, Msg: `invalid duration "30" (want a Go duration such as "30s" or "1m30s")`},
+				{Path: "dataplane.ipvs.clusterCIDRs[0]", Line: 11, Msg: `invalid CIDR "10.0.0.1/8": host bits set (want 10.0.0.0/8)`},
+				{Path: "dataplane.ipvs.clusterCIDRs[1]", Line: 11, Msg: `invalid CIDR "bad"`},
+				{Path: "dataplane.ipvs.clusterCIDRs[2]", Line: 11, Msg: `want a CIDR string such as "10.0.0.0/8"`},
 			},
 		},
 		{
 			name: "sync periods out of order",
 			in:   header + "dataplane:\n  ipvs:\n    syncPeriod: 1s\n    minSyncPeriod: 2s\n",
 			want: []FieldError{{Path: "dataplane.ipvs.minSyncPeriod", Line: 6, Msg: "2s is longer than syncPeriod 1s"}},
+		},
+		{
+			name: "conntrack",
+			in: header + `conntrack:
+  maxPerCore: -1
+  min: -5
+  tcpEstablishedTimeout: 1.5s
+  tcpCloseWaitTimeout: -1h
+  udpTimeout: 100ms
+  udpStreamTimeout: 3
+`,
+			want: []FieldError{
+				{Path: "conntrack.maxPerCore", Line: 4, Msg: "-1 is negative"},
+				{Path: "conntrack.min", Line: 5, Msg: "-5 is negative"},
+				{Path: "conntrack.tcpEstablishedTimeout", Line: 6, Msg: "1.5s is not a whole number of seconds"},
+				{Path: "conntrack.tcpCloseWaitTimeout", Line: 7, Msg: "-1h0m0s is negative"},
+				{Path: "conntrack.udpTimeout", Line: 8, Msg: "100ms is not a whole number of seconds"},
+				{Path: "conntrack.udpStreamTimeout", Line: 9, Msg: `invalid duration "3" (want a Go duration such as "30s" or "1m30s")`},
+			},
 		},
 		{
 			name: "policies",

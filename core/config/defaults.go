@@ -20,6 +20,11 @@ const (
 	DefaultMetricsAddress     = "127.0.0.1:10249"
 	DefaultHealthAddress      = "0.0.0.0:10256"
 	DefaultLoadBalancerClass  = "switchyard.dev/lb"
+
+	DefaultConntrackMaxPerCore            = 32768
+	DefaultConntrackMin                   = 131072
+	DefaultConntrackTCPEstablishedTimeout = 24 * time.Hour
+	DefaultConntrackTCPCloseWaitTimeout   = time.Hour
 )
 
 // MaxPolicyWorkers bounds policies.workers.
@@ -41,6 +46,12 @@ func (c *Config) SetDefaults() {
 	setBool(&ipvs.StrictARP, true)
 	setDuration(&ipvs.SyncPeriod, DefaultSyncPeriod)
 	setDuration(&ipvs.MinSyncPeriod, DefaultMinSyncPeriod)
+
+	ct := &c.Conntrack
+	setInt(&ct.MaxPerCore, DefaultConntrackMaxPerCore)
+	setInt(&ct.Min, DefaultConntrackMin)
+	setDurationPtr(&ct.TCPEstablishedTimeout, DefaultConntrackTCPEstablishedTimeout)
+	setDurationPtr(&ct.TCPCloseWaitTimeout, DefaultConntrackTCPCloseWaitTimeout)
 
 	p := &c.Policies
 	setDuration(&p.EvaluationDeadline, DefaultEvaluationDeadline)
@@ -98,5 +109,18 @@ func setBool(p **bool, v bool) {
 func setDuration(p *Duration, v time.Duration) {
 	if *p == 0 {
 		*p = Duration(v)
+	}
+}
+
+func setInt(p **int, v int) {
+	if *p == nil {
+		*p = &v
+	}
+}
+
+func setDurationPtr(p **Duration, v time.Duration) {
+	if *p == nil {
+		d := Duration(v)
+		*p = &d
 	}
 }

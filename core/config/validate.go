@@ -35,6 +35,7 @@ func (c *Config) Validate() error {
 		v.add("kind", "%s", gotWant(c.Kind, Kind))
 	}
 	v.dataplane("dataplane", &c.Dataplane)
+	v.conntrack("conntrack", &c.Conntrack)
 	v.policies("policies", &c.Policies)
 	pools := v.pools("pools", c.Pools)
 	v.announcers("announcers", c.Announcers, pools)
@@ -71,14 +72,33 @@ func (v *validator) dataplane(path string, d *Dataplane) {
 	if !slices.Contains(Schedulers, ipvs.Scheduler) {
 		v.add(p+".scheduler", "unknown scheduler %q (want %s)", ipvs.Scheduler, strings.Join(Schedulers, ", "))
 	}
-	v.nonNegative(p+".tcpTimeout", ipvs.TCPTimeout)
-	v.nonNegative(p+".tcpFinTimeout", ipvs.TCPFinTimeout)
-	v.nonNegative(p+".udpTimeout", ipvs.UDPTimeout)
+	v.seconds(p+".tcpTimeout", ipvs.TCPTimeout)
+	v.seconds(p+".tcpFinTimeout", ipvs.TCPFinTimeout)
+	v.seconds(p+".udpTimeout", ipvs.UDPTimeout)
 	v.positive(p+".syncPeriod", ipvs.SyncPeriod)
 	v.positive(p+".minSyncPeriod", ipvs.MinSyncPeriod)
 	if ipvs.MinSyncPeriod > ipvs.SyncPeriod && ipvs.SyncPeriod > 0 {
 		v.add(p+".minSyncPeriod", "%s is longer than syncPeriod %s", ipvs.MinSyncPeriod, ipvs.SyncPeriod)
 	}
+}
+
+func (v *validator) conntrack(path string, c *Conntrack) {
+	for _, f := range []struct {
+		name string
+		n    *int
+	}{{"maxPerCore", c.MaxPerCore}, {"min", c.Min}} {
+		if f.n != nil && *f.n < 0 {
+			v.add(path+"."+f.name, "%d is negative", *f.n)
+		}
+	}
+	if c.TCPEstablishedTimeout != nil {
+		v.seconds(path+".tcpEstablishedTimeout", *c.TCPEstablishedTimeout)
+	}
+	if c.TCPCloseWaitTimeout != nil {
+		v.seconds(path+".tcpCloseWaitTimeout", *c.TCPCloseWaitTimeout)
+	}
+	v.seconds(path+".udpTimeout", c.UDPTimeout)
+	v.seconds(path+".udpStreamTimeout", c.UDPStreamTimeout)
 }
 
 func (v *validator) policies(path string, p *Policies) {
@@ -327,9 +347,13 @@ func (v *validator) positive(path string, d Duration) {
 	}
 }
 
-func (v *validator) nonNegative(path string, d Duration) {
-	if d < 0 {
+// seconds checks a timeout the kernel takes in whole seconds.
+func (v *validator) seconds(path string, d Duration) {
+	switch {
+	case d < 0:
 		v.add(path, "%s is negative", d)
+	case d.Std()%time.Second != 0:
+		v.add(path, "%s is not a whole number of seconds", d)
 	}
 }
 

@@ -12,8 +12,9 @@ import (
 // FakeAddresses is an in-memory ipvs.Addresses: links by name, each with a
 // type and its addresses. The zero value has no links and is ready.
 type FakeAddresses struct {
-	mu    sync.Mutex
-	links map[string]*fakeLink
+	mu        sync.Mutex
+	links     map[string]*fakeLink
+	interrupt int // Addrs calls still to interrupt
 }
 
 type fakeLink struct {
@@ -39,6 +40,15 @@ func (f *FakeAddresses) AddLink(name, typ string) {
 	}
 }
 
+// Interrupt makes the next n Addrs calls return what a dump interrupted
+// by concurrent changes returns: the first half of the addresses and an
+// error wrapping ipvs.ErrInterrupted.
+func (f *FakeAddresses) Interrupt(n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.interrupt = n
+}
+
 func (f *FakeAddresses) EnsureDummy(name string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -61,6 +71,10 @@ func (f *FakeAddresses) Addrs(name string) ([]netip.Addr, error) {
 	l, ok := f.links[name]
 	if !ok {
 		return nil, fmt.Errorf("ipvstest: list addresses: link %s: %w", name, ipvs.ErrNotFound)
+	}
+	if f.interrupt > 0 {
+		f.interrupt--
+		return slices.Clone(l.addrs[:len(l.addrs)/2]), fmt.Errorf("ipvstest: list addresses of %s: %w", name, ipvs.ErrInterrupted)
 	}
 	return slices.Clone(l.addrs), nil
 }

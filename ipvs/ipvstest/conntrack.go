@@ -1,6 +1,7 @@
 package ipvstest
 
 import (
+	"fmt"
 	"net/netip"
 	"slices"
 	"sync"
@@ -20,6 +21,16 @@ type ConntrackDeletion struct {
 type FakeConntrack struct {
 	mu        sync.Mutex
 	deletions []ConntrackDeletion
+	interrupt int // DeleteUDP calls still to interrupt
+}
+
+// Interrupt makes the next n DeleteUDP calls fail as a deletion whose
+// table dump was interrupted by concurrent changes: recorded, and an
+// error wrapping ipvs.ErrInterrupted.
+func (f *FakeConntrack) Interrupt(n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.interrupt = n
 }
 
 var _ ipvs.Conntrack = (*FakeConntrack)(nil)
@@ -28,6 +39,10 @@ func (f *FakeConntrack) DeleteUDP(vip netip.Addr, port uint16, backend netip.Add
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.deletions = append(f.deletions, ConntrackDeletion{VIP: vip, Port: port, Backend: backend})
+	if f.interrupt > 0 {
+		f.interrupt--
+		return 0, fmt.Errorf("ipvstest: delete udp conntrack entries: %w", ipvs.ErrInterrupted)
+	}
 	return 0, nil
 }
 

@@ -148,6 +148,20 @@ func (k crashKernel) DeleteDestination(key model.VirtualServiceKey, d ipvs.Desti
 	return k.k.DeleteDestination(key, d)
 }
 
+func (k crashKernel) Timeouts() (ipvs.Timeouts, error) {
+	if err := k.c.enter(OpTimeouts); err != nil {
+		return ipvs.Timeouts{}, err
+	}
+	return k.k.Timeouts()
+}
+
+func (k crashKernel) SetTimeouts(t ipvs.Timeouts) error {
+	if err := k.c.enter(OpSetTimeouts); err != nil {
+		return err
+	}
+	return k.k.SetTimeouts(t)
+}
+
 type crashAddresses struct {
 	c *Crash
 	a ipvs.Addresses

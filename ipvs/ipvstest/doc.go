@@ -3,8 +3,9 @@
 //
 //   - Fake (ipvs.Kernel): the IPVS table. It validates and fails like the
 //     kernel (ipvs.ErrExists, ipvs.ErrNotFound), lets tests set connection
-//     counts and inject errors, and exposes its table as the expected state;
+//     counts and inject errors and interrupted dumps, and exposes its table as the expected state;
 //   - FakeAddresses (ipvs.Addresses): links and their addresses;
+//   - FakeConntrack (ipvs.Conntrack): the UDP deletions asked of it;
 //   - FakeSysctls (ipvs.Sysctls): kernel parameters;
 //   - FakeFirewall (ipvs.Firewall): the nftables table's specs, stamp and
 //     owned keys, with its transactions counted;

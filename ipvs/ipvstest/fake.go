@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/switchyard-lb/switchyard/core/model"
 	"github.com/switchyard-lb/switchyard/ipvs"
@@ -22,7 +23,12 @@ const (
 	OpAddDestination    Op = "AddDestination"
 	OpUpdateDestination Op = "UpdateDestination"
 	OpDeleteDestination Op = "DeleteDestination"
+	OpTimeouts          Op = "Timeouts"
+	OpSetTimeouts       Op = "SetTimeouts"
 )
+
+// DefaultTimeouts are the kernel's connection timeouts after ip_vs loads.
+var DefaultTimeouts = ipvs.Timeouts{TCP: 900 * time.Second, TCPFin: 120 * time.Second, UDP: 300 * time.Second}
 
 // Entry is one virtual service of the fake's table with its destinations,
 // sorted by key.
@@ -37,6 +43,9 @@ type Fake struct {
 	table  map[model.VirtualServiceKey]*Entry
 	errors map[Op]error
 	calls  map[Op]int
+	// interrupt counts, per dump op, the calls still to interrupt.
+	interrupt map[Op]int
+	timeouts  *ipvs.Timeouts // nil: DefaultTimeouts
 }
 
 var _ ipvs.Kernel = (*Fake)(nil)
@@ -53,6 +62,27 @@ func (f *Fake) SetError(op Op, err error) {
 		f.errors = map[Op]error{}
 	}
 	f.errors[op] = err
+}
+
+// Interrupt makes the next n calls of op (OpServices or OpDestinations)
+// return what a dump interrupted by concurrent changes returns: the first
+// half of the results and an error wrapping ipvs.ErrInterrupted.
+func (f *Fake) Interrupt(op Op, n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.interrupt == nil {
+		f.interrupt = map[Op]int{}
+	}
+	f.interrupt[op] = n
+}
+
+// interrupted consumes one interruption of op. f must be locked.
+func (f *Fake) interrupted(op Op) error {
+	if f.interrupt[op] <= 0 {
+		return nil
+	}
+	f.interrupt[op]--
+	return fmt.Errorf("ipvstest: %s: %w", op, ipvs.ErrInterrupted)
 }
 
 // Calls returns how often op was called, failed calls included.
@@ -136,6 +166,9 @@ func (f *Fake) Services() ([]ipvs.Service, error) {
 		out = append(out, e.Service)
 	}
 	ipvs.SortServices(out)
+	if err := f.interrupted(OpServices); err != nil {
+		return out[:len(out)/2], err
+	}
 	return out, nil
 }
 
@@ -187,11 +220,14 @@ func (f *Fake) Destinations(k model.VirtualServiceKey) ([]ipvs.DestinationState,
 	if err := f.begin(OpDestinations); err != nil {
 		return nil, err
 	}
-	e, ok := f.table[k]
-	if !ok {
-		return nil, nil // as the kernel: an empty dump
+	var out []ipvs.DestinationState
+	if e, ok := f.table[k]; ok {
+		out = slices.Clone(e.Destinations)
+	} // else as the kernel: an empty dump
+	if err := f.interrupted(OpDestinations); err != nil {
+		return out[:len(out)/2], err
 	}
-	return slices.Clone(e.Destinations), nil
+	return out, nil
 }
 
 func (f *Fake) AddDestination(k model.VirtualServiceKey, d ipvs.Destination) error {
@@ -256,4 +292,33 @@ func findDest(e *Entry, d ipvs.DestinationKey) (int, bool) {
 	return slices.BinarySearchFunc(e.Destinations, d, func(s ipvs.DestinationState, k ipvs.DestinationKey) int {
 		return s.DestinationKey.Compare(k)
 	})
+}
+
+func (f *Fake) Timeouts() (ipvs.Timeouts, error) {
+	defer f.mu.Unlock()
+	if err := f.begin(OpTimeouts); err != nil {
+		return ipvs.Timeouts{}, err
+	}
+	return f.currentTimeouts(), nil
+}
+
+func (f *Fake) SetTimeouts(t ipvs.Timeouts) error {
+	defer f.mu.Unlock()
+	if err := f.begin(OpSetTimeouts); err != nil {
+		return err
+	}
+	if err := ipvs.ValidateTimeouts(t); err != nil {
+		return fmt.Errorf("ipvstest: set timeouts: %w", err)
+	}
+	t = t.Merge(f.currentTimeouts())
+	f.timeouts = &t
+	return nil
+}
+
+// currentTimeouts: f must be locked.
+func (f *Fake) currentTimeouts() ipvs.Timeouts {
+	if f.timeouts == nil {
+		return DefaultTimeouts
+	}
+	return *f.timeouts
 }

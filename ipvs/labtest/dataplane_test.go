@@ -6,7 +6,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -388,8 +390,11 @@ func TestDataplaneGracefulRemoval(t *testing.T) {
 // reply comes from backend.
 func udpConntrack(t *testing.T, target netip.AddrPort, backend netip.Addr) int {
 	t.Helper()
+	// A dump interrupted by a concurrent change is read again.
 	flows, err := netlink.ConntrackTableList(netlink.ConntrackTable, unix.AF_INET)
-
+	for i := 0; i < 5 && errors.Is(err, netlink.ErrDumpInterrupted); i++ {
+		flows, err = netlink.ConntrackTableList(netlink.ConntrackTable, unix.AF_INET)
+	}
 	if err != nil {
 		t.Fatalf("list conntrack: %v", err)
 	}
@@ -498,6 +503,81 @@ func TestDataplaneUDPFlowMoves(t *testing.T) {
 	}
 	if moved := ask(); moved == first {
 		t.Errorf("flow still answered by removed backend %s", first)
+	}
+}
+
+// TestDataplaneUDPFlowFindsNewEndpoints reproduces k/k#19029: a UDP
+// client sends to a service address before the service has endpoints
+// (here, before it is programmed at all, the node routes the address
+// elsewhere, as a node's default route would), which leaves a conntrack
+// entry of the unanswered flow. The service then appears without
+// endpoints (IPVS drops the datagrams and the entry stays), then gets
+// endpoints: the dataplane deletes the entry, and the same flow (same
+// source port) is answered by a backend. Without the deletion the entry
+// stays, but here the flow is answered all the same (seen): IPVS does its
+// own NAT, so what the stale entry breaks is NAT that nftables decides on
+// a flow's first packet (masquerade), on paths this lab does not have.
+func TestDataplaneUDPFlowFindsNewEndpoints(t *testing.T) {
+	requireGuest(t)
+	clearPlan(t)
+	trackConnections(t)
+	target := netip.MustParseAddrPort("10.96.1.31:53")
+	elsewhere := &netlink.Route{
+		Dst: &net.IPNet{IP: target.Addr().AsSlice(), Mask: net.CIDRMask(32, 32)},
+		Gw:  topo.Backends[0].IPv4.AsSlice(),
+	}
+	if err := netlink.RouteAdd(elsewhere); err != nil {
+		t.Fatalf("route %s elsewhere: %v", target.Addr(), err)
+	}
+	port, err := nextSourcePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ask := func() (string, error) {
+		var name string
+		err := topo.Client.Do(func() error {
+			var err error
+			name, err = udpAsk(t.Context(), port, target)
+			return err
+		})
+		return name, err
+	}
+	if name, err := ask(); err == nil {
+		t.Fatalf("flow to %s before it is programmed answered by %s", target, name)
+	}
+	if err := netlink.RouteDel(elsewhere); err != nil {
+		t.Fatalf("delete route %s: %v", target.Addr(), err)
+	}
+	if n := udpConntrack(t, target, target.Addr()); n == 0 {
+		t.Fatalf("no conntrack entry of the unanswered flow to %s: the test cannot tell", target)
+	}
+
+	plan := planOf(map[string]model.VirtualService{
+		"dns": clusterIP(target.Addr().String(), target.Port(), model.UDP, "rr", nil),
+	})
+	dp := newLabDataplane(t)
+	if err := dp.Apply(t.Context(), plugin.Update{Plan: plan, Full: true}); err != nil {
+		t.Fatal(err)
+	}
+	if name, err := ask(); err == nil {
+		t.Fatalf("flow to %s without endpoints answered by %s", target, name)
+	}
+	if n := udpConntrack(t, target, target.Addr()); n == 0 {
+		t.Fatalf("the unanswered flow's conntrack entry to %s is gone before the service has endpoints", target)
+	}
+	plan.Services[svcKey("dns")].VirtualServices[0].Destinations = backends(false, UDPPort, 1, 1, 1)
+	if err := dp.Apply(t.Context(), plugin.Update{Plan: plan, Changed: []model.ServiceKey{svcKey("dns")}}); err != nil {
+		t.Fatal(err)
+	}
+	if n := udpConntrack(t, target, target.Addr()); n != 0 {
+		t.Errorf("conntrack entries of the unanswered flow to %s after endpoints appeared: %d, want 0", target, n)
+	}
+	name, err := ask()
+	if err != nil {
+		t.Fatalf("same flow after endpoints appeared: %v", err)
+	}
+	if !slices.ContainsFunc(topo.Backends, func(b *Backend) bool { return b.Name == name }) {
+		t.Errorf("flow answered by %q, want a backend", name)
 	}
 }
 

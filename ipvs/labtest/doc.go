@@ -27,7 +27,9 @@
 // without endpoints refused at once, a restart that changes no kernel
 // object and keeps an established connection, graceful removal of a
 // backend, a UDP flow moving off a removed backend with its conntrack entry
-// deleted, and masquerade by the nftables table. restart_test.go restarts
+// deleted, a UDP flow sent before a service had endpoints reaching a
+// backend once it has some (its stale entry deleted), IPVS
+// connection timeouts set and read back (timeouts_test.go), and masquerade by the nftables table. restart_test.go restarts
 // a Dataplane with its nftables table mid-traffic (no IPVS, address or
 // nftables change: the ruleset generation stays) and with a plan that
 // drops a NodePort (deleted, a foreign service on the node address kept),
