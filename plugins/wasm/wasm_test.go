@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/switchyard-lb/switchyard/core/config"
 	"github.com/switchyard-lb/switchyard/core/model"
 	"github.com/switchyard-lb/switchyard/core/plugin"
 	"github.com/switchyard-lb/switchyard/plugins/wasm"
@@ -53,10 +54,17 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// testDeadline is generous on a loaded test machine: the tests that use
+// it are not about the deadline.
+const testDeadline = 250 * time.Millisecond
+
 func newRuntime(t testing.TB, cfg wasm.Config) *wasm.Runtime {
 	t.Helper()
 	if cfg.CacheDir == "" {
 		cfg.CacheDir = compileCache
+	}
+	if cfg.Deadline == 0 {
+		cfg.Deadline = testDeadline
 	}
 	r, err := wasm.NewRuntime(context.Background(), cfg)
 	if err != nil {
@@ -400,5 +408,13 @@ func BenchmarkEvaluate(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// The host's default deadline is the daemon's, so yardctl and a host built
+// with a zero Config measure what the daemon enforces.
+func TestDefaultDeadlineIsTheDaemons(t *testing.T) {
+	if wasm.DefaultDeadline != config.DefaultEvaluationDeadline {
+		t.Errorf("wasm.DefaultDeadline %v, config.DefaultEvaluationDeadline %v: keep them equal", wasm.DefaultDeadline, config.DefaultEvaluationDeadline)
 	}
 }
