@@ -10,7 +10,11 @@
 #                        source into $(BIN)/wasm/<lang>/<example>.wasm (lang: go,
 #                        rust, assemblyscript), installing missing toolchains
 #   make wasm-conformance   build them and run wasm-sdk/conformance: every module
-#                        through the real host, against the native Go reference
+#                        through the real host, against the native Go reference;
+#                        then wasm-scenarios
+#   make wasm-scenarios  `yardctl policy test` of every example of every language
+#                        against its scenarios and their expectations
+#                        (wasm-sdk/scenarios/<example>/*.yaml)
 #   make wasm-conformance-bench  per-evaluation cost of every example per language
 #
 # wasm-examples needs only the Go toolchain (GOOS=wasip1 GOARCH=wasm ships with
@@ -59,7 +63,7 @@ WASM_AS := wasm-sdk/assemblyscript
 ASC := $(WASM_AS)/node_modules/.bin/asc
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: wasm-sdk-examples wasm-conformance wasm-conformance-bench wasm-rust-toolchain
+.PHONY: wasm-sdk-examples wasm-conformance wasm-conformance-bench wasm-rust-toolchain wasm-scenarios
 
 wasm-sdk-examples: $(WASM_SDK_MODULES) $(WASM_SDK_PROBES)
 
@@ -106,6 +110,19 @@ $(WASM_DIR)/assemblyscript/%.wasm: $(WASM_AS)/examples/%.ts $(wildcard $(WASM_AS
 # is set), unlike plain `go test ./...`, where it skips.
 wasm-conformance: wasm-sdk-examples
 	SWITCHYARD_WASM_DIR=$(abspath $(WASM_DIR)) $(GO) test -race -count=1 $(GOTEST_FLAGS) ./wasm-sdk/conformance/
+	$(MAKE) --no-print-directory wasm-scenarios
+
+# The expectations are the same for every language: the examples decide
+# identically (wasm-sdk/examples.md). A failed expectation prints what
+# differs and stops the target. The deadline is generous: this checks
+# decisions, not speed, on a loaded machine.
+WASM_YARDCTL := $(WASM_DIR)/yardctl
+wasm-scenarios: wasm-sdk-examples
+	$(GO) build -o $(WASM_YARDCTL) ./cmd/yardctl
+	@set -e; for e in $(WASM_SDK_EXAMPLES); do for l in $(WASM_SDK_LANGS); do \
+		echo "yardctl policy test $(WASM_DIR)/$$l/$$e.wasm --scenario wasm-sdk/scenarios/$$e"; \
+		$(WASM_YARDCTL) policy test $(WASM_DIR)/$$l/$$e.wasm --scenario wasm-sdk/scenarios/$$e --deadline 1s; \
+	done; done
 
 wasm-conformance-bench: wasm-sdk-examples
 	SWITCHYARD_WASM_DIR=$(abspath $(WASM_DIR)) $(GO) test -run '^$$' -bench . -benchmem $(GOTEST_FLAGS) ./wasm-sdk/conformance/
