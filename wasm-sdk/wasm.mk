@@ -123,6 +123,12 @@ wasm-scenarios: wasm-sdk-examples
 		echo "yardctl policy test $(WASM_DIR)/$$l/$$e.wasm --scenario wasm-sdk/scenarios/$$e"; \
 		$(WASM_YARDCTL) policy test $(WASM_DIR)/$$l/$$e.wasm --scenario wasm-sdk/scenarios/$$e --deadline 1s; \
 	done; done
+	@# yardctl policy build for the languages whose toolchains the unit tests may lack.
+	$(WASM_YARDCTL) policy build wasm-sdk/rust/examples/zoneaware.rs --out $(WASM_DIR)/yardctl-build/rust-zoneaware.wasm
+	$(WASM_YARDCTL) policy build wasm-sdk/assemblyscript/examples/zoneaware.ts --out $(WASM_DIR)/yardctl-build/as-zoneaware.wasm
+	@set -e; for m in rust-zoneaware as-zoneaware; do \
+		$(WASM_YARDCTL) policy test $(WASM_DIR)/yardctl-build/$$m.wasm --scenario wasm-sdk/scenarios/zoneaware --deadline 1s; \
+	done
 
 wasm-conformance-bench: wasm-sdk-examples
 	SWITCHYARD_WASM_DIR=$(abspath $(WASM_DIR)) $(GO) test -run '^$$' -bench . -benchmem $(GOTEST_FLAGS) ./wasm-sdk/conformance/

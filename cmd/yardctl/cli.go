@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/switchyard-lb/switchyard/plugins/scenario"
+	"github.com/switchyard-lb/switchyard/plugins/wasm"
 )
 
 // Exit statuses.
@@ -85,11 +86,12 @@ func (e linesError) Error() string { return e.err.Error() }
 func (e linesError) Unwrap() error { return e.err }
 
 // keepsLines says whether err is printed on several lines: a scenario
-// parse error (with its excerpt of the file) or a linesError.
+// parse error (with its excerpt of the file), a trap (with its wasm stack
+// trace, one function a line) or a linesError.
 func keepsLines(err error) bool {
 	var le linesError
 	var se *scenario.Error
-	return errors.As(err, &le) || errors.As(err, &se)
+	return errors.As(err, &le) || errors.As(err, &se) || errors.Is(err, wasm.ErrTrap)
 }
 
 // jsonError is the error of a command run with -o json: run prints it on

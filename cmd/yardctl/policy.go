@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -248,7 +247,10 @@ func checkScenarios(ctx context.Context, p *wasm.Policy, path string, scs []*sce
 				how += ", "
 			}
 			if len(sc.Service.Params) == 0 {
-				how += "no parameters: give them with --params"
+				how += "no parameters"
+				if errors.Is(o.err, wasm.ErrDeclined) {
+					how += ": give them with --params"
+				}
 			} else {
 				how += "parameters " + string(sc.Service.Params)
 			}
@@ -389,47 +391,6 @@ func packPolicy(mod []byte, name, namespace string, params []byte, gzipOver int)
 		return nil, fmt.Errorf("packed ConfigMap does not decode: %w", err)
 	}
 	return cm, nil
-}
-
-var policyBuild = &command{
-	name:  "policy build",
-	usage: " DIR",
-	long: "Builds the Go SDK policy in DIR (a main package that calls policy.Register) for\n" +
-		"WebAssembly: GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared. Runs the go tool\n" +
-		"from $GO or PATH, from DIR, so DIR's module (and go.mod) applies.",
-	setup: func(fs *flag.FlagSet) func(context.Context, ioStreams, []string) error {
-		out := fs.String("out", "", "output file; default DIR/policy.wasm")
-		return func(ctx context.Context, s ioStreams, args []string) error {
-			dir, err := oneArg(args, "DIR")
-			if err != nil {
-				return err
-			}
-			if *out == "" {
-				*out = filepath.Join(dir, "policy.wasm")
-			}
-			abs, err := filepath.Abs(*out)
-			if err != nil {
-				return fmt.Errorf("output path: %w", err)
-			}
-			goTool := os.Getenv("GO")
-			if goTool == "" {
-				goTool = "go"
-			}
-			cmd := exec.CommandContext(ctx, goTool, "build", "-buildmode=c-shared", "-trimpath", "-ldflags=-s -w", "-o", abs, ".")
-			cmd.Dir = dir
-			cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "CGO_ENABLED=0")
-			cmd.Stdout, cmd.Stderr = s.err, s.err
-			if err := cmd.Run(); err != nil {
-				return fmt.Errorf("go build for wasip1 in %s: %w", dir, err)
-			}
-			info, err := os.Stat(abs)
-			if err != nil {
-				return fmt.Errorf("built module: %w", err)
-			}
-			_, err = fmt.Fprintf(s.out, "%s: %d bytes\n", *out, info.Size())
-			return err
-		}
-	},
 }
 
 func writeJSON(w io.Writer, v any) error {

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -279,7 +281,8 @@ func TestPolicyPackRefuses(t *testing.T) {
 		{"go source", []string{writeFile(t, "main.go", "package main\n"), "--name", "x"}, exitError,
 			`main.go is not a WebAssembly module (it starts with "package main\n"`},
 		{"trap", []string{trapModule(t), "--name", "x"}, exitError, "not packed: " + "/"},
-		{"trap names it", []string{trapModule(t), "--name", "x"}, exitError, "policy trapped: sy_evaluate: wasm error: unreachable"},
+		{"trap names it", []string{trapModule(t), "--name", "x"}, exitError,
+			"(two endpoints, no parameters): policy trapped: sy_evaluate: wasm error: unreachable\nwasm stack trace:\n\t.$2(i32,i32) i64\n"},
 		{"params the policy rejects", []string{zoneAware, "--name", "x", "--params", `{"localWeight": "seven"}`}, exitError,
 			`fails on the built-in sample scenario (two endpoints, parameters {"localWeight": "seven"}): policy declined: params: localWeight is not an integer`},
 		{"invalid name", []string{zoneAware, "--name", "Least_Loaded"}, exitUsage,
@@ -321,23 +324,114 @@ func TestPolicyBench(t *testing.T) {
 	}
 }
 
+// customSections lists the names of a module's custom sections.
+func customSections(t *testing.T, path string) []string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leb := func(i int) (uint64, int) {
+		var v uint64
+		for s := 0; i < len(b); s += 7 {
+			c := b[i]
+			i++
+			v |= uint64(c&0x7f) << s
+			if c < 0x80 {
+				break
+			}
+		}
+		return v, i
+	}
+	var names []string
+	for i := 8; i < len(b); {
+		id := b[i]
+		n, j := leb(i + 1)
+		if id == 0 {
+			l, k := leb(j)
+			names = append(names, string(b[k:k+int(l)]))
+		}
+		i = j + int(n)
+	}
+	return names
+}
+
 func TestPolicyBuild(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs the go tool")
+		t.Skip("runs the compilers")
 	}
-	out := filepath.Join(t.TempDir(), "p.wasm")
-	code, stdout, stderr := yardctl(t, "policy", "build", "../../wasm-sdk/go/examples/zoneaware", "--out", out)
-	if code != exitOK {
-		t.Fatalf("exit %d: %s", code, stderr)
+	rustStd := func() bool {
+		out, err := exec.Command("/usr/bin/rustc", "--print", "sysroot").Output()
+		return err == nil && fileExists(filepath.Join(strings.TrimSpace(string(out)), "lib/rustlib/wasm32-unknown-unknown"))
 	}
-	if !strings.Contains(stdout, out) {
-		t.Errorf("stdout %q does not name %s", stdout, out)
+	asc := func() bool { return fileExists("../../wasm-sdk/assemblyscript/node_modules/.bin/asc") }
+	for _, tc := range []struct {
+		lang, src string
+		have      func() bool
+	}{
+		{"go", "../../wasm-sdk/go/examples/zoneaware", func() bool { return true }},
+		{"rust", "../../wasm-sdk/rust/examples/zoneaware.rs", rustStd},
+		{"assemblyscript", "../../wasm-sdk/assemblyscript/examples/zoneaware.ts", asc},
+	} {
+		t.Run(tc.lang, func(t *testing.T) {
+			if !tc.have() {
+				t.Skipf("no %s toolchain: make wasm-sdk-examples installs it", tc.lang)
+			}
+			strips := []bool{false, true}
+			if tc.lang == "assemblyscript" {
+				strips = strips[:1] // asc is slow; the Go and Rust builds cover --strip
+			}
+			for _, strip := range strips {
+				out := filepath.Join(t.TempDir(), "p.wasm")
+				args := []string{"policy", "build", tc.src, "--out", out}
+				if strip {
+					args = append(args, "--strip")
+				}
+				code, stdout, stderr := yardctl(t, args...)
+				if code != exitOK {
+					t.Fatalf("%v: exit %d: %s", args, code, stderr)
+				}
+				if !strings.Contains(stdout, out) || !strings.Contains(stdout, "("+tc.lang+")") {
+					t.Errorf("stdout %q does not name %s and %s", stdout, out, tc.lang)
+				}
+				if names := slices.Contains(customSections(t, out), "name"); names == strip {
+					t.Errorf("--strip=%v: custom sections %v (a name section: %v)", strip, customSections(t, out), names)
+				}
+				if code, _, stderr := yardctl(t, "policy", "test", out, "--scenario", "../../wasm-sdk/scenarios/zoneaware", "--deadline", "1s"); code != exitOK {
+					t.Errorf("the built module misses the example's expectations: %s", stderr)
+				}
+			}
+		})
 	}
-	if code, _, stderr := yardctl(t, "policy", "validate", out); code != exitOK {
-		t.Errorf("the built module does not validate: %s", stderr)
+
+	broken := t.TempDir()
+	if err := os.WriteFile(filepath.Join(broken, "main.go"), []byte("package main\nfunc main() { undefined() }\n"), 0o644); err != nil {
+		t.Fatal(err)
 	}
-	if code, _, stderr := yardctl(t, "policy", "build", t.TempDir()); code != exitError || !strings.Contains(stderr, "go build for wasip1") {
-		t.Errorf("empty dir: exit %d, %q", code, stderr)
+	mixed := t.TempDir()
+	for _, f := range []string{"a.rs", "b.ts"} {
+		if err := os.WriteFile(filepath.Join(mixed, f), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name     string
+		args     []string
+		wantCode int
+		want     string
+	}{
+		{"empty dir", []string{t.TempDir()}, exitError, "holds no policy source (.go, .rs or .ts files)"},
+		{"go that does not compile", []string{broken}, exitError, "go build for wasip1 in " + broken},
+		{"two languages", []string{mixed}, exitUsage, "holds rust and assemblyscript sources: choose one with --lang"},
+		{"unknown extension", []string{writeFile(t, "p.c", "")}, exitError, "cannot tell the language from the file name"},
+		{"unknown --lang", []string{mixed, "--lang", "c"}, exitUsage, `--lang "c": want go, rust or assemblyscript`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, stderr := yardctl(t, append([]string{"policy", "build"}, tc.args...)...)
+			if code != tc.wantCode || !strings.Contains(stderr, tc.want) {
+				t.Errorf("exit %d, stderr %q; want exit %d with %q", code, stderr, tc.wantCode, tc.want)
+			}
+		})
 	}
 }
 
