@@ -52,8 +52,10 @@ WASM_DIR := $(BIN)/wasm
 WASM_SDK_EXAMPLES := zoneaware canary leastconn slowstart
 WASM_SDK_LANGS := go rust assemblyscript
 WASM_SDK_MODULES := $(foreach l,$(WASM_SDK_LANGS),$(foreach e,$(WASM_SDK_EXAMPLES),$(WASM_DIR)/$(l)/$(e).wasm))
-# Test modules reading every input field through the Rust and AssemblyScript SDKs.
-WASM_SDK_PROBES := $(WASM_DIR)/rust/probe.wasm $(WASM_DIR)/assemblyscript/probe.wasm
+# Test modules reading every input field through the Rust and AssemblyScript SDKs,
+# and the parameters through every SDK's helpers.
+WASM_SDK_PROBES := $(WASM_DIR)/rust/probe.wasm $(WASM_DIR)/assemblyscript/probe.wasm \
+	$(foreach l,$(WASM_SDK_LANGS),$(WASM_DIR)/$(l)/paramprobe.wasm)
 
 # Debian's rustc, not rustup's (which may come first in PATH).
 RUSTC_WASM ?= /usr/bin/rustc
@@ -86,6 +88,10 @@ $(WASM_DIR)/go/%.wasm: FORCE_WASM
 	@mkdir -p $(@D)
 	GOOS=wasip1 GOARCH=wasm CGO_ENABLED=0 $(GO) build -buildmode=c-shared -trimpath -ldflags=-s\ -w -o $@ ./wasm-sdk/go/examples/$*
 
+$(WASM_DIR)/go/paramprobe.wasm: FORCE_WASM
+	@mkdir -p $(@D)
+	GOOS=wasip1 GOARCH=wasm CGO_ENABLED=0 $(GO) build -buildmode=c-shared -trimpath -ldflags=-s\ -w -o $@ ./wasm-sdk/go/policy/testdata/paramprobe
+
 $(WASM_RUST_LIB): $(wildcard wasm-sdk/rust/policy/*.rs) | wasm-rust-toolchain
 	@mkdir -p $(@D)
 	$(RUSTC_WASM) $(RUSTC_WASM_FLAGS) --crate-type rlib --crate-name switchyard_policy -o $@ wasm-sdk/rust/policy/lib.rs
@@ -99,6 +105,14 @@ $(WASM_DIR)/rust/probe.wasm: wasm-sdk/rust/testdata/probe.rs $(WASM_RUST_LIB) | 
 		--extern switchyard_policy=$(WASM_RUST_LIB) -o $@ $<
 
 $(WASM_DIR)/assemblyscript/probe.wasm: $(WASM_AS)/testdata/probe.ts $(wildcard $(WASM_AS)/sdk/*.ts) $(ASC)
+	@mkdir -p $(@D)
+	$(ASC) $< -O3 --use abort= -o $@
+
+$(WASM_DIR)/rust/paramprobe.wasm: wasm-sdk/rust/testdata/paramprobe.rs $(WASM_RUST_LIB) | wasm-rust-toolchain
+	$(RUSTC_WASM) $(RUSTC_WASM_FLAGS) -C lto -C strip=symbols --crate-type cdylib \
+		--extern switchyard_policy=$(WASM_RUST_LIB) -o $@ $<
+
+$(WASM_DIR)/assemblyscript/paramprobe.wasm: $(WASM_AS)/testdata/paramprobe.ts $(wildcard $(WASM_AS)/sdk/*.ts) $(ASC)
 	@mkdir -p $(@D)
 	$(ASC) $< -O3 --use abort= -o $@
 
