@@ -156,6 +156,12 @@ func TestHostileCalls(t *testing.T) {
 			if err != nil && !strings.HasPrefix(err.Error(), `policy "hostile": `) {
 				t.Errorf("error %q does not name the policy", err)
 			}
+			if errors.Is(err, abi.ErrInvalidOutput) && !errors.Is(err, wasm.ErrInvalidOutput) {
+				t.Errorf("Evaluate(%s) error %v: an invalid layout must also be wasm.ErrInvalidOutput", tt.mode, err)
+			}
+			if n := strings.Count(fmt.Sprint(err), "invalid policy output"); n > 1 {
+				t.Errorf("Evaluate(%s) error %q says invalid policy output %d times", tt.mode, err, n)
+			}
 			got, err := p.Evaluate(context.Background(), input(3, ""))
 			if err != nil {
 				t.Fatalf("healthy call after %s: %v", tt.mode, err)
