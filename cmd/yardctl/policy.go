@@ -73,7 +73,7 @@ func policyLong() string {
 	var b strings.Builder
 	b.WriteString("Tools for policy authors (see wasm-sdk/README.md). Subcommands:\n")
 	for _, c := range []struct{ name, short string }{
-		{"build DIR", "build a Go SDK policy for wasip1"},
+		{"build DIR|FILE", "build a Go, Rust or AssemblyScript policy, keeping function names"},
 		{"validate FILE [--params P]", "load a module through the daemon's host, check ABI v1 and a sample decision"},
 		{"test FILE --scenario S|DIR", "run a module against scenarios, check their expectations (--update records them)"},
 		{"bench FILE", "measure evaluations (percentiles, allocations) with every guard on"},
