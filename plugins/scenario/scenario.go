@@ -117,7 +117,7 @@ func Load(path string) (*Scenario, error) {
 func Parse(name string, src []byte) (*Scenario, error) {
 	sc := &Scenario{}
 	if err := yaml.UnmarshalWithOptions(src, sc, yaml.Strict()); err != nil {
-		return nil, yamlError(name, err)
+		return nil, yamlError(name, src, err)
 	}
 	sc.Name = name
 	if err := sc.check(); err != nil {

@@ -35,7 +35,11 @@ func TestParams(t *testing.T) {
 
 func TestParseErrors(t *testing.T) {
 	for _, tc := range []struct{ name, yaml, want string }{
-		{"unknown field", "service: {nme: x}\n", "scenario s.yaml, line 1: unknown field \"nme\"\n>  1 | service: {nme: x}\n                 ^\n"},
+		{"unknown field", "service: {nme: x}\n", "scenario s.yaml, line 1: unknown field \"nme\" (the fields here are namespace, name, type, port, params)\n" +
+			">  1 | service: {nme: x}\n                 ^\n"},
+		{"unknown nested field", "endpoints:\n- address: 10.0.0.1\n  stats: {active: 1}\n",
+			"line 3: unknown field \"active\" (the fields here are activeConns, inactiveConns, connRate, bytesInRate, bytesOutRate)"},
+		{"unknown expectation", "expect: {weight: [1]}\n", "unknown field \"weight\" (the fields here are weights, shares, tolerance, scheduler, flags, reevaluate, decline)"},
 		{"not a number", "endpoints:\n- address: 10.0.0.1\n  port: http\n",
 			"scenario s.yaml, line 3: field port: \"http\" is not a whole number from 0 to 65535\n   1 | endpoints:\n   2 | - address: 10.0.0.1\n>  3 |   port: http\n               ^\n"},
 		{"out of range", "endpoints: [{address: 10.0.0.1, port: 70000}]\n", "scenario s.yaml, line 1: field port: 70000 is out of range: want a whole number from 0 to 65535\n"},

@@ -8,13 +8,15 @@ import (
 	"time"
 
 	"github.com/goccy/go-yaml"
+	"github.com/goccy/go-yaml/ast"
+	"github.com/goccy/go-yaml/parser"
 	"github.com/goccy/go-yaml/token"
 )
 
 // yamlError reports a parse error of the scenario name in the file's
 // words: the line, the field and what it should hold, then the excerpt
 // of the file the parser points at, on lines of its own.
-func yamlError(name string, err error) error {
+func yamlError(name string, src []byte, err error) error {
 	var ye yaml.Error
 	if !errors.As(err, &ye) || ye.GetToken() == nil {
 		// Values such as durations are parsed after the YAML, without a
@@ -29,7 +31,12 @@ func yamlError(name string, err error) error {
 	var te *yaml.TypeError
 	var oe *yaml.OverflowError
 	var ue *yaml.UnexpectedNodeTypeError
+	var fe *yaml.UnknownFieldError
 	switch {
+	case errors.As(err, &fe):
+		if known := knownFields(src, tok); len(known) > 0 {
+			msg += " (the fields here are " + strings.Join(known, ", ") + ")"
+		}
 	case errors.As(err, &te):
 		msg = fmt.Sprintf("%s is not %s", quoteValue(tok.Value), describe(te.DstType))
 	case errors.As(err, &oe):
@@ -61,6 +68,79 @@ func (e *Error) Error() string {
 		return e.Summary
 	}
 	return e.Summary + "\n" + e.Excerpt
+}
+
+// knownFields lists the fields a scenario may have where the key token
+// tok is, nil when that is not known.
+func knownFields(src []byte, tok *token.Token) []string {
+	f, err := parser.ParseBytes(src, 0)
+	if err != nil {
+		return nil
+	}
+	for _, d := range f.Docs {
+		if path, ok := keyPath(d.Body, tok); ok {
+			t := reflect.TypeFor[Scenario]()
+			for _, k := range path[:len(path)-1] {
+				if t = fieldType(t, k); t == nil {
+					return nil
+				}
+			}
+			var names []string
+			for i := range t.NumField() {
+				if n := t.Field(i).Tag.Get("yaml"); n != "" && n != "-" {
+					names = append(names, n)
+				}
+			}
+			return names
+		}
+	}
+	return nil
+}
+
+// keyPath is the path of mapping keys from n down to the key at tok's
+// position (list indexes left out).
+func keyPath(n ast.Node, tok *token.Token) ([]string, bool) {
+	switch n := n.(type) {
+	case *ast.MappingNode:
+		for _, v := range n.Values {
+			if p, ok := keyPath(v, tok); ok {
+				return p, true
+			}
+		}
+	case *ast.MappingValueNode:
+		k := n.Key.GetToken()
+		if k != nil && k.Position.Line == tok.Position.Line && k.Position.Column == tok.Position.Column {
+			return []string{k.Value}, true
+		}
+		if p, ok := keyPath(n.Value, tok); ok && k != nil {
+			return append([]string{k.Value}, p...), true
+		}
+	case *ast.SequenceNode:
+		for _, v := range n.Values {
+			if p, ok := keyPath(v, tok); ok {
+				return p, true
+			}
+		}
+	}
+	return nil, false
+}
+
+// fieldType is the struct type under the field named by its YAML tag
+// key in t, through pointers and lists; nil when there is none.
+func fieldType(t reflect.Type, key string) reflect.Type {
+	for i := range t.NumField() {
+		if t.Field(i).Tag.Get("yaml") == key {
+			ft := t.Field(i).Type
+			for ft.Kind() == reflect.Pointer || ft.Kind() == reflect.Slice {
+				ft = ft.Elem()
+			}
+			if ft.Kind() != reflect.Struct {
+				return nil
+			}
+			return ft
+		}
+	}
+	return nil
 }
 
 // keyOf is the mapping key a value token belongs to, "" when tok is not
