@@ -10,7 +10,11 @@
 #                        source into $(BIN)/wasm/<lang>/<example>.wasm (lang: go,
 #                        rust, assemblyscript), installing missing toolchains
 #   make wasm-conformance   build them and run wasm-sdk/conformance: every module
-#                        through the real host, against the native Go reference
+#                        through the real host, against the native Go reference;
+#                        then wasm-scenarios
+#   make wasm-scenarios  `yardctl policy test` of every example of every language
+#                        against its scenarios and their expectations
+#                        (wasm-sdk/scenarios/<example>/*.yaml)
 #   make wasm-conformance-bench  per-evaluation cost of every example per language
 #
 # wasm-examples needs only the Go toolchain (GOOS=wasip1 GOARCH=wasm ships with
@@ -48,8 +52,10 @@ WASM_DIR := $(BIN)/wasm
 WASM_SDK_EXAMPLES := zoneaware canary leastconn slowstart
 WASM_SDK_LANGS := go rust assemblyscript
 WASM_SDK_MODULES := $(foreach l,$(WASM_SDK_LANGS),$(foreach e,$(WASM_SDK_EXAMPLES),$(WASM_DIR)/$(l)/$(e).wasm))
-# Test modules reading every input field through the Rust and AssemblyScript SDKs.
-WASM_SDK_PROBES := $(WASM_DIR)/rust/probe.wasm $(WASM_DIR)/assemblyscript/probe.wasm
+# Test modules reading every input field through the Rust and AssemblyScript SDKs,
+# and the parameters through every SDK's helpers.
+WASM_SDK_PROBES := $(WASM_DIR)/rust/probe.wasm $(WASM_DIR)/assemblyscript/probe.wasm \
+	$(foreach l,$(WASM_SDK_LANGS),$(WASM_DIR)/$(l)/paramprobe.wasm)
 
 # Debian's rustc, not rustup's (which may come first in PATH).
 RUSTC_WASM ?= /usr/bin/rustc
@@ -59,7 +65,7 @@ WASM_AS := wasm-sdk/assemblyscript
 ASC := $(WASM_AS)/node_modules/.bin/asc
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: wasm-sdk-examples wasm-conformance wasm-conformance-bench wasm-rust-toolchain
+.PHONY: wasm-sdk-examples wasm-conformance wasm-conformance-bench wasm-rust-toolchain wasm-scenarios
 
 wasm-sdk-examples: $(WASM_SDK_MODULES) $(WASM_SDK_PROBES)
 
@@ -82,6 +88,10 @@ $(WASM_DIR)/go/%.wasm: FORCE_WASM
 	@mkdir -p $(@D)
 	GOOS=wasip1 GOARCH=wasm CGO_ENABLED=0 $(GO) build -buildmode=c-shared -trimpath -ldflags=-s\ -w -o $@ ./wasm-sdk/go/examples/$*
 
+$(WASM_DIR)/go/paramprobe.wasm: FORCE_WASM
+	@mkdir -p $(@D)
+	GOOS=wasip1 GOARCH=wasm CGO_ENABLED=0 $(GO) build -buildmode=c-shared -trimpath -ldflags=-s\ -w -o $@ ./wasm-sdk/go/policy/testdata/paramprobe
+
 $(WASM_RUST_LIB): $(wildcard wasm-sdk/rust/policy/*.rs) | wasm-rust-toolchain
 	@mkdir -p $(@D)
 	$(RUSTC_WASM) $(RUSTC_WASM_FLAGS) --crate-type rlib --crate-name switchyard_policy -o $@ wasm-sdk/rust/policy/lib.rs
@@ -98,6 +108,14 @@ $(WASM_DIR)/assemblyscript/probe.wasm: $(WASM_AS)/testdata/probe.ts $(wildcard $
 	@mkdir -p $(@D)
 	$(ASC) $< -O3 --use abort= -o $@
 
+$(WASM_DIR)/rust/paramprobe.wasm: wasm-sdk/rust/testdata/paramprobe.rs $(WASM_RUST_LIB) | wasm-rust-toolchain
+	$(RUSTC_WASM) $(RUSTC_WASM_FLAGS) -C lto -C strip=symbols --crate-type cdylib \
+		--extern switchyard_policy=$(WASM_RUST_LIB) -o $@ $<
+
+$(WASM_DIR)/assemblyscript/paramprobe.wasm: $(WASM_AS)/testdata/paramprobe.ts $(wildcard $(WASM_AS)/sdk/*.ts) $(ASC)
+	@mkdir -p $(@D)
+	$(ASC) $< -O3 --use abort= -o $@
+
 $(WASM_DIR)/assemblyscript/%.wasm: $(WASM_AS)/examples/%.ts $(wildcard $(WASM_AS)/sdk/*.ts) $(ASC)
 	@mkdir -p $(@D)
 	$(ASC) $< -O3 --use abort= -o $@
@@ -106,6 +124,25 @@ $(WASM_DIR)/assemblyscript/%.wasm: $(WASM_AS)/examples/%.ts $(wildcard $(WASM_AS
 # is set), unlike plain `go test ./...`, where it skips.
 wasm-conformance: wasm-sdk-examples
 	SWITCHYARD_WASM_DIR=$(abspath $(WASM_DIR)) $(GO) test -race -count=1 $(GOTEST_FLAGS) ./wasm-sdk/conformance/
+	$(MAKE) --no-print-directory wasm-scenarios
+
+# The expectations are the same for every language: the examples decide
+# identically (wasm-sdk/examples.md). A failed expectation prints what
+# differs and stops the target. The deadline is generous: this checks
+# decisions, not speed, on a loaded machine.
+WASM_YARDCTL := $(WASM_DIR)/yardctl
+wasm-scenarios: wasm-sdk-examples
+	$(GO) build -o $(WASM_YARDCTL) ./cmd/yardctl
+	@set -e; for e in $(WASM_SDK_EXAMPLES); do for l in $(WASM_SDK_LANGS); do \
+		echo "yardctl policy test $(WASM_DIR)/$$l/$$e.wasm --scenario wasm-sdk/scenarios/$$e"; \
+		$(WASM_YARDCTL) policy test $(WASM_DIR)/$$l/$$e.wasm --scenario wasm-sdk/scenarios/$$e --deadline 1s; \
+	done; done
+	@# yardctl policy build for the languages whose toolchains the unit tests may lack.
+	$(WASM_YARDCTL) policy build wasm-sdk/rust/examples/zoneaware.rs --out $(WASM_DIR)/yardctl-build/rust-zoneaware.wasm
+	$(WASM_YARDCTL) policy build wasm-sdk/assemblyscript/examples/zoneaware.ts --out $(WASM_DIR)/yardctl-build/as-zoneaware.wasm
+	@set -e; for m in rust-zoneaware as-zoneaware; do \
+		$(WASM_YARDCTL) policy test $(WASM_DIR)/yardctl-build/$$m.wasm --scenario wasm-sdk/scenarios/zoneaware --deadline 1s; \
+	done
 
 wasm-conformance-bench: wasm-sdk-examples
 	SWITCHYARD_WASM_DIR=$(abspath $(WASM_DIR)) $(GO) test -run '^$$' -bench . -benchmem $(GOTEST_FLAGS) ./wasm-sdk/conformance/

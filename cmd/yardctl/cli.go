@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/switchyard-lb/switchyard/plugins/scenario"
+	"github.com/switchyard-lb/switchyard/plugins/wasm"
 )
 
 // Exit statuses.
@@ -52,16 +55,62 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	streams := ioStreams{out: stdout, err: stderr}
 	err := dispatch(ctx, args, streams)
 	var ue usageError
+	var je jsonError
+	var re reportedError
+	code := exitError
 	switch {
 	case err == nil || errors.Is(err, flag.ErrHelp):
 		return exitOK
 	case errors.As(err, &ue):
+		code = exitUsage
 		fmt.Fprintf(stderr, "yardctl: %s (see yardctl --help)\n", oneLine(err.Error()))
-		return exitUsage
+	case keepsLines(err):
+		fmt.Fprintf(stderr, "yardctl: %s\n", strings.TrimRight(err.Error(), "\n"))
 	default:
 		fmt.Fprintf(stderr, "yardctl: %s\n", oneLine(err.Error()))
-		return exitError
 	}
+	if errors.As(err, &je) && !errors.As(err, &re) {
+		_ = writeJSON(stdout, struct {
+			Error    string `json:"error"`
+			ExitCode int    `json:"exitCode"`
+		}{strings.TrimRight(je.err.Error(), "\n"), code})
+	}
+	return code
+}
+
+// linesError is an error whose lines mean something (a list of
+// differences): run prints it as it is instead of on one line.
+type linesError struct{ err error }
+
+func (e linesError) Error() string { return e.err.Error() }
+func (e linesError) Unwrap() error { return e.err }
+
+// keepsLines says whether err is printed on several lines: a scenario
+// parse error (with its excerpt of the file), a trap (with its wasm stack
+// trace, one function a line) or a linesError.
+func keepsLines(err error) bool {
+	var le linesError
+	var se *scenario.Error
+	return errors.As(err, &le) || errors.As(err, &se) || errors.Is(err, wasm.ErrTrap)
+}
+
+// jsonError is the error of a command run with -o json: run prints it on
+// stdout as {"error": ..., "exitCode": ...} too, so scripts reading the
+// JSON see the failure.
+type jsonError struct{ err error }
+
+func (e jsonError) Error() string { return e.err.Error() }
+func (e jsonError) Unwrap() error { return e.err }
+
+// withOutput marks err as a JSON error when fs's -o flag asks for JSON.
+func withOutput(fs *flag.FlagSet, err error) error {
+	if err == nil {
+		return nil
+	}
+	if f := fs.Lookup("o"); f != nil && f.Value.String() == "json" {
+		return jsonError{err}
+	}
+	return err
 }
 
 func dispatch(ctx context.Context, args []string, streams ioStreams) error {
@@ -98,7 +147,7 @@ func dispatch(ctx context.Context, args []string, streams ioStreams) error {
 		}
 		return usageError{err.Error()}
 	}
-	return runFn(ctx, streams, fs.Args())
+	return withOutput(fs, runFn(ctx, streams, fs.Args()))
 }
 
 // flagSet returns the command's flags, printing errors and --help to w.

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -16,8 +19,9 @@ import (
 	"github.com/switchyard-lb/switchyard/plugins/wasm/wasmtest"
 )
 
-// zoneAware is the SDK's zone-aware example, built by TestMain.
-var zoneAware string
+// zoneAware and canary are the SDK's zone-aware and canary examples,
+// built by TestMain.
+var zoneAware, canary string
 
 func TestMain(m *testing.M) {
 	root, err := filepath.Abs("../..")
@@ -31,6 +35,13 @@ func TestMain(m *testing.M) {
 				zoneAware = filepath.Join(dir, "zoneaware.wasm")
 				err = os.WriteFile(zoneAware, b, 0o644)
 				defer os.RemoveAll(dir)
+			}
+			if err == nil {
+				b, err = wasmtest.BuildGo(root, filepath.Join(root, "wasm-sdk/go/examples/canary"), filepath.Join(root, "wasm-sdk/go/policy"))
+			}
+			if err == nil {
+				canary = filepath.Join(dir, "canary.wasm")
+				err = os.WriteFile(canary, b, 0o644)
 			}
 		}
 	}
@@ -141,13 +152,44 @@ func TestPolicyTest(t *testing.T) {
 	}
 }
 
+func TestPolicyValidateParams(t *testing.T) {
+	sc := writeFile(t, "s.yaml", `service: {params: {canary: zone=zone-b, percent: 20}}
+node: {name: node-a, zone: zone-a}
+endpoints:
+- {address: 10.0.0.1, zone: zone-a}
+- {address: 10.0.1.1, zone: zone-b}
+expect: {shares: [0.8, 0.2]}
+`)
+	for _, tc := range []struct {
+		name     string
+		args     []string
+		wantCode int
+		want     string
+	}{
+		{"canary without params", nil, exitError,
+			`fails on the built-in sample scenario (two endpoints, no parameters: give them with --params): policy declined: params: canary is missing`},
+		{"inline params", []string{"--params", `{"canary": "zone=zone-b"}`}, exitOK, "valid ABI v1 policy"},
+		{"params file", []string{"--params", writeFile(t, "p.json", `{"canary": "node=node-b", "percent": 5}`)}, exitOK, "valid ABI v1 policy"},
+		{"params rejected", []string{"--params", `{"canary": "rack=1"}`}, exitError, "params: canary must be zone=<zone>"},
+		{"scenario with its params and expectations", []string{"--scenario", sc}, exitOK, "valid ABI v1 policy"},
+		{"--params replaces the scenario's", []string{"--scenario", sc, "--params", `{"canary": "zone=zone-b", "percent": 50}`}, exitError,
+			"misses the expectations of " + sc + ":\n  10.0.0.1:0 (zone-a): share 0.500 (weight 5000 of 10000), want 0.8 ± 0.01\n  10.0.1.1:0 (zone-b): share 0.500 (weight 5000 of 10000), want 0.2 ± 0.01\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, stdout, stderr := yardctl(t, append([]string{"policy", "validate", canary}, tc.args...)...)
+			if code != tc.wantCode || !strings.Contains(stdout+stderr, tc.want) {
+				t.Errorf("exit %d, stdout %q, stderr %q; want exit %d with %q", code, stdout, stderr, tc.wantCode, tc.want)
+			}
+		})
+	}
+}
+
 func TestPolicyPack(t *testing.T) {
 	mod, err := os.ReadFile(zoneAware)
 	if err != nil {
 		t.Fatal(err)
 	}
 	params := writeFile(t, "p.json", `{"localWeight": 3}`+"\n")
-	tiny := writeFile(t, "tiny.wasm", "\x00asm\x01\x00\x00\x00")
 	for _, tc := range []struct {
 		name    string
 		file    string
@@ -155,7 +197,6 @@ func TestPolicyPack(t *testing.T) {
 		wantKey string
 		json    bool
 	}{
-		{"small stays plain", tiny, nil, registry.KeyModule, false},
 		{"large is compressed", zoneAware, nil, registry.KeyModuleGzip, false},
 		{"json", zoneAware, []string{"-o", "json"}, registry.KeyModuleGzip, true},
 	} {
@@ -202,6 +243,61 @@ func TestPolicyPack(t *testing.T) {
 	if code, _, stderr := yardctl(t, "policy", "pack", zoneAware, "--name", "x", "--params", writeFile(t, "b.json", "{")); code != exitError || !strings.Contains(stderr, "not valid JSON") {
 		t.Errorf("bad params: exit %d, %q", code, stderr)
 	}
+
+	// A module at most --gzip-over bytes stays plain (no module that small
+	// is a policy the command line would pack: packPolicy is called
+	// directly).
+	tiny := []byte("\x00asm\x01\x00\x00\x00")
+	cm, err := packPolicy(tiny, "tiny", registry.DefaultNamespace, nil, DefaultGzipOver)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := cm.BinaryData[registry.KeyModule]; !ok || len(cm.BinaryData) != 1 || string(got) != string(tiny) {
+		t.Errorf("small module: binaryData %v, want only %s", cm.BinaryData, registry.KeyModule)
+	}
+}
+
+// trapWasm is a hand-assembled ABI v1 module whose sy_evaluate executes
+// unreachable: it loads and traps on every evaluation.
+const trapWasm = "0061736d01000000010f0360000060017f017f60027f7f017e0304030001020503010001072f04066d656d6f72790200" +
+	"0973795f6162695f763100000873795f616c6c6f6300010b73795f6576616c7561746500020a0e0302000b05004180080b0300000b"
+
+func trapModule(t *testing.T) string {
+	t.Helper()
+	b, err := hex.DecodeString(trapWasm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return writeFile(t, "trap.wasm", string(b))
+}
+
+func TestPolicyPackRefuses(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		args     []string
+		wantCode int
+		want     string
+	}{
+		{"go source", []string{writeFile(t, "main.go", "package main\n"), "--name", "x"}, exitError,
+			`main.go is not a WebAssembly module (it starts with "package main\n"`},
+		{"trap", []string{trapModule(t), "--name", "x"}, exitError, "not packed: " + "/"},
+		{"trap names it", []string{trapModule(t), "--name", "x"}, exitError,
+			"(two endpoints, no parameters): policy trapped: sy_evaluate: wasm error: unreachable\nwasm stack trace:\n\t.$2(i32,i32) i64\n"},
+		{"params the policy rejects", []string{zoneAware, "--name", "x", "--params", `{"localWeight": "seven"}`}, exitError,
+			`fails on the built-in sample scenario (two endpoints, parameters {"localWeight": "seven"}): policy declined: params: localWeight is not an integer`},
+		{"invalid name", []string{zoneAware, "--name", "Least_Loaded"}, exitUsage,
+			`--name "Least_Loaded" is not a valid ConfigMap name: a lowercase RFC 1123 subdomain`},
+		{"invalid name suggestion", []string{zoneAware, "--name", "Least_Loaded"}, exitUsage, `(for example "least-loaded")`},
+		{"expectation missed", []string{zoneAware, "--name", "x", "--scenario", writeFile(t, "s.yaml", scenarioYAML+"expect: {weights: [1, 0, 0]}\n")}, exitError,
+			"misses the expectations of"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, stdout, stderr := yardctl(t, append([]string{"policy", "pack"}, tc.args...)...)
+			if code != tc.wantCode || stdout != "" || !strings.Contains(stderr, tc.want) {
+				t.Errorf("exit %d, stdout %q, stderr %q; want exit %d, no stdout, stderr with %q", code, stdout, stderr, tc.wantCode, tc.want)
+			}
+		})
+	}
 }
 
 func TestPolicyBench(t *testing.T) {
@@ -209,32 +305,133 @@ func TestPolicyBench(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
-	var res struct{ Endpoints, Evaluations int }
+	var res benchResult
 	if err := json.Unmarshal([]byte(stdout), &res); err != nil {
 		t.Fatal(err)
 	}
-	if res.Endpoints != 100 || res.Evaluations < 1 {
-		t.Errorf("bench = %+v, want 100 endpoints and at least one evaluation", res)
+	if res.Endpoints != 100 || res.Evaluations < 1 || res.DeadlineMs != 50 ||
+		res.P50Ns <= 0 || res.P50Ns > res.P90Ns || res.P90Ns > res.P99Ns || res.P99Ns > res.MaxNs {
+		t.Errorf("bench = %+v, want 100 endpoints, at least one evaluation, the daemon's 50ms deadline and ordered percentiles", res)
 	}
+	code, stdout, stderr = yardctl(t, "policy", "bench", zoneAware, "--duration", "1ms")
+	for _, want := range []string{"50 endpoints: ", "evaluations under a 50ms deadline\nper evaluation: mean ", ", p50 ", ", p99 ", "host allocations per evaluation: "} {
+		if code != exitOK || !strings.Contains(stdout, want) {
+			t.Errorf("text: exit %d, stdout %q, stderr %q; want %q", code, stdout, stderr, want)
+		}
+	}
+	if code, _, stderr := yardctl(t, "policy", "bench", zoneAware, "--duration", "1ms", "--deadline", "1ns"); code != exitError || !strings.Contains(stderr, "deadline") {
+		t.Errorf("--deadline 1ns: exit %d, stderr %q; want a deadline failure", code, stderr)
+	}
+}
+
+// customSections lists the names of a module's custom sections.
+func customSections(t *testing.T, path string) []string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leb := func(i int) (uint64, int) {
+		var v uint64
+		for s := 0; i < len(b); s += 7 {
+			c := b[i]
+			i++
+			v |= uint64(c&0x7f) << s
+			if c < 0x80 {
+				break
+			}
+		}
+		return v, i
+	}
+	var names []string
+	for i := 8; i < len(b); {
+		id := b[i]
+		n, j := leb(i + 1)
+		if id == 0 {
+			l, k := leb(j)
+			names = append(names, string(b[k:k+int(l)]))
+		}
+		i = j + int(n)
+	}
+	return names
 }
 
 func TestPolicyBuild(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs the go tool")
+		t.Skip("runs the compilers")
 	}
-	out := filepath.Join(t.TempDir(), "p.wasm")
-	code, stdout, stderr := yardctl(t, "policy", "build", "../../wasm-sdk/go/examples/zoneaware", "--out", out)
-	if code != exitOK {
-		t.Fatalf("exit %d: %s", code, stderr)
+	rustStd := func() bool {
+		out, err := exec.Command("/usr/bin/rustc", "--print", "sysroot").Output()
+		return err == nil && fileExists(filepath.Join(strings.TrimSpace(string(out)), "lib/rustlib/wasm32-unknown-unknown"))
 	}
-	if !strings.Contains(stdout, out) {
-		t.Errorf("stdout %q does not name %s", stdout, out)
+	asc := func() bool { return fileExists("../../wasm-sdk/assemblyscript/node_modules/.bin/asc") }
+	for _, tc := range []struct {
+		lang, src string
+		have      func() bool
+	}{
+		{"go", "../../wasm-sdk/go/examples/zoneaware", func() bool { return true }},
+		{"rust", "../../wasm-sdk/rust/examples/zoneaware.rs", rustStd},
+		{"assemblyscript", "../../wasm-sdk/assemblyscript/examples/zoneaware.ts", asc},
+	} {
+		t.Run(tc.lang, func(t *testing.T) {
+			if !tc.have() {
+				t.Skipf("no %s toolchain: make wasm-sdk-examples installs it", tc.lang)
+			}
+			strips := []bool{false, true}
+			if tc.lang == "assemblyscript" {
+				strips = strips[:1] // asc is slow; the Go and Rust builds cover --strip
+			}
+			for _, strip := range strips {
+				out := filepath.Join(t.TempDir(), "p.wasm")
+				args := []string{"policy", "build", tc.src, "--out", out}
+				if strip {
+					args = append(args, "--strip")
+				}
+				code, stdout, stderr := yardctl(t, args...)
+				if code != exitOK {
+					t.Fatalf("%v: exit %d: %s", args, code, stderr)
+				}
+				if !strings.Contains(stdout, out) || !strings.Contains(stdout, "("+tc.lang+")") {
+					t.Errorf("stdout %q does not name %s and %s", stdout, out, tc.lang)
+				}
+				if names := slices.Contains(customSections(t, out), "name"); names == strip {
+					t.Errorf("--strip=%v: custom sections %v (a name section: %v)", strip, customSections(t, out), names)
+				}
+				if code, _, stderr := yardctl(t, "policy", "test", out, "--scenario", "../../wasm-sdk/scenarios/zoneaware", "--deadline", "1s"); code != exitOK {
+					t.Errorf("the built module misses the example's expectations: %s", stderr)
+				}
+			}
+		})
 	}
-	if code, _, stderr := yardctl(t, "policy", "validate", out); code != exitOK {
-		t.Errorf("the built module does not validate: %s", stderr)
+
+	broken := t.TempDir()
+	if err := os.WriteFile(filepath.Join(broken, "main.go"), []byte("package main\nfunc main() { undefined() }\n"), 0o644); err != nil {
+		t.Fatal(err)
 	}
-	if code, _, stderr := yardctl(t, "policy", "build", t.TempDir()); code != exitError || !strings.Contains(stderr, "go build for wasip1") {
-		t.Errorf("empty dir: exit %d, %q", code, stderr)
+	mixed := t.TempDir()
+	for _, f := range []string{"a.rs", "b.ts"} {
+		if err := os.WriteFile(filepath.Join(mixed, f), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name     string
+		args     []string
+		wantCode int
+		want     string
+	}{
+		{"empty dir", []string{t.TempDir()}, exitError, "holds no policy source (.go, .rs or .ts files)"},
+		{"go that does not compile", []string{broken}, exitError, "go build for wasip1 in " + broken},
+		{"two languages", []string{mixed}, exitUsage, "holds rust and assemblyscript sources: choose one with --lang"},
+		{"unknown extension", []string{writeFile(t, "p.c", "")}, exitError, "cannot tell the language from the file name"},
+		{"unknown --lang", []string{mixed, "--lang", "c"}, exitUsage, `--lang "c": want go, rust or assemblyscript`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, stderr := yardctl(t, append([]string{"policy", "build"}, tc.args...)...)
+			if code != tc.wantCode || !strings.Contains(stderr, tc.want) {
+				t.Errorf("exit %d, stderr %q; want exit %d with %q", code, stderr, tc.wantCode, tc.want)
+			}
+		})
 	}
 }
 
@@ -250,5 +447,141 @@ func TestPolicyHelp(t *testing.T) {
 	}
 	if code, _, stderr := yardctl(t, "policy", "frobnicate"); code != exitUsage || !strings.Contains(stderr, `unknown subcommand "frobnicate"`) {
 		t.Errorf("unknown subcommand: exit %d, %q", code, stderr)
+	}
+}
+
+func TestPolicyTestExpectations(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	pass := write("a-pass.yaml", scenarioYAML+"expect: {weights: [7, 0, 0], scheduler: wrr, reevaluate: 10s}\n")
+	shares := write("b-shares.yaml", scenarioYAML+"expect:\n  shares: [1, 0, 0]\n")
+	wrong := write("c-wrong.yaml", scenarioYAML+"expect:\n  weights: [8, 0, 0]\n  scheduler: mh\n")
+	none := write("d-none.yaml", scenarioYAML)
+
+	code, stdout, stderr := yardctl(t, "policy", "test", zoneAware, "--scenario", pass)
+	if code != exitOK || !strings.HasSuffix(stdout, "reevaluate: 10s\nexpect: pass\n") {
+		t.Errorf("passing scenario: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	code, stdout, stderr = yardctl(t, "policy", "test", zoneAware, "--scenario", wrong)
+	wantDiff := "expect: FAIL\n  10.0.0.1:8080 (node-a, zone-a): weight 7, want 8\n  scheduler wrr, want mh\n"
+	if code != exitError || !strings.HasSuffix(stdout, wantDiff) || stderr != "yardctl: 1 of 1 scenarios failed their expectations\n" {
+		t.Errorf("wrong expectation: exit %d, stdout %q, stderr %q; want exit 1, stdout ending %q", code, stdout, stderr, wantDiff)
+	}
+
+	code, stdout, stderr = yardctl(t, "policy", "test", zoneAware, "--scenario", dir)
+	var got []string
+	for _, l := range strings.Split(strings.TrimSpace(stdout), "\n") {
+		got = append(got, strings.Join(strings.Fields(l), " "))
+	}
+	want := []string{
+		"SCENARIO RESULT DECISION",
+		"a-pass.yaml pass weights [7 0 0] scheduler wrr reevaluate 10s",
+		"b-shares.yaml pass weights [7 0 0] scheduler wrr reevaluate 10s",
+		"c-wrong.yaml FAIL weights [7 0 0] scheduler wrr reevaluate 10s",
+		"d-none.yaml - weights [7 0 0] scheduler wrr reevaluate 10s",
+		"",
+		wrong + ":",
+		"10.0.0.1:8080 (node-a, zone-a): weight 7, want 8",
+		"scheduler wrr, want mh",
+	}
+	if diff := cmp.Diff(want, got); diff != "" || code != exitError || !strings.Contains(stderr, "1 of 4 scenarios failed") {
+		t.Errorf("directory: exit %d, stderr %q, stdout (-want +got):\n%s", code, stderr, diff)
+	}
+
+	code, stdout, _ = yardctl(t, "policy", "test", "-o", "json", zoneAware, "--scenario", dir)
+	var all struct {
+		Scenarios []decisionJSON
+		Failed    int
+	}
+	if err := json.Unmarshal([]byte(stdout), &all); err != nil {
+		t.Fatalf("-o json: %v: %q", err, stdout)
+	}
+	var results []string
+	for _, d := range all.Scenarios {
+		results = append(results, filepath.Base(d.Scenario)+" "+d.Result)
+	}
+	if diff := cmp.Diff([]string{"a-pass.yaml pass", "b-shares.yaml pass", "c-wrong.yaml fail", "d-none.yaml "}, results); diff != "" || all.Failed != 1 || code != exitError {
+		t.Errorf("-o json: exit %d, failed %d, results (-want +got):\n%s", code, all.Failed, diff)
+	}
+
+	// Golden mode records the decisions, keeping the rest of each file.
+	withComment := write("c-wrong.yaml", "# the zone-aware example keeps traffic local\n"+scenarioYAML+"expect:\n  weights: [8, 0, 0] # wrong\n  scheduler: mh\n")
+	if code, _, stderr := yardctl(t, "policy", "test", zoneAware, "--scenario", dir, "--update"); code != exitOK {
+		t.Fatalf("--update: exit %d: %s", code, stderr)
+	}
+	b, err := os.ReadFile(withComment)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantFile := "# the zone-aware example keeps traffic local\n" + scenarioYAML +
+		"expect:\n  weights: [7, 0, 0]\n  scheduler: wrr\n  reevaluate: 10s\n"
+	if diff := cmp.Diff(wantFile, string(b)); diff != "" {
+		t.Errorf("--update wrote (-want +got):\n%s", diff)
+	}
+	if code, stdout, stderr := yardctl(t, "policy", "test", zoneAware, "--scenario", dir); code != exitOK || strings.Contains(stdout, "FAIL") {
+		t.Errorf("after --update: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	for _, p := range []string{shares, none} {
+		if b, err := os.ReadFile(p); err != nil || !strings.HasSuffix(string(b), "expect:\n  weights: [7, 0, 0]\n  scheduler: wrr\n  reevaluate: 10s\n") {
+			t.Errorf("--update left %s as %q (%v)", p, b, err)
+		}
+	}
+}
+
+func TestPolicyTestDecline(t *testing.T) {
+	base := "endpoints: [{address: 10.0.0.1}]\n"
+	for _, tc := range []struct {
+		name, scenario string
+		wantCode       int
+		wantStdout     string
+	}{
+		{"decline expected", base + "expect: {decline: canary is missing}\n", exitOK,
+			"declined: policy declined: params: canary is missing\nexpect: pass\n"},
+		{"other message", base + "expect: {decline: percent is above 100}\n", exitError,
+			"expect: FAIL\n  the policy failed with \"policy declined: params: canary is missing\", want a decline with \"percent is above 100\"\n"},
+		{"decision expected", base + "expect: {weights: [1]}\n", exitError,
+			"expect: FAIL\n  the policy failed: policy declined: params: canary is missing; want a decision\n"},
+		{"decline expected, decided", "service: {params: '{\"canary\": \"zone=a\"}'}\n" + base + "expect: {decline: canary}\n", exitError,
+			"expect: FAIL\n  the policy decided (weights [100]), want a decline with \"canary\"\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, stdout, stderr := yardctl(t, "policy", "test", canary, "--scenario", writeFile(t, "s.yaml", tc.scenario))
+			if code != tc.wantCode || !strings.HasSuffix(stdout, tc.wantStdout) {
+				t.Errorf("exit %d, stdout %q, stderr %q; want exit %d, stdout ending %q", code, stdout, stderr, tc.wantCode, tc.wantStdout)
+			}
+		})
+	}
+}
+
+func TestPolicyErrorsAsJSON(t *testing.T) {
+	for _, args := range [][]string{
+		{"policy", "test", "-o", "json", zoneAware, "--scenario", "/nonexistent.yaml"},
+		{"policy", "validate", "-o", "json", "/nonexistent.wasm"},
+		{"policy", "pack", "-o", "json", zoneAware},
+	} {
+		code, stdout, stderr := yardctl(t, args...)
+		var e struct {
+			Error    string
+			ExitCode int
+		}
+		if err := json.Unmarshal([]byte(stdout), &e); err != nil || e.Error == "" || e.ExitCode != code || code == exitOK || !strings.Contains(stderr, e.Error) {
+			t.Errorf("%v: exit %d, stdout %q (%v), stderr %q; want the error as JSON on stdout", args, code, stdout, err, stderr)
+		}
+	}
+}
+
+func TestPolicyScenarioErrorKeepsItsLines(t *testing.T) {
+	sc := writeFile(t, "s.yaml", "endpoints:\n- address: 10.0.0.1\n  port: http\n")
+	code, _, stderr := yardctl(t, "policy", "test", zoneAware, "--scenario", sc)
+	want := "yardctl: scenario " + sc + ", line 3: field port: \"http\" is not a whole number from 0 to 65535\n" +
+		"   1 | endpoints:\n   2 | - address: 10.0.0.1\n>  3 |   port: http\n               ^\n"
+	if diff := cmp.Diff(want, stderr); diff != "" || code != exitError {
+		t.Errorf("exit %d, stderr (-want +got):\n%s", code, diff)
 	}
 }

@@ -80,6 +80,20 @@ func TestDecode(t *testing.T) {
 	}
 }
 
+// A module under data (where kubectl create configmap --from-file puts a
+// file that is valid UTF-8) is reported as exactly that, with the fix.
+func TestDecodeModuleUnderData(t *testing.T) {
+	for _, key := range []string{registry.KeyModule, registry.KeyModuleGzip} {
+		_, _, err := registry.Decode(policyCM("least-loaded", nil, map[string]string{key: "\x00asm\x01\x00\x00\x00"}), 64<<10)
+		want := registry.DefaultNamespace + "/least-loaded: the module " + key + " is under data, not binaryData " +
+			"(kubectl create configmap --from-file puts a file that happens to be valid UTF-8 under data); " +
+			"recreate the ConfigMap with `yardctl policy pack FILE --name least-loaded | kubectl apply -f -`"
+		if !errors.Is(err, registry.ErrBadConfigMap) || err == nil || !bytes.HasSuffix([]byte(err.Error()), []byte(want)) {
+			t.Errorf("%s under data: error %v, want ErrBadConfigMap ending %q", key, err, want)
+		}
+	}
+}
+
 // fakeModule is a loaded module: a policy named after its bytes.
 type fakeModule struct {
 	name   string

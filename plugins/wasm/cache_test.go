@@ -131,7 +131,7 @@ func TestCacheDirReused(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "not", "yet", "there")
 	var f faults
 	load := func() error {
-		r, err := wasm.NewRuntime(ctx, wasm.Config{CacheDir: dir, CacheFault: f.add})
+		r, err := wasm.NewRuntime(ctx, wasm.Config{CacheDir: dir, CacheFault: f.add, Deadline: generousDeadline})
 		if err != nil {
 			return err
 		}
@@ -178,7 +178,7 @@ func TestCacheDirFailsLater(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	var f faults
-	r, err := wasm.NewRuntime(ctx, wasm.Config{CacheDir: dir, CacheFault: f.add})
+	r, err := wasm.NewRuntime(ctx, wasm.Config{CacheDir: dir, CacheFault: f.add, Deadline: generousDeadline})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +232,7 @@ func TestCacheDirUnusable(t *testing.T) {
 		t.Fatal(err)
 	}
 	linked := t.TempDir()
-	r, err := wasm.NewRuntime(ctx, wasm.Config{CacheDir: linked})
+	r, err := wasm.NewRuntime(ctx, wasm.Config{CacheDir: linked, Deadline: generousDeadline})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,7 +245,7 @@ func TestCacheDirUnusable(t *testing.T) {
 		"an unwritable version directory": linked,
 	} {
 		t.Run(name, func(t *testing.T) {
-			r, err := wasm.NewRuntime(ctx, wasm.Config{CacheDir: dir})
+			r, err := wasm.NewRuntime(ctx, wasm.Config{CacheDir: dir, Deadline: generousDeadline})
 			if err == nil {
 				r.Close(ctx)
 			}

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/switchyard-lb/switchyard/plugins/wasm/wasmtest"
 )
@@ -25,7 +26,7 @@ func TestCompileOncePerDigest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := NewRuntime(ctx, Config{CacheDir: filepath.Join(cache, "wazero")})
+	r, err := NewRuntime(ctx, Config{CacheDir: filepath.Join(cache, "wazero"), Deadline: 250 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

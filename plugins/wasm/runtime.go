@@ -37,9 +37,8 @@ type Config struct {
 	// MemoryLimitPages caps each instance's linear memory in 64 KiB pages
 	// (default 512: 32 MiB).
 	MemoryLimitPages uint32
-	// Deadline bounds each evaluation (default 250ms: a 1,000-endpoint Go
-	// guest takes ~0.5ms, but on a loaded node the wall-clock tail reached
-	// 100ms).
+	// Deadline bounds each evaluation and each sy_on_tick, in wall-clock
+	// time (default DefaultDeadline).
 	Deadline time.Duration
 	// InstantiateDeadline bounds creating an instance, its _initialize
 	// included (default 1s: Go guests need milliseconds).
@@ -56,12 +55,19 @@ type Config struct {
 	LogBurst int
 }
 
+// DefaultDeadline is the default evaluation deadline: the daemon's
+// policies.evaluationDeadline default (core/config.DefaultEvaluationDeadline;
+// a test keeps them equal), which yardctl's policy commands use too. A Go
+// guest evaluates 1,000 endpoints in ~0.5 ms; the rest is room for a
+// loaded node's wall-clock tail.
+const DefaultDeadline = 50 * time.Millisecond
+
 func (c Config) withDefaults() Config {
 	if c.MemoryLimitPages == 0 {
 		c.MemoryLimitPages = 512
 	}
 	if c.Deadline <= 0 {
-		c.Deadline = 250 * time.Millisecond
+		c.Deadline = DefaultDeadline
 	}
 	if c.InstantiateDeadline <= 0 {
 		c.InstantiateDeadline = time.Second

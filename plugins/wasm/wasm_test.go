@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/switchyard-lb/switchyard/core/config"
 	"github.com/switchyard-lb/switchyard/core/model"
 	"github.com/switchyard-lb/switchyard/core/plugin"
 	"github.com/switchyard-lb/switchyard/plugins/wasm"
@@ -162,6 +163,12 @@ func TestHostileCalls(t *testing.T) {
 			}
 			if err != nil && !strings.HasPrefix(err.Error(), `policy "hostile": `) {
 				t.Errorf("error %q does not name the policy", err)
+			}
+			if errors.Is(err, abi.ErrInvalidOutput) && !errors.Is(err, wasm.ErrInvalidOutput) {
+				t.Errorf("Evaluate(%s) error %v: an invalid layout must also be wasm.ErrInvalidOutput", tt.mode, err)
+			}
+			if n := strings.Count(fmt.Sprint(err), "invalid policy output"); n > 1 {
+				t.Errorf("Evaluate(%s) error %q says invalid policy output %d times", tt.mode, err, n)
 			}
 			got, err := p.Evaluate(context.Background(), input(3, ""))
 			if err != nil {
@@ -442,5 +449,13 @@ func TestErrorsNameTheirFailureReason(t *testing.T) {
 	}
 	if errors.Is(wasm.ErrClosed, wasm.ErrInvalidModule) {
 		t.Error("ErrClosed is ErrInvalidModule")
+	}
+}
+
+// The host's default deadline is the daemon's, so yardctl and a host built
+// with a zero Config measure what the daemon enforces.
+func TestDefaultDeadlineIsTheDaemons(t *testing.T) {
+	if wasm.DefaultDeadline != config.DefaultEvaluationDeadline {
+		t.Errorf("wasm.DefaultDeadline %v, config.DefaultEvaluationDeadline %v: keep them equal", wasm.DefaultDeadline, config.DefaultEvaluationDeadline)
 	}
 }

@@ -49,6 +49,89 @@ export class Params {
     return new Bytes(this.b.ptr + start, n);
   }
 
+  /** The boolean at key (true or false), def when params is empty or has no such key. */
+  bool(key: string, def: bool): bool {
+    const found = this.find(key);
+    if (this.error != null) return false;
+    if (!found) return def;
+    const rest = this.b.slice(this.i);
+    if (rest.startsWith("true") && !this.continues(this.i + 4)) return true;
+    if (rest.startsWith("false") && !this.continues(this.i + 5)) return false;
+    this.fail("params: " + key + " is not true or false");
+    return false;
+  }
+
+  /**
+   * The object at key, as Params to read nested keys from (its errors are its own: check both),
+   * null when absent or on error.
+   */
+  object(key: string): Params | null {
+    const found = this.find(key);
+    if (this.error != null || !found) return null;
+    const start = this.i;
+    if (this.eof() || this.c() != 0x7b || !this.skipValue(0)) {
+      this.fail("params: " + key + " is not an object");
+      return null;
+    }
+    return new Params(new Bytes(this.b.ptr + start, this.i - start));
+  }
+
+  /** The list of strings at key (raw bytes, no escapes allowed), null when absent or on error. */
+  strings(key: string): Array<Bytes> | null {
+    const found = this.find(key);
+    if (this.error != null || !found) return null;
+    const out = new Array<Bytes>();
+    if (!this.eat(0x5b)) return this.listFail<Bytes>(key, " is not a list of strings without escapes");
+    this.space();
+    if (this.eat(0x5d)) return out;
+    while (true) {
+      this.space();
+      const start = this.i + 1;
+      if (!this.scanStr()) return this.listFail<Bytes>(key, " is not a list of strings without escapes");
+      const n = this.i - 1 - start;
+      for (let k: u32 = 0; k < n; k++) {
+        if (this.b.at(start + k) == 0x5c) return this.listFail<Bytes>(key, " is not a list of strings without escapes");
+      }
+      out.push(new Bytes(this.b.ptr + start, n));
+      this.space();
+      if (this.eat(0x5d)) return out;
+      if (!this.eat(0x2c)) return this.listFail<Bytes>(key, " is not a list of strings without escapes");
+    }
+    return null;
+  }
+
+  /** The list of non-negative integers below 2^32 at key, null when absent or on error. */
+  uints(key: string): Array<u32> | null {
+    const found = this.find(key);
+    if (this.error != null || !found) return null;
+    const out = new Array<u32>();
+    if (!this.eat(0x5b)) return this.listFail<u32>(key, " is not a list of integers from 0 to 4294967295");
+    this.space();
+    if (this.eat(0x5d)) return out;
+    while (true) {
+      this.space();
+      const v = this.scanUint();
+      if (v < 0) return this.listFail<u32>(key, " is not a list of integers from 0 to 4294967295");
+      out.push(<u32>v);
+      this.space();
+      if (this.eat(0x5d)) return out;
+      if (!this.eat(0x2c)) return this.listFail<u32>(key, " is not a list of integers from 0 to 4294967295");
+    }
+    return null;
+  }
+
+  private listFail<T>(key: string, what: string): Array<T> | null {
+    this.fail("params: " + key + what);
+    return null;
+  }
+
+  /** Whether the byte at i would continue a literal ending before it. */
+  private continues(i: u32): bool {
+    if (i >= this.b.length) return false;
+    const c = this.b.at(i);
+    return (c >= 0x30 && c <= 0x39) || (c >= 0x41 && c <= 0x5a) || (c >= 0x61 && c <= 0x7a) || c == 0x5f;
+  }
+
   fail(msg: string): void {
     if (this.error == null) this.error = msg;
   }

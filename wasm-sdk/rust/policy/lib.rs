@@ -496,4 +496,6 @@ fn panic(_: &core::panic::PanicInfo) -> ! {
 }
 
 mod params;
-pub use params::{param_str, param_uint};
+pub use params::{
+    param_bool, param_object, param_str, param_strings, param_uint, param_uints, StrIter, StrList, UintIter, UintList,
+};
