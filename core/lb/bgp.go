@@ -33,7 +33,11 @@ var BGP = Type{
 	Mode:      election.BGP,
 	NeedsNode: true,
 	Grace:     bgp.DefaultHoldTime,
-	New:       newBGP,
+	Check: func(ac config.Announcer) error {
+		_, _, err := bgpBase(ac)
+		return err
+	},
+	New: newBGP,
 }
 
 var bgpSessionDesc = prometheus.NewDesc(metrics.Namespace+"_bgp_session_up",
@@ -124,51 +128,79 @@ func maxHoldTime(peers []bgp.Peer) time.Duration {
 // router ID defaults to its first IPv4 InternalIP, and peers whose node
 // selector it does not match are left out. Peers with a passwordSecret
 // are AdminDown and returned in secrets, for the caller to resolve.
-func bgpConfig(ac config.Announcer, self *model.Node) (bc bgp.Config, secrets []*secretPeer, err error) {
+func bgpConfig(ac config.Announcer, self *model.Node) (bgp.Config, []*secretPeer, error) {
+	bc, peers, err := bgpBase(ac)
+	if err != nil {
+		return bc, nil, err
+	}
+	if !bc.RouterID.IsValid() {
+		internal := self.IPs(model.NodeInternalIP)
+		i := slices.IndexFunc(internal, netip.Addr.Is4)
+		if i < 0 {
+			return bc, nil, fmt.Errorf("no routerID configured and node %s has no IPv4 InternalIP", self.Name)
+		}
+		bc.RouterID = internal[i]
+	}
+	var secrets []*secretPeer
+	for _, p := range peers {
+		if !labels.SelectorFromSet(p.selector).Matches(labels.Set(self.Labels)) {
+			continue
+		}
+		bc.Peers = append(bc.Peers, p.peer)
+		if p.secret != nil {
+			secrets = append(secrets, p.secret)
+		}
+	}
+	return bc, secrets, nil
+}
+
+// basePeer is a configured peer before node selection.
+type basePeer struct {
+	peer     bgp.Peer
+	selector map[string]string
+	secret   *secretPeer
+}
+
+// bgpBase is what of an announcer's BGP block does not depend on the
+// node: the router ID when configured (else invalid) and every peer.
+// Its errors are the config's (BGP.Check), found before the node is.
+func bgpBase(ac config.Announcer) (bc bgp.Config, peers []basePeer, err error) {
 	b := ac.BGP
 	bc = bgp.Config{Name: ac.Name, LocalASN: b.ASN, ListenPort: b.ListenPort}
-	internal := self.IPs(model.NodeInternalIP)
 	if b.RouterID != "" {
 		id, err := netip.ParseAddr(b.RouterID)
 		if err != nil {
 			return bc, nil, fmt.Errorf("routerID: %w", err)
 		}
 		bc.RouterID = id
-	} else if i := slices.IndexFunc(internal, netip.Addr.Is4); i >= 0 {
-		bc.RouterID = internal[i]
-	} else {
-		return bc, nil, fmt.Errorf("no routerID configured and node %s has no IPv4 InternalIP", self.Name)
 	}
 	for _, p := range b.Peers {
-		if !labels.SelectorFromSet(p.NodeSelector).Matches(labels.Set(self.Labels)) {
-			continue
-		}
 		addr, err := netip.ParseAddr(p.Address)
 		if err != nil {
 			return bc, nil, fmt.Errorf("peer %s: %w", p.Address, err)
 		}
-		bp := bgp.Peer{
+		bp := basePeer{selector: p.NodeSelector, peer: bgp.Peer{
 			Address: addr, ASN: p.ASN, Port: uint16(p.Port),
 			HoldTime: p.HoldTime.Std(), KeepaliveTime: p.KeepaliveTime.Std(),
 			EBGPMultihopTTL: uint8(min(p.EBGPMultihop, 255)),
 			Communities:     p.Communities, LocalPref: p.LocalPreference,
-		}
+		}}
 		switch {
 		case p.PasswordFile != "":
 			pw, err := os.ReadFile(p.PasswordFile)
 			if err != nil {
 				return bc, nil, fmt.Errorf("peer %s: password: %w", p.Address, err)
 			}
-			bp.Password = strings.TrimSpace(string(pw))
+			bp.peer.Password = strings.TrimSpace(string(pw))
 		case p.PasswordSecret != nil:
 			// Down until the Secret's password is known: a peer never
 			// connects without its key.
-			bp.AdminDown = true
-			secrets = append(secrets, &secretPeer{announcer: ac.Name, peer: addr, ref: *p.PasswordSecret})
+			bp.peer.AdminDown = true
+			bp.secret = &secretPeer{announcer: ac.Name, peer: addr, ref: *p.PasswordSecret}
 		}
-		bc.Peers = append(bc.Peers, bp)
+		peers = append(peers, bp)
 	}
-	return bc, secrets, nil
+	return bc, peers, nil
 }
 
 // passwordSetter is what bgpPasswords needs of a speaker; *bgp.Speaker

@@ -65,6 +65,9 @@ type Manager struct {
 	slots   []*announcerSlot
 	elected []reconcile.ElectedAnnouncer
 
+	closeOnce sync.Once
+	closeErr  error
+
 	mu sync.Mutex
 	// pools and nodes are the last pools and nodes, for reloads.
 	pools []ipam.Pool
@@ -163,6 +166,11 @@ func (m *Manager) addAnnouncer(ctx context.Context, ac config.Announcer) error {
 	typ, ok := m.cfg.Types[ac.Type]
 	if !ok {
 		return fmt.Errorf("unknown type %q", ac.Type)
+	}
+	if typ.Check != nil {
+		if err := typ.Check(ac); err != nil {
+			return err
+		}
 	}
 	slot := newAnnouncerSlot(ac, m.pools)
 	o := newOwner(ac.Name, typ, ac, Env{
@@ -349,22 +357,22 @@ func (m *Manager) Run(ctx context.Context) {
 // BGP speaker withdraws its routes and ends its sessions with a Cease,
 // so routers move the traffic to other nodes at once (bgp.Speaker.Close).
 func (m *Manager) Close() error {
-	var errs []error
-	for _, o := range slices.Backward(m.owners) {
-		if err := o.close(); err != nil {
-			errs = append(errs, fmt.Errorf("announcer %s: %w", o.name, err))
+	m.closeOnce.Do(func() {
+		var errs []error
+		for _, o := range slices.Backward(m.owners) {
+			if err := o.close(); err != nil {
+				errs = append(errs, fmt.Errorf("announcer %s: %w", o.name, err))
+			}
 		}
-	}
-	m.owners = nil
-	if m.events != nil {
-		m.events.close()
-		m.events = nil
-	}
-	if m.members != nil {
-		errs = append(errs, m.members.Close(context.Background()))
-		m.members = nil
-	}
-	return errors.Join(errs...)
+		if m.events != nil {
+			_ = m.events.close()
+		}
+		if m.members != nil {
+			errs = append(errs, m.members.Close(context.Background()))
+		}
+		m.closeErr = errors.Join(errs...)
+	})
+	return m.closeErr
 }
 
 // announcerCollector reports the running announcers' metrics at scrape

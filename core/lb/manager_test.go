@@ -273,14 +273,28 @@ func TestManagerRegisteredType(t *testing.T) {
 	}
 }
 
-func TestManagerUnknownType(t *testing.T) {
-	_, err := New(t.Context(), Config{
-		Client: fake.NewClientset(), NodeName: "n1", Registerer: prometheus.NewRegistry(), Trigger: func() {}, Log: discard(),
-	}, &config.Config{
-		Announcers: []config.Announcer{{Name: "x", Type: "carrier-pigeon"}},
-		Membership: config.Membership{BindAddress: "127.0.0.1", Port: -1},
-	})
-	if err == nil || err.Error() != `announcer x: unknown type "carrier-pigeon"` {
-		t.Errorf("New = %v, want the unknown type named", err)
+// TestManagerRefuses: an unknown type, or a config error of a type that
+// waits for the node, stops New at once.
+func TestManagerRefuses(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "missing")
+	tests := []struct {
+		ac   config.Announcer
+		want string
+	}{
+		{config.Announcer{Name: "x", Type: "carrier-pigeon"}, `announcer x: unknown type "carrier-pigeon"`},
+		{config.Announcer{Name: "tor", Type: config.AnnouncerBGP, BGP: &config.BGPAnnouncer{ASN: 64512,
+			Peers: []config.BGPPeer{{Address: "10.0.0.254", ASN: 64513, PasswordFile: missing}}}},
+			"announcer tor: peer 10.0.0.254: password: open " + missing + ": no such file or directory"},
+	}
+	for _, tt := range tests {
+		_, err := New(t.Context(), Config{
+			Client: fake.NewClientset(), NodeName: "n1", Registerer: prometheus.NewRegistry(), Trigger: func() {}, Log: discard(),
+		}, &config.Config{
+			Announcers: []config.Announcer{tt.ac},
+			Membership: config.Membership{BindAddress: "127.0.0.1", Port: -1},
+		})
+		if err == nil || err.Error() != tt.want {
+			t.Errorf("New(%s) = %v, want %q", tt.ac.Name, err, tt.want)
+		}
 	}
 }

@@ -34,6 +34,10 @@ type Type struct {
 	// Grace is how long the announcer may fail readiness before the pod
 	// turns unready while it is not built; Instance.Grace once it is.
 	Grace time.Duration
+	// Check, when set, reports what is wrong with ac before New runs: at
+	// once, so that the daemon refuses to start on it even when New
+	// waits for the node. Optional.
+	Check func(ac config.Announcer) error
 	// New builds the announcer ac configures on this node.
 	New func(ctx context.Context, env Env, ac config.Announcer) (*Instance, error)
 }
