@@ -12,5 +12,8 @@
 // report wraps any of them to turn failures of one address into
 // AnnounceFailed Events on the address's Services.
 //
+// None of them reads the config or Kubernetes: core/lb builds them from
+// the config, one registered type each, and calls each from one goroutine.
+//
 // This package itself holds no code.
 package announcers

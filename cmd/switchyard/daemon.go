@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"reflect"
 	"slices"
 	"strings"
@@ -22,6 +23,7 @@ import (
 	"github.com/switchyard-lb/switchyard/core/config"
 	"github.com/switchyard-lb/switchyard/core/healthcheck"
 	"github.com/switchyard-lb/switchyard/core/k8s"
+	"github.com/switchyard-lb/switchyard/core/lb"
 	"github.com/switchyard-lb/switchyard/core/metrics"
 	"github.com/switchyard-lb/switchyard/core/plan"
 	"github.com/switchyard-lb/switchyard/core/plugin"
@@ -128,17 +130,24 @@ func runDaemon(ctx context.Context, dc daemonConfig) (err error) {
 		healthcheck.WithProxyHealthy(func() bool { return tracker.Health().Healthy }))
 	defer hc.Close()
 
-	lb, err := newLoadBalancing(ctx, dc, cfg, reg)
+	var r *runner.Runner
+	lbm, err := lb.New(ctx, lb.Config{
+		Client:     dc.Client,
+		NodeName:   dc.NodeName,
+		Namespace:  lb.DaemonNamespace(os.Getenv("POD_NAMESPACE"), os.ReadFile),
+		Registerer: reg,
+		Trigger:    func() { r.Trigger() },
+		Log:        log,
+	}, cfg)
 	if err != nil {
 		return err
 	}
 	defer func() {
-		if cerr := lb.close(); cerr != nil {
+		if cerr := lbm.Close(); cerr != nil {
 			err = errors.Join(err, fmt.Errorf("close announcers: %w", cerr))
 		}
 	}()
 
-	var r *runner.Runner
 	policies, reporter, closePolicies, err := newPolicies(ctx, dc, cfg, func() { r.Trigger() })
 	if err != nil {
 		return err
@@ -156,9 +165,9 @@ func runDaemon(ctx context.Context, dc daemonConfig) (err error) {
 		Source:    src,
 		Planner:   plan.New(cfg.PlanOptions()),
 		Dataplane: dp,
-		Elected:   lb.elected,
-		Alive:     lb.alive(),
-		OnNodes:   lb.setNodes,
+		Elected:   lbm.Elected(),
+		Alive:     lbm.Alive(),
+		OnNodes:   lbm.SetNodes,
 		Metrics:   m,
 		Health:    hc,
 		Log:       log.With("component", "reconcile"),
@@ -202,10 +211,10 @@ func runDaemon(ctx context.Context, dc daemonConfig) (err error) {
 		if err := src.Healthy(); err != nil {
 			return fmt.Errorf("watching Kubernetes: %w", err)
 		}
-		return lb.ready()
+		return lbm.Ready()
 	}
-	reload := newReloader(cfg, loop, policies, lb.setPools, r.Trigger, log.With("component", "config"), reg)
-	reload.setAnnouncers = lb.setAnnouncers
+	reload := newReloader(cfg, loop, policies, lbm.SetPools, r.Trigger, log.With("component", "config"), reg)
+	reload.setAnnouncers = lbm.SetAnnouncers
 	metricsHandler := status.MetricsHandler(reg, func() any { return loop.State() })
 	if dc.Profiling {
 		metricsHandler = withProfiling(metricsHandler)
@@ -234,7 +243,7 @@ func runDaemon(ctx context.Context, dc daemonConfig) (err error) {
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() { src.Run(ctx) })
-	lb.run(ctx, &wg, r.Trigger)
+	wg.Go(func() { lbm.Run(ctx) })
 	wg.Go(func() { r.Run(ctx) })
 	wg.Go(func() { policies.Run(ctx) })
 	wg.Go(func() { reporter.Run(ctx) })

@@ -241,3 +241,19 @@ func TestDaemonRefusesBusyPort(t *testing.T) {
 		t.Errorf("second daemon on the same ports = %v, want the metrics server's listen error", err)
 	}
 }
+
+// TestDaemonAllocatesAndReloadsPools runs the daemon with a pool over a
+// fake clientset: the allocator takes the Lease and reports the pool,
+// and a reload that adds a pool applies it without a restart.
+func TestDaemonAllocatesAndReloadsPools(t *testing.T) {
+	const pools = "pools:\n  - name: public\n    addresses: [192.0.2.0/28]\n"
+	d := startDaemon(t, pools)
+	d.waitMetric(t, `switchyard_pool_addresses_total{pool="public"} 16`)
+	d.waitMetric(t, `switchyard_pool_addresses_used{pool="public"} 0`)
+
+	d.tc.write(t, pools+"  - name: private\n    addresses: [10.10.0.10-10.10.0.13]\n    autoAssign: false\n")
+	d.waitMetric(t, `switchyard_pool_addresses_total{pool="private"} 4`)
+	if logs := d.logs.String(); !strings.Contains(logs, `"applied":"pools"`) || strings.Contains(logs, `"fields":"pools"`) {
+		t.Errorf("the pools reload was not applied live; logs:\n%s", logs)
+	}
+}

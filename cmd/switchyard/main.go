@@ -1,6 +1,12 @@
 // Command switchyard is the Switchyard node daemon: it runs on every node,
 // in place of kube-proxy, and programs the node's dataplane for the
 // cluster's Services.
+//
+// It only parses flags, builds the packages from the config and runs
+// them: the watch (core/k8s), the loop (core/runner, core/reconcile), the
+// dataplane (ipvs), the policies (plugins), the LoadBalancer control
+// plane (core/lb), and the metrics and health servers; config reloads
+// are dispatched to the package each field belongs to.
 package main
 
 import (

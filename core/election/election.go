@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"net/netip"
 	"slices"
-	"strings"
 
 	"github.com/switchyard-lb/switchyard/core/model"
 )
@@ -118,31 +117,6 @@ func ownerAmong(eligible []string, ip netip.Addr) (owner string, ok bool) {
 		}
 	}
 	return owner, ok
-}
-
-// Layer2Ranking returns the eligible nodes in the order they would take
-// ip over: the owner first, then who takes over if it fails, and so on.
-// It is for diagnostics (/debug/state); Layer2Owner is cheaper.
-func Layer2Ranking(in *Input, ip netip.Addr) []string {
-	type ranked struct {
-		name  string
-		score [sha256.Size]byte
-	}
-	var rs []ranked
-	for _, n := range Eligible(in) {
-		rs = append(rs, ranked{n, score(n, ip)})
-	}
-	slices.SortFunc(rs, func(a, b ranked) int {
-		if d := bytes.Compare(a.score[:], b.score[:]); d != 0 {
-			return d
-		}
-		return strings.Compare(a.name, b.name)
-	})
-	out := make([]string, len(rs))
-	for i, r := range rs {
-		out[i] = r.name
-	}
-	return out
 }
 
 // Layer2Owners returns the owner of each address that has one. Each

@@ -378,11 +378,15 @@ func convertSlice(slice *discoveryv1.EndpointSlice) ([]model.Endpoint, []error) 
 	return out, c.problems
 }
 
-// convertNode converts a Node: its zone, InternalIP and ExternalIP
-// addresses, Ready condition and labels.
+// convertNode converts a Node: its zone, every address with its type
+// (the InternalIP and ExternalIP ones also as NodePort addresses), Ready
+// condition and labels.
 func convertNode(node *corev1.Node) (*model.Node, []error) {
 	var c converter
 	n := &model.Node{Name: node.Name, Zone: node.Labels[labelZone]}
+	for _, a := range node.Status.Addresses {
+		n.StatusAddresses = append(n.StatusAddresses, model.NodeAddress{Type: model.NodeAddressType(a.Type), Address: a.Address})
+	}
 	for i, a := range node.Status.Addresses {
 		if a.Type != corev1.NodeInternalIP && a.Type != corev1.NodeExternalIP {
 			continue

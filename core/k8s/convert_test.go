@@ -310,6 +310,13 @@ func TestConvertNode(t *testing.T) {
 			},
 		},
 		want: &model.Node{Name: "n1", Zone: "z1", Addresses: addrs("10.1.0.5", "203.0.113.5", "fd00::5"), Ready: true,
+			StatusAddresses: []model.NodeAddress{
+				{Type: model.NodeHostname, Address: "n1"},
+				{Type: model.NodeInternalIP, Address: "fd00::5"},
+				{Type: model.NodeExternalIP, Address: "203.0.113.5"},
+				{Type: model.NodeInternalIP, Address: "10.1.0.5"},
+				{Type: model.NodeInternalIP, Address: "10.1.0.500"},
+			},
 			Labels: map[string]string{corev1.LabelTopologyZone: "z1", "role": "edge"}},
 		wantProblems: 1,
 	}, {

@@ -1,5 +1,6 @@
 // Package model owns Switchyard's Kubernetes-free data model: what the
-// watch layer reports (services, their ports, endpoints and the node) and
+// watch layer reports (services, their ports, endpoints, and nodes with
+// every address of their status and its type) and
 // what the planner wants the dataplane and announcers to hold (virtual
 // services, real servers and announcements).
 //

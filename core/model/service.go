@@ -197,15 +197,60 @@ type EndpointKey struct {
 // Key returns the endpoint's identity.
 func (e Endpoint) Key() EndpointKey { return EndpointKey{e.Addr, e.Port, e.Protocol} }
 
-// Node is what the planner needs of this node.
+// Node is what Switchyard needs of a Node: the planner of this node, the
+// election, membership and announcers of every node.
 type Node struct {
 	Name string
 	// Zone is the topology.kubernetes.io/zone label, "" when unset.
 	Zone string
-	// Addresses are the node's addresses that may carry NodePorts.
+	// Addresses are the node's addresses that may carry NodePorts: its
+	// InternalIP and ExternalIP addresses, sorted.
 	Addresses []netip.Addr
-	Ready     bool
-	Labels    map[string]string
+	// StatusAddresses are every address of the Node's status, of every
+	// type, in the Node's order (a Hostname is no IP: see NodeAddress.IP).
+	StatusAddresses []NodeAddress
+	Ready           bool
+	Labels          map[string]string
+}
+
+// NodeAddressType is the type of a Node's address, as Kubernetes names it.
+type NodeAddressType string
+
+// The node address types of Kubernetes.
+const (
+	NodeInternalIP  NodeAddressType = "InternalIP"
+	NodeExternalIP  NodeAddressType = "ExternalIP"
+	NodeHostname    NodeAddressType = "Hostname"
+	NodeInternalDNS NodeAddressType = "InternalDNS"
+	NodeExternalDNS NodeAddressType = "ExternalDNS"
+)
+
+// NodeAddress is one address of a Node's status.
+type NodeAddress struct {
+	Type    NodeAddressType
+	Address string
+}
+
+// IP returns the address as an IP, false when it is none: a Hostname, a
+// DNS name, or what core/k8s refuses as a node IP (invalid, zoned or
+// IPv4-mapped).
+func (a NodeAddress) IP() (netip.Addr, bool) {
+	ip, err := netip.ParseAddr(a.Address)
+	if err != nil || ip.Zone() != "" || ip.Is4In6() {
+		return netip.Addr{}, false
+	}
+	return ip, true
+}
+
+// IPs returns the node's IP addresses of type t, in the Node's order.
+func (n *Node) IPs(t NodeAddressType) []netip.Addr {
+	var out []netip.Addr
+	for _, a := range n.StatusAddresses {
+		if ip, ok := a.IP(); ok && a.Type == t {
+			out = append(out, ip)
+		}
+	}
+	return out
 }
 
 // ServiceState is the watch layer's current view of one Service: the

@@ -1,4 +1,4 @@
-package main
+package lb
 
 import (
 	"fmt"
@@ -10,7 +10,6 @@ import (
 
 	"k8s.io/apimachinery/pkg/labels"
 
-	"github.com/switchyard-lb/switchyard/announcers/cloud"
 	"github.com/switchyard-lb/switchyard/core/config"
 	"github.com/switchyard-lb/switchyard/core/ipam"
 )
@@ -21,11 +20,8 @@ import (
 // loop's goroutine while a reload writes them.
 type announcerSlot struct {
 	name string
-	// cloud is the announcer when it is a cloud one (its node selector
-	// also picks the nodes its load balancers front).
-	cloud *cloud.Announcer
 
-	mu  sync.Mutex // serialises writers; guards cfg and names
+	mu  sync.Mutex // serialises writers; guards cfg
 	cfg config.Announcer
 	// ranges are the addresses of the pools it serves; nil: every
 	// address (no pools listed).
@@ -105,35 +101,4 @@ func (s *announcerSlot) apply(next config.Announcer, pools []ipam.Pool) {
 	s.cfg = next
 	s.setSelector(next.NodeSelector)
 	s.setPoolsLocked(pools)
-}
-
-// setAnnouncers applies a reload of the announcers when only their pools
-// and node selectors changed (then a sync re-elects every address);
-// otherwise it changes nothing and says what needs a restart: adding,
-// removing, renaming or retyping announcers, their ARP, BGP or cloud
-// settings.
-func (lb *loadBalancing) setAnnouncers(next []config.Announcer) error {
-	if len(next) != len(lb.slots) {
-		return fmt.Errorf("announcers added or removed (%d, now %d)", len(lb.slots), len(next))
-	}
-	for i, slot := range lb.slots {
-		if next[i].Name != slot.name {
-			return fmt.Errorf("announcer %s renamed or moved (now %s)", slot.name, next[i].Name)
-		}
-		if err := slot.reloadable(next[i]); err != nil {
-			return err
-		}
-	}
-	lb.mu.Lock()
-	for i, slot := range lb.slots {
-		slot.apply(next[i], lb.pools)
-	}
-	if lb.nodes != nil {
-		lb.setCloudNodesLocked()
-	}
-	lb.mu.Unlock()
-	if lb.trigger != nil {
-		lb.trigger()
-	}
-	return nil
 }

@@ -1,4 +1,4 @@
-package main
+package lb
 
 import (
 	"context"
@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"sync"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/switchyard-lb/switchyard/core/config"
 	"github.com/switchyard-lb/switchyard/core/membership"
@@ -19,7 +17,7 @@ import (
 // nil when it names none. A missing or invalid Secret, key or file is an
 // error naming it: the daemon does not gossip in clear when told to
 // encrypt.
-func gossipKeys(ctx context.Context, client kubernetes.Interface, ns string, mc config.Membership) ([][]byte, error) {
+func gossipKeys(ctx context.Context, secrets *Secrets, mc config.Membership) ([][]byte, error) {
 	switch {
 	case mc.SecretKeyFile != "":
 		data, err := os.ReadFile(mc.SecretKeyFile)
@@ -32,11 +30,11 @@ func gossipKeys(ctx context.Context, client kubernetes.Interface, ns string, mc 
 		}
 		return keys, nil
 	case mc.SecretKeySecret != nil:
-		s, err := getSecret(ctx, client, ns, mc.SecretKeySecret.Name)
+		s, err := secrets.Get(ctx, mc.SecretKeySecret.Name)
 		if err != nil {
 			return nil, fmt.Errorf("membership.secretKeySecret: %w", err)
 		}
-		return secretGossipKeys(ns, *mc.SecretKeySecret, s)
+		return secretGossipKeys(secrets.Namespace(), *mc.SecretKeySecret, s)
 	}
 	return nil, nil
 }
@@ -74,19 +72,19 @@ func parseGossipKeys(data []byte) ([][]byte, error) {
 type keySetter interface{ SetKeys([][]byte) error }
 
 // gossipRotation applies changes of the gossip keys' Secret to a running
-// membership, and keeps the last failure for /readyz. A deleted Secret
-// or an invalid change keeps the keys in force.
+// membership. A deleted Secret or an invalid change keeps the keys in
+// force. Membership is its own single writer of the keys (SetKeys holds
+// its lock), so the watch's goroutine calls it directly.
 type gossipRotation struct {
 	ns  string
 	ref config.SecretKeyRef
 	m   keySetter
 	log *slog.Logger
-
-	mu  sync.Mutex
-	err error
 }
 
-func (g *gossipRotation) apply(s *corev1.Secret) {
+// apply sets the keys of s (nil: the Secret is gone) and returns why it
+// did not.
+func (g *gossipRotation) apply(s *corev1.Secret) error {
 	keys, err := secretGossipKeys(g.ns, g.ref, s)
 	if err == nil {
 		err = g.m.SetKeys(keys)
@@ -94,13 +92,5 @@ func (g *gossipRotation) apply(s *corev1.Secret) {
 	if err != nil {
 		g.log.Error("gossip keys not changed; the keys in force stay", "err", err)
 	}
-	g.mu.Lock()
-	g.err = err
-	g.mu.Unlock()
-}
-
-func (g *gossipRotation) failure() error {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.err
+	return err
 }

@@ -1,4 +1,4 @@
-package main
+package lb
 
 import (
 	"errors"
@@ -32,8 +32,8 @@ func TestDaemonNamespace(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := daemonNamespace(tt.env, tt.read); got != tt.want {
-				t.Errorf("daemonNamespace = %q, want %q", got, tt.want)
+			if got := DaemonNamespace(tt.env, tt.read); got != tt.want {
+				t.Errorf("DaemonNamespace = %q, want %q", got, tt.want)
 			}
 		})
 	}

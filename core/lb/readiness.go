@@ -1,4 +1,4 @@
-package main
+package lb
 
 import (
 	"errors"
@@ -7,18 +7,13 @@ import (
 	"time"
 )
 
-// arpGrace is how long an ARP announcer may be unhealthy before the pod
-// turns unready: longer than its readers' longest backoff (5 s), so one
-// failed read that recovers does not flip readiness.
-const arpGrace = 10 * time.Second
-
 // announcerCheck is one announcer's part of /readyz.
 type announcerCheck struct {
 	name string
 	// probe returns why the announcer cannot do its job on this node.
 	probe func() error
 	// grace is how long probe must keep failing before the pod is unready.
-	grace time.Duration
+	grace func() time.Duration
 }
 
 // announcerHealth is the "announcers" check of /readyz. What makes the
@@ -81,7 +76,7 @@ func (h *announcerHealth) err() error {
 			since = now
 			h.since[c.name] = now
 		}
-		if d := now.Sub(since); d >= c.grace {
+		if d := now.Sub(since); d >= c.grace() {
 			errs = append(errs, fmt.Errorf("announcer %s, for %s: %w", c.name, d.Round(time.Second), err))
 		}
 	}

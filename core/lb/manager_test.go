@@ -1,19 +1,24 @@
-package main
+package lb
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
-	"strings"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/switchyard-lb/switchyard/announcers/bgp"
 	"github.com/switchyard-lb/switchyard/core/config"
+	"github.com/switchyard-lb/switchyard/core/election"
 	"github.com/switchyard-lb/switchyard/core/ipam"
 	"github.com/switchyard-lb/switchyard/core/model"
 )
@@ -99,8 +104,11 @@ func TestBGPConfig(t *testing.T) {
 	if err := os.WriteFile(pwFile, []byte("s3cret\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	self := &model.Node{Name: "node-a", Labels: map[string]string{"rack": "r1"},
-		Addresses: []netip.Addr{netip.MustParseAddr("fd00::1"), netip.MustParseAddr("10.0.0.1")}}
+	// The router ID is the first IPv4 InternalIP: not an ExternalIP.
+	self := &model.Node{Name: "node-a", Labels: map[string]string{"rack": "r1"}, StatusAddresses: []model.NodeAddress{
+		{Type: model.NodeExternalIP, Address: "203.0.113.1"}, {Type: model.NodeInternalIP, Address: "fd00::1"},
+		{Type: model.NodeInternalIP, Address: "10.0.0.1"}, {Type: model.NodeInternalIP, Address: "10.0.0.2"},
+	}}
 	ann := func(b config.BGPAnnouncer) config.Announcer {
 		return config.Announcer{Name: "tor", Type: config.AnnouncerBGP, BGP: &b}
 	}
@@ -165,23 +173,128 @@ func TestBGPConfig(t *testing.T) {
 	}
 
 	// Without an IPv4 address and a configured router ID there is none.
-	if _, _, err := bgpConfig(ann(config.BGPAnnouncer{ASN: 64512}), &model.Node{Name: "v6", Addresses: []netip.Addr{netip.MustParseAddr("fd00::1")}}); err == nil {
+	if _, _, err := bgpConfig(ann(config.BGPAnnouncer{ASN: 64512}), &model.Node{Name: "v6", StatusAddresses: []model.NodeAddress{{Type: model.NodeInternalIP, Address: "fd00::1"}, {Type: model.NodeExternalIP, Address: "203.0.113.1"}}}); err == nil {
 		t.Error("bgpConfig without an IPv4 router ID succeeded")
 	}
 }
 
-// TestDaemonAllocatesAndReloadsPools runs the daemon with a pool over a
-// fake clientset: the allocator takes the Lease and reports the pool,
-// and a reload that adds a pool applies it without a restart.
-func TestDaemonAllocatesAndReloadsPools(t *testing.T) {
-	const pools = "pools:\n  - name: public\n    addresses: [192.0.2.0/28]\n"
-	d := startDaemon(t, pools)
-	d.waitMetric(t, `switchyard_pool_addresses_total{pool="public"} 16`)
-	d.waitMetric(t, `switchyard_pool_addresses_used{pool="public"} 0`)
+// recordingType is an announcer type registered beside the built-in
+// ones: what its instance is given is recorded.
+type recordingType struct {
+	mu    sync.Mutex
+	nodes [][]string
+	self  string
+}
 
-	d.tc.write(t, pools+"  - name: private\n    addresses: [10.10.0.10-10.10.0.13]\n    autoAssign: false\n")
-	d.waitMetric(t, `switchyard_pool_addresses_total{pool="private"} 4`)
-	if logs := d.logs.String(); !strings.Contains(logs, `"applied":"pools"`) || strings.Contains(logs, `"fields":"pools"`) {
-		t.Errorf("the pools reload was not applied live; logs:\n%s", logs)
+func (r *recordingType) typ() Type {
+	return Type{Mode: election.Layer2, NeedsNode: true, New: func(_ context.Context, env Env, ac config.Announcer) (*Instance, error) {
+		r.mu.Lock()
+		r.self = env.Self.Name
+		r.mu.Unlock()
+		return &Instance{Announcer: &serialAnnouncer{}, SetNodes: func(nodes []*model.Node) error {
+			var names []string
+			for _, n := range nodes {
+				names = append(names, n.Name)
+			}
+			r.mu.Lock()
+			r.nodes = append(r.nodes, names)
+			r.mu.Unlock()
+			return nil
+		}}, nil
+	}}
+}
+
+func (r *recordingType) last() (string, []string, int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.nodes) == 0 {
+		return r.self, nil, 0
+	}
+	return r.self, r.nodes[len(r.nodes)-1], len(r.nodes)
+}
+
+// TestManagerRegisteredType runs a Manager with an announcer of a type
+// registered by one line: the loop's nodes start it with this node, it
+// gets the ready nodes its node selector picks, and a reload of the
+// selector gives it the new selection.
+func TestManagerRegisteredType(t *testing.T) {
+	rec := &recordingType{}
+	types := Builtin()
+	types["recording"] = rec.typ()
+	reg := prometheus.NewRegistry()
+	ac := config.Announcer{Name: "rec", Type: "recording", NodeSelector: map[string]string{"edge": "true"}}
+	m, err := New(t.Context(), Config{
+		Client: fake.NewClientset(), NodeName: "n1", Namespace: "ns", Types: types,
+		Registerer: reg, Trigger: func() {}, Log: discard(),
+	}, &config.Config{
+		Announcers: []config.Announcer{ac},
+		Membership: config.Membership{BindAddress: "127.0.0.1", Port: -1},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if len(m.Elected()) != 1 || m.Elected()[0].Announcer.Name() != "rec" {
+		t.Fatalf("Elected = %+v, want the one announcer named rec", m.Elected())
+	}
+	edge := map[string]string{"edge": "true"}
+	m.SetNodes(map[string]*model.Node{
+		"n1": {Name: "n1", Ready: true, Labels: edge},
+		"n2": {Name: "n2", Ready: true},
+		"n3": {Name: "n3", Ready: false, Labels: edge},
+		"n4": {Name: "n4", Ready: true, Labels: edge},
+	})
+	wait := func(want []string, calls int) {
+		t.Helper()
+		deadline := time.Now().Add(time.Minute)
+		for {
+			self, got, n := rec.last()
+			if n >= calls {
+				if self != "n1" || !slices.Equal(got, want) {
+					t.Fatalf("started for %q with nodes %v, want n1 with %v", self, got, want)
+				}
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the announcer got %d node sets, want %d", n, calls)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	wait([]string{"n1", "n4"}, 1)
+	next := ac
+	next.NodeSelector = nil
+	if err := m.SetAnnouncers([]config.Announcer{next}); err != nil {
+		t.Fatal(err)
+	}
+	wait([]string{"n1", "n2", "n4"}, 2)
+	if err := m.SetAnnouncers([]config.Announcer{{Name: "rec", Type: "arp"}}); err == nil {
+		t.Error("SetAnnouncers took a change of type")
+	}
+}
+
+// TestManagerRefuses: an unknown type, or a config error of a type that
+// waits for the node, stops New at once.
+func TestManagerRefuses(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "missing")
+	tests := []struct {
+		ac   config.Announcer
+		want string
+	}{
+		{config.Announcer{Name: "x", Type: "carrier-pigeon"}, `announcer x: unknown type "carrier-pigeon"`},
+		{config.Announcer{Name: "tor", Type: config.AnnouncerBGP, BGP: &config.BGPAnnouncer{ASN: 64512,
+			Peers: []config.BGPPeer{{Address: "10.0.0.254", ASN: 64513, PasswordFile: missing}}}},
+			"announcer tor: peer 10.0.0.254: password: open " + missing + ": no such file or directory"},
+	}
+	for _, tt := range tests {
+		_, err := New(t.Context(), Config{
+			Client: fake.NewClientset(), NodeName: "n1", Registerer: prometheus.NewRegistry(), Trigger: func() {}, Log: discard(),
+		}, &config.Config{
+			Announcers: []config.Announcer{tt.ac},
+			Membership: config.Membership{BindAddress: "127.0.0.1", Port: -1},
+		})
+		if err == nil || err.Error() != tt.want {
+			t.Errorf("New(%s) = %v, want %q", tt.ac.Name, err, tt.want)
+		}
 	}
 }

@@ -1,14 +1,13 @@
-package main
+package lb
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
 
-	"github.com/switchyard-lb/switchyard/announcers/report"
 	"github.com/switchyard-lb/switchyard/core/model"
-	"github.com/switchyard-lb/switchyard/core/plugin"
 )
 
 // announceEvents records the announcers' AnnounceFailed Events on
@@ -23,12 +22,12 @@ type announceEvents struct {
 	recorder    record.EventRecorder
 }
 
-func newAnnounceEvents(dc daemonConfig) *announceEvents {
+func newAnnounceEvents(client kubernetes.Interface, nodeName string) *announceEvents {
 	b := record.NewBroadcaster()
-	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: dc.Client.CoreV1().Events("")})
+	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
 	return &announceEvents{
 		broadcaster: b,
-		recorder:    b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "switchyard", Host: dc.NodeName}),
+		recorder:    b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "switchyard", Host: nodeName}),
 	}
 }
 
@@ -36,12 +35,6 @@ func newAnnounceEvents(dc daemonConfig) *announceEvents {
 func (e *announceEvents) Event(svc model.ServiceKey, reason, message string) {
 	ref := &corev1.ObjectReference{APIVersion: "v1", Kind: "Service", Namespace: svc.Namespace, Name: svc.Name}
 	e.recorder.Event(ref, corev1.EventTypeWarning, reason, message)
-}
-
-// wrap reports a's failures; async for an announcer whose outcomes
-// arrive through report.Announcer.Result.
-func (e *announceEvents) wrap(a plugin.Announcer, async bool) *report.Announcer {
-	return report.New(a, report.Options{Recorder: e, Async: async})
 }
 
 func (e *announceEvents) close() error {

@@ -1,4 +1,4 @@
-package main
+package lb
 
 import (
 	"context"
@@ -29,10 +29,10 @@ const (
 	secretResync = 5 * time.Minute
 )
 
-// daemonNamespace is the namespace the daemon runs in, where it reads
-// Secrets: $POD_NAMESPACE, else the in-cluster namespace file, else
-// switchyard-system.
-func daemonNamespace(env string, readFile func(string) ([]byte, error)) string {
+// DaemonNamespace is the namespace the daemon runs in, where it reads
+// Secrets: env (the daemon's $POD_NAMESPACE), else the in-cluster
+// namespace file, else switchyard-system.
+func DaemonNamespace(env string, readFile func(string) ([]byte, error)) string {
 	if ns := strings.TrimSpace(env); ns != "" {
 		return ns
 	}
@@ -44,17 +44,65 @@ func daemonNamespace(env string, readFile func(string) ([]byte, error)) string {
 	return defaultNamespace
 }
 
-// getSecret reads the Secret name in ns; nil without error when there
-// is none.
-func getSecret(ctx context.Context, client kubernetes.Interface, ns, name string) (*corev1.Secret, error) {
-	s, err := client.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
+// Secrets reads and follows Secrets of the daemon's namespace: one watch
+// per followed name (a field selector, so nothing else of the namespace
+// is cached). Follows registered before Run start with it.
+type Secrets struct {
+	client kubernetes.Interface
+	ns     string
+	log    *slog.Logger
+
+	mu      sync.Mutex
+	ctx     context.Context // set by run; nil before
+	wg      *sync.WaitGroup
+	pending []func()
+}
+
+func newSecrets(client kubernetes.Interface, ns string, log *slog.Logger) *Secrets {
+	return &Secrets{client: client, ns: ns, log: log}
+}
+
+// Namespace is the daemon's namespace.
+func (s *Secrets) Namespace() string { return s.ns }
+
+// Get reads the Secret name; nil without error when there is none.
+func (s *Secrets) Get(ctx context.Context, name string) (*corev1.Secret, error) {
+	sec, err := s.client.CoreV1().Secrets(s.ns).Get(ctx, name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
 		return nil, nil
 	case err != nil:
-		return nil, fmt.Errorf("read Secret %s/%s: %w", ns, name, err)
+		return nil, fmt.Errorf("read Secret %s/%s: %w", s.ns, name, err)
 	}
-	return s, nil
+	return sec, nil
+}
+
+// follow calls on with the Secret name after every change and resync,
+// and with nil once it is deleted, from the watch's goroutine, until the
+// context of run is done.
+func (s *Secrets) follow(name string, on func(*corev1.Secret)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	start := func() { watchSecret(s.ctx, s.wg, s.client, s.ns, name, s.log, on) }
+	if s.ctx == nil {
+		s.pending = append(s.pending, start)
+		return
+	}
+	if s.ctx.Err() == nil {
+		start()
+	}
+}
+
+// run starts the follows registered so far, and those registered later
+// at once; they stop when ctx is done.
+func (s *Secrets) run(ctx context.Context, wg *sync.WaitGroup) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ctx, s.wg = ctx, wg
+	for _, start := range s.pending {
+		start()
+	}
+	s.pending = nil
 }
 
 // watchSecret watches the Secret name in ns (a field selector on the

@@ -1,4 +1,4 @@
-package main
+package lb
 
 import (
 	"context"
@@ -44,7 +44,7 @@ func TestGossipKeys(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := gossipKeys(context.Background(), nil, "ns", tt.mc)
+			got, err := gossipKeys(context.Background(), nil, tt.mc)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("gossipKeys error = %v, want one containing %q", err, tt.wantErr)
@@ -107,23 +107,21 @@ func TestGossipRotation(t *testing.T) {
 	m := &recordingKeys{}
 	g := &gossipRotation{ns: "ns", ref: config.SecretKeyRef{Name: "gossip", Key: "keys"}, m: m, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 
-	g.apply(valid)
-	if diff := cmp.Diff([][]byte{k16}, m.got); diff != "" || g.failure() != nil {
-		t.Fatalf("after a valid Secret: keys (-want +got):\n%s; failure %v", diff, g.failure())
+	err := g.apply(valid)
+	if diff := cmp.Diff([][]byte{k16}, m.got); diff != "" || err != nil {
+		t.Fatalf("after a valid Secret: keys (-want +got):\n%s; failure %v", diff, err)
 	}
 	m.got = nil
-	g.apply(nil) // deleted: the keys in force stay
-	if m.got != nil || g.failure() == nil {
-		t.Errorf("after the Secret's deletion: SetKeys(%v), failure %v; want no call and a failure", m.got, g.failure())
+	err = g.apply(nil) // deleted: the keys in force stay
+	if m.got != nil || err == nil {
+		t.Errorf("after the Secret's deletion: SetKeys(%v), failure %v; want no call and a failure", m.got, err)
 	}
 	m.err = errors.New("refused")
-	g.apply(valid)
-	if err := g.failure(); err == nil || err.Error() != "refused" {
+	if err := g.apply(valid); err == nil || err.Error() != "refused" {
 		t.Errorf("failure after SetKeys failed = %v, want refused", err)
 	}
 	m.err = nil
-	g.apply(valid)
-	if err := g.failure(); err != nil {
+	if err := g.apply(valid); err != nil {
 		t.Errorf("failure after a later success = %v, want nil", err)
 	}
 }

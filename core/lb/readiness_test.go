@@ -1,4 +1,4 @@
-package main
+package lb
 
 import (
 	"errors"
@@ -15,8 +15,8 @@ func TestAnnouncerHealth(t *testing.T) {
 	now := time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)
 	var bgpErr, arpErr error
 	h := newAnnouncerHealth(func() time.Time { return now })
-	h.add(announcerCheck{name: "tor", probe: func() error { return bgpErr }, grace: 90 * time.Second})
-	h.add(announcerCheck{name: "l2", probe: func() error { return arpErr }, grace: 10 * time.Second})
+	h.add(announcerCheck{name: "tor", probe: func() error { return bgpErr }, grace: func() time.Duration { return 90 * time.Second }})
+	h.add(announcerCheck{name: "l2", probe: func() error { return arpErr }, grace: func() time.Duration { return 10 * time.Second }})
 	noSession := errors.New("no bgp session established (1 peers configured)")
 	gone := errors.New("interface eth1 (index 3) is gone")
 	steps := []struct {
