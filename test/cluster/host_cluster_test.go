@@ -129,7 +129,7 @@ func TestCluster(t *testing.T) {
 
 func goBuild(t *testing.T, args ...string) {
 	t.Helper()
-	args = append([]string{args[0], "-trimpath", "-ldflags=-s -w"}, args[1:]...)
+	args = append([]string{args[0], "-ldflags=-s -w"}, args[1:]...)
 	cmd := exec.Command("go", args...)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {

@@ -161,7 +161,10 @@ func (ns *Namespace) forward(listen, target string) (io.Closer, error) {
 			if !f.track(in, out) {
 				return
 			}
-			f.wg.Go(func() { splice(in, out) })
+			f.wg.Go(func() {
+				splice(in, out)
+				f.untrack(in, out)
+			})
 		}
 	})
 	return f, nil
@@ -188,6 +191,14 @@ func (f *forwarder) track(cs ...net.Conn) bool {
 		f.conns[c] = true
 	}
 	return true
+}
+
+func (f *forwarder) untrack(cs ...net.Conn) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, c := range cs {
+		delete(f.conns, c)
+	}
 }
 
 func (f *forwarder) Close() error {

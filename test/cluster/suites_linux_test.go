@@ -123,7 +123,10 @@ func TestNodePortLocalKeepsClientIP(t *testing.T) {
 // TestHostNetworkClientReachesClusterIPOnAnotherNode: a hostNetwork
 // client (a process in node1's own namespace) reaches a ClusterIP whose
 // only endpoint is on node2, with the default config (clusterCIDRs: []).
-// A pod on node1 reaching it is the control.
+// A pod on node1 reaching it is the control. This found issue 10's gap:
+// the node's connection has the ClusterIP as its source address, and
+// without masquerade node2's pod answered the ClusterIP, which node2
+// holds too; the SYN timed out (fixed in ipvs's nftables table).
 func TestHostNetworkClientReachesClusterIPOnAnotherNode(t *testing.T) {
 	c := requireGuest(t)
 	node1, node2 := c.Nodes[0], c.Nodes[1]
