@@ -42,6 +42,7 @@ test-integration:
 -include test/lab/lab.mk
 -include wasm-sdk/wasm.mk
 -include test/peers/peers.mk
+-include test/cluster/cluster.mk
 -include bench.mk
 
 test-lab::

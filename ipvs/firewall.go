@@ -44,7 +44,8 @@ type FirewallState struct {
 type FirewallSpec struct {
 	// ClusterIPs are masqueraded when the client is outside every cluster
 	// CIDR (a hostNetwork client, another host), or always with
-	// MasqueradeAll.
+	// MasqueradeAll. Without cluster CIDRs only the node's own traffic
+	// is, which has a ClusterIP as its source address.
 	ClusterIPs []netip.Addr
 	// ExternalIPs are LoadBalancer and external addresses with
 	// externalTrafficPolicy Cluster: always masqueraded. Local ones keep
@@ -72,8 +73,9 @@ type FirewallSpec struct {
 
 // stampVersion changes whenever the table layout for a given spec, or
 // what the stamp covers, does, so that an upgraded daemon rewrites the
-// table. v3: the stamp no longer covers Owned.
-const stampVersion = "switchyard-fw-v3"
+// table. v3: the stamp no longer covers Owned. v4: without cluster CIDRs,
+// traffic from a ClusterIP source is masqueraded.
+const stampVersion = "switchyard-fw-v4"
 
 // Stamp is a content hash of the spec (and the table layout version),
 // Owned excepted: two specs with the same stamp program the same rules and

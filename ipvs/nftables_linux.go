@@ -44,6 +44,7 @@ const MasqueradeMark = 0x4000
 //	    ip daddr VIP meta l4proto P th dport PORT jump source-range-N ... }
 //	  chain source-range-N { ip saddr <range> return ...; drop }
 //	  chain mark-unless-cluster { ip saddr <cidr> return ...; meta mark set mark | 0x4000 }
+//	    (without cluster CIDRs: { ip saddr @cluster-ips4 meta mark set mark | 0x4000; return })
 //	  set hairpin4 { type ipv4_addr . ipv4_addr }    (endpoint . endpoint; and 6)
 //	  set owned4 { type ipv4_addr . inet_proto . inet_service } (and 6; only read back)
 //	  set stamp { type inet_service; elements = { 0 comment "switchyard-spec <Stamp>" } }
@@ -210,7 +211,20 @@ func (n *NFTables) rewrite(spec FirewallSpec) error {
 	}
 	if !spec.MasqueradeAll && len(spec.ClusterCIDRs) == 0 {
 		// Without cluster CIDRs nothing tells pods from others: like
-		// kube-proxy, masquerade no ClusterIP traffic.
+		// kube-proxy, masquerade no ClusterIP traffic but the node's own.
+		// A process on the node reaching a ClusterIP gets that address as
+		// its source (the address is local, on the dummy link), and an
+		// endpoint on another node would answer the address its own node
+		// holds too: masquerade traffic sourced from a ClusterIP.
+		for _, fam := range []ipFamily{ipv4, ipv6} {
+			set := sets["cluster-ips"+fam.suffix]
+			c.AddRule(&nftables.Rule{Table: table, Chain: unless, Exprs: append([]expr.Any{
+				&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{fam.proto}},
+				&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: fam.src, Len: fam.size},
+				&expr.Lookup{SourceRegister: 1, SetName: set.Name, SetID: set.ID},
+			}, setMark()...)})
+		}
 		c.AddRule(&nftables.Rule{Table: table, Chain: unless, Exprs: []expr.Any{&expr.Verdict{Kind: expr.VerdictReturn}}})
 	}
 	c.AddRule(&nftables.Rule{Table: table, Chain: unless, Exprs: setMark()})

@@ -617,6 +617,59 @@ func TestDataplaneAffinityAndNoEndpoints(t *testing.T) {
 	}
 }
 
+// deleteFirewallTable removes the dataplane's nftables table.
+func deleteFirewallTable(t *testing.T) {
+	c, err := nftables.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.DelTable(&nftables.Table{Name: ipvs.TableName, Family: nftables.TableFamilyINet})
+	if err := c.Flush(); err != nil {
+		t.Errorf("delete table %s: %v", ipvs.TableName, err)
+	}
+}
+
+// TestDataplaneMasqueradeNodeWithoutClusterCIDRs: with the default
+// config (no cluster CIDRs) ClusterIP traffic from pods keeps its source,
+// and the node's own is masqueraded. The node's connection to a ClusterIP
+// gets the ClusterIP, local on the dummy link, as its source address; an
+// endpoint on another node would answer it to that node, which holds the
+// address too, and the connection would never complete (seen in the
+// cluster lab, test/cluster: TestHostNetworkClientReachesClusterIPOnAnotherNode).
+// Here the backend sees the node's own address instead of the ClusterIP.
+func TestDataplaneMasqueradeNodeWithoutClusterCIDRs(t *testing.T) {
+	requireGuest(t)
+	clearPlan(t)
+	t.Cleanup(func() { deleteFirewallTable(t) })
+	plan := planOf(map[string]model.VirtualService{
+		"cip": clusterIP("10.96.1.60", 80, model.TCP, "rr", backends(false, HTTPPort, 1, -1, -1)),
+	})
+	dp := newLabDataplane(t, func(c *ipvs.Config) { c.Firewall = ipvs.NewNFTables() })
+	if err := dp.Apply(t.Context(), plugin.Update{Plan: plan, Full: true}); err != nil {
+		t.Fatalf("Apply: %v", err)
+	}
+	type seen struct {
+		Backend string
+		Source  netip.Addr
+	}
+	for _, tc := range []struct {
+		name string
+		from *Namespace
+		want seen
+	}{
+		{"from a pod it keeps its source", topo.Client, seen{"be1", topo.ClientIPv4}},
+		{"from the node it is masqueraded", Root, seen{"be1", netip.MustParseAddr("10.244.1.1")}},
+	} {
+		name, src, err := Source(t.Context(), tc.from, netip.MustParseAddrPort("10.96.1.60:80"))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if diff := cmp.Diff(tc.want, seen{name, src}, cmpLab); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", tc.name, diff)
+		}
+	}
+}
+
 // TestDataplaneMasquerade checks the nftables table: ClusterIP traffic
 // from a pod (inside the cluster CIDRs) keeps its source, from the node
 // (hostNetwork) it is masqueraded; LoadBalancer traffic with
@@ -625,16 +678,7 @@ func TestDataplaneAffinityAndNoEndpoints(t *testing.T) {
 func TestDataplaneMasquerade(t *testing.T) {
 	requireGuest(t)
 	clearPlan(t)
-	t.Cleanup(func() {
-		c, err := nftables.New()
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.DelTable(&nftables.Table{Name: ipvs.TableName, Family: nftables.TableFamilyINet})
-		if err := c.Flush(); err != nil {
-			t.Errorf("delete table %s: %v", ipvs.TableName, err)
-		}
-	})
+	t.Cleanup(func() { deleteFirewallTable(t) })
 	lb := func(vip string, local bool, dests []model.Destination) model.VirtualService {
 		vs := clusterIP(vip, 80, model.TCP, "rr", dests)
 		vs.Kind, vs.Local = model.FrontendLoadBalancer, local

@@ -1,0 +1,301 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// DefaultDaemonConfig is the daemons' SwitchyardConfig: the shipped
+// defaults (deploy/config.yaml: ipvs, clusterCIDRs [] and so on), without
+// the WebAssembly cache directory, which the nodes would share.
+const DefaultDaemonConfig = `apiVersion: switchyard.dev/v1alpha1
+kind: SwitchyardConfig
+dataplane:
+  mode: ipvs
+policies:
+  cacheDir: ""
+`
+
+// daemonHealth is the daemons' health address (/readyz), on each node's
+// loopback among others (the default binds every address).
+const daemonHealth = "127.0.0.1:10256"
+
+// Options are what New needs besides the Plan.
+type Options struct {
+	Plan Plan
+	// Switchyard is the static daemon binary.
+	Switchyard string
+	// AdminKubeconfig is the harness's kubeconfig, usable from the test
+	// process's namespace.
+	AdminKubeconfig string
+	// DaemonKubeconfig is the daemons'. Its server must be a loopback
+	// address and port (https://127.0.0.1:PORT): each node forwards it to
+	// AdminKubeconfig's server.
+	DaemonKubeconfig string
+	// DaemonConfig is the daemons' SwitchyardConfig; default
+	// DefaultDaemonConfig.
+	DaemonConfig string
+	// LogDir receives the daemons' logs; default a temporary directory.
+	LogDir string
+}
+
+// Cluster is the topology, its API objects and the daemons.
+type Cluster struct {
+	*Topology
+	Kube kubernetes.Interface
+
+	opts     Options
+	forwards []io.Closer
+}
+
+// New builds the topology, forwards the API server into every node,
+// writes the Node objects and starts no daemon (StartDaemons does).
+func New(ctx context.Context, opts Options) (_ *Cluster, err error) {
+	if opts.DaemonConfig == "" {
+		opts.DaemonConfig = DefaultDaemonConfig
+	}
+	if opts.LogDir == "" {
+		if opts.LogDir, err = os.MkdirTemp("", "cluster-logs-"); err != nil {
+			return nil, fmt.Errorf("cluster: %w", err)
+		}
+	}
+	admin, err := clientcmd.BuildConfigFromFlags("", opts.AdminKubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: admin kubeconfig: %w", err)
+	}
+	daemonCfg, err := clientcmd.BuildConfigFromFlags("", opts.DaemonKubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: daemon kubeconfig: %w", err)
+	}
+	listen, err := hostPort(daemonCfg.Host)
+	if err != nil {
+		return nil, err
+	}
+	target, err := hostPort(admin.Host)
+	if err != nil {
+		return nil, err
+	}
+	kube, err := kubernetes.NewForConfig(admin)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: admin client: %w", err)
+	}
+	topo, err := build(opts.Plan)
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{Topology: topo, Kube: kube, opts: opts}
+	defer func() {
+		if err != nil {
+			c.Close()
+		}
+	}()
+	for _, n := range c.Nodes {
+		f, err := n.NS.forward(listen, target)
+		if err != nil {
+			return nil, err
+		}
+		c.forwards = append(c.forwards, f)
+		if err := createNode(ctx, kube, n); err != nil {
+			return nil, err
+		}
+		n.daemon = &daemon{node: n, opts: &c.opts}
+	}
+	return c, nil
+}
+
+func hostPort(server string) (string, error) {
+	u, err := url.Parse(server)
+	if err != nil || u.Port() == "" {
+		return "", fmt.Errorf("cluster: API server %q: want https://HOST:PORT", server)
+	}
+	return u.Host, nil
+}
+
+// Close stops the daemons, the forwards and the topology.
+func (c *Cluster) Close() {
+	for _, n := range c.Nodes {
+		if n.daemon != nil {
+			n.daemon.kill()
+		}
+	}
+	for _, f := range c.forwards {
+		f.Close()
+	}
+	c.Topology.Close()
+}
+
+// StartDaemons starts the daemon on every node and waits until each is
+// ready.
+func (c *Cluster) StartDaemons(ctx context.Context) error {
+	for _, n := range c.Nodes {
+		if err := n.StartDaemon(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Node returns the node named name, or nil.
+func (c *Cluster) Node(name string) *Node {
+	for _, n := range c.Nodes {
+		if n.Name == name {
+			return n
+		}
+	}
+	return nil
+}
+
+// daemon is one node's switchyard process.
+type daemon struct {
+	node *Node
+	opts *Options
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+	runs int
+}
+
+// StartDaemon sets the node's sysctls as the DaemonSet's init container
+// does (switchyard --set-sysctls), starts the daemon in the node's
+// namespace and waits until its /readyz answers 200.
+func (n *Node) StartDaemon(ctx context.Context) error {
+	d := n.daemon
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.cmd != nil {
+		return fmt.Errorf("cluster: %s: daemon already running", n.Name)
+	}
+	dir := filepath.Join(d.opts.LogDir, n.Name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("cluster: %w", err)
+	}
+	cfg := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(cfg, []byte(d.opts.DaemonConfig), 0o644); err != nil {
+		return fmt.Errorf("cluster: %w", err)
+	}
+	d.runs++
+	log, err := os.Create(filepath.Join(dir, fmt.Sprintf("switchyard-%d.log", d.runs)))
+	if err != nil {
+		return fmt.Errorf("cluster: %w", err)
+	}
+	init := exec.CommandContext(ctx, d.opts.Switchyard, "--set-sysctls", "--config", cfg, "--log-format", "text")
+	init.Stdout, init.Stderr = log, log
+	if err := n.NS.Command(init); err != nil {
+		log.Close()
+		return err
+	}
+	if err := init.Wait(); err != nil {
+		log.Close()
+		return fmt.Errorf("cluster: %s: switchyard --set-sysctls: %w (log %s)", n.Name, err, log.Name())
+	}
+	cmd := exec.Command(d.opts.Switchyard, "--config", cfg, "--kubeconfig", d.opts.DaemonKubeconfig,
+		"--hostname-override", n.Name, "--log-format", "text")
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := n.NS.Command(cmd); err != nil {
+		log.Close()
+		return err
+	}
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		log.Close()
+		close(done)
+	}()
+	d.cmd, d.done = cmd, done
+	return n.waitReady(ctx, done)
+}
+
+// waitReady polls the daemon's /readyz until it answers 200 or the daemon
+// exits.
+func (n *Node) waitReady(ctx context.Context, exited <-chan struct{}) error {
+	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DialContext: n.NS.DialContext, DisableKeepAlives: true}}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	var last error
+	for {
+		resp, err := hc.Get("http://" + daemonHealth + "/readyz")
+		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			err = fmt.Errorf("/readyz: %s: %s", resp.Status, strings.TrimSpace(string(body)))
+		}
+		last = err
+		select {
+		case <-exited:
+			return fmt.Errorf("cluster: %s: daemon exited before it was ready (%v); log:\n%s", n.Name, last, n.DaemonLog(4096))
+		case <-ctx.Done():
+			return fmt.Errorf("cluster: %s: daemon not ready: %w (last: %v); log:\n%s", n.Name, ctx.Err(), last, n.DaemonLog(4096))
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// StopDaemon stops the daemon with SIGTERM, as a rollout or a drain does,
+// and waits until it exited.
+func (n *Node) StopDaemon() error { return n.daemon.stop(syscall.SIGTERM) }
+
+// KillDaemon SIGKILLs the daemon (a crash) and waits until it is gone.
+func (n *Node) KillDaemon() error { return n.daemon.stop(syscall.SIGKILL) }
+
+func (d *daemon) stop(sig syscall.Signal) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.cmd == nil {
+		return fmt.Errorf("cluster: %s: no daemon running", d.node.Name)
+	}
+	if err := syscall.Kill(d.cmd.Process.Pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("cluster: %s: signal daemon: %w", d.node.Name, err)
+	}
+	select {
+	case <-d.done:
+	case <-time.After(time.Minute):
+		killGroup(d.cmd.Process.Pid)
+		<-d.done
+		d.cmd = nil
+		return fmt.Errorf("cluster: %s: daemon ignored %s for a minute; killed", d.node.Name, sig)
+	}
+	d.cmd = nil
+	return nil
+}
+
+func (d *daemon) kill() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.cmd != nil {
+		killGroup(d.cmd.Process.Pid)
+		<-d.done
+		d.cmd = nil
+	}
+}
+
+// DaemonLog returns the last max bytes of the node's latest daemon log.
+func (n *Node) DaemonLog(max int) string {
+	d := n.daemon
+	b, err := os.ReadFile(filepath.Join(d.opts.LogDir, n.Name, fmt.Sprintf("switchyard-%d.log", d.runs)))
+	if err != nil {
+		return err.Error()
+	}
+	if len(b) > max {
+		b = b[len(b)-max:]
+	}
+	return string(b)
+}

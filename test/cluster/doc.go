@@ -1,0 +1,39 @@
+// Package cluster is the cluster lab: several Kubernetes nodes, a router
+// and a client in one kernel lab guest (test/lab), the real switchyard
+// daemon on every node, against a real kube-apiserver on the host.
+//
+// IPVS, nftables, conntrack, routes and sysctls are per network
+// namespace, so each node is a namespace with its own dataplane and its
+// own daemon process. The topology, described in one place (Plan) and
+// built by code (New):
+//
+//	client 203.0.113.10 ── router 203.0.113.1 | 10.0.0.1 ── bridge (the nodes' LAN, layer 2)
+//	                                                         ├─ node1 10.0.0.11  cbr0 10.244.1.1/24 ─ pods 10.244.1.10, .11 …
+//	                                                         ├─ node2 10.0.0.12  cbr0 10.244.2.1/24 ─ pods …
+//	                                                         └─ node3 10.0.0.13  cbr0 10.244.3.1/24 ─ pods …
+//
+// Pod CIDRs are routed host-gw style: every node has a route to every other
+// node's pod CIDR through that node's LAN address; no overlay. The client
+// reaches the nodes only through the router. Pods are namespaces behind
+// their node's bridge; each serves HTTP, a line-based TCP protocol and UDP
+// (Pod* ports) and answers with its own name and the address it saw the
+// client as. The harness writes the Node, Service and EndpointSlice
+// objects matching the topology (nodeName, zone, ready/serving/terminating)
+// to the API server; the daemons program their node's IPVS from them.
+//
+// Traffic (StartTraffic) is the tool for the suites and benchmarks: many
+// concurrent long-lived TCP or UDP flows from one namespace, each one
+// recording the first break (reset, timeout, an answer from another
+// backend) with its time, so that a test can say "of N established flows,
+// M survived". Get is one request, for "who answers and what did it see".
+//
+// How it runs: the host-side test (build tag cluster, `make
+// test-cluster`) starts etcd and kube-apiserver (test/apitest), applies
+// deploy/'s RBAC and ServiceAccount, builds the daemon statically and this
+// package's test binary, and boots one guest on qemu user networking with
+// both. Inside, the test binary (every guest test skips outside the lab)
+// builds the topology, reaches the API server at the host's loopback
+// (10.0.2.2), and gives each node namespace a forward of the API server's
+// address on its own loopback, so the daemons' kubeconfig names
+// https://127.0.0.1:PORT as on the host.
+package cluster
