@@ -21,11 +21,15 @@ import (
 
 // DefaultDaemonConfig is the daemons' SwitchyardConfig: the shipped
 // defaults (deploy/config.yaml: ipvs, clusterCIDRs [] and so on), without
-// the WebAssembly cache directory, which the nodes would share.
+// the WebAssembly cache directory, which the nodes would share, and with
+// nf_conntrack_max left alone, as kind configures kube-proxy: the nodes
+// are network namespaces, where the kernel makes it read-only.
 const DefaultDaemonConfig = `apiVersion: switchyard.dev/v1alpha1
 kind: SwitchyardConfig
 dataplane:
   mode: ipvs
+conntrack:
+  maxPerCore: 0
 policies:
   cacheDir: ""
 `
