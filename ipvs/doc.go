@@ -60,6 +60,9 @@
 // (stamp version v3; an older table is rewritten once), so none of this
 // rewrites the table, and a restart with nothing changed writes nothing.
 //
+// Package ipvs/cleanup removes what this package owns, by the same
+// ownership rule (switchyard --cleanup), and kube-proxy's leftovers.
+//
 // Everything goes through these interfaces, so it is tested against the
 // goroutine-safe fakes in ipvstest on any host; contract tests run the same
 // scenarios against the fakes and, in the kernel lab (make test-lab),
