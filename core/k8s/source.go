@@ -63,7 +63,11 @@ func New(client kubernetes.Interface, opts Options, log *slog.Logger) *Source {
 		tr:     newTracker(time.Now()),
 	}
 	for i, sel := range serviceListOptions(opts.ServiceProxyName) {
-		inf := s.watch(&corev1.Service{}, resourceServices, sel,
+		key := resourceServices
+		if i > 0 {
+			key = resourceServicesNamed
+		}
+		inf := s.watch(&corev1.Service{}, key, sel,
 			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 				return client.CoreV1().Services(metav1.NamespaceAll).List(ctx, o)
 			},
@@ -105,9 +109,9 @@ func New(client kubernetes.Interface, opts Options, log *slog.Logger) *Source {
 }
 
 // watch builds an informer for obj whose list and watch calls carry the
-// selectors of sel and report to health, with the handlers, and returns
-// it.
-func (s *Source) watch(obj runtime.Object, resource string, sel metav1.ListOptions,
+// selectors of sel and report to health under key (the resource, or
+// resourceServicesNamed), with the handlers, and returns it.
+func (s *Source) watch(obj runtime.Object, key string, sel metav1.ListOptions,
 	list cache.ListWithContextFunc, watchFn cache.WatchFuncWithContext, h cache.ResourceEventHandler,
 ) cache.SharedIndexInformer {
 	restrict := func(o metav1.ListOptions) metav1.ListOptions {
@@ -117,12 +121,12 @@ func (s *Source) watch(obj runtime.Object, resource string, sel metav1.ListOptio
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			out, err := list(ctx, restrict(o))
-			s.health.observe(resource, "list", err)
+			s.health.observe(key, "list", err)
 			return out, err
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			out, err := watchFn(ctx, restrict(o))
-			s.health.observe(resource, "watch", err)
+			s.health.observe(key, "watch", err)
 			return out, err
 		},
 	}
@@ -133,13 +137,13 @@ func (s *Source) watch(obj runtime.Object, resource string, sel metav1.ListOptio
 	s.informers = append(s.informers, inf)
 	// Both calls fail only once the informer has started; it has not.
 	if err := inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
-		s.health.watchFailed(resource, err)
+		s.health.watchFailed(key, err)
 	}); err != nil {
-		s.log.Error("cannot set the watch error handler", "resource", resource, "err", err)
+		s.log.Error("cannot set the watch error handler", "resource", key, "err", err)
 	}
 	reg, err := inf.AddEventHandler(h)
 	if err != nil {
-		s.log.Error("cannot add the event handler", "resource", resource, "err", err)
+		s.log.Error("cannot add the event handler", "resource", key, "err", err)
 		s.synced = append(s.synced, func() bool { return false })
 		return inf
 	}

@@ -416,6 +416,11 @@ func TestHealthRecordsAndClears(t *testing.T) {
 		{resourceServices, errors.New("down"), "cannot watch services: down"},
 		{resourceServices, nil, "cannot watch nodes: refused"},
 		{resourceNodes, nil, ""},
+		// The two Service watches fail and recover apart, and their
+		// failures name the resource.
+		{resourceServicesNamed, errors.New("denied"), "cannot watch services: denied"},
+		{resourceServices, nil, "cannot watch services: denied"},
+		{resourceServicesNamed, nil, ""},
 	}
 	for i, st := range steps {
 		h.observe(st.resource, "watch", st.err)
