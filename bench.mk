@@ -56,13 +56,21 @@ bench: bench-peers
 # full sync alone takes 3 of them), 4 at 200:
 #
 #   make bench-kubeproxy KPBENCH_SERVICES=200   # quicker
+#
+# KPBENCH_ONLY=switch measures instead a node switching from kube-proxy to
+# switchyard with --cleanup-kube-proxy (seconds without service) and back
+# with --cleanup, failing on any object either cleanup leaves (about 1.5
+# minutes at 100 Services):
+#
+#   make bench-kubeproxy KPBENCH_SERVICES=100 KPBENCH_ONLY=switch
 KPBENCH_SERVICES ?= 1000
 KPBENCH_CHANGES ?= 5
+KPBENCH_ONLY ?=
 .PHONY: bench-kubeproxy
 bench-kubeproxy:
 	@test/lab/deps.sh --netfilter-tools >/dev/null
 	@bin=$$(test/tools/kube-binaries.sh --kube-proxy) && \
-	SWITCHYARD_KUBE_BIN=$$bin KPBENCH_SERVICES=$(KPBENCH_SERVICES) KPBENCH_CHANGES=$(KPBENCH_CHANGES) \
+	SWITCHYARD_KUBE_BIN=$$bin KPBENCH_SERVICES=$(KPBENCH_SERVICES) KPBENCH_CHANGES=$(KPBENCH_CHANGES) KPBENCH_ONLY=$(KPBENCH_ONLY) \
 	$(GO) test -tags integration -count=1 -run '^$$' -bench '^BenchmarkIntegrationKubeProxyIPVS$$' -benchtime 1x -timeout 4h ./test/e2e/kpbench
 
 bench: bench-kubeproxy

@@ -77,6 +77,9 @@
 // it too; a commit to another table, which sets it, leaves the dataplane's
 // own table, the only one it reads, as it was.
 //
+// Package ipvs/cleanup removes what this package owns, by the same
+// ownership rule (switchyard --cleanup), and kube-proxy's leftovers.
+//
 // Everything goes through these interfaces, so it is tested against the
 // goroutine-safe fakes in ipvstest on any host; contract tests run the same
 // scenarios against the fakes and, in the kernel lab (make test-lab),

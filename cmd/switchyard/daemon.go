@@ -154,7 +154,8 @@ func runDaemon(ctx context.Context, dc daemonConfig) (err error) {
 	}
 	defer closePolicies()
 	src := k8s.New(dc.Client, k8s.Options{
-		NodeName: dc.NodeName,
+		NodeName:         dc.NodeName,
+		ServiceProxyName: cfg.ServiceProxyName,
 		OnChange: func() {
 			tracker.Queued()
 			r.Trigger()

@@ -31,6 +31,8 @@ type flags struct {
 	version          bool
 	setSysctls       bool
 	profiling        bool
+	cleanup          bool
+	cleanupKubeProxy bool
 }
 
 func parseFlags(args []string, stderr io.Writer) (*flags, error) {
@@ -45,6 +47,8 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 	fs.BoolVar(&f.version, "version", false, "print the version and exit")
 	fs.BoolVar(&f.profiling, "profiling", false, "serve Go's profiles (net/http/pprof) under /debug/pprof/ on the metrics address")
 	fs.BoolVar(&f.setSysctls, "set-sysctls", false, "set the kernel parameters the config's dataplane needs, then exit (needs a writable /proc/sys: the DaemonSet's privileged init container)")
+	fs.BoolVar(&f.cleanup, "cleanup", false, "remove what Switchyard owns on this node (switchyard0, the nftables table inet switchyard, its IPVS services), then exit")
+	fs.BoolVar(&f.cleanupKubeProxy, "cleanup-kube-proxy", false, "remove kube-proxy's leftovers on this node (kube-ipvs0, its IPVS services, KUBE-* iptables chains and ipsets, nftables tables ip/ip6 kube-proxy), then exit")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: switchyard [flags]\n\nSwitchyard node daemon: programs this node's dataplane for the cluster's Services.\n\nFlags:\n")
 		fs.PrintDefaults()
@@ -78,6 +82,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if err := logging.RouteKlog(log, f.verbosity); err != nil {
 		return err
+	}
+	if f.cleanup || f.cleanupKubeProxy {
+		return cleanupNode(ctx, f.cleanup, f.cleanupKubeProxy, log)
 	}
 	if f.setSysctls {
 		cfg, err := config.Load(f.configPath)

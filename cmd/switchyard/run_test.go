@@ -21,8 +21,8 @@ func TestParseFlags(t *testing.T) {
 		{name: "defaults", args: nil, want: &flags{configPath: "/etc/switchyard/config.yaml", logFormat: "json"}},
 		{
 			name: "all",
-			args: []string{"--config", "c.yaml", "--kubeconfig=kc", "--hostname-override", "n1", "--v=4", "--log-format=text", "--version", "--set-sysctls", "--profiling"},
-			want: &flags{configPath: "c.yaml", kubeconfig: "kc", hostnameOverride: "n1", verbosity: 4, logFormat: "text", version: true, setSysctls: true, profiling: true},
+			args: []string{"--config", "c.yaml", "--kubeconfig=kc", "--hostname-override", "n1", "--v=4", "--log-format=text", "--version", "--set-sysctls", "--profiling", "--cleanup", "--cleanup-kube-proxy"},
+			want: &flags{configPath: "c.yaml", kubeconfig: "kc", hostnameOverride: "n1", verbosity: 4, logFormat: "text", version: true, setSysctls: true, profiling: true, cleanup: true, cleanupKubeProxy: true},
 		},
 		{name: "unknown flag", args: []string{"--bogus"}, wantErr: "flag provided but not defined: -bogus"},
 		{name: "bad level", args: []string{"--v=high"}, wantErr: `invalid value "high" for flag -v`},

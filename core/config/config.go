@@ -44,6 +44,12 @@ type Config struct {
 	// IgnoreUnclassed, when true, leaves LoadBalancer Services without a
 	// loadBalancerClass to someone else. Default false: they are served.
 	IgnoreUnclassed bool `yaml:"ignoreUnclassed"`
+	// ServiceProxyName is this proxy's name in the Service label
+	// service.kubernetes.io/service-proxy-name: a Service carrying the
+	// label is left to the proxy it names unless it names this one;
+	// Services without the label are served. Default "switchyard". Read
+	// at start: a change takes effect at the next restart.
+	ServiceProxyName string `yaml:"serviceProxyName"`
 }
 
 // Dataplane selects and tunes the dataplane.

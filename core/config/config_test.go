@@ -58,6 +58,7 @@ func defaults() *Config {
 		Metrics:           Metrics{BindAddress: "127.0.0.1:10249"},
 		Health:            Health{BindAddress: "0.0.0.0:10256"},
 		LoadBalancerClass: "switchyard.dev/lb",
+		ServiceProxyName:  "switchyard",
 	}
 }
 
@@ -167,6 +168,7 @@ announcers:
 				Health:            Health{BindAddress: "[::]:9256"},
 				LoadBalancerClass: "example.com/lb",
 				IgnoreUnclassed:   true,
+				ServiceProxyName:  "edge-proxy",
 			},
 		},
 	}
@@ -415,12 +417,14 @@ announcers:
 metrics: {bindAddress: "127.0.0.1"}
 health: {bindAddress: "localhost:10256"}
 loadBalancerClass: "bad class"
+serviceProxyName: "-bad"
 `,
 			want: []FieldError{
 				{Path: "membership.bindAddress", Line: 3, Msg: `invalid IP address "eth0"`},
 				{Path: "metrics.bindAddress", Line: 4, Msg: `invalid address "127.0.0.1" (want host:port, such as "127.0.0.1:10249")`},
 				{Path: "health.bindAddress", Line: 5, Msg: `invalid address "localhost:10256": host "localhost" is not an IP address`},
 				{Path: "loadBalancerClass", Line: 6, Msg: `invalid class "bad class" (want a qualified name such as "switchyard.dev/lb")`},
+				{Path: "serviceProxyName", Line: 7, Msg: `invalid label value "-bad" (want up to 63 letters, digits, '-', '_' or '.', alphanumeric at both ends)`},
 			},
 		},
 	}

@@ -20,6 +20,7 @@ const (
 	DefaultMetricsAddress     = "127.0.0.1:10249"
 	DefaultHealthAddress      = "0.0.0.0:10256"
 	DefaultLoadBalancerClass  = "switchyard.dev/lb"
+	DefaultServiceProxyName   = "switchyard"
 
 	DefaultConntrackMaxPerCore            = 32768
 	DefaultConntrackMin                   = 131072
@@ -92,6 +93,7 @@ func (c *Config) SetDefaults() {
 	setString(&c.Metrics.BindAddress, DefaultMetricsAddress)
 	setString(&c.Health.BindAddress, DefaultHealthAddress)
 	setString(&c.LoadBalancerClass, DefaultLoadBalancerClass)
+	setString(&c.ServiceProxyName, DefaultServiceProxyName)
 }
 
 func setString(p *string, v string) {

@@ -50,6 +50,7 @@ func (c *Config) Validate() error {
 	v.hostPort("metrics.bindAddress", c.Metrics.BindAddress, DefaultMetricsAddress)
 	v.hostPort("health.bindAddress", c.Health.BindAddress, DefaultHealthAddress)
 	v.qualifiedName("loadBalancerClass", c.LoadBalancerClass)
+	v.labelValue("serviceProxyName", c.ServiceProxyName)
 	if len(v.errs) == 0 {
 		return nil
 	}
@@ -338,6 +339,14 @@ func (v *validator) qualifiedName(path, s string) {
 	if name == "" || len(name) > 63 || (ok && !dns1123Subdomain.MatchString(prefix)) ||
 		!labelName.MatchString(name) {
 		v.add(path, "invalid class %q (want a qualified name such as %q)", s, DefaultLoadBalancerClass)
+	}
+}
+
+// labelValue checks a non-empty label value: at most 63 characters,
+// alphanumeric at both ends, dashes, underscores and dots inside.
+func (v *validator) labelValue(path, s string) {
+	if s == "" || len(s) > 63 || !labelName.MatchString(s) {
+		v.add(path, "invalid label value %q (want up to 63 letters, digits, '-', '_' or '.', alphanumeric at both ends)", s)
 	}
 }
 

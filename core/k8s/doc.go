@@ -11,6 +11,14 @@
 // followed by its undo collapses to nothing. Nothing is reported before
 // every cache has synced, so consumers never prune on partial data.
 //
+// The watches ask the API server only for what this proxy serves, with
+// kube-proxy's selectors: Services without the label
+// service.kubernetes.io/service-proxy-name, plus (a second watch) those
+// naming Options.ServiceProxyName, and in both cases not headless
+// (spec.clusterIP!=None); EndpointSlices not labelled
+// service.kubernetes.io/headless. A Service relabelled in or out of them
+// arrives as a delete and an add; it is gone only when no watch holds it.
+//
 // List and watch failures are recorded, not logged away: Source.Healthy
 // returns the last one (an RBAC denial is named with the permission to
 // grant) until a later list or watch of the same resource succeeds.

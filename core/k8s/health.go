@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"regexp"
+	"strings"
 	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -20,7 +21,15 @@ const (
 	resourceNodes          = "nodes"
 )
 
-var resources = []string{resourceServices, resourceEndpointSlices, resourceNodes}
+// watchKeySeparator separates a resource from the suffix that tells two
+// watches of it apart (the Service watches), so that one's success does
+// not clear the other's failure; failures name the resource alone.
+const watchKeySeparator = "#"
+
+// resourceServicesNamed is the health key of the second Service watch.
+const resourceServicesNamed = resourceServices + watchKeySeparator + "named"
+
+var resources = []string{resourceServices, resourceServicesNamed, resourceEndpointSlices, resourceNodes}
 
 // health records the last list or watch failure of each resource until a
 // later list or watch of it succeeds.
@@ -37,17 +46,18 @@ func newHealth(log *slog.Logger) *health {
 
 // observe records the outcome of a list or watch call: nil clears the
 // resource's failure.
-func (h *health) observe(resource, verb string, err error) {
+func (h *health) observe(key, verb string, err error) {
 	if err != nil && benign(err) {
 		return
 	}
+	resource, _, _ := strings.Cut(key, watchKeySeparator)
 	h.mu.Lock()
-	prev := h.errs[resource]
+	prev := h.errs[key]
 	if err == nil {
-		delete(h.errs, resource)
+		delete(h.errs, key)
 	} else {
 		err = describe(resource, verb, err)
-		h.errs[resource] = err
+		h.errs[key] = err
 	}
 	h.mu.Unlock()
 
@@ -62,12 +72,12 @@ func (h *health) observe(resource, verb string, err error) {
 // watchFailed records a failure the reflector reports (a watch stream
 // that broke, a list it gave up on), unless the failing call itself was
 // already recorded.
-func (h *health) watchFailed(resource string, err error) {
+func (h *health) watchFailed(key string, err error) {
 	h.mu.Lock()
-	recorded := h.errs[resource] != nil
+	recorded := h.errs[key] != nil
 	h.mu.Unlock()
 	if !recorded {
-		h.observe(resource, "list or watch", err)
+		h.observe(key, "list or watch", err)
 	}
 }
 

@@ -74,7 +74,10 @@ type watcher struct {
 
 func startWatcher(t *testing.T, client kubernetes.Interface) *watcher {
 	t.Helper()
-	s, changed, stop := startSource(t, func(o Options) *Source { return New(client, o, testLogger(t)) })
+	s, changed, stop := startSource(t, func(o Options) *Source {
+		o.ServiceProxyName = "switchyard" // the daemon's default
+		return New(client, o, testLogger(t))
+	})
 	return &watcher{t: t, src: s, changed: changed, stop: stop}
 }
 
@@ -261,8 +264,8 @@ func TestIntegrationServiceTypes(t *testing.T) {
 				{Name: "http", Protocol: model.TCP, Port: 80},
 			},
 			InternalTrafficPolicy: model.PolicyLocal, AffinityTimeout: 10800 * time.Second}},
-		key("headless"): {Service: &model.Service{Key: key("headless"), Type: model.ClusterIP,
-			Ports: []model.ServicePort{{Name: "http", Protocol: model.TCP, Port: 80}}}},
+		// key("headless") is not watched: as kube-proxy, the Service
+		// watch selects spec.clusterIP!=None (DNS serves headless ones).
 		key("np"): {Service: &model.Service{Key: key("np"), Type: model.NodePort, ClusterIPs: cluster("np"),
 			Ports: []model.ServicePort{
 				{Name: "sctp", Protocol: model.SCTP, Port: 9, NodePort: nodePort("np", 1)},
@@ -379,6 +382,91 @@ func TestIntegrationServiceUpdateDelete(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.services("the slice deleted too", ns, map[model.ServiceKey]model.ServiceState{})
+}
+
+// TestIntegrationServiceProxyName checks, against a real API server, that
+// the label selectors of the watches leave out what kube-proxy leaves out:
+// a Service labelled service.kubernetes.io/service-proxy-name for another
+// proxy (its slices are watched, as kube-proxy watches them, and program
+// nothing without their Service), headless Services, and EndpointSlices
+// labelled service.kubernetes.io/headless; and that a Service relabelled
+// to our name, or back to no name, is watched, while one relabelled to
+// another proxy leaves.
+func TestIntegrationServiceProxyName(t *testing.T) {
+	srv := apitest.Start(t)
+	c, ctx, ns := srv.Client, t.Context(), srv.Namespace(t)
+	labelled := func(name, proxy string) *corev1.Service {
+		svc := webService(ns, name)
+		svc.Labels = map[string]string{LabelServiceProxyName: proxy}
+		return svc
+	}
+	created := map[string]*corev1.Service{}
+	for _, svc := range []*corev1.Service{
+		webService(ns, "plain"),
+		labelled("ours", "switchyard"),
+		labelled("theirs", "other-proxy"),
+	} {
+		created[svc.Name] = must(c.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}))
+	}
+	headless := webService(ns, "headless")
+	headless.Spec.ClusterIP = corev1.ClusterIPNone
+	created["headless"] = must(c.CoreV1().Services(ns).Create(ctx, headless, metav1.CreateOptions{}))
+	endpoints := map[string]discoveryv1.Endpoint{
+		"plain": readyEP("10.0.0.1", "n1"), "ours": readyEP("10.0.0.2", "n1"),
+		"theirs": readyEP("10.0.0.3", "n1"), "headless": readyEP("10.0.0.4", "n1"),
+	}
+	for name, ep := range endpoints {
+		slice := testSlice{name: name + "-a", service: name, endpoints: []discoveryv1.Endpoint{ep}}.object(ns)
+		// As the EndpointSlice controller labels them: the Service's
+		// labels are copied, the headless label added for a headless one.
+		for k, v := range created[name].GetLabels() {
+			slice.Labels[k] = v
+		}
+		if name == "headless" {
+			slice.Labels[LabelHeadless] = ""
+		}
+		must(c.DiscoveryV1().EndpointSlices(ns).Create(ctx, slice, metav1.CreateOptions{}))
+	}
+	key := func(name string) model.ServiceKey { return serviceKeyOf(ns, name) }
+	state := func(names ...string) map[model.ServiceKey]model.ServiceState {
+		out := map[model.ServiceKey]model.ServiceState{}
+		for name, ep := range endpoints {
+			if name != "headless" {
+				out[key(name)] = model.ServiceState{Endpoints: eps(modelEP(ep.Addresses[0], "n1"))}
+			}
+		}
+		for _, name := range names {
+			st := out[key(name)]
+			st.Service = modelWeb(t, created[name])
+			out[key(name)] = st
+		}
+		return out
+	}
+	relabel := func(name string, labels map[string]string) {
+		t.Helper()
+		svc := must(c.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{}))
+		svc.Labels = labels
+		must(c.CoreV1().Services(ns).Update(ctx, svc, metav1.UpdateOptions{}))
+	}
+
+	w := startWatcher(t, c)
+	w.services("unlabelled and ours watched; another proxy's, headless and headless slices not", ns,
+		state("plain", "ours"))
+
+	relabel("theirs", map[string]string{LabelServiceProxyName: "switchyard"})
+	w.services("another proxy's Service relabelled to ours", ns, state("plain", "ours", "theirs"))
+
+	relabel("ours", map[string]string{LabelServiceProxyName: "other-proxy"})
+	w.services("ours relabelled to another proxy", ns, state("plain", "theirs"))
+
+	relabel("theirs", nil)
+	relabel("plain", map[string]string{LabelServiceProxyName: "switchyard"})
+	w.services("moved between the watches: unlabelled and named ours", ns, state("plain", "theirs"))
+
+	// A restarted Source lists what a running one watched.
+	w.stop()
+	w = startWatcher(t, c)
+	w.services("after a restart", ns, state("plain", "theirs"))
 }
 
 func createNode(t *testing.T, c kubernetes.Interface, name, ip string) {

@@ -12,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
@@ -28,16 +27,26 @@ type Options struct {
 	// change of the watched state (and once when the caches sync). It
 	// must not block; a coalescing trigger is the intended callee.
 	OnChange func()
+	// ServiceProxyName is this proxy's value of the Service label
+	// service.kubernetes.io/service-proxy-name: Services carrying the
+	// label are watched only when it names this proxy. Empty: only
+	// Services without the label, as kube-proxy. It must be a valid label
+	// value (New panics otherwise); the config validates it.
+	ServiceProxyName string
 }
 
 // Source watches Services, EndpointSlices and Nodes and hands out what
 // changed. It is safe for concurrent use.
 type Source struct {
-	opts    Options
-	log     *slog.Logger
-	factory informers.SharedInformerFactory
-	synced  []cache.InformerSynced
-	health  *health
+	opts      Options
+	log       *slog.Logger
+	client    kubernetes.Interface
+	informers []cache.SharedIndexInformer
+	synced    []cache.InformerSynced
+	health    *health
+	// services holds the store of each Service watch: a Service whose
+	// label changes leaves one watch and enters the other.
+	services []cache.Store
 
 	mu sync.Mutex
 	tr *tracker
@@ -47,25 +56,32 @@ type Source struct {
 // does.
 func New(client kubernetes.Interface, opts Options, log *slog.Logger) *Source {
 	s := &Source{
-		opts:    opts,
-		log:     log,
-		factory: informers.NewSharedInformerFactory(client, 0),
-		health:  newHealth(log),
-		tr:      newTracker(time.Now()),
+		opts:   opts,
+		log:    log,
+		client: client,
+		health: newHealth(log),
+		tr:     newTracker(time.Now()),
 	}
-	s.watch(&corev1.Service{}, resourceServices,
-		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			return client.CoreV1().Services(metav1.NamespaceAll).List(ctx, o)
-		},
-		func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return client.CoreV1().Services(metav1.NamespaceAll).Watch(ctx, o)
-		},
-		cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(obj any) { s.onService(obj, false) },
-			UpdateFunc: func(_, obj any) { s.onService(obj, false) },
-			DeleteFunc: func(obj any) { s.onService(obj, true) },
-		})
-	s.watch(&discoveryv1.EndpointSlice{}, resourceEndpointSlices,
+	for i, sel := range serviceListOptions(opts.ServiceProxyName) {
+		key := resourceServices
+		if i > 0 {
+			key = resourceServicesNamed
+		}
+		inf := s.watch(&corev1.Service{}, key, sel,
+			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				return client.CoreV1().Services(metav1.NamespaceAll).List(ctx, o)
+			},
+			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				return client.CoreV1().Services(metav1.NamespaceAll).Watch(ctx, o)
+			},
+			cache.ResourceEventHandlerFuncs{
+				AddFunc:    func(obj any) { s.onService(i, obj, false) },
+				UpdateFunc: func(_, obj any) { s.onService(i, obj, false) },
+				DeleteFunc: func(obj any) { s.onService(i, obj, true) },
+			})
+		s.services = append(s.services, inf.GetStore())
+	}
+	s.watch(&discoveryv1.EndpointSlice{}, resourceEndpointSlices, sliceListOptions(),
 		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return client.DiscoveryV1().EndpointSlices(metav1.NamespaceAll).List(ctx, o)
 		},
@@ -77,7 +93,7 @@ func New(client kubernetes.Interface, opts Options, log *slog.Logger) *Source {
 			UpdateFunc: func(old, obj any) { s.onSlice(old, obj) },
 			DeleteFunc: func(obj any) { s.onSlice(obj, nil) },
 		})
-	s.watch(&corev1.Node{}, resourceNodes,
+	s.watch(&corev1.Node{}, resourceNodes, metav1.ListOptions{},
 		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return client.CoreV1().Nodes().List(ctx, o)
 		},
@@ -92,47 +108,55 @@ func New(client kubernetes.Interface, opts Options, log *slog.Logger) *Source {
 	return s
 }
 
-// watch registers the factory's informer for obj with list and watch
-// calls that report to health, and the handlers.
-func (s *Source) watch(obj runtime.Object, resource string,
+// watch builds an informer for obj whose list and watch calls carry the
+// selectors of sel and report to health under key (the resource, or
+// resourceServicesNamed), with the handlers, and returns it.
+func (s *Source) watch(obj runtime.Object, key string, sel metav1.ListOptions,
 	list cache.ListWithContextFunc, watchFn cache.WatchFuncWithContext, h cache.ResourceEventHandler,
-) {
-	inf := s.factory.InformerFor(obj, func(client kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
-		lw := &cache.ListWatch{
-			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				out, err := list(ctx, o)
-				s.health.observe(resource, "list", err)
-				return out, err
-			},
-			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				out, err := watchFn(ctx, o)
-				s.health.observe(resource, "watch", err)
-				return out, err
-			},
-		}
-		// The client tells the reflector whether it supports streaming
-		// lists (fake clientsets do not).
-		return cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, client), obj,
-			cache.SharedIndexInformerOptions{ResyncPeriod: resync})
-	})
+) cache.SharedIndexInformer {
+	restrict := func(o metav1.ListOptions) metav1.ListOptions {
+		o.LabelSelector, o.FieldSelector = sel.LabelSelector, sel.FieldSelector
+		return o
+	}
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			out, err := list(ctx, restrict(o))
+			s.health.observe(key, "list", err)
+			return out, err
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			out, err := watchFn(ctx, restrict(o))
+			s.health.observe(key, "watch", err)
+			return out, err
+		},
+	}
+	// The client tells the reflector whether it supports streaming lists
+	// (fake clientsets do not).
+	inf := cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, s.client), obj,
+		cache.SharedIndexInformerOptions{})
+	s.informers = append(s.informers, inf)
 	// Both calls fail only once the informer has started; it has not.
 	if err := inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
-		s.health.watchFailed(resource, err)
+		s.health.watchFailed(key, err)
 	}); err != nil {
-		s.log.Error("cannot set the watch error handler", "resource", resource, "err", err)
+		s.log.Error("cannot set the watch error handler", "resource", key, "err", err)
 	}
 	reg, err := inf.AddEventHandler(h)
 	if err != nil {
-		s.log.Error("cannot add the event handler", "resource", resource, "err", err)
+		s.log.Error("cannot add the event handler", "resource", key, "err", err)
 		s.synced = append(s.synced, func() bool { return false })
-		return
+		return inf
 	}
 	s.synced = append(s.synced, reg.HasSynced)
+	return inf
 }
 
 // Run starts the informers and returns when ctx is done. Call it once.
 func (s *Source) Run(ctx context.Context) {
-	s.factory.Start(ctx.Done())
+	var wg sync.WaitGroup
+	for _, inf := range s.informers {
+		wg.Go(func() { inf.RunWithContext(ctx) })
+	}
 	if cache.WaitForCacheSync(ctx.Done(), s.synced...) {
 		s.mu.Lock()
 		local := s.tr.node(s.opts.NodeName)
@@ -144,7 +168,7 @@ func (s *Source) Run(ctx context.Context) {
 		s.notify()
 	}
 	<-ctx.Done()
-	s.factory.Shutdown()
+	wg.Wait()
 }
 
 // HasSynced reports whether every informer has listed and delivered its
@@ -197,10 +221,20 @@ func (s *Source) problems(kind, namespace, name string, problems []error) {
 	}
 }
 
-func (s *Source) onService(obj any, deleted bool) {
+// onService handles an event of Service watch from. A Service deleted
+// from one watch may be in another: its label changed from absent to
+// this proxy's name or back, and the API server reports that as a delete
+// from the watch it left and an add to the one it entered, in either
+// order. The Service is gone only when no watch holds it.
+func (s *Source) onService(from int, obj any, deleted bool) {
 	svc, ok := unwrap[*corev1.Service](obj)
 	if !ok {
 		return
+	}
+	if deleted {
+		if other := s.heldElsewhere(from, svc); other != nil {
+			svc, deleted = other, false
+		}
 	}
 	var m *model.Service
 	if !deleted {
@@ -214,6 +248,26 @@ func (s *Source) onService(obj any, deleted bool) {
 	if changed {
 		s.notify()
 	}
+}
+
+// heldElsewhere returns svc as a Service watch other than from holds it,
+// or nil.
+func (s *Source) heldElsewhere(from int, svc *corev1.Service) *corev1.Service {
+	key := svc.Name
+	if svc.Namespace != "" {
+		key = svc.Namespace + "/" + svc.Name
+	}
+	for i, store := range s.services {
+		if i == from {
+			continue
+		}
+		if obj, ok, err := store.GetByKey(key); err == nil && ok {
+			if other, ok := obj.(*corev1.Service); ok {
+				return other
+			}
+		}
+	}
+	return nil
 }
 
 // onSlice handles an EndpointSlice event: old is nil for an add, cur nil

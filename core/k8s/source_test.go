@@ -229,7 +229,7 @@ func TestSourceWithFakeClient(t *testing.T) {
 // TestHandlers drives the informer handlers directly: tombstones of missed
 // deletes, relabelled slices, and objects of the wrong type.
 func TestHandlers(t *testing.T) {
-	s := New(fake.NewClientset(), Options{}, testLogger(t))
+	s := New(fake.NewClientset(), Options{ServiceProxyName: "ours"}, testLogger(t))
 	web := model.ServiceKey{Namespace: "ns", Name: "web"}
 	api := model.ServiceKey{Namespace: "ns", Name: "api"}
 	webSvc, _ := convertService(fakeService("web", 80))
@@ -240,7 +240,7 @@ func TestHandlers(t *testing.T) {
 	}{{
 		name: "adds",
 		do: func() {
-			s.onService(fakeService("web", 80), false)
+			s.onService(0, fakeService("web", 80), false)
 			s.onSlice(nil, fakeSlice("web-1", "web", true, "10.0.0.1"))
 			s.onNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, false)
 		},
@@ -260,9 +260,32 @@ func TestHandlers(t *testing.T) {
 			api: {Endpoints: eps(ep("10.0.0.1"))},
 		}},
 	}, {
+		name: "a Service labelled with our name enters the named watch before it leaves the other: kept",
+		do: func() {
+			ours := named(fakeService("web", 80), "ours")
+			mustAdd(t, s.services[1], ours)
+			s.onService(1, ours, false)
+			s.onService(0, fakeService("web", 80), true)
+		},
+	}, {
+		name: "a Service unlabelled leaves the named watch before it enters the other: gone, then back",
+		do: func() {
+			ours := named(fakeService("web", 80), "ours")
+			mustDelete(t, s.services[1], ours)
+			s.onService(1, ours, true)
+			s.mu.Lock()
+			if d := s.tr.take(); d.Services[web].Service != nil {
+				t.Errorf("after the delete from the only watch holding it, the Service is %+v, want gone", d.Services[web])
+			}
+			s.mu.Unlock()
+			mustAdd(t, s.services[0], fakeService("web", 80))
+			s.onService(0, fakeService("web", 80), false)
+		},
+		want: model.Delta{Services: map[model.ServiceKey]model.ServiceState{web: {Service: webSvc}}},
+	}, {
 		name: "tombstones of missed deletes",
 		do: func() {
-			s.onService(cache.DeletedFinalStateUnknown{Key: "ns/web", Obj: fakeService("web", 80)}, true)
+			s.onService(0, cache.DeletedFinalStateUnknown{Key: "ns/web", Obj: fakeService("web", 80)}, true)
 			s.onSlice(cache.DeletedFinalStateUnknown{Key: "ns/web-1", Obj: fakeSlice("web-1", "api", true)}, nil)
 			s.onNode(cache.DeletedFinalStateUnknown{Key: "n1", Obj: &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}}, true)
 		},
@@ -273,7 +296,7 @@ func TestHandlers(t *testing.T) {
 	}, {
 		name: "objects of the wrong type are ignored",
 		do: func() {
-			s.onService(&corev1.Node{}, false)
+			s.onService(0, &corev1.Node{}, false)
 			s.onSlice(nil, &corev1.Service{})
 			s.onNode(cache.DeletedFinalStateUnknown{Key: "x", Obj: nil}, true)
 		},
@@ -286,6 +309,25 @@ func TestHandlers(t *testing.T) {
 		if diff := cmp.Diff(st.want, got, deltaOpts...); diff != "" {
 			t.Fatalf("%s: take (-want +got):\n%s", st.name, diff)
 		}
+	}
+}
+
+func named(svc *corev1.Service, proxy string) *corev1.Service {
+	svc.Labels = map[string]string{LabelServiceProxyName: proxy}
+	return svc
+}
+
+func mustAdd(t *testing.T, s cache.Store, obj any) {
+	t.Helper()
+	if err := s.Add(obj); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func mustDelete(t *testing.T, s cache.Store, obj any) {
+	t.Helper()
+	if err := s.Delete(obj); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -374,6 +416,11 @@ func TestHealthRecordsAndClears(t *testing.T) {
 		{resourceServices, errors.New("down"), "cannot watch services: down"},
 		{resourceServices, nil, "cannot watch nodes: refused"},
 		{resourceNodes, nil, ""},
+		// The two Service watches fail and recover apart, and their
+		// failures name the resource.
+		{resourceServicesNamed, errors.New("denied"), "cannot watch services: denied"},
+		{resourceServices, nil, "cannot watch services: denied"},
+		{resourceServicesNamed, nil, ""},
 	}
 	for i, st := range steps {
 		h.observe(st.resource, "watch", st.err)

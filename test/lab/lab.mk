@@ -54,3 +54,17 @@ bench-lab:
 	@set -o pipefail; CGO_ENABLED=0 $(GO) test -count=1 -run '^$$' -bench '^BenchmarkLabDataplane$$' -benchtime 1x -timeout 90m \
 		-exec '$(LABRUN) run -mem $(LAB_BENCH_MEM) -env LAB_BENCH_SERVICES=$(LAB_BENCH_SERVICES)' ./ipvs/labtest | tee $(LAB_BENCH_OUT)
 	@awk -f test/e2e/labsummary.awk $(LAB_BENCH_OUT)
+
+# test-lab-cleanup: the cleanup suites with Debian's iptables (nft backend)
+# and ipset in the guest, installed on the host when missing
+# (deps.sh --netfilter-tools) and brought in with their libraries, so that
+# TestCleanupKubeProxyIPTables, which `make test-lab` skips, runs too.
+LAB_NETFILTER_EXTRA := /usr/sbin/iptables,/usr/sbin/iptables-save,/usr/sbin/iptables-restore,/usr/sbin/ipset,/usr/lib/x86_64-linux-gnu/xtables,/etc/protocols
+LAB_NETFILTER_MODULES := nft_compat,ip_set,ip_set_hash_ip,ip_set_hash_ipport,ip_set_hash_ipportip,xt_set,xt_comment,xt_mark,xt_tcpudp,xt_MASQUERADE
+.PHONY: test-lab-cleanup
+test-lab-cleanup:
+	@test/lab/deps.sh --netfilter-tools >/dev/null
+	$(GO) build -o $(LABRUN) ./test/lab/cmd/labrun
+	@$(LABRUN) assets >/dev/null
+	CGO_ENABLED=0 $(GO) test -count=1 -v -run '^TestCleanup' \
+		-exec '$(LABRUN) run -extra $(LAB_NETFILTER_EXTRA) -modules $(LAB_NETFILTER_MODULES)' ./ipvs/labtest

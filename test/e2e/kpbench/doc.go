@@ -24,4 +24,9 @@
 //     nftables ruleset and the ipsets, and reloads the IPVS modules: the
 //     kernel keeps deleted real servers for minutes and scans them on
 //     every one added, which made a run after another up to 2x slower.
+//     With "switch" (KPBENCH_ONLY) it runs kube-proxy until the table is
+//     programmed, stops it, runs switchyard --cleanup-kube-proxy, the
+//     daemon until its table is complete (the outage is from the cleanup's
+//     start), stops it, runs switchyard --cleanup, and lists what each
+//     cleanup left of its proxy's objects (Result.Switch).
 package kpbench

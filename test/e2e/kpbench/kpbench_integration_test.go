@@ -46,7 +46,9 @@ func envInt(b *testing.B, name string, def int) int {
 // (package doc). Settings: KPBENCH_SERVICES (default 1000),
 // KPBENCH_CHANGES (endpoint changes per proxy, default 5), KPBENCH_MEM
 // (guest MiB, default from the size), KPBENCH_ONLY (default
-// floor,kube-proxy,switchyard), KPBENCH_LOG_TAIL (bytes of each proxy's
+// floor,kube-proxy,switchyard; "switch" measures a node switching from
+// kube-proxy to switchyard and back with --cleanup-kube-proxy and
+// --cleanup, and fails on what either leaves), KPBENCH_LOG_TAIL (bytes of each proxy's
 // log to print, default none), KPBENCH_SWITCHYARD_ARGS (extra daemon
 // flags, such as --v=4), KPBENCH_PROFILE (a duration: profile the
 // daemon's CPU that long from its start, saved to KPBENCH_PROFILE_OUT),
@@ -101,7 +103,7 @@ func BenchmarkIntegrationKubeProxyIPVS(b *testing.B) {
 	switchyard := filepath.Join(syDir, "switchyard")
 	kpguest := filepath.Join(dir, "kpguest")
 	buildStatic(b, kpguest, "github.com/switchyard-lb/switchyard/test/e2e/kpbench/cmd/kpguest")
-	if strings.Contains(only, kpbench.Switchyard) {
+	if strings.Contains(only, "switch") { // switchyard, or the switch
 		buildStatic(b, switchyard, "github.com/switchyard-lb/switchyard/cmd/switchyard")
 		extra = append(extra, switchyard)
 	}
@@ -170,6 +172,17 @@ func BenchmarkIntegrationKubeProxyIPVS(b *testing.B) {
 	for _, p := range r.Proxies {
 		if p.Err != "" {
 			b.Errorf("%s: %s", p.Name, p.Err)
+		}
+	}
+	if sw := r.Switch; sw != nil {
+		b.ReportMetric(sw.CleanupKubeProxy.Seconds(), "switch-cleanup-kube-proxy-s")
+		b.ReportMetric(sw.Outage.Seconds(), "switch-outage-s")
+		b.ReportMetric(sw.CleanupSwitchyard.Seconds(), "switch-cleanup-s")
+		if len(sw.KubeProxyLeft) > 0 {
+			b.Errorf("switchyard --cleanup-kube-proxy left %q", sw.KubeProxyLeft)
+		}
+		if len(sw.SwitchyardLeft) > 0 {
+			b.Errorf("switchyard --cleanup left %q", sw.SwitchyardLeft)
 		}
 	}
 }

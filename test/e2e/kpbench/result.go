@@ -26,6 +26,26 @@ type Result struct {
 	PerService int
 	Floor      Floor
 	Proxies    []Proxy // in the order they ran
+	// Switch is the node switching from kube-proxy to switchyard and
+	// back (-only switch), nil when not measured.
+	Switch *Switch `json:",omitempty"`
+}
+
+// Switch is a node switching proxies with switchyard's cleanup flags:
+// kube-proxy (IPVS mode) programs the workload and stops, switchyard
+// --cleanup-kube-proxy runs, the daemon programs it, stops, and switchyard
+// --cleanup runs.
+type Switch struct {
+	// CleanupKubeProxy and CleanupSwitchyard are how long each cleanup
+	// command ran.
+	CleanupKubeProxy, CleanupSwitchyard time.Duration
+	// Outage is from the start of --cleanup-kube-proxy, which deletes
+	// kube-proxy's virtual services, until the daemon's IPVS table held
+	// every real server again: the time without service.
+	Outage time.Duration
+	// KubeProxyLeft and SwitchyardLeft are what each cleanup left of its
+	// proxy's objects (empty when it removed everything).
+	KubeProxyLeft, SwitchyardLeft []string
 }
 
 // Floor is a plain loop over the kernel interfaces creating the same

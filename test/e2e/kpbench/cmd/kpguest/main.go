@@ -104,25 +104,24 @@ func run(o options, out io.Writer) error {
 			}
 			fmt.Fprintf(out, "== floor: VIPs %s, services %s, change %s\n", res.Floor.VIPs, res.Floor.Services, res.Floor.Change)
 		case kpbench.KubeProxy:
-			args := []string{"--proxy-mode=ipvs", "--kubeconfig=" + o.kubeconfig, "--hostname-override=" + kpbench.NodeName,
-				"--cluster-cidr=" + kpbench.ClusterCIDR, "--metrics-bind-address=127.0.0.1:10249",
-				"--healthz-bind-address=127.0.0.1:10256", "--conntrack-max-per-core=0", "--v=1"}
-			// Dual-stack: the IPv6 proxier's syncs count too, unless
-			// filtered out.
-			syncs := syncMetric{name: "kubeproxy_sync_proxy_rules_duration_seconds_count", label: `ip_family="IPv4"`,
-				diag: []string{"kubeproxy_sync_proxy_rules_duration_seconds_sum", "kubeproxy_sync_proxy_rules_duration_seconds_count"}}
-			p := b.proxy(kpbench.KubeProxy, o.kubeProxy, args, syncs, &round)
+			p := b.proxy(kpbench.KubeProxy, o.kubeProxy, kubeProxyArgs(o), kubeProxySyncs, &round)
 			res.Proxies = append(res.Proxies, p)
 		case kpbench.Switchyard:
-			args := []string{"--config=" + o.switchyardConfig, "--kubeconfig=" + o.kubeconfig, "--hostname-override=" + kpbench.NodeName}
-			args = append(args, strings.Fields(o.switchyardArgs)...)
+			args := switchyardArgs(o)
 			if o.switchyardProfile > 0 {
 				args = append(args, "--profiling")
 			}
-			syncs := syncMetric{name: "switchyard_syncs_total",
-				diag: []string{"switchyard_syncs_total", "switchyard_sync_duration_seconds_sum", "switchyard_sync_duration_seconds_count"}}
-			p := b.proxy(kpbench.Switchyard, o.switchyard, args, syncs, &round)
+			p := b.proxy(kpbench.Switchyard, o.switchyard, args, switchyardSyncs, &round)
 			res.Proxies = append(res.Proxies, p)
+		case "switch":
+			sw, err := b.switchProxies()
+			if err != nil {
+				return fmt.Errorf("switch: %w", err)
+			}
+			res.Switch = &sw
+			fmt.Fprintf(out, "== switch: --cleanup-kube-proxy %s, outage %s, --cleanup %s; left of kube-proxy %q, of switchyard %q\n",
+				sw.CleanupKubeProxy.Round(time.Millisecond), sw.Outage.Round(time.Millisecond),
+				sw.CleanupSwitchyard.Round(time.Millisecond), sw.KubeProxyLeft, sw.SwitchyardLeft)
 		default:
 			return fmt.Errorf("-only: unknown measurement %q", what)
 		}
@@ -146,6 +145,25 @@ func run(o options, out io.Writer) error {
 	fmt.Fprintf(out, "%s%s\n", kpbench.ResultMarker, data)
 	return nil
 }
+
+func kubeProxyArgs(o options) []string {
+	return []string{"--proxy-mode=ipvs", "--kubeconfig=" + o.kubeconfig, "--hostname-override=" + kpbench.NodeName,
+		"--cluster-cidr=" + kpbench.ClusterCIDR, "--metrics-bind-address=127.0.0.1:10249",
+		"--healthz-bind-address=127.0.0.1:10256", "--conntrack-max-per-core=0", "--v=1"}
+}
+
+// kubeProxySyncs counts kube-proxy's IPv4 syncs (dual-stack: the IPv6
+// proxier's syncs count too, unless filtered out).
+var kubeProxySyncs = syncMetric{name: "kubeproxy_sync_proxy_rules_duration_seconds_count", label: `ip_family="IPv4"`,
+	diag: []string{"kubeproxy_sync_proxy_rules_duration_seconds_sum", "kubeproxy_sync_proxy_rules_duration_seconds_count"}}
+
+func switchyardArgs(o options) []string {
+	args := []string{"--config=" + o.switchyardConfig, "--kubeconfig=" + o.kubeconfig, "--hostname-override=" + kpbench.NodeName}
+	return append(args, strings.Fields(o.switchyardArgs)...)
+}
+
+var switchyardSyncs = syncMetric{name: "switchyard_syncs_total",
+	diag: []string{"switchyard_syncs_total", "switchyard_sync_duration_seconds_sum", "switchyard_sync_duration_seconds_count"}}
 
 type bench struct {
 	o      options
