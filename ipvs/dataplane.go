@@ -72,11 +72,10 @@ type Dataplane struct {
 	loaded bool // have reflects the kernel
 	have   State
 	want   Desired
-	owner  map[model.VirtualServiceKey]model.ServiceKey
-	bySvc  map[model.ServiceKey][]model.VirtualServiceKey
-	// losers are the Services that also wanted a virtual service another
-	// one owns: re-planned when the owner lets it go.
-	losers   map[model.VirtualServiceKey][]model.ServiceKey
+	// owner is the Service whose plan holds each wanted virtual service,
+	// bySvc the virtual services each Service holds.
+	owner    map[model.VirtualServiceKey]model.ServiceKey
+	bySvc    map[model.ServiceKey][]model.VirtualServiceKey
 	addrRefs map[netip.Addr]int
 	draining map[drainKey]time.Time // since when
 	sysctls  map[string]string      // as reported
@@ -121,7 +120,6 @@ func New(cfg Config) (*Dataplane, error) {
 		cfg:      cfg,
 		want:     Desired{Services: map[model.VirtualServiceKey]DesiredService{}, Addrs: map[netip.Addr]bool{}},
 		owner:    map[model.VirtualServiceKey]model.ServiceKey{},
-		losers:   map[model.VirtualServiceKey][]model.ServiceKey{},
 		bySvc:    map[model.ServiceKey][]model.VirtualServiceKey{},
 		addrRefs: map[netip.Addr]int{},
 		draining: map[drainKey]time.Time{},
@@ -253,12 +251,15 @@ func (d *Dataplane) ensureTimeouts() error {
 }
 
 // updateWant folds u into the desired state and returns the scope an
-// incremental diff must cover.
+// incremental diff must cover. The plan gives each virtual service key to
+// at most one Service and lists in u.Changed every Service that took or
+// let go of one (core/plan arbitrates), so the changed Services let go of
+// their old keys first and then take their new ones; a key another
+// Service still holds is an error for the Service asking for it.
 func (d *Dataplane) updateWant(u plugin.Update) (Scope, error) {
 	var scope Scope
 	keys := slices.Clone(u.Changed) // the update is the caller's
 	if u.Full {
-		clear(d.losers) // every Service is planned again
 		keys = slices.Collect(maps.Keys(d.bySvc))
 		for k := range u.Plan.Services {
 			if _, ok := d.bySvc[k]; !ok {
@@ -267,29 +268,17 @@ func (d *Dataplane) updateWant(u plugin.Update) (Scope, error) {
 		}
 	}
 	slices.SortFunc(keys, model.ServiceKey.Compare)
-	var errs []error
-	seen := make(map[model.ServiceKey]bool, len(keys))
-	// release drops vk from sk's wants and queues the Services that lost
-	// vk to another, so that one of them takes it over.
-	release := func(sk model.ServiceKey, vk model.VirtualServiceKey) {
-		if d.unwant(sk, vk) {
-			keys = append(keys, d.losers[vk]...)
-			delete(d.losers, vk)
-		}
-	}
-	for i := 0; i < len(keys); i++ {
-		sk := keys[i]
-		if seen[sk] {
-			continue
-		}
-		seen[sk] = true
-		old := d.bySvc[sk]
-		delete(d.bySvc, sk)
-		for _, vk := range old {
+	keys = slices.Compact(keys)
+	for _, sk := range keys {
+		for _, vk := range d.bySvc[sk] {
 			scope.Keys = append(scope.Keys, vk)
 			scope.Addrs = append(scope.Addrs, vk.Addr)
-			release(sk, vk)
+			d.unwant(vk)
 		}
+		delete(d.bySvc, sk)
+	}
+	var errs []error
+	for _, sk := range keys {
 		sp := u.Plan.Services[sk]
 		if sp == nil {
 			continue
@@ -297,20 +286,14 @@ func (d *Dataplane) updateWant(u plugin.Update) (Scope, error) {
 		for _, vs := range sp.VirtualServices {
 			scope.Keys = append(scope.Keys, vs.VirtualServiceKey)
 			scope.Addrs = append(scope.Addrs, vs.Addr)
-			if o, ok := d.owner[vs.VirtualServiceKey]; ok && o != sk && o.Compare(sk) < 0 {
-				d.lose(sk, vs.VirtualServiceKey) // the kernel holds one; the first Service wins
+			if o, ok := d.owner[vs.VirtualServiceKey]; ok {
+				errs = append(errs, fmt.Errorf("ipvs: service %s: virtual service %s is planned for %s too", sk, keyString(vs.VirtualServiceKey), o))
 				continue
 			}
 			ds, err := FromModel(vs, d.cfg.Scheduler)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("ipvs: service %s: %w", sk, err))
 				continue
-			}
-			if o, ok := d.owner[vs.VirtualServiceKey]; ok {
-				d.unwant(o, vs.VirtualServiceKey)
-				if o != sk {
-					d.lose(o, vs.VirtualServiceKey)
-				}
 			}
 			d.want.Services[vs.VirtualServiceKey] = ds
 			d.owner[vs.VirtualServiceKey] = sk
@@ -473,19 +456,8 @@ func (d *Dataplane) adopt(scope Scope, skip map[model.VirtualServiceKey]bool) {
 	}
 }
 
-// lose records that sk wants vk, which another Service holds.
-func (d *Dataplane) lose(sk model.ServiceKey, vk model.VirtualServiceKey) {
-	if !slices.Contains(d.losers[vk], sk) {
-		d.losers[vk] = append(d.losers[vk], sk)
-	}
-}
-
-// unwant drops vk from the desired state if sk holds it, and reports
-// whether it did.
-func (d *Dataplane) unwant(sk model.ServiceKey, vk model.VirtualServiceKey) bool {
-	if d.owner[vk] != sk {
-		return false
-	}
+// unwant drops vk, which a Service holds, from the desired state.
+func (d *Dataplane) unwant(vk model.VirtualServiceKey) {
 	bound := BoundKind(d.want.Services[vk].Kind) // as updateWant counted it
 	delete(d.owner, vk)
 	delete(d.want.Services, vk)
@@ -497,10 +469,6 @@ func (d *Dataplane) unwant(sk model.ServiceKey, vk model.VirtualServiceKey) bool
 			d.addrRefs[vk.Addr] = n - 1
 		}
 	}
-	if keys, ok := d.bySvc[sk]; ok {
-		d.bySvc[sk] = slices.DeleteFunc(slices.Clone(keys), func(k model.VirtualServiceKey) bool { return k == vk })
-	}
-	return true
 }
 
 // load reads the kernel: the dummy link's addresses, every service, and

@@ -3,6 +3,7 @@ package ipvs_test
 import (
 	"errors"
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/core/plan"
 	"github.com/switchyard-lb/switchyard/core/plugin"
 	"github.com/switchyard-lb/switchyard/ipvs"
 	"github.com/switchyard-lb/switchyard/ipvs/ipvstest"
@@ -454,45 +456,58 @@ func TestDataplaneDrainCancelledAtWeightZero(t *testing.T) {
 }
 
 func TestDataplaneContestedVirtualService(t *testing.T) {
-	// Two Services want the same external IP and port: the one that
-	// sorts first holds it; when it lets go, the other takes it over at
-	// once, not only at the next full resync.
+	// Two Services want the same external IP and port: the planner gives
+	// it to the one that sorts first; when it lets go, the other takes it
+	// over at once, not only at the next full resync. The dataplane
+	// programs what the planner's plan and changed keys say.
 	r := newRig()
 	dp := r.dataplane(t)
 	ip := netip.MustParseAddr("192.0.2.30")
 	key := model.VirtualServiceKey{Addr: ip, Port: 80, Protocol: model.TCP}
-	mk := func(backend string) *model.ServicePlan {
-		return &model.ServicePlan{VirtualServices: []model.VirtualService{{
-			VirtualServiceKey: key, Kind: model.FrontendExternalIP,
-			Destinations: []model.Destination{be(backend, 8080, 1)},
-		}}}
-	}
 	a, b := model.ServiceKey{Namespace: "x", Name: "a"}, model.ServiceKey{Namespace: "x", Name: "b"}
-	plan := &model.Plan{Services: map[model.ServiceKey]*model.ServicePlan{b: mk("10.244.2.2")}}
-	if err := dp.Apply(t.Context(), plugin.Update{Plan: plan, Full: true}); err != nil {
+	clusterIPs := map[model.ServiceKey]netip.Addr{a: netip.MustParseAddr("10.96.0.1"), b: netip.MustParseAddr("10.96.0.2")}
+	state := func(sk model.ServiceKey, backend string) map[model.ServiceKey]model.ServiceState {
+		return map[model.ServiceKey]model.ServiceState{sk: {
+			Service: &model.Service{Key: sk, Type: model.ClusterIP, ClusterIPs: []netip.Addr{clusterIPs[sk]}, ExternalIPs: []netip.Addr{ip},
+				Ports: []model.ServicePort{{Name: "http", Protocol: model.TCP, Port: 80}}},
+			Endpoints: []model.Endpoint{{Addr: netip.MustParseAddr(backend), Port: 8080, PortName: "http",
+				Protocol: model.TCP, Ready: true, Serving: true}},
+		}}
+	}
+	gone := func(sk model.ServiceKey) map[model.ServiceKey]model.ServiceState {
+		return map[model.ServiceKey]model.ServiceState{sk: {}}
+	}
+	planner := plan.New(plan.Options{})
+	planner.Update(nil, state(b, "10.244.2.2"))
+	if err := dp.Apply(t.Context(), plugin.Update{Plan: planner.Plan(), Full: true}); err != nil {
 		t.Fatal(err)
 	}
 	steps := []struct {
-		name    string
-		change  func()
-		changed model.ServiceKey
-		want    []ipvstest.Entry
+		name   string
+		change map[model.ServiceKey]model.ServiceState
+		want   []ipvstest.Entry
 	}{
-		{"a arrives and takes it from b", func() { plan.Services[a] = mk("10.244.1.1") }, a,
+		{"a arrives and takes it from b", state(a, "10.244.1.1"),
 			[]ipvstest.Entry{entry(rr(key), dstState("10.244.1.1", 1, 0, 0))}},
-		{"b changes and still loses", func() { plan.Services[b] = mk("10.244.2.3") }, b,
+		{"b changes and still loses", state(b, "10.244.2.3"),
 			[]ipvstest.Entry{entry(rr(key), dstState("10.244.1.1", 1, 0, 0))}},
-		{"a leaves and b takes over", func() { delete(plan.Services, a) }, a,
+		{"a leaves and b takes over", gone(a),
 			[]ipvstest.Entry{entry(rr(key), dstState("10.244.2.3", 1, 0, 0))}},
-		{"b leaves", func() { delete(plan.Services, b) }, b, []ipvstest.Entry{}},
+		{"b leaves", gone(b), []ipvstest.Entry{}},
 	}
 	for _, s := range steps {
-		s.change()
-		if err := dp.Apply(t.Context(), plugin.Update{Plan: plan, Changed: []model.ServiceKey{s.changed}}); err != nil {
+		changed := planner.Update(nil, s.change)
+		if err := dp.Apply(t.Context(), plugin.Update{Plan: planner.Plan(), Changed: changed}); err != nil {
 			t.Fatalf("%s: %v", s.name, err)
 		}
-		if diff := cmp.Diff(s.want, r.kernel.Table(), cmpAddrs); diff != "" {
-			t.Errorf("%s: kernel table (-want +got):\n%s", s.name, diff)
+		got := []ipvstest.Entry{}
+		for _, e := range r.kernel.Table() {
+			if e.Service.Addr == ip { // the cluster IPs are not contested
+				got = append(got, e)
+			}
+		}
+		if diff := cmp.Diff(s.want, got, cmpAddrs); diff != "" {
+			t.Errorf("%s: kernel table at %s (-want +got):\n%s", s.name, ip, diff)
 		}
 	}
 	if diff := cmp.Diff([]netip.Addr{}, r.bound(t), cmpAddrs); diff != "" {
@@ -549,5 +564,67 @@ func TestDataplaneUDPFlushWhenServed(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, r.ct.Deletions(), cmpAddrs); diff != "" {
 		t.Errorf("conntrack deletions after a second endpoint and a resync (-want +got):\n%s", diff)
+	}
+}
+
+func TestDataplaneHandOverInOneApply(t *testing.T) {
+	// A plan that moves a virtual service from one Service to another
+	// changes both: whichever the dataplane reads first, the key ends with
+	// its new holder, bound once.
+	ip := netip.MustParseAddr("192.0.2.30")
+	key := model.VirtualServiceKey{Addr: ip, Port: 80, Protocol: model.TCP}
+	mk := func(sk model.ServiceKey, backend string, holds bool) *model.ServicePlan {
+		sp := &model.ServicePlan{Key: sk}
+		if holds {
+			sp.VirtualServices = []model.VirtualService{{VirtualServiceKey: key, Kind: model.FrontendExternalIP,
+				Destinations: []model.Destination{be(backend, 8080, 1)}}}
+		}
+		return sp
+	}
+	a, b := model.ServiceKey{Namespace: "x", Name: "a"}, model.ServiceKey{Namespace: "x", Name: "b"}
+	for _, from := range []model.ServiceKey{a, b} {
+		to := b
+		if from == b {
+			to = a
+		}
+		r := newRig()
+		dp := r.dataplane(t)
+		plan := &model.Plan{Services: map[model.ServiceKey]*model.ServicePlan{from: mk(from, "10.244.1.1", true), to: mk(to, "10.244.2.2", false)}}
+		if err := dp.Apply(t.Context(), plugin.Update{Plan: plan, Full: true}); err != nil {
+			t.Fatal(err)
+		}
+		plan = &model.Plan{Services: map[model.ServiceKey]*model.ServicePlan{from: mk(from, "10.244.1.1", false), to: mk(to, "10.244.2.2", true)}}
+		if err := dp.Apply(t.Context(), plugin.Update{Plan: plan, Changed: []model.ServiceKey{a, b}}); err != nil {
+			t.Fatalf("from %v to %v: %v", from, to, err)
+		}
+		want := []ipvstest.Entry{entry(rr(key), dstState("10.244.2.2", 1, 0, 0))}
+		if diff := cmp.Diff(want, r.kernel.Table(), cmpAddrs); diff != "" {
+			t.Errorf("from %v to %v: kernel table (-want +got):\n%s", from, to, diff)
+		}
+		if diff := cmp.Diff([]netip.Addr{ip}, r.bound(t), cmpAddrs); diff != "" {
+			t.Errorf("from %v to %v: addresses on switchyard0 (-want +got):\n%s", from, to, diff)
+		}
+	}
+}
+
+func TestDataplaneRefusesAKeyPlannedTwice(t *testing.T) {
+	// The plan breaks its contract (one Service per virtual service key):
+	// the first Service keeps the key, the other gets an error naming both.
+	r := newRig()
+	dp := r.dataplane(t)
+	key := model.VirtualServiceKey{Addr: netip.MustParseAddr("192.0.2.30"), Port: 80, Protocol: model.TCP}
+	mk := func(backend string) *model.ServicePlan {
+		return &model.ServicePlan{VirtualServices: []model.VirtualService{{VirtualServiceKey: key,
+			Kind: model.FrontendExternalIP, Destinations: []model.Destination{be(backend, 8080, 1)}}}}
+	}
+	a, b := model.ServiceKey{Namespace: "x", Name: "a"}, model.ServiceKey{Namespace: "x", Name: "b"}
+	plan := &model.Plan{Services: map[model.ServiceKey]*model.ServicePlan{a: mk("10.244.1.1"), b: mk("10.244.2.2")}}
+	err := dp.Apply(t.Context(), plugin.Update{Plan: plan, Full: true})
+	if err == nil || !strings.Contains(err.Error(), "service x/b: virtual service TCP/192.0.2.30:80 is planned for x/a too") {
+		t.Errorf("Apply of a key planned twice: error %v, want one naming x/b and x/a", err)
+	}
+	want := []ipvstest.Entry{entry(rr(key), dstState("10.244.1.1", 1, 0, 0))}
+	if diff := cmp.Diff(want, r.kernel.Table(), cmpAddrs); diff != "" {
+		t.Errorf("kernel table (-want +got):\n%s", diff)
 	}
 }

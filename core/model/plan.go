@@ -117,6 +117,17 @@ type ServicePlan struct {
 	// or headless Service); "" otherwise. A foreign loadBalancerClass is
 	// not a rejection: its ingress IPs are proxied, only not announced.
 	Rejected string
+	// Contested are the virtual services this Service asks for that
+	// another Service holds, sorted by key: a virtual service key belongs
+	// to one Service of the plan, the lowest ServiceKey asking for it.
+	// They are not in VirtualServices.
+	Contested []Contest
+}
+
+// Contest is a virtual service a Service asks for and Owner holds.
+type Contest struct {
+	VirtualServiceKey
+	Owner ServiceKey
 }
 
 // Equal reports whether two plans want the same state.
@@ -126,7 +137,7 @@ func (p *ServicePlan) Equal(o *ServicePlan) bool {
 	}
 	return p.Key == o.Key && p.HealthCheckNodePort == o.HealthCheckNodePort &&
 		p.LocalEndpoints == o.LocalEndpoints && p.Rejected == o.Rejected &&
-		slices.Equal(p.Announce, o.Announce) &&
+		slices.Equal(p.Announce, o.Announce) && slices.Equal(p.Contested, o.Contested) &&
 		slices.EqualFunc(p.VirtualServices, o.VirtualServices, VirtualService.Equal)
 }
 
@@ -140,7 +151,8 @@ func (v VirtualService) Equal(o VirtualService) bool {
 }
 
 // Plan is the node's whole desired state: one ServicePlan per Service.
-// A Plan handed to a plugin is read-only for it.
+// A Plan handed to a plugin is read-only for it. A virtual service key is
+// in the VirtualServices of at most one of its ServicePlans.
 type Plan struct {
 	Services map[ServiceKey]*ServicePlan
 }

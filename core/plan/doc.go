@@ -2,7 +2,8 @@
 // endpoints and this node into the desired state of the dataplane and the
 // announcers (model.ServicePlan), with kube-proxy's semantics.
 //
-// PlanService plans one Service. Planner keeps every Service's last input
+// PlanService plans one Service; Arbitrate shares out the keys several
+// Services ask for. Planner keeps every Service's last input
 // and plan, replans only what an Update can affect and reports the Services
 // whose plan really changed, so that the reconcile loop's work grows with
 // what changed, not with the size of the cluster.
@@ -44,6 +45,13 @@
 //   - Two frontends of one Service with the same address, port and
 //     protocol (an external IP that is also an ingress IP) become one: the
 //     LoadBalancer frontend, so that its source ranges still apply.
+//   - A virtual service key (address, port, protocol) that several
+//     Services ask for (the same external or ingress IP and port) belongs
+//     to one of them, the lowest ServiceKey: the others list it in
+//     ServicePlan.Contested instead of VirtualServices (Arbitrate). When
+//     the holder leaves or lets the key go, the next one takes it over,
+//     and the Planner reports every Service whose plan that changes. A
+//     dataplane thus gets each key from at most one Service.
 //
 // Every slice in a plan is sorted and free of duplicates, and every
 // destination has weight 1 (balancing policies re-weigh later).

@@ -12,12 +12,21 @@ import (
 // the Services it carries (or to the whole cluster only when the node's
 // name, zone or addresses changed, or the options did). It is not
 // goroutine-safe: the one reconcile loop owns it.
+//
+// It arbitrates the virtual services several Services ask for (see
+// Arbitrate): when the holder of a key changes, the plans of the Services
+// that lost or won it are among the changed keys too.
 type Planner struct {
 	opts   Options
 	node   *model.Node // the relevant fields of the last known node; nil while unknown
 	env    env
 	inputs map[model.ServiceKey]model.ServiceState
+	// own are the Services' plans before arbitration; plan holds them
+	// arbitrated (the same pointer when a Service lost nothing).
+	own    map[model.ServiceKey]*model.ServicePlan
+	claims claims
 	plan   model.Plan
+	dirty  []model.ServiceKey // scratch: the Services to arbitrate again
 }
 
 // New returns a Planner with an empty plan.
@@ -25,6 +34,8 @@ func New(opts Options) *Planner {
 	p := &Planner{
 		opts:   opts.normalized(),
 		inputs: make(map[model.ServiceKey]model.ServiceState),
+		own:    make(map[model.ServiceKey]*model.ServicePlan),
+		claims: newClaims(),
 		plan:   model.Plan{Services: make(map[model.ServiceKey]*model.ServicePlan)},
 	}
 	p.env = newEnv(nil, &p.opts)
@@ -48,6 +59,7 @@ func (p *Planner) Update(node *model.Node, services map[model.ServiceKey]model.S
 	if len(p.inputs) == 0 && len(p.plan.Services) == 0 && len(services) > 0 {
 		// The first sync: size the maps once instead of growing them.
 		p.inputs = make(map[model.ServiceKey]model.ServiceState, len(services))
+		p.own = make(map[model.ServiceKey]*model.ServicePlan, len(services))
 		p.plan.Services = make(map[model.ServiceKey]*model.ServicePlan, len(services))
 	}
 	if node != nil && !sameNode(p.node, node) {
@@ -58,15 +70,12 @@ func (p *Planner) Update(node *model.Node, services map[model.ServiceKey]model.S
 		}
 		return p.replanAll()
 	}
-	var changed []model.ServiceKey
+	p.dirty = p.dirty[:0]
 	for k, st := range services {
 		p.record(k, st)
-		if p.replan(k, st) {
-			changed = append(changed, k)
-		}
+		p.replan(k, st)
 	}
-	slices.SortFunc(changed, model.ServiceKey.Compare)
-	return changed
+	return p.publish()
 }
 
 // SetOptions replans everything with new options and returns the keys
@@ -94,38 +103,64 @@ func (p *Planner) record(k model.ServiceKey, st model.ServiceState) {
 	p.inputs[k] = st
 }
 
-// replan plans one Service from its state (a nil Service removes it) and
-// reports whether its plan changed.
-func (p *Planner) replan(k model.ServiceKey, st model.ServiceState) bool {
-	old, had := p.plan.Services[k]
+// replan plans one Service from its state (a nil Service removes it)
+// and, when its own plan changed, queues it and the Services whose
+// contests it changed for publish.
+func (p *Planner) replan(k model.ServiceKey, st model.ServiceState) {
+	old, had := p.own[k]
 	if st.Service == nil {
-		delete(p.plan.Services, k)
-		return had
+		if had {
+			delete(p.own, k)
+			p.dirty = p.claims.move(k, old, nil, append(p.dirty, k))
+		}
+		return
 	}
 	sp := p.env.planService(st.Service, st.Endpoints)
 	if had && old.Equal(sp) {
-		return false
+		return
 	}
-	p.plan.Services[k] = sp
-	return true
+	p.own[k] = sp
+	p.dirty = p.claims.move(k, old, sp, append(p.dirty, k))
 }
 
 // replanAll replans every recorded Service, drops the plans of Services no
 // longer recorded and returns the changed keys, sorted.
 func (p *Planner) replanAll() []model.ServiceKey {
-	var changed []model.ServiceKey
-	for k := range p.plan.Services {
+	p.dirty = p.dirty[:0]
+	for k, sp := range p.own {
 		if _, ok := p.inputs[k]; !ok {
-			delete(p.plan.Services, k)
-			changed = append(changed, k)
+			delete(p.own, k)
+			p.dirty = p.claims.move(k, sp, nil, append(p.dirty, k))
 		}
 	}
 	for k, st := range p.inputs {
-		if p.replan(k, st) {
-			changed = append(changed, k)
-		}
+		p.replan(k, st)
 	}
-	slices.SortFunc(changed, model.ServiceKey.Compare)
+	return p.publish()
+}
+
+// publish arbitrates the queued Services' plans into the plan and returns
+// the keys whose published plan changed, sorted.
+func (p *Planner) publish() []model.ServiceKey {
+	slices.SortFunc(p.dirty, model.ServiceKey.Compare)
+	var changed []model.ServiceKey
+	for _, k := range slices.Compact(p.dirty) {
+		old, had := p.plan.Services[k]
+		own, ok := p.own[k]
+		if !ok {
+			if had {
+				delete(p.plan.Services, k)
+				changed = append(changed, k)
+			}
+			continue
+		}
+		sp := arbitrated(k, own, p.claims.owner)
+		if had && old.Equal(sp) {
+			continue
+		}
+		p.plan.Services[k] = sp
+		changed = append(changed, k)
+	}
 	return changed
 }
 

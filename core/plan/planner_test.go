@@ -43,8 +43,8 @@ func stateC() model.ServiceState {
 
 func deleted() model.ServiceState { return model.ServiceState{} }
 
-// reference plans everything from scratch with PlanService: what the
-// incremental Planner must always agree with.
+// reference plans everything from scratch with PlanService and
+// Arbitrate: what the incremental Planner must always agree with.
 type reference struct {
 	node   *model.Node
 	opts   plan.Options
@@ -56,7 +56,7 @@ func (r *reference) plan() map[model.ServiceKey]*model.ServicePlan {
 	for k, st := range r.states {
 		out[k] = plan.PlanService(st.Service, st.Endpoints, r.node, &r.opts)
 	}
-	return out
+	return plan.Arbitrate(out)
 }
 
 func (r *reference) update(node *model.Node, services map[model.ServiceKey]model.ServiceState) {
@@ -309,6 +309,7 @@ func TestPlannerRandom(t *testing.T) {
 func clonePlan(sp *model.ServicePlan) *model.ServicePlan {
 	c := *sp
 	c.Announce = slices.Clone(sp.Announce)
+	c.Contested = slices.Clone(sp.Contested)
 	c.VirtualServices = nil
 	for _, v := range sp.VirtualServices {
 		v.Destinations = slices.Clone(v.Destinations)

@@ -211,3 +211,56 @@ func TestSyncResult(t *testing.T) {
 		}
 	}
 }
+
+// TestContestedVirtualServiceHandedOver: two Services ask for one
+// external IP and port; the plan gives it to the one sorting first, the
+// state says who lost it to whom, and when the holder leaves an
+// incremental Apply hands it to the other.
+func TestContestedVirtualServiceHandedOver(t *testing.T) {
+	h := newHarness(t)
+	a, b := model.ServiceKey{Namespace: "x", Name: "a"}, model.ServiceKey{Namespace: "x", Name: "b"}
+	withExternalIP := func(st model.ServiceState) model.ServiceState {
+		st.Service.ExternalIPs = []netip.Addr{ip("192.0.2.30")}
+		return st
+	}
+	h.src.Push(model.Delta{
+		Nodes: map[string]*model.Node{"node-a": nodeA},
+		Services: map[model.ServiceKey]model.ServiceState{
+			a: withExternalIP(clusterIP(a, "10.96.0.1", ep("10.244.1.2:8080", "node-a"))),
+			b: withExternalIP(clusterIP(b, "10.96.0.2", ep("10.244.2.2:8080", "node-b"))),
+		},
+	})
+	h.src.SetSynced(true)
+	mustSync(t, h.loop)
+	external := func() []string {
+		lines := table(h.dry)
+		for i, l := range lines {
+			if strings.HasPrefix(l, "TCP 192.0.2.30:80 ") {
+				return lines[i : i+2]
+			}
+		}
+		return nil
+	}
+	if diff := cmp.Diff([]string{"TCP 192.0.2.30:80 rr", "-> 10.244.1.2:8080 Masq 1 0 0"}, external()); diff != "" {
+		t.Errorf("192.0.2.30:80 while a holds it (-want +got):\n%s", diff)
+	}
+	var contested []reconcile.ContestState
+	for _, s := range h.loop.State().Desired {
+		if s.Service == "x/b" {
+			contested = s.Contested
+		}
+	}
+	want := []reconcile.ContestState{{Protocol: "TCP", Address: netip.MustParseAddrPort("192.0.2.30:80"), Owner: "x/a"}}
+	if diff := cmp.Diff(want, contested, cmpOpts...); diff != "" {
+		t.Errorf("x/b's contested virtual services in the state (-want +got):\n%s", diff)
+	}
+
+	h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{a: {}}})
+	mustSync(t, h.loop)
+	if got := h.dry.Stats(); got.FullApplies != 1 || !cmp.Equal(got.LastChanged, []model.ServiceKey{a, b}) {
+		t.Errorf("after a leaves: stats %+v, want an incremental Apply of a and b", got)
+	}
+	if diff := cmp.Diff([]string{"TCP 192.0.2.30:80 rr", "-> 10.244.2.2:8080 Masq 1 0 0"}, external()); diff != "" {
+		t.Errorf("192.0.2.30:80 after a left (-want +got):\n%s", diff)
+	}
+}

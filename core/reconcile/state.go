@@ -42,6 +42,16 @@ type ServiceState struct {
 	Announce            []netip.Addr          `json:"announce,omitempty"`
 	HealthCheckNodePort uint16                `json:"healthCheckNodePort,omitempty"`
 	LocalEndpoints      int                   `json:"localEndpoints,omitempty"`
+	// Contested are the virtual services the Service asks for that
+	// another Service holds (the planner gives each to one Service).
+	Contested []ContestState `json:"contested,omitempty"`
+}
+
+// ContestState is a virtual service a Service asks for and Owner holds.
+type ContestState struct {
+	Protocol string         `json:"protocol"`
+	Address  netip.AddrPort `json:"address"`
+	Owner    string         `json:"owner"` // namespace/name
 }
 
 // VirtualServiceState is one virtual service of a plan.
@@ -117,6 +127,9 @@ func view(plans map[model.ServiceKey]*model.ServicePlan) []ServiceState {
 				v.Destinations = append(v.Destinations, DestinationState{Address: netip.AddrPortFrom(d.Addr, d.Port), Weight: d.Weight})
 			}
 			s.VirtualServices = append(s.VirtualServices, v)
+		}
+		for _, c := range sp.Contested {
+			s.Contested = append(s.Contested, ContestState{Protocol: c.Protocol.String(), Address: netip.AddrPortFrom(c.Addr, c.Port), Owner: c.Owner.String()})
 		}
 		out = append(out, s)
 	}

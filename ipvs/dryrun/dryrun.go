@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -102,20 +101,14 @@ func (d *Dataplane) Stats() Stats {
 }
 
 // Table returns the virtual services in the order `ipvsadm -Ln` lists
-// them. Where two Services want the same virtual service, as the kernel
-// holds only one, the Service that sorts first wins.
+// them. The plan gives each virtual service to one Service (core/plan
+// arbitrates the ones several Services want), so each is listed once.
 func (d *Dataplane) Table() []model.VirtualService {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	keys := slices.SortedFunc(maps.Keys(d.services), model.ServiceKey.Compare)
-	seen := make(map[model.VirtualServiceKey]bool)
 	var out []model.VirtualService
-	for _, k := range keys {
-		for _, vs := range d.services[k] {
-			if seen[vs.VirtualServiceKey] {
-				continue
-			}
-			seen[vs.VirtualServiceKey] = true
+	for _, vss := range d.services {
+		for _, vs := range vss {
 			vs.Flags = slices.Clone(vs.Flags)
 			vs.SourceRanges = slices.Clone(vs.SourceRanges)
 			vs.Destinations = slices.Clone(vs.Destinations)

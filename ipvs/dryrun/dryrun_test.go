@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/core/plan"
 	"github.com/switchyard-lb/switchyard/core/plugin"
 	"github.com/switchyard-lb/switchyard/ipvs/dryrun"
 )
@@ -40,6 +41,7 @@ func planOf(sps ...*model.ServicePlan) *model.Plan {
 	for _, sp := range sps {
 		p.Services[sp.Key] = sp
 	}
+	p.Services = plan.Arbitrate(p.Services) // one Service per virtual service, as the planner gives it
 	return p
 }
 
@@ -102,7 +104,9 @@ func TestApplySequence(t *testing.T) {
 	webPlan := &model.ServicePlan{Key: web, VirtualServices: []model.VirtualService{vs("10.96.0.1", 80, model.TCP, "10.244.1.2:8080")}}
 	webPlan2 := &model.ServicePlan{Key: web, VirtualServices: []model.VirtualService{vs("10.96.0.1", 80, model.TCP, "10.244.1.2:8080", "10.244.1.3:8080")}}
 	dnsPlan := &model.ServicePlan{Key: dns, VirtualServices: []model.VirtualService{vs("10.96.0.10", 53, model.UDP, "10.244.2.3:53")}}
-	// late wants the same virtual service as web: the kernel holds one.
+	// late wants the same virtual service as web: the plan gives it to
+	// web, and back to late when web leaves (the planner then reports
+	// both as changed).
 	clash := &model.ServicePlan{Key: late, VirtualServices: []model.VirtualService{vs("10.96.0.1", 80, model.TCP, "10.9.9.9:1")}}
 
 	steps := []struct {
@@ -127,7 +131,7 @@ func TestApplySequence(t *testing.T) {
 			"  -> 10.244.1.3:8080              Masq    1      0          0\n" +
 			"UDP  10.96.0.10:53 rr\n" +
 			"  -> 10.244.2.3:53                Masq    1      0          0\n"},
-		{"deleted Service is removed, the clashing one takes over", plugin.Update{Changed: []model.ServiceKey{web}, Plan: planOf(dnsPlan, clash)}, header +
+		{"deleted Service is removed, the clashing one takes over", plugin.Update{Changed: []model.ServiceKey{web, late}, Plan: planOf(dnsPlan, clash)}, header +
 			"TCP  10.96.0.1:80 rr\n" +
 			"  -> 10.9.9.9:1                   Masq    1      0          0\n" +
 			"UDP  10.96.0.10:53 rr\n" +
