@@ -1,9 +1,9 @@
 # test-cluster: the cluster lab (test/cluster): three node namespaces, a
 # router and a client in one kernel lab guest, the real switchyard daemon
 # (ipvs mode) on every node against a real kube-apiserver on this host, and
-# suites that send traffic across them. Included by the top Makefile; not
-# part of `make test` (yet). Needs root (qemu user networking does not,
-# the guest is root). It installs and builds what it needs:
+# suites that send traffic across them. Included by the top Makefile and
+# part of `make test` (about 70 s warm, one guest). Needs root (qemu user
+# networking does not, the guest is root). It installs and builds what it needs:
 #
 #   1. test/lab/deps.sh: qemu, busybox and the guest kernel;
 #   2. test/tools/kube-binaries.sh: etcd, kube-apiserver and kubectl;
