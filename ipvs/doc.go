@@ -59,7 +59,7 @@
 // creation failed). A wanted service that another program created and the
 // Apply leaves as it is gets recorded only at the end: a crash before
 // leaves it as it was found. The stamp does not cover the journal
-// (stamp version v3; an older table is rewritten once), so none of this
+// (stamp version v4; an older table is rewritten once), so none of this
 // rewrites the table, and a restart with nothing changed writes nothing.
 //
 // # Interrupted dumps
