@@ -12,12 +12,29 @@ LDFLAGS := -X github.com/switchyard-lb/switchyard/core/version.Version=$(VERSION
 STATICCHECK_VERSION ?= v0.8.2
 GOTEST_FLAGS ?=
 
-.PHONY: all build check test test-unit test-integration test-lab test-peers demo bench clean
+.PHONY: all build image check test test-unit test-integration test-lab test-peers demo bench clean
 
 all: build
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
+
+# image: the daemon's container image, built without Docker or a registry
+# (test/tools/image) from static binaries: an OCI layout in $(BIN)/image/oci
+# and a docker archive $(BIN)/image/switchyard.tar (ctr images import,
+# docker load), tagged switchyard:$(VERSION) and switchyard:dev (the tag
+# test/tools/image/deploy runs). Reproducible: the binaries are built with
+# -trimpath and every time in the image is the last commit's.
+IMAGE_TAG := $(subst +,-,$(VERSION))
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+
+image:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" -o $(BIN)/image/bin/ ./cmd/switchyard ./cmd/yardctl
+	$(GO) run ./test/tools/image -version $(VERSION) -revision "$$(git rev-parse HEAD 2>/dev/null)" \
+		-created $(SOURCE_DATE_EPOCH) -arch $$($(GO) env GOARCH) \
+		-bin switchyard=$(BIN)/image/bin/switchyard -bin yardctl=$(BIN)/image/bin/yardctl \
+		-tag switchyard:$(IMAGE_TAG) -tag switchyard:dev \
+		-oci $(BIN)/image/oci -tar $(BIN)/image/switchyard.tar
 
 check:
 	$(GO) mod tidy -diff

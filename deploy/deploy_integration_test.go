@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -19,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/yaml"
 
 	"github.com/switchyard-lb/switchyard/test/apitest"
 )
@@ -58,6 +60,32 @@ func TestIntegrationDeploy(t *testing.T) {
 		}
 		if _, err := s.Client.AppsV1().DaemonSets(namespace).Get(t.Context(), "switchyard", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			t.Errorf("DaemonSet after a dry run: err = %v, want NotFound", err)
+		}
+	})
+
+	t.Run("the overlay of the local image changes only the image", func(t *testing.T) {
+		base := mustKubectl(t, s, "kustomize", ".")
+		local := mustKubectl(t, s, "kustomize", "../test/tools/image/deploy")
+		images := 0
+		for _, ds := range daemonSets(t, local) {
+			for _, c := range slices.Concat(ds.Spec.Template.Spec.InitContainers, ds.Spec.Template.Spec.Containers) {
+				images++
+				if c.Image != localImage {
+					t.Errorf("container %s: image %q, want %q (what make image tags)", c.Name, c.Image, localImage)
+				}
+			}
+		}
+		if images != 2 {
+			t.Errorf("the overlay renders %d containers, want 2 (sysctls and switchyard)", images)
+		}
+		// Everything else is deploy/ as it is.
+		want := strings.ReplaceAll(base, "image: switchyard:latest", "image: "+localImage)
+		if diff := cmp.Diff(want, local); diff != "" {
+			t.Errorf("overlay rendering (-deploy/ with the image replaced +the overlay):\n%s", diff)
+		}
+		out := mustKubectl(t, s, "apply", "--dry-run=server", "-k", "../test/tools/image/deploy")
+		if n := strings.Count(out, "(server dry run)"); n != 10 {
+			t.Errorf("dry run of the overlay reported %d objects, want 10:\n%s", n, out)
 		}
 	})
 
@@ -296,6 +324,27 @@ func mustKubectl(t *testing.T, s *apitest.Server, args ...string) string {
 	out, err := s.Kubectl(t, args...)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return out
+}
+
+// daemonSets decodes the DaemonSets of a multi-document YAML stream.
+func daemonSets(t *testing.T, stream string) []appsv1.DaemonSet {
+	t.Helper()
+	var out []appsv1.DaemonSet
+	for doc := range strings.SplitSeq(stream, "\n---\n") {
+		var meta metav1.TypeMeta
+		if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
+			t.Fatal(err)
+		}
+		if meta.Kind != "DaemonSet" {
+			continue
+		}
+		var ds appsv1.DaemonSet
+		if err := yaml.UnmarshalStrict([]byte(doc), &ds); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, ds)
 	}
 	return out
 }

@@ -348,3 +348,36 @@ func stripComments(doc []byte) []byte {
 }
 
 func bufioReader(data []byte) *bufio.Reader { return bufio.NewReader(bytes.NewReader(data)) }
+
+// localImage is the reference test/tools/image/deploy runs: the tag make image
+// gives the image it builds.
+const localImage = "switchyard:dev"
+
+// TestLocalOverlayRunsTheImageMakeBuilds ties the overlay's image to the
+// tag make image writes.
+func TestLocalOverlayRunsTheImageMakeBuilds(t *testing.T) {
+	data, err := os.ReadFile("../test/tools/image/deploy/kustomization.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var k kustomization
+	if err := yaml.UnmarshalStrict(data, &k); err != nil {
+		t.Fatalf("test/tools/image/deploy/kustomization.yaml: %v", err)
+	}
+	if !slices.Equal(k.Resources, []string{"../../../../deploy"}) || len(k.ConfigMapGenerator) != 0 {
+		t.Errorf("overlay resources %v, generators %v: want deploy/ alone", k.Resources, k.ConfigMapGenerator)
+	}
+	if len(k.Images) != 1 || k.Images[0].Name != "switchyard" || k.Images[0].NewName != "" {
+		t.Fatalf("overlay images = %+v, want one setting the tag of switchyard", k.Images)
+	}
+	if got := k.Images[0].Name + ":" + k.Images[0].NewTag; got != localImage {
+		t.Errorf("overlay image = %s, want %s", got, localImage)
+	}
+	makefile, err := os.ReadFile("../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(makefile), "-tag "+localImage+" ") {
+		t.Errorf("the Makefile's image target does not tag %s", localImage)
+	}
+}

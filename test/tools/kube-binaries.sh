@@ -9,14 +9,20 @@
 # Usage: test/tools/kube-binaries.sh               -> prints the bin directory on stdout.
 #        test/tools/kube-binaries.sh --kube-proxy  -> also builds kube-proxy (static,
 #                                                     CGO_ENABLED=0) for make bench-kubeproxy.
+#        test/tools/kube-binaries.sh --kubelet     -> also builds the kubelet (static; for a
+#                                                     real node in the qemu guest: a few
+#                                                     minutes and 1.5 GB of memory, once).
+# The flags combine.
 set -euo pipefail
 
-with_proxy=0
-case "${1:-}" in
-"") ;;
---kube-proxy) with_proxy=1 ;;
-*) echo "usage: $0 [--kube-proxy]" >&2; exit 2 ;;
-esac
+with_proxy=0 with_kubelet=0
+for arg in "$@"; do
+	case "$arg" in
+	--kube-proxy) with_proxy=1 ;;
+	--kubelet) with_kubelet=1 ;;
+	*) echo "usage: $0 [--kube-proxy] [--kubelet]" >&2; exit 2 ;;
+	esac
+done
 
 KUBE_VERSION=${KUBE_VERSION:-v1.36.3}
 ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
@@ -114,31 +120,33 @@ GO
 	 log "etcd built in ${SECONDS}s")
 }
 
-# build_kube_proxy: kube-proxy from its own throwaway module (same replaces as
-# kube-apiserver), statically linked so that it runs in the kernel lab's guest,
-# which has no libc of its own.
-build_kube_proxy() {
-	local dir=$cache/kube/build-proxy-$KUBE_VERSION
+# build_cmd NAME: k8s.io/kubernetes/cmd/NAME from its own throwaway module
+# (same replaces as kube-apiserver), statically linked so that it runs in
+# the kernel lab's guest whatever its libc.
+build_cmd() {
+	local cmd=$1
+	local dir=$cache/kube/build-$cmd-$KUBE_VERSION
 	mkmod "$dir" k8s.io/kubernetes "$KUBE_VERSION" "$STAGING_VERSION"
-	cat >"$dir/tools.go" <<'GO'
+	cat >"$dir/tools.go" <<GO
 //go:build tools
 
 package tools
 
-import _ "k8s.io/kubernetes/cmd/kube-proxy"
+import _ "k8s.io/kubernetes/cmd/$cmd"
 GO
 	local ld="-s -w -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${KUBE_VERSION#v1.}"
 	ld=${ld%.*}
-	(cd "$dir" && GOFLAGS=-mod=mod go get k8s.io/kubernetes/cmd/kube-proxy@"$KUBE_VERSION" >/dev/null
-	 log "building kube-proxy $KUBE_VERSION (a few minutes, once)"
+	(cd "$dir" && GOFLAGS=-mod=mod go get k8s.io/kubernetes/cmd/"$cmd"@"$KUBE_VERSION" >/dev/null
+	 log "building $cmd $KUBE_VERSION (a few minutes, once)"
 	 SECONDS=0
-	 CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "$ld" -o "$bin/kube-proxy.tmp" k8s.io/kubernetes/cmd/kube-proxy
-	 "$bin/kube-proxy.tmp" --version >/dev/null
-	 mv "$bin/kube-proxy.tmp" "$bin/kube-proxy"
-	 log "kube-proxy built in ${SECONDS}s")
+	 CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "$ld" -o "$bin/$cmd.tmp" k8s.io/kubernetes/cmd/"$cmd"
+	 "$bin/$cmd.tmp" --version >/dev/null
+	 mv "$bin/$cmd.tmp" "$bin/$cmd"
+	 log "$cmd built in ${SECONDS}s")
 }
 
 [ -x "$bin/etcd" ] || build_etcd
 { [ -x "$bin/kube-apiserver" ] && [ -x "$bin/kubectl" ]; } || build_kube
-[ "$with_proxy" = 0 ] || [ -x "$bin/kube-proxy" ] || build_kube_proxy
+[ "$with_proxy" = 0 ] || [ -x "$bin/kube-proxy" ] || build_cmd kube-proxy
+[ "$with_kubelet" = 0 ] || [ -x "$bin/kubelet" ] || build_cmd kubelet
 echo "$bin"
