@@ -231,7 +231,7 @@ func TestIntegrationE2EServiceTypes(t *testing.T) {
 	tables := d.dp.Tables()
 	last := tables[len(tables)-1]
 	for _, wantLine := range []string{
-		fmt.Sprintf("TCP 203.0.113.20:80 rr -> 10.1.3.1:8080/1"),
+		"TCP 203.0.113.20:80 rr -> 10.1.3.1:8080/1",
 		fmt.Sprintf("UDP %s rr -> 10.1.10.1:5353/1", at(cip("udp-sctp"), 53)),
 		fmt.Sprintf("TCP %s rr persistent 600 -> 10.1.6.1:8080/1", at(cip("affinity"), 80)),
 		fmt.Sprintf("TCP %s rr ->", at(cip("no-endpoints"), 80)),
