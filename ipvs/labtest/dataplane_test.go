@@ -25,6 +25,7 @@ import (
 	"github.com/switchyard-lb/switchyard/core/model"
 	"github.com/switchyard-lb/switchyard/core/plugin"
 	"github.com/switchyard-lb/switchyard/ipvs"
+	"github.com/switchyard-lb/switchyard/test/netns"
 )
 
 // These tests drive ipvs.Dataplane with real traffic. They are not
@@ -457,7 +458,7 @@ func TestDataplaneUDPFlowMoves(t *testing.T) {
 	if err := dp.Apply(t.Context(), plugin.Update{Plan: plan, Full: true}); err != nil {
 		t.Fatal(err)
 	}
-	port, err := nextSourcePort()
+	port, err := netns.NextSourcePort()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -529,7 +530,7 @@ func TestDataplaneUDPFlowFindsNewEndpoints(t *testing.T) {
 	if err := netlink.RouteAdd(elsewhere); err != nil {
 		t.Fatalf("route %s elsewhere: %v", target.Addr(), err)
 	}
-	port, err := nextSourcePort()
+	port, err := netns.NextSourcePort()
 	if err != nil {
 		t.Fatal(err)
 	}

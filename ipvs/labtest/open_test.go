@@ -14,6 +14,7 @@ import (
 	"github.com/switchyard-lb/switchyard/core/model"
 	"github.com/switchyard-lb/switchyard/core/plugin"
 	"github.com/switchyard-lb/switchyard/ipvs"
+	"github.com/switchyard-lb/switchyard/test/netns"
 )
 
 // holdSCTP opens an SCTP association from namespace from to target and
@@ -26,7 +27,7 @@ func holdSCTP(from *Namespace, target netip.AddrPort) (string, func(), error) {
 		name string
 	)
 	err := from.Do(func() error {
-		port, err := nextSourcePort()
+		port, err := netns.NextSourcePort()
 		if err != nil {
 			return err
 		}

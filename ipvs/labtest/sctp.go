@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/switchyard-lb/switchyard/test/netns"
 )
 
 // SCTPPort is the port the backends serve SCTP on, when the kernel has
@@ -88,7 +90,7 @@ func SplitSCTP(from *Namespace, target netip.AddrPort, n int) (map[string]int, e
 	got := map[string]int{}
 	err := from.Do(func() error {
 		for i := range n {
-			port, err := nextSourcePort()
+			port, err := netns.NextSourcePort()
 			if err != nil {
 				return err
 			}

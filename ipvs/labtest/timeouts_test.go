@@ -19,6 +19,7 @@ import (
 	"github.com/switchyard-lb/switchyard/core/model"
 	"github.com/switchyard-lb/switchyard/core/plugin"
 	"github.com/switchyard-lb/switchyard/ipvs"
+	"github.com/switchyard-lb/switchyard/test/netns"
 )
 
 // TestDataplaneSetsTimeouts configures IPVS connection timeouts in a
@@ -64,7 +65,7 @@ func TestDataplaneSetsTimeouts(t *testing.T) {
 		t.Errorf("kernel timeouts, seconds (-want +got):\n%s", diff)
 	}
 
-	port, err := nextSourcePort()
+	port, err := netns.NextSourcePort()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,14 +12,13 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
-	"runtime"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/switchyard-lb/switchyard/test/netns"
 )
 
 // Ports the backends serve.
@@ -34,66 +33,47 @@ const DummyName = "switchyard0"
 // Namespace is a network namespace. The zero Namespace (Root) is the
 // node's own namespace.
 type Namespace struct {
-	Name   string
-	handle netns.NsHandle // -1 for the root namespace
+	Name string
+	ns   *netns.Unnamed // nil for the root namespace
 }
 
 // Root is the node's namespace, the one the test process starts in.
-var Root = &Namespace{Name: "node", handle: -1}
+var Root = &Namespace{Name: "node"}
 
-// newNamespace creates an unnamed network namespace. The thread that made
-// it is discarded, so no goroutine is left in it.
+// newNamespace creates an unnamed network namespace.
 func newNamespace(name string) (*Namespace, error) {
-	type result struct {
-		h   netns.NsHandle
-		err error
+	u, err := netns.NewUnnamed(name)
+	if err != nil {
+		return nil, err
 	}
-	ch := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
-		h, err := netns.New()
-		ch <- result{h, err}
-	}()
-	r := <-ch
-	if r.err != nil {
-		return nil, fmt.Errorf("create namespace %s: %w", name, r.err)
-	}
-	return &Namespace{Name: name, handle: r.h}, nil
+	return &Namespace{Name: name, ns: u}, nil
 }
 
 // Do runs fn on an OS thread inside the namespace. Sockets fn creates
 // belong to the namespace and stay usable from any goroutine afterwards.
 // The thread is discarded after fn, so the namespace switch cannot leak
-// into other goroutines (kernel-lab.md pitfall 5).
+// into other goroutines (kernel-lab.md pitfall 5). In Root, fn runs on the
+// calling goroutine.
 func (ns *Namespace) Do(fn func() error) error {
-	if ns.handle < 0 {
+	if ns.ns == nil {
 		return fn()
 	}
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked, see above
-		if err := netns.Set(ns.handle); err != nil {
-			errc <- fmt.Errorf("enter namespace %s: %w", ns.Name, err)
-			return
-		}
-		errc <- fn()
-	}()
-	return <-errc
+	return ns.ns.Do(fn)
 }
 
 // netlink returns a route-netlink handle for the namespace. Only
 // NETLINK_ROUTE: the default set includes XFRM, which the guest lacks
 // (kernel-lab.md pitfall 4).
 func (ns *Namespace) netlink() (*netlink.Handle, error) {
-	if ns.handle < 0 {
+	if ns.ns == nil {
 		return netlink.NewHandle(unix.NETLINK_ROUTE)
 	}
-	return netlink.NewHandleAt(ns.handle, unix.NETLINK_ROUTE)
+	return netlink.NewHandleAt(ns.ns.Handle(), unix.NETLINK_ROUTE)
 }
 
 func (ns *Namespace) close() {
-	if ns.handle >= 0 {
-		ns.handle.Close()
+	if ns.ns != nil {
+		ns.ns.Close()
 	}
 }
 
@@ -185,7 +165,7 @@ func (t *Topology) wire(ns *Namespace, nodeSide string, i int) (v4, v6 netip.Add
 	veth := &netlink.Veth{
 		LinkAttrs:     netlink.LinkAttrs{Name: nodeSide},
 		PeerName:      "eth0",
-		PeerNamespace: netlink.NsFd(int(ns.handle)),
+		PeerNamespace: netlink.NsFd(int(ns.ns.Handle())),
 	}
 	if err := t.node.LinkAdd(veth); err != nil {
 		return v4, v6, fmt.Errorf("create veth %s: %w", nodeSide, err)
@@ -342,20 +322,6 @@ func (be *Backend) serve() error {
 	return nil
 }
 
-// sourcePorts hands out client source ports, each used once per test
-// binary, below the kernel's ephemeral range.
-var sourcePorts atomic.Int32
-
-const firstSourcePort, lastSourcePort = 10000, 32000
-
-func nextSourcePort() (int, error) {
-	p := firstSourcePort + int(sourcePorts.Add(1)) - 1
-	if p > lastSourcePort {
-		return 0, errors.New("out of unique client source ports")
-	}
-	return p, nil
-}
-
 // Split sends n requests from namespace from to target, each on a new
 // connection (TCP) or a new flow (UDP) with its own source port, and counts
 // the answers per backend name. Any failed request is an error: the counts
@@ -364,7 +330,7 @@ func Split(ctx context.Context, from *Namespace, network string, target netip.Ad
 	got := map[string]int{}
 	err := from.Do(func() error {
 		for i := range n {
-			port, err := nextSourcePort()
+			port, err := netns.NextSourcePort()
 			if err != nil {
 				return err
 			}
@@ -389,9 +355,8 @@ func Split(ctx context.Context, from *Namespace, network string, target netip.Ad
 
 const requestTimeout = 5 * time.Second
 
-// httpGet makes one HTTP/1.0 request on a fresh connection from the given
-// source port and returns the body. It dials itself, so that no transport
-// can retry on another connection unseen (kernel-lab.md pitfall 12).
+// httpGet makes one request for / from the given source port and returns
+// the answering backend's name.
 func httpGet(ctx context.Context, srcPort int, target netip.AddrPort) (string, error) {
 	return httpGetPath(ctx, srcPort, target, "/")
 }
@@ -401,7 +366,7 @@ func httpGet(ctx context.Context, srcPort int, target netip.AddrPort) (string, e
 func Source(ctx context.Context, from *Namespace, target netip.AddrPort) (string, netip.Addr, error) {
 	var body string
 	err := from.Do(func() error {
-		port, err := nextSourcePort()
+		port, err := netns.NextSourcePort()
 		if err != nil {
 			return err
 		}
@@ -420,33 +385,8 @@ func Source(ctx context.Context, from *Namespace, target netip.AddrPort) (string
 }
 
 func httpGetPath(ctx context.Context, srcPort int, target netip.AddrPort, path string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
-	defer cancel()
-	d := net.Dialer{LocalAddr: &net.TCPAddr{Port: srcPort}}
-	conn, err := d.DialContext(ctx, "tcp", target.String())
-	if err != nil {
-		return "", err
-	}
-	defer conn.Close()
-	if dl, ok := ctx.Deadline(); ok {
-		conn.SetDeadline(dl)
-	}
-	if _, err := fmt.Fprintf(conn, "GET %s HTTP/1.0\r\nHost: %s\r\n\r\n", path, target); err != nil {
-		return "", fmt.Errorf("send request: %w", err)
-	}
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil {
-		return "", fmt.Errorf("read response: %w", err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return "", fmt.Errorf("read body: %w", err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("status %s: %s", resp.Status, body)
-	}
-	return strings.TrimSpace(string(body)), nil
+	body, err := netns.HTTPGet(ctx, srcPort, target, path, requestTimeout)
+	return strings.TrimSpace(body), err
 }
 
 // udpAsk sends one datagram from the given source port and returns the
@@ -502,7 +442,7 @@ type HTTPConn struct {
 func DialHTTP(ctx context.Context, from *Namespace, target netip.AddrPort) (*HTTPConn, error) {
 	var c net.Conn
 	err := from.Do(func() error {
-		port, err := nextSourcePort()
+		port, err := netns.NextSourcePort()
 		if err != nil {
 			return err
 		}

@@ -267,7 +267,7 @@ func addBridge(h *netlink.Handle, name string, addr netip.Prefix) error {
 // valid), peer named peerName in ns with peerAddr and a default route via
 // gw; both ends up.
 func veth(h *netlink.Handle, local string, localAddr netip.Prefix, ns *Namespace, peerName string, peerAddr netip.Prefix, gw netip.Addr) error {
-	v := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: local}, PeerName: peerName, PeerNamespace: netlink.NsFd(int(ns.handle))}
+	v := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: local}, PeerName: peerName, PeerNamespace: netlink.NsFd(int(ns.ns.Handle()))}
 	if err := h.LinkAdd(v); err != nil {
 		return fmt.Errorf("create veth %s: %w", local, err)
 	}

@@ -7,14 +7,14 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"net/netip"
 	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/switchyard-lb/switchyard/test/netns"
 )
 
 // Answer is what a pod answered: its name and the client address it saw.
@@ -36,22 +36,6 @@ func parseAnswer(s string) (Answer, error) {
 	return Answer{Pod: name, Client: netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())}, nil
 }
 
-// sourcePorts hands out client source ports, each used once per process,
-// below the kernel's ephemeral range: a reused 4-tuple still in TIME_WAIT
-// on a backend delays a new connection by a SYN retransmission and lets
-// IPVS reschedule it (kernel-lab.md pitfall 1).
-var sourcePorts atomic.Int32
-
-const firstSourcePort, lastSourcePort = 10000, 32000
-
-func nextSourcePort() (int, error) {
-	p := firstSourcePort + int(sourcePorts.Add(1)) - 1
-	if p > lastSourcePort {
-		return 0, errors.New("cluster: out of unique client source ports")
-	}
-	return p, nil
-}
-
 // RequestTimeout bounds one Get and each exchange of a flow.
 const RequestTimeout = 5 * time.Second
 
@@ -60,49 +44,17 @@ const RequestTimeout = 5 * time.Second
 func Get(ctx context.Context, from *Namespace, target netip.AddrPort) (Answer, error) {
 	var body string
 	err := from.Do(func() error {
-		port, err := nextSourcePort()
+		port, err := netns.NextSourcePort()
 		if err != nil {
 			return err
 		}
-		body, err = httpGet(ctx, port, target)
+		body, err = netns.HTTPGet(ctx, port, target, "/", RequestTimeout)
 		return err
 	})
 	if err != nil {
 		return Answer{}, fmt.Errorf("GET http://%s from %s: %w", target, from.Name, err)
 	}
 	return parseAnswer(body)
-}
-
-// httpGet sends one HTTP/1.0 request on a connection it dials itself, so
-// that no transport retries on another connection unseen.
-func httpGet(ctx context.Context, srcPort int, target netip.AddrPort) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, RequestTimeout)
-	defer cancel()
-	d := net.Dialer{LocalAddr: &net.TCPAddr{Port: srcPort}}
-	conn, err := d.DialContext(ctx, "tcp", target.String())
-	if err != nil {
-		return "", err
-	}
-	defer conn.Close()
-	if dl, ok := ctx.Deadline(); ok {
-		conn.SetDeadline(dl)
-	}
-	if _, err := fmt.Fprintf(conn, "GET / HTTP/1.0\r\nHost: %s\r\n\r\n", target); err != nil {
-		return "", fmt.Errorf("send request: %w", err)
-	}
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil {
-		return "", fmt.Errorf("read response: %w", err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return "", fmt.Errorf("read body: %w", err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("status %s: %s", resp.Status, body)
-	}
-	return string(body), nil
 }
 
 // BreakKind says how a flow broke.
@@ -176,7 +128,7 @@ func StartTraffic(ctx context.Context, from *Namespace, spec TrafficSpec) (*Traf
 	t := &Traffic{spec: spec, cancel: cancel}
 	var setup sync.WaitGroup
 	for range spec.Flows {
-		port, err := nextSourcePort()
+		port, err := netns.NextSourcePort()
 		if err != nil {
 			cancel()
 			t.wg.Wait()

@@ -12,24 +12,35 @@ import (
 // Listen opens a listener inside the namespace. The socket stays there:
 // Accept may be called from any goroutine.
 func (n *NS) Listen(network, addr string) (net.Listener, error) {
-	var ln net.Listener
-	err := n.Do(func() error {
-		var err error
-		ln, err = net.Listen(network, addr)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("listening on %s %s in netns %s: %w", network, addr, n.name, err)
-	}
-	return ln, nil
+	return listenIn(n.Do, "netns "+n.name, network, addr)
 }
 
 // DialContext connects from inside the namespace: a net.Dialer's
 // DialContext for http.Transport, so a test can reach a server that
 // listens on the namespace's loopback.
 func (n *NS) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	return dialIn(n.Do, ctx, network, addr)
+}
+
+// listenIn opens a listener on a thread do runs inside a namespace; where
+// names it in errors.
+func listenIn(do func(func() error) error, where, network, addr string) (net.Listener, error) {
+	var ln net.Listener
+	err := do(func() error {
+		var err error
+		ln, err = net.Listen(network, addr)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listening on %s %s in %s: %w", network, addr, where, err)
+	}
+	return ln, nil
+}
+
+// dialIn connects from a thread do runs inside a namespace.
+func dialIn(do func(func() error) error, ctx context.Context, network, addr string) (net.Conn, error) {
 	var c net.Conn
-	err := n.Do(func() error {
+	err := do(func() error {
 		var d net.Dialer
 		var err error
 		c, err = d.DialContext(ctx, network, addr)
@@ -53,34 +64,18 @@ func (n *NS) Forward(t testing.TB, listen, target string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var (
-		mu     sync.Mutex
-		conns  = map[net.Conn]struct{}{}
-		closed bool
-		wg     sync.WaitGroup
-	)
-	track := func(cs ...net.Conn) bool {
-		mu.Lock()
-		defer mu.Unlock()
-		if closed {
-			return false
-		}
-		for _, c := range cs {
-			conns[c] = struct{}{}
-		}
-		return true
-	}
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		closed = true
-		for c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	wg.Go(func() {
+	f := ForwardListener(ln, target)
+	t.Cleanup(func() { f.Close() })
+}
+
+// ForwardListener splices every connection ln accepts to a new connection
+// to target, dialed from the caller's own namespace: with ln opened inside
+// a namespace (NS.Listen, Unnamed.Listen), target becomes reachable there.
+// Closing the returned Closer closes ln and every open connection and
+// waits for the copying to end.
+func ForwardListener(ln net.Listener, target string) io.Closer {
+	f := &forwarder{ln: ln, conns: map[net.Conn]bool{}}
+	f.wg.Go(func() {
 		for {
 			in, err := ln.Accept()
 			if err != nil {
@@ -91,14 +86,60 @@ func (n *NS) Forward(t testing.TB, listen, target string) {
 				in.Close()
 				continue
 			}
-			if !track(in, out) {
-				in.Close()
-				out.Close()
+			if !f.track(in, out) {
 				return
 			}
-			wg.Go(func() { splice(in, out) })
+			f.wg.Go(func() {
+				splice(in, out)
+				f.untrack(in, out)
+			})
 		}
 	})
+	return f
+}
+
+type forwarder struct {
+	ln     net.Listener
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	conns  map[net.Conn]bool
+	closed bool
+}
+
+// track records open connections, or closes them if f is closed already.
+func (f *forwarder) track(cs ...net.Conn) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		for _, c := range cs {
+			c.Close()
+		}
+		return false
+	}
+	for _, c := range cs {
+		f.conns[c] = true
+	}
+	return true
+}
+
+func (f *forwarder) untrack(cs ...net.Conn) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, c := range cs {
+		delete(f.conns, c)
+	}
+}
+
+func (f *forwarder) Close() error {
+	f.ln.Close()
+	f.mu.Lock()
+	f.closed = true
+	for c := range f.conns {
+		c.Close()
+	}
+	f.mu.Unlock()
+	f.wg.Wait()
+	return nil
 }
 
 // splice copies both ways until either side ends, then closes both.
