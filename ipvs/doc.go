@@ -27,6 +27,10 @@
 // running host. Dataplane.Stats (plugin.StatsReader) reads the live
 // counters of the real servers it programs, one destination dump per
 // virtual service, for the policy stage's statistics tick.
+// schedulers.go owns the IPVS scheduler names (Schedulers, the kernel's
+// ip_vs_*.c list): Dataplane is the plugin.SchedulerSet that lets the
+// planner and the policy stage accept them, and moves rr, which ignores
+// weights, to wrr when a policy's weights differ (WeightedScheduler).
 //
 // # Crash consistency
 //

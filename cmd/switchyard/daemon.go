@@ -161,10 +161,15 @@ func runDaemon(ctx context.Context, dc daemonConfig) (err error) {
 			r.Trigger()
 		},
 	}, log.With("component", "k8s"))
+	// The schedulers a Service's annotation or a policy may name are the
+	// dataplane's (nil when it names none).
+	schedulers, _ := dp.(plugin.SchedulerSet)
+	planOpts := cfg.PlanOptions()
+	planOpts.Schedulers = schedulers
 	loop := reconcile.New(reconcile.Config{
 		NodeName:  dc.NodeName,
 		Source:    src,
-		Planner:   plan.New(cfg.PlanOptions()),
+		Planner:   plan.New(planOpts),
 		Dataplane: dp,
 		Elected:   lbm.Elected(),
 		Alive:     lbm.Alive(),
@@ -179,6 +184,7 @@ func runDaemon(ctx context.Context, dc daemonConfig) (err error) {
 		PolicyStage: policystage.Config{
 			Policies:      policies,
 			Reporter:      reporter,
+			Schedulers:    schedulers,
 			Metrics:       policystage.NewMetrics(reg),
 			Deadline:      cfg.Policies.EvaluationDeadline.Std(),
 			Workers:       cfg.Policies.EvaluationWorkers(),
@@ -215,6 +221,7 @@ func runDaemon(ctx context.Context, dc daemonConfig) (err error) {
 		return lbm.Ready()
 	}
 	reload := newReloader(cfg, loop, policies, lbm.SetPools, r.Trigger, log.With("component", "config"), reg)
+	reload.schedulers = schedulers
 	reload.setAnnouncers = lbm.SetAnnouncers
 	metricsHandler := status.MetricsHandler(reg, func() any { return loop.State() })
 	if dc.Profiling {
@@ -270,6 +277,8 @@ type reloader struct {
 	current  *config.Config
 	loop     *reconcile.Loop
 	policies *registry.Registry
+	// schedulers are the dataplane's, kept in the planner's options.
+	schedulers plugin.SchedulerSet
 	// setPools applies the address pools.
 	setPools func([]config.Pool) error
 	// setAnnouncers applies the announcers when it can without a
@@ -326,6 +335,7 @@ func (rl *reloader) apply(next *config.Config) {
 	}
 	if len(live) > 0 {
 		if opts := next.PlanOptions(); !reflect.DeepEqual(opts, rl.current.PlanOptions()) {
+			opts.Schedulers = rl.schedulers
 			rl.loop.SetOptions(opts)
 			rl.trigger()
 		}

@@ -62,6 +62,7 @@ type daemonUnderTest struct {
 	tc     *testConfig
 	logs   *syncBuffer
 	dp     *dryrun.Dataplane
+	client *fake.Clientset
 	cancel context.CancelFunc
 	done   chan error
 }
@@ -78,6 +79,7 @@ func startDaemon(t *testing.T, extraConfig string) *daemonUnderTest {
 		testService("default", "web", "10.96.0.10"),
 		testSlice("default", "web", "10.1.0.1", "10.1.0.2"),
 	)
+	d.client = client
 	ctx, cancel := context.WithCancel(t.Context())
 	d.cancel = cancel
 	go func() {
@@ -162,6 +164,32 @@ func TestDaemonServesPlanAndShutsDownWithoutFlushing(t *testing.T) {
 	if _, _, err := httpGet("http://" + d.tc.health + "/livez"); err == nil {
 		t.Error("health server still serving after shutdown")
 	}
+}
+
+// TestDaemonSchedulerAnnotation checks that the planner takes the
+// switchyard.dev/scheduler annotation from the dataplane's schedulers
+// (the dry run's, IPVS'), before and after a reload of the default
+// scheduler: a supported name wins, an unknown one falls back silently.
+func TestDaemonSchedulerAnnotation(t *testing.T) {
+	d := startDaemon(t, "")
+	for _, s := range []struct{ name, ip, scheduler string }{{"pinned", "10.96.0.11", "mh"}, {"unknown", "10.96.0.12", "fastest"}} {
+		svc := testService("default", s.name, s.ip)
+		svc.Annotations = map[string]string{"switchyard.dev/scheduler": s.scheduler}
+		if _, err := d.client.CoreV1().Services("default").Create(t.Context(), svc, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d.waitPlan(t, []string{
+		"default/pinned ClusterIP TCP 10.96.0.11:80 mh ->",
+		"default/unknown ClusterIP TCP 10.96.0.12:80 rr ->",
+		"default/web ClusterIP TCP 10.96.0.10:80 rr -> 10.1.0.1:8080 10.1.0.2:8080",
+	})
+	d.tc.write(t, "dataplane:\n  mode: dryrun\n  ipvs:\n    scheduler: wlc\n")
+	d.waitPlan(t, []string{
+		"default/pinned ClusterIP TCP 10.96.0.11:80 mh ->",
+		"default/unknown ClusterIP TCP 10.96.0.12:80 wlc ->",
+		"default/web ClusterIP TCP 10.96.0.10:80 wlc -> 10.1.0.1:8080 10.1.0.2:8080",
+	})
 }
 
 func TestDaemonReloadsConfig(t *testing.T) {

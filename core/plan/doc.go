@@ -41,7 +41,9 @@
 //     of no class unless Options.IgnoreUnclassed; and only those that have
 //     a frontend.
 //   - The scheduler is the switchyard.dev/scheduler annotation when it names
-//     a kernel IPVS scheduler, else Options.Scheduler.
+//     a scheduler the dataplane supports (Options.Schedulers, the
+//     dataplane's plugin.SchedulerSet), else Options.Scheduler: an unknown
+//     name falls back silently.
 //   - Two frontends of one Service with the same address, port and
 //     protocol (an external IP that is also an ingress IP) become one: the
 //     LoadBalancer frontend, so that its source ranges still apply.

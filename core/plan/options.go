@@ -3,6 +3,8 @@ package plan
 import (
 	"net/netip"
 	"slices"
+
+	"github.com/switchyard-lb/switchyard/core/plugin"
 )
 
 // Defaults for the zero values of Options.
@@ -19,8 +21,13 @@ type Options struct {
 	// given (kube-proxy's --nodeport-addresses). Empty = all
 	// Node.Addresses.
 	NodePortAddresses []netip.Prefix
-	// Scheduler is the default IPVS scheduler; "rr" when empty.
+	// Scheduler is the default scheduler; "rr" when empty.
 	Scheduler string
+	// Schedulers are the schedulers the dataplane supports, which a
+	// switchyard.dev/scheduler annotation may name (the dataplane, when
+	// it is a plugin.SchedulerSet). nil: none, every Service gets
+	// Scheduler. Its dynamic type must be comparable (a pointer).
+	Schedulers plugin.SchedulerSet
 	// LoadBalancerClass is our class; "switchyard.dev/lb" when empty.
 	LoadBalancerClass string
 	// IgnoreUnclassed, when true, keeps LoadBalancer Services without a
@@ -33,6 +40,7 @@ func (o *Options) normalized() Options {
 	n := Options{
 		NodePortAddresses: slices.Clone(o.NodePortAddresses),
 		Scheduler:         o.Scheduler,
+		Schedulers:        o.Schedulers,
 		LoadBalancerClass: o.LoadBalancerClass,
 		IgnoreUnclassed:   o.IgnoreUnclassed,
 	}
@@ -46,17 +54,6 @@ func (o *Options) normalized() Options {
 }
 
 func (o *Options) equal(p *Options) bool {
-	return o.Scheduler == p.Scheduler && o.LoadBalancerClass == p.LoadBalancerClass &&
+	return o.Scheduler == p.Scheduler && o.Schedulers == p.Schedulers && o.LoadBalancerClass == p.LoadBalancerClass &&
 		o.IgnoreUnclassed == p.IgnoreUnclassed && slices.Equal(o.NodePortAddresses, p.NodePortAddresses)
-}
-
-// ValidScheduler reports whether name is an IPVS scheduler the Linux
-// kernel ships (net/netfilter/ipvs/ip_vs_*.c), so that a
-// switchyard.dev/scheduler annotation can name it.
-func ValidScheduler(name string) bool {
-	switch name {
-	case "rr", "wrr", "lc", "wlc", "lblc", "lblcr", "dh", "sh", "sed", "nq", "fo", "ovf", "mh", "twos":
-		return true
-	}
-	return false
 }

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/core/plugin"
 )
 
 // Reasons a Service gets no frontend (ServicePlan.Rejected).
@@ -40,6 +41,7 @@ type env struct {
 	zone            string
 	nodePortAddrs   [numFamilies][]netip.Addr
 	scheduler       string
+	schedulers      plugin.SchedulerSet
 	class           string
 	ignoreUnclassed bool
 }
@@ -48,7 +50,7 @@ type env struct {
 // then no endpoint is local and no address carries NodePorts. opts must be
 // normalized.
 func newEnv(node *model.Node, opts *Options) env {
-	e := env{scheduler: opts.Scheduler, class: opts.LoadBalancerClass, ignoreUnclassed: opts.IgnoreUnclassed}
+	e := env{scheduler: opts.Scheduler, schedulers: opts.Schedulers, class: opts.LoadBalancerClass, ignoreUnclassed: opts.IgnoreUnclassed}
 	if node == nil {
 		return e
 	}
@@ -107,7 +109,7 @@ func (e *env) planService(svc *model.Service, eps []model.Endpoint) *model.Servi
 	}
 
 	scheduler := e.scheduler
-	if ValidScheduler(svc.Scheduler) {
+	if svc.Scheduler != "" && e.schedulers != nil && e.schedulers.SupportsScheduler(svc.Scheduler) {
 		scheduler = svc.Scheduler
 	}
 	needsHealthCheck := svc.Type == model.LoadBalancer && svc.ExternalTrafficPolicy == model.PolicyLocal &&

@@ -8,6 +8,8 @@ import (
 
 	"github.com/switchyard-lb/switchyard/core/model"
 	"github.com/switchyard-lb/switchyard/core/plan"
+	"github.com/switchyard-lb/switchyard/core/plugin/plugintest"
+	"github.com/switchyard-lb/switchyard/ipvs/dryrun"
 )
 
 func TestPlanService(t *testing.T) {
@@ -316,13 +318,13 @@ func TestPlanService(t *testing.T) {
 			}},
 		},
 		{
-			name: "scheduler annotation naming a kernel scheduler wins",
+			name: "scheduler annotation naming a scheduler IPVS supports wins",
 			svc: func() *model.Service {
 				s := clusterIPService("10.96.0.10")
 				s.Scheduler = "mh"
 				return s
 			}(),
-			opts: &plan.Options{Scheduler: "wlc"},
+			opts: &plan.Options{Scheduler: "wlc", Schedulers: dryrun.New()},
 			want: &model.ServicePlan{Key: webKey, VirtualServices: []model.VirtualService{
 				withScheduler(vs(CIP, "10.96.0.10", 80, nil), "mh"),
 			}},
@@ -332,6 +334,42 @@ func TestPlanService(t *testing.T) {
 			svc: func() *model.Service {
 				s := clusterIPService("10.96.0.10")
 				s.Scheduler = "fastest"
+				return s
+			}(),
+			opts: &plan.Options{Scheduler: "wlc", Schedulers: dryrun.New()},
+			want: &model.ServicePlan{Key: webKey, VirtualServices: []model.VirtualService{
+				withScheduler(vs(CIP, "10.96.0.10", 80, nil), "wlc"),
+			}},
+		},
+		{
+			name: "scheduler annotation IPVS accepts but the dataplane does not falls back",
+			svc: func() *model.Service {
+				s := clusterIPService("10.96.0.10")
+				s.Scheduler = "mh"
+				return s
+			}(),
+			opts: &plan.Options{Scheduler: "wlc", Schedulers: plugintest.NewSchedulers("rr", "wrr", "wlc")},
+			want: &model.ServicePlan{Key: webKey, VirtualServices: []model.VirtualService{
+				withScheduler(vs(CIP, "10.96.0.10", 80, nil), "wlc"),
+			}},
+		},
+		{
+			name: "scheduler annotation the smaller set supports wins",
+			svc: func() *model.Service {
+				s := clusterIPService("10.96.0.10")
+				s.Scheduler = "wrr"
+				return s
+			}(),
+			opts: &plan.Options{Scheduler: "wlc", Schedulers: plugintest.NewSchedulers("rr", "wrr", "wlc")},
+			want: &model.ServicePlan{Key: webKey, VirtualServices: []model.VirtualService{
+				withScheduler(vs(CIP, "10.96.0.10", 80, nil), "wrr"),
+			}},
+		},
+		{
+			name: "without the dataplane's schedulers an annotation falls back",
+			svc: func() *model.Service {
+				s := clusterIPService("10.96.0.10")
+				s.Scheduler = "mh"
 				return s
 			}(),
 			opts: &plan.Options{Scheduler: "wlc"},
@@ -727,19 +765,6 @@ func TestPlanServiceDeterministic(t *testing.T) {
 			}
 		}
 		got = plan.PlanService(svc, eps, thisNode(), nil)
-	}
-}
-
-func TestValidScheduler(t *testing.T) {
-	for _, s := range []string{"rr", "wrr", "lc", "wlc", "lblc", "lblcr", "dh", "sh", "sed", "nq", "fo", "ovf", "mh", "twos"} {
-		if !plan.ValidScheduler(s) {
-			t.Errorf("ValidScheduler(%q) = false, want true", s)
-		}
-	}
-	for _, s := range []string{"", "RR", "random", "maglev", " rr"} {
-		if plan.ValidScheduler(s) {
-			t.Errorf("ValidScheduler(%q) = true, want false", s)
-		}
 	}
 }
 

@@ -3,7 +3,8 @@
 // drives or reads:
 //
 //   - the three plugin kinds: the Dataplane that forwards packets (and
-//     may read its live statistics, StatsReader), the Announcers that make
+//     may read its live statistics, StatsReader, and name the schedulers
+//     it supports, SchedulerSet), the Announcers that make
 //     LoadBalancer addresses reachable, and the balancing Policy that
 //     weighs endpoints;
 //   - Source, the watch layer the loop takes changes from (core/k8s);
@@ -107,6 +108,24 @@ type StatsReader interface {
 	// server address and port. On error it returns what it could read
 	// with the error: a virtual service that failed is absent.
 	Stats() (map[model.VirtualServiceKey]map[netip.AddrPort]EndpointStats, error)
+}
+
+// SchedulerSet is implemented by a Dataplane that lets Services and
+// policies choose among schedulers (model.VirtualService.Scheduler). The
+// planner accepts a switchyard.dev/scheduler annotation, and the policy
+// stage a PolicyResult.Scheduler, only when the dataplane supports the
+// name; without a SchedulerSet neither is accepted and every virtual
+// service keeps the configured default. Its methods must be goroutine-safe
+// and pure: the same name always gets the same answer.
+type SchedulerSet interface {
+	// SupportsScheduler reports whether the dataplane can program the
+	// scheduler name.
+	SupportsScheduler(name string) bool
+	// WeightedScheduler returns the scheduler to program in place of
+	// name when a virtual service's destinations have unequal weights:
+	// name itself when it honours weights, else a supported one that
+	// does (IPVS: wrr for rr, which ignores weights).
+	WeightedScheduler(name string) string
 }
 
 // PolicyResult is a policy's decision for one Service port.

@@ -2,7 +2,10 @@
 // loop: between the pure planner (core/plan) and the dataplane, it
 // evaluates each Service's policy (plugin.Policy, resolved through
 // plugin.Policies) per Service port and folds the weights and the
-// scheduler into a copy of the planner's plan.
+// scheduler into a copy of the planner's plan. The schedulers a policy may
+// name, and the one a Service on a scheduler that ignores weights moves to
+// when its weights differ (IPVS: rr to wrr), are the dataplane's
+// (Config.Schedulers, a plugin.SchedulerSet).
 //
 // core/reconcile calls Stage.Weigh once per Sync with what the watch
 // changed and the planner's plan (a Round); Weigh returns the weighted

@@ -78,8 +78,14 @@ type loop struct {
 	status []policystage.Status
 }
 
+// newLoop wires the stage as core/reconcile and cmd/switchyard do: the
+// planner and, when cfg names none, the stage get dp's schedulers.
 func newLoop(src *plugintest.Source, dp plugin.Dataplane, now func() time.Time, cfg policystage.Config) *loop {
-	return &loop{src: src, planner: plan.New(plan.Options{}), stage: policystage.New(cfg), dp: dp, now: now,
+	sched, _ := dp.(plugin.SchedulerSet)
+	if cfg.Schedulers == nil {
+		cfg.Schedulers = sched
+	}
+	return &loop{src: src, planner: plan.New(plan.Options{Schedulers: sched}), stage: policystage.New(cfg), dp: dp, now: now,
 		nodes: map[string]*model.Node{}, full: true}
 }
 

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/switchyard-lb/switchyard/core/model"
-	"github.com/switchyard-lb/switchyard/core/plan"
 	"github.com/switchyard-lb/switchyard/core/plugin"
 )
 
@@ -37,6 +36,13 @@ type Config struct {
 	// policies' PolicyEndpoint.Stats (core/reconcile sets the
 	// dataplane's, when it is a plugin.StatsReader); nil: no statistics.
 	Stats plugin.StatsReader
+	// Schedulers are the schedulers the dataplane supports (core/reconcile
+	// sets the dataplane, when it is a plugin.SchedulerSet): a policy
+	// naming another is an invalid result, and a Service on a scheduler
+	// that ignores weights moves to its WeightedScheduler when the
+	// weights differ. nil: the dataplane names none, so every policy
+	// naming a scheduler is invalid and no scheduler is changed.
+	Schedulers plugin.SchedulerSet
 	// Log nil: discard.
 	Log *slog.Logger
 	// Deadline bounds one evaluation; 0 means DefaultDeadline.
@@ -134,6 +140,8 @@ type Stage struct {
 	deadline time.Duration
 	m        *Metrics
 	workers  int // evaluations at once
+	// schedulers is Config.Schedulers, never nil; the workers read it.
+	schedulers plugin.SchedulerSet
 
 	services  map[model.ServiceKey]*service
 	touched   []model.ServiceKey // changed in the watch since the last Weigh
@@ -171,8 +179,18 @@ func New(cfg Config) *Stage {
 	if s.m == nil {
 		s.m = NewMetrics(nil)
 	}
+	s.schedulers = cfg.Schedulers
+	if s.schedulers == nil {
+		s.schedulers = noSchedulers{}
+	}
 	return s
 }
+
+// noSchedulers is the SchedulerSet of a dataplane that names none.
+type noSchedulers struct{}
+
+func (noSchedulers) SupportsScheduler(string) bool        { return false }
+func (noSchedulers) WeightedScheduler(name string) string { return name }
 
 // HasSynced reports whether the policies have synced
 // (plugin.Policies.HasSynced): the loop does not sync before, so that
@@ -492,7 +510,7 @@ func (s *Stage) evaluate(ctx context.Context, now time.Time, node *model.Node, j
 			out.fallbacks = append(out.fallbacks, fmt.Sprintf("port %s: uniform weights", portLabel(vs)))
 		}
 	}
-	out.plan = fold(j.base, decisions, j.st.Service.Scheduler != "")
+	out.plan = fold(j.base, decisions, j.st.Service.Scheduler != "", s.schedulers)
 	return out
 }
 
@@ -536,7 +554,7 @@ func (s *Stage) evaluateGroup(ctx context.Context, name string, pol plugin.Polic
 	res, err := safeEvaluate(ctx, pol, in)
 	s.m.Duration.WithLabelValues(name).Observe(time.Since(start).Seconds())
 	if err == nil {
-		err = checkResult(in, res)
+		err = checkResult(in, res, s.schedulers)
 	}
 	if err == nil && ctx.Err() != nil {
 		err = fmt.Errorf("policy returned after its deadline of %v: %w", s.deadline, context.DeadlineExceeded)
@@ -570,7 +588,7 @@ var errInvalidResult = errors.New("invalid policy result")
 // maxWeight is the largest weight IPVS accepts (a signed 32-bit value).
 const maxWeight = 1<<31 - 1
 
-func checkResult(in *plugin.PolicyInput, res plugin.PolicyResult) error {
+func checkResult(in *plugin.PolicyInput, res plugin.PolicyResult, schedulers plugin.SchedulerSet) error {
 	if len(res.Weights) != len(in.Endpoints) {
 		return fmt.Errorf("%w: %d weights for %d endpoints", errInvalidResult, len(res.Weights), len(in.Endpoints))
 	}
@@ -579,8 +597,8 @@ func checkResult(in *plugin.PolicyInput, res plugin.PolicyResult) error {
 			return fmt.Errorf("%w: weight %d of endpoint %d is above %d", errInvalidResult, w, i, maxWeight)
 		}
 	}
-	if res.Scheduler != "" && !plan.ValidScheduler(res.Scheduler) {
-		return fmt.Errorf("%w: unknown IPVS scheduler %q", errInvalidResult, res.Scheduler)
+	if res.Scheduler != "" && !schedulers.SupportsScheduler(res.Scheduler) {
+		return fmt.Errorf("%w: scheduler %q is not one the dataplane supports", errInvalidResult, res.Scheduler)
 	}
 	if res.Reevaluate < 0 {
 		return fmt.Errorf("%w: negative re-evaluation interval %v", errInvalidResult, res.Reevaluate)
@@ -720,10 +738,10 @@ func sameEndpoints(d decision, eps []plugin.PolicyEndpoint) bool {
 
 // fold returns base with decisions applied; base itself when they change
 // nothing. A policy's scheduler replaces the planner's; without one, a
-// Service on the default rr scheduler moves to wrr when the weights
-// differ, since rr ignores weights (a scheduler the switchyard.dev/scheduler
-// annotation chose is kept).
-func fold(base *model.ServicePlan, decisions map[groupKey]decision, pinned bool) *model.ServicePlan {
+// Service on a scheduler that ignores weights moves to the dataplane's
+// WeightedScheduler of it when the weights differ (IPVS: rr to wrr; a
+// scheduler the switchyard.dev/scheduler annotation chose is kept).
+func fold(base *model.ServicePlan, decisions map[groupKey]decision, pinned bool, schedulers plugin.SchedulerSet) *model.ServicePlan {
 	var vss []model.VirtualService
 	for i, vs := range base.VirtualServices {
 		d, ok := decisions[groupKey{vs.PortName, vs.Protocol, vs.Local}]
@@ -741,8 +759,8 @@ func fold(base *model.ServicePlan, decisions map[groupKey]decision, pinned bool)
 		switch {
 		case d.scheduler != "":
 			next.Scheduler, next.Flags = d.scheduler, slices.Clone(d.flags)
-		case !pinned && next.Scheduler == "rr" && unequal(next.Destinations):
-			next.Scheduler = "wrr"
+		case !pinned && unequal(next.Destinations):
+			next.Scheduler = schedulers.WeightedScheduler(next.Scheduler)
 		}
 		if next.Equal(vs) {
 			continue

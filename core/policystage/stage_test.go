@@ -47,6 +47,58 @@ func newPolicyHarnessDeadline(t *testing.T, stats, deadline time.Duration) *poli
 	return h
 }
 
+// TestPolicySchedulers checks that the schedulers a policy may name, and
+// the move of rr to a weighted scheduler, are the dataplane's: a smaller
+// set than IPVS' refuses a name IPVS accepts as an invalid result, while
+// the IPVS set (the dry run's) behaves as it always did.
+func TestPolicySchedulers(t *testing.T) {
+	smaller := plugintest.NewSchedulers("rr", "wrr", "wlc")
+	weighted := func(s string) []string {
+		return []string{"TCP 10.96.0.1:80 " + s, "-> 10.244.1.2:8080 Masq 3 0 0", "-> 10.244.2.2:8080 Masq 1 0 0"}
+	}
+	ready := plugintest.Condition{Ready: true, Reason: plugin.ReasonPolicyEvaluated}
+	invalid := plugintest.Condition{Reason: "InvalidOutput"}
+	for _, tc := range []struct {
+		name       string
+		schedulers plugin.SchedulerSet // nil: the dry run's, IPVS'
+		scheduler  string              // the policy's; weights are 3, 1
+		wantWeb    []string
+		wantCond   plugintest.Condition
+	}{
+		{name: "IPVS: a scheduler IPVS supports", scheduler: "mh", wantWeb: weighted("mh"), wantCond: ready},
+		{name: "IPVS: an unknown scheduler", scheduler: "fastest", wantWeb: webUniform, wantCond: invalid},
+		{name: "IPVS: rr moves to wrr", wantWeb: webWeighted, wantCond: ready},
+		{name: "smaller: a scheduler IPVS supports but it does not", schedulers: smaller, scheduler: "mh", wantWeb: webUniform, wantCond: invalid},
+		{name: "smaller: a scheduler it supports", schedulers: smaller, scheduler: "wrr", wantWeb: webWeighted, wantCond: ready},
+		{name: "smaller: rr ignores no weights there", schedulers: smaller, wantWeb: weighted("rr"), wantCond: ready},
+		{name: "smaller: its own weighted scheduler", schedulers: smaller.WithWeighted("rr", "wlc"), wantWeb: weighted("wlc"), wantCond: ready},
+		{name: "none: every scheduler refused", schedulers: plugintest.NewSchedulers(), scheduler: "rr", wantWeb: webUniform, wantCond: invalid},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := &policyHarness{harness: newHarness(t), pols: plugintest.NewPolicies("uniform"),
+				rep: plugintest.NewReporter(), pm: policystage.NewMetrics(nil), now: t0}
+			h.pols.Set("uniform", plugintest.NewFunc("uniform", weights()), nil, nil)
+			h.loop = newLoop(h.src, h.dry, func() time.Time { return h.now }, policystage.Config{
+				Policies: h.pols, Reporter: h.rep, Metrics: h.pm, Deadline: generousDeadline, Schedulers: tc.schedulers,
+			})
+			h.pols.Set("weights", plugintest.NewFunc("weights", func(ctx context.Context, in *plugin.PolicyInput) (plugin.PolicyResult, error) {
+				res, err := weights(3, 1)(ctx, in)
+				res.Scheduler = tc.scheduler
+				return res, err
+			}), nil, nil)
+			h.start(t)
+			if diff := cmp.Diff(cat(tc.wantWeb, apiTable), table(h.dry)); diff != "" {
+				t.Errorf("dataplane (-want +got):\n%s", diff)
+			}
+			c := h.rep.Conditions()[webKey]
+			c.Message = ""
+			if diff := cmp.Diff(tc.wantCond, c); diff != "" {
+				t.Errorf("web's PolicyReady (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
 // weights returns a policy function giving the i-th endpoint w[i]; every
 // endpoint gets 1 when w is empty.
 func weights(w ...uint32) func(context.Context, *plugin.PolicyInput) (plugin.PolicyResult, error) {

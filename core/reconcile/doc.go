@@ -19,7 +19,9 @@
 // hands it what the watch changed and the planner's plan (Weigh), and
 // hands the dataplane its weighted plan and only the Services whose
 // weighted plan changed; the dataplane's live statistics reach it when the
-// dataplane is a plugin.StatsReader, and State shows what it says of each
+// dataplane is a plugin.StatsReader, the schedulers a policy may name are
+// the dataplane's when it is a plugin.SchedulerSet, and State shows what
+// it says of each
 // Service's policy. The loop waits for the policies to sync before its
 // first Sync. The planner stays pure, and a policy's failure never fails
 // the sync.

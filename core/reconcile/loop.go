@@ -69,7 +69,8 @@ type Config struct {
 
 	// PolicyStage configures the policy stage; PolicyStage.Policies nil:
 	// no policy stage, the planner's weights apply. Its Stats defaults to
-	// the Dataplane when that is a plugin.StatsReader, its Log to Log.
+	// the Dataplane when that is a plugin.StatsReader, its Schedulers to
+	// the Dataplane when that is a plugin.SchedulerSet, its Log to Log.
 	PolicyStage policystage.Config
 }
 
@@ -182,6 +183,9 @@ func New(cfg Config) *Loop {
 	if pc := cfg.PolicyStage; pc.Policies != nil {
 		if pc.Stats == nil {
 			pc.Stats, _ = cfg.Dataplane.(plugin.StatsReader)
+		}
+		if pc.Schedulers == nil {
+			pc.Schedulers, _ = cfg.Dataplane.(plugin.SchedulerSet)
 		}
 		if pc.Log == nil {
 			pc.Log = l.log

@@ -13,6 +13,7 @@ import (
 
 	"github.com/switchyard-lb/switchyard/core/model"
 	"github.com/switchyard-lb/switchyard/core/plugin"
+	"github.com/switchyard-lb/switchyard/ipvs"
 )
 
 // Name is the dataplane's name.
@@ -247,3 +248,13 @@ func family(a netip.Addr) int {
 	}
 	return 6
 }
+
+var _ plugin.SchedulerSet = (*Dataplane)(nil)
+
+// SupportsScheduler reports whether name is an IPVS scheduler
+// (ipvs.SupportsScheduler): the dry run accepts what the IPVS dataplane
+// does.
+func (d *Dataplane) SupportsScheduler(name string) bool { return ipvs.SupportsScheduler(name) }
+
+// WeightedScheduler is ipvs.WeightedScheduler.
+func (d *Dataplane) WeightedScheduler(name string) string { return ipvs.WeightedScheduler(name) }

@@ -14,6 +14,7 @@ import (
 	"github.com/switchyard-lb/switchyard/core/model"
 	"github.com/switchyard-lb/switchyard/core/plan"
 	"github.com/switchyard-lb/switchyard/core/plugin"
+	"github.com/switchyard-lb/switchyard/ipvs"
 	"github.com/switchyard-lb/switchyard/ipvs/dryrun"
 )
 
@@ -201,5 +202,23 @@ func TestConcurrentApplyAndRender(t *testing.T) {
 	wg.Wait()
 	if got := len(dp.Table()); got != 4 {
 		t.Errorf("table has %d virtual services, want 4 (the last of each Service)", got)
+	}
+}
+
+// TestSchedulersMirrorIPVS checks that the dry run accepts and rewrites
+// schedulers exactly as the IPVS dataplane does.
+func TestSchedulersMirrorIPVS(t *testing.T) {
+	d := dryrun.New()
+	type answer struct {
+		Supported bool
+		Weighted  string
+	}
+	var got, want []answer
+	for _, name := range append(ipvs.Schedulers(), "", "RR", "random", "maglev") {
+		got = append(got, answer{d.SupportsScheduler(name), d.WeightedScheduler(name)})
+		want = append(want, answer{ipvs.SupportsScheduler(name), ipvs.WeightedScheduler(name)})
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("dry run vs IPVS (-ipvs +dryrun):\n%s", diff)
 	}
 }
