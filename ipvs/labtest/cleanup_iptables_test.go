@@ -5,6 +5,7 @@ package labtest
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -20,10 +21,18 @@ import (
 // left: only the foreign objects and the kubelet's. The guest has these
 // programs only when they are brought in: `make test-lab-cleanup` does;
 // `make test-lab` skips this test.
+// netfilterToolsEnv, set by `make test-lab-cleanup`, says the guest was
+// given iptables and ipset: missing, they fail the test instead of skipping
+// it, so that make test never passes it silently.
+const netfilterToolsEnv = "SWITCHYARD_LAB_NETFILTER_TOOLS"
+
 func TestCleanupKubeProxyIPTables(t *testing.T) {
 	requireGuest(t)
 	for _, tool := range []string{"iptables", "iptables-save", "iptables-restore", "ipset"} {
 		if _, err := exec.LookPath(tool); err != nil {
+			if os.Getenv(netfilterToolsEnv) != "" {
+				t.Fatalf("%s is not in the guest, which %s says was given it: %v", tool, netfilterToolsEnv, err)
+			}
 			t.Skipf("%s is not in the guest: run `make test-lab-cleanup`", tool)
 		}
 	}

@@ -58,7 +58,8 @@ bench-lab:
 # test-lab-cleanup: the cleanup suites with Debian's iptables (nft backend)
 # and ipset in the guest, installed on the host when missing
 # (deps.sh --netfilter-tools) and brought in with their libraries, so that
-# TestCleanupKubeProxyIPTables, which `make test-lab` skips, runs too.
+# TestCleanupKubeProxyIPTables, which `make test-lab` skips, runs too (and
+# fails if the tools did not reach the guest). `make test` runs it.
 LAB_NETFILTER_EXTRA := /usr/sbin/iptables,/usr/sbin/iptables-save,/usr/sbin/iptables-restore,/usr/sbin/ipset,/usr/lib/x86_64-linux-gnu/xtables,/etc/protocols
 LAB_NETFILTER_MODULES := nft_compat,ip_set,ip_set_hash_ip,ip_set_hash_ipport,ip_set_hash_ipportip,xt_set,xt_comment,xt_mark,xt_tcpudp,xt_MASQUERADE
 .PHONY: test-lab-cleanup
@@ -67,4 +68,4 @@ test-lab-cleanup:
 	$(GO) build -o $(LABRUN) ./test/lab/cmd/labrun
 	@$(LABRUN) assets >/dev/null
 	CGO_ENABLED=0 $(GO) test -count=1 -v -run '^TestCleanup' \
-		-exec '$(LABRUN) run -extra $(LAB_NETFILTER_EXTRA) -modules $(LAB_NETFILTER_MODULES)' ./ipvs/labtest
+		-exec '$(LABRUN) run -env SWITCHYARD_LAB_NETFILTER_TOOLS=1 -extra $(LAB_NETFILTER_EXTRA) -modules $(LAB_NETFILTER_MODULES)' ./ipvs/labtest
