@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"runtime"
 	"strconv"
@@ -101,6 +102,12 @@ func setSysctls(cfg *config.Config, host sysctlHost, log *slog.Logger) error {
 		case c != nil:
 			log.Info("set conntrack hashsize", "value", c.Value, "was", c.Was)
 		}
+	}
+	if limit := tuning.Max(cpus); err != nil && limit > 0 && got[ipvs.ConntrackMaxSysctl] != strconv.Itoa(limit) && errors.Is(err, fs.ErrPermission) {
+		// The kernel makes nf_conntrack_max read-only outside the host's
+		// network namespace: say what to do there.
+		err = fmt.Errorf("%w (nf_conntrack_max is writable only from the host's network namespace: "+
+			"where nodes are containers or namespaces, set conntrack.maxPerCore: 0, as kind does for kube-proxy)", err)
 	}
 	if err != nil {
 		return fmt.Errorf("set sysctls: %w", err)

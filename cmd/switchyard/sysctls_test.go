@@ -204,6 +204,17 @@ func TestReadOnlySysctlsFailWithoutInit(t *testing.T) {
 // readOnlyParams is /sys as an unprivileged container sees it.
 type readOnlyParams struct{ ipvs.Sysctls }
 
+// namespacedSysctls is /proc/sys outside the host's network namespace:
+// nf_conntrack_max is there, read-only (mode 0444, even for root).
+type namespacedSysctls struct{ ipvs.Sysctls }
+
+func (n namespacedSysctls) Set(name, value string) error {
+	if name == ipvs.ConntrackMaxSysctl {
+		return &fs.PathError{Op: "open", Path: "/proc/sys/" + name, Err: syscall.EACCES}
+	}
+	return n.Sysctls.Set(name, value)
+}
+
 func (readOnlyParams) Set(name, value string) error {
 	return &fs.PathError{Op: "open", Path: "/sys/module/nf_conntrack/parameters/" + name, Err: syscall.EROFS}
 }
@@ -214,6 +225,7 @@ func TestSetSysctlsConntrack(t *testing.T) {
 		config       string
 		cpus         int
 		params       func(ipvs.Sysctls) ipvs.Sysctls
+		sysctls      func(ipvs.Sysctls) ipvs.Sysctls
 		want         func(map[string]string)
 		wantHashsize string
 		wantErr      string
@@ -252,6 +264,16 @@ func TestSetSysctlsConntrack(t *testing.T) {
 			wantHashsize: "16384",
 		},
 		{
+			name: "nf_conntrack_max read-only in a node's own network namespace names the fix", cpus: 8,
+			sysctls: func(s ipvs.Sysctls) ipvs.Sysctls { return namespacedSysctls{s} },
+			want: func(m map[string]string) {
+				kubeProxyTuned(m)
+				m["net/netfilter/nf_conntrack_max"] = kernelDefaults()["net/netfilter/nf_conntrack_max"]
+			},
+			wantHashsize: "16384",
+			wantErr:      "set conntrack.maxPerCore: 0",
+		},
+		{
 			name: "nf_conntrack's parameters missing", cpus: 8,
 			params:       func(ipvs.Sysctls) ipvs.Sysctls { return ipvstest.NewFakeSysctls(nil) },
 			want:         kubeProxyTuned,
@@ -271,7 +293,11 @@ func TestSetSysctlsConntrack(t *testing.T) {
 			if tt.params != nil {
 				p = tt.params(params)
 			}
-			host := sysctlHost{LoadIPVS: func() error { return nil }, Sysctls: sysctls, ConntrackParams: p, CPUs: func() int { return tt.cpus }}
+			var sc ipvs.Sysctls = sysctls
+			if tt.sysctls != nil {
+				sc = tt.sysctls(sysctls)
+			}
+			host := sysctlHost{LoadIPVS: func() error { return nil }, Sysctls: sc, ConntrackParams: p, CPUs: func() int { return tt.cpus }}
 			err = setSysctls(cfg, host, slog.New(slog.DiscardHandler))
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
