@@ -26,6 +26,13 @@ func TestKernelContractFake(t *testing.T) {
 }
 
 func TestKernelContractNetlink(t *testing.T) {
+	testKernelContract(t, labKernel(t))
+}
+
+// labKernel is the real kernel's IPVS, closed when t ends; outside the lab
+// guest it skips t.
+func labKernel(t *testing.T) *ipvs.Netlink {
+	t.Helper()
 	if os.Getenv(lab.GuestEnv) != "1" {
 		t.Skipf("guest-only: needs IPVS in the kernel lab (%s=1); run `make test-lab`", lab.GuestEnv)
 	}
@@ -34,7 +41,7 @@ func TestKernelContractNetlink(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { n.Close() })
-	testKernelContract(t, n)
+	return n
 }
 
 // errInvalid stands for "any error": input the interface rejects itself.

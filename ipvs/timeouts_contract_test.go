@@ -1,7 +1,6 @@
 package ipvs_test
 
 import (
-	"os"
 	"testing"
 	"time"
 
@@ -9,7 +8,6 @@ import (
 
 	"github.com/switchyard-lb/switchyard/ipvs"
 	"github.com/switchyard-lb/switchyard/ipvs/ipvstest"
-	"github.com/switchyard-lb/switchyard/test/lab"
 )
 
 func TestTimeoutsContractFake(t *testing.T) {
@@ -17,15 +15,7 @@ func TestTimeoutsContractFake(t *testing.T) {
 }
 
 func TestTimeoutsContractNetlink(t *testing.T) {
-	if os.Getenv(lab.GuestEnv) != "1" {
-		t.Skipf("guest-only: needs IPVS in the kernel lab (%s=1); run `make test-lab`", lab.GuestEnv)
-	}
-	n, err := ipvs.NewNetlink()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n.Close() })
-	testTimeoutsContract(t, n)
+	testTimeoutsContract(t, labKernel(t))
 }
 
 // testTimeoutsContract expects a kernel whose timeouts nobody changed

@@ -197,22 +197,7 @@ var policyValidate = &command{
 			if err != nil {
 				return err
 			}
-			params, err := readParams(*paramsArg)
-			if err != nil {
-				return err
-			}
-			scs := []*scenario.Scenario{scenario.Default()}
-			if *scenarioPath != "" {
-				if scs, err = loadScenarios(*scenarioPath); err != nil {
-					return err
-				}
-			}
-			p, done, err := loadModule(ctx, path, *deadline)
-			if err != nil {
-				return fmt.Errorf("%s is not a valid policy: %w", path, err)
-			}
-			defer done()
-			if err := checkScenarios(ctx, p, path, scs, params); err != nil {
+			if _, err := validateModule(ctx, path, *paramsArg, *scenarioPath, *deadline); err != nil {
 				return err
 			}
 			res := struct {
@@ -228,6 +213,32 @@ var policyValidate = &command{
 			return err
 		}
 	},
+}
+
+// validateModule loads the module at path through the daemon's host and
+// checks it on the scenarios at scenarioPath (the built-in one when
+// empty), with the parameters paramsArg names (a JSON file or inline
+// JSON), which it returns: what validate does, and pack before packing.
+func validateModule(ctx context.Context, path, paramsArg, scenarioPath string, deadline time.Duration) ([]byte, error) {
+	params, err := readParams(paramsArg)
+	if err != nil {
+		return nil, err
+	}
+	scs := []*scenario.Scenario{scenario.Default()}
+	if scenarioPath != "" {
+		if scs, err = loadScenarios(scenarioPath); err != nil {
+			return nil, err
+		}
+	}
+	p, done, err := loadModule(ctx, path, deadline)
+	if err != nil {
+		return nil, fmt.Errorf("%s is not a valid policy: %w", path, err)
+	}
+	defer done()
+	if err := checkScenarios(ctx, p, path, scs, params); err != nil {
+		return nil, err
+	}
+	return params, nil
 }
 
 // checkScenarios evaluates p on each scenario, with params instead of the
@@ -307,22 +318,7 @@ var policyPack = &command{
 				return fmt.Errorf("%s is not a WebAssembly module (it starts with %q, a module with \"\\x00asm\"): "+
 					"pack the .wasm file that yardctl policy build writes, not its source", path, head)
 			}
-			params, err := readParams(*paramsArg)
-			if err != nil {
-				return err
-			}
-			scs := []*scenario.Scenario{scenario.Default()}
-			if *scenarioPath != "" {
-				if scs, err = loadScenarios(*scenarioPath); err != nil {
-					return err
-				}
-			}
-			p, done, err := loadModule(ctx, path, *deadline)
-			if err != nil {
-				return fmt.Errorf("%s is not a valid policy: %w", path, err)
-			}
-			err = checkScenarios(ctx, p, path, scs, params)
-			done()
+			params, err := validateModule(ctx, path, *paramsArg, *scenarioPath, *deadline)
 			if err != nil {
 				return fmt.Errorf("not packed: %w", err)
 			}
