@@ -110,8 +110,11 @@ type IPVS struct {
 	// service address is masqueraded. Default empty.
 	ClusterCIDRs []Prefix `yaml:"clusterCIDRs"`
 	// NodePortAddresses limits NodePorts to node addresses inside these
-	// prefixes. Default empty: every node address.
-	NodePortAddresses []Prefix `yaml:"nodePortAddresses"`
+	// prefixes, or, as [primary], to the node's primary address of each
+	// family (its first InternalIP of the family, else its first
+	// ExternalIP), as kube-proxy's nodePortAddresses. Default empty: every
+	// node address.
+	NodePortAddresses NodePortAddresses `yaml:"nodePortAddresses"`
 	// SyncPeriod is the longest time between two full resyncs. Default 30s.
 	SyncPeriod Duration `yaml:"syncPeriod"`
 	// MinSyncPeriod is the shortest time between two syncs: changes that

@@ -110,7 +110,7 @@ announcers:
 						StrictARP:         ptr(false),
 						MasqueradeAll:     true,
 						ClusterCIDRs:      []Prefix{mustPrefix("10.244.0.0/16"), mustPrefix("fd00:10:244::/56")},
-						NodePortAddresses: []Prefix{mustPrefix("192.168.0.0/24")},
+						NodePortAddresses: NodePortAddresses{{Prefix: mustPrefix("192.168.0.0/24").Std()}},
 						SyncPeriod:        Duration(time.Minute),
 						MinSyncPeriod:     Duration(2 * time.Second),
 					},
@@ -262,6 +262,28 @@ func TestValidate(t *testing.T) {
 				{Path: "dataplane.ipvs.clusterCIDRs[1]", Line: 11, Msg: `invalid CIDR "bad"`},
 				{Path: "dataplane.ipvs.clusterCIDRs[2]", Line: 11, Msg: `want a CIDR string such as "10.0.0.0/8"`},
 			},
+		},
+		{
+			name: "nodePortAddresses: primary mixed with CIDRs, a bad CIDR",
+			in:   header + "dataplane:\n  ipvs:\n    nodePortAddresses: [10.0.0.0/8, primary, 10.1.2.3/8, prime]\n",
+			want: []FieldError{
+				{Path: "dataplane.ipvs.nodePortAddresses[2]", Line: 5, Msg: `invalid CIDR "10.1.2.3/8": host bits set (want 10.0.0.0/8)`},
+				{Path: "dataplane.ipvs.nodePortAddresses[3]", Line: 5, Msg: `invalid CIDR "prime"`},
+				{Path: "dataplane.ipvs.nodePortAddresses[1]", Line: 5,
+					Msg: `"primary" cannot be mixed with CIDRs: use [primary] alone, or list CIDRs only`},
+			},
+		},
+		{
+			name: "nodePortAddresses: primary mixed with CIDRs",
+			in:   header + "dataplane:\n  ipvs:\n    nodePortAddresses:\n    - 10.0.0.0/8\n    - primary\n",
+			want: []FieldError{{Path: "dataplane.ipvs.nodePortAddresses[1]", Line: 7,
+				Msg: `"primary" cannot be mixed with CIDRs: use [primary] alone, or list CIDRs only`}},
+		},
+		{
+			name: "nodePortAddresses: primary twice",
+			in:   header + "dataplane:\n  ipvs:\n    nodePortAddresses: [primary, primary]\n",
+			want: []FieldError{{Path: "dataplane.ipvs.nodePortAddresses[0]", Line: 5,
+				Msg: `"primary" cannot be mixed with CIDRs: use [primary] alone, or list CIDRs only`}},
 		},
 		{
 			name: "sync periods out of order",
@@ -493,6 +515,13 @@ ignoreUnclassed: true
 	}
 	if diff := cmp.Diff(want, c.PlanOptions(), cmpOpts); diff != "" {
 		t.Errorf("PlanOptions mismatch (-want +got):\n%s", diff)
+	}
+	c, err = Parse([]byte(header + "dataplane: {ipvs: {nodePortAddresses: [primary]}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.PlanOptions(); !got.NodePortPrimary || got.NodePortAddresses != nil {
+		t.Errorf("PlanOptions of nodePortAddresses [primary] = %+v, want NodePortPrimary and no prefix", got)
 	}
 	if got := Default().PlanOptions(); got.Scheduler != "rr" || got.LoadBalancerClass != "switchyard.dev/lb" || got.NodePortAddresses != nil {
 		t.Errorf("Default().PlanOptions() = %+v", got)

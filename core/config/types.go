@@ -171,3 +171,71 @@ func nodeLine(n ast.Node) int {
 	}
 	return 0
 }
+
+// NodePortPrimary is the keyword of nodePortAddresses that selects the
+// node's primary addresses, as kube-proxy's --nodeport-addresses=primary.
+const NodePortPrimary = "primary"
+
+// NodePortAddress is one entry of nodePortAddresses: a CIDR, or the
+// keyword "primary" (Primary true, Prefix zero).
+type NodePortAddress struct {
+	Prefix  netip.Prefix
+	Primary bool
+}
+
+func (a NodePortAddress) String() string {
+	if a.Primary {
+		return NodePortPrimary
+	}
+	return a.Prefix.String()
+}
+
+// MarshalText writes a as the config spells it.
+func (a NodePortAddress) MarshalText() ([]byte, error) { return []byte(a.String()), nil }
+
+// UnmarshalYAML parses "primary" or a CIDR; like Duration, a bad value is
+// recorded against its path.
+func (a *NodePortAddress) UnmarshalYAML(ctx context.Context, n ast.Node) error {
+	if s, ok := scalarString(n); ok && s == NodePortPrimary {
+		*a = NodePortAddress{Primary: true}
+		return nil
+	}
+	var p Prefix
+	if err := p.UnmarshalYAML(ctx, n); err != nil {
+		return err
+	}
+	*a = NodePortAddress{Prefix: p.Std()}
+	return nil
+}
+
+// NodePortAddresses selects the node addresses that carry NodePorts: CIDRs
+// (an address of a family is used when it lies in one of that family's
+// CIDRs, or always when none is of its family), or the single keyword
+// "primary" (the node's primary address of each family), as kube-proxy's
+// nodePortAddresses. Empty: every node address.
+type NodePortAddresses []NodePortAddress
+
+// Primary reports whether the list is the keyword "primary".
+func (as NodePortAddresses) Primary() bool { return len(as) == 1 && as[0].Primary }
+
+// Prefixes returns the CIDRs of the list, nil when it has none.
+func (as NodePortAddresses) Prefixes() []netip.Prefix {
+	var out []netip.Prefix
+	for _, a := range as {
+		if !a.Primary {
+			out = append(out, a.Prefix)
+		}
+	}
+	return out
+}
+
+// validate refuses "primary" anywhere but alone, as kube-proxy does.
+func (as NodePortAddresses) validate(v *validator, path string) {
+	for i, a := range as {
+		if a.Primary && len(as) > 1 {
+			v.add(fmt.Sprintf("%s[%d]", path, i), "%q cannot be mixed with CIDRs: use [%s] alone, or list CIDRs only",
+				NodePortPrimary, NodePortPrimary)
+			return
+		}
+	}
+}

@@ -76,6 +76,7 @@ func (v *validator) dataplane(path string, d *Dataplane) {
 	v.seconds(p+".tcpTimeout", ipvs.TCPTimeout)
 	v.seconds(p+".tcpFinTimeout", ipvs.TCPFinTimeout)
 	v.seconds(p+".udpTimeout", ipvs.UDPTimeout)
+	ipvs.NodePortAddresses.validate(v, p+".nodePortAddresses")
 	v.positive(p+".syncPeriod", ipvs.SyncPeriod)
 	v.positive(p+".minSyncPeriod", ipvs.MinSyncPeriod)
 	if ipvs.MinSyncPeriod > ipvs.SyncPeriod && ipvs.SyncPeriod > 0 {

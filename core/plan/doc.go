@@ -16,7 +16,9 @@
 //   - Each IP family in which the Service has a cluster IP is planned on its
 //     own: ClusterIP, NodePort (node addresses of that family inside
 //     Options.NodePortAddresses; every address of the family when no prefix
-//     of the family is configured; never loopback), LoadBalancer ingress IPs
+//     of the family is configured; only the node's primary IP of the family,
+//     its first InternalIP else its first ExternalIP, with
+//     Options.NodePortPrimary; never loopback), LoadBalancer ingress IPs
 //     and external IPs of that family, with endpoints of that family.
 //   - Endpoints match a port by name and protocol. Ready endpoints are used;
 //     serving and terminating ones only when none is ready, decided

@@ -21,6 +21,12 @@ type Options struct {
 	// given (kube-proxy's --nodeport-addresses). Empty = all
 	// Node.Addresses.
 	NodePortAddresses []netip.Prefix
+	// NodePortPrimary, when true, puts NodePorts only on the node's
+	// primary address of each family instead (kube-proxy's
+	// --nodeport-addresses=primary): the first InternalIP of the family
+	// in the Node's status, else its first ExternalIP. NodePortAddresses
+	// is then ignored.
+	NodePortPrimary bool
 	// Scheduler is the default scheduler; "rr" when empty.
 	Scheduler string
 	// Schedulers are the schedulers the dataplane supports, which a
@@ -39,6 +45,7 @@ type Options struct {
 func (o *Options) normalized() Options {
 	n := Options{
 		NodePortAddresses: slices.Clone(o.NodePortAddresses),
+		NodePortPrimary:   o.NodePortPrimary,
 		Scheduler:         o.Scheduler,
 		Schedulers:        o.Schedulers,
 		LoadBalancerClass: o.LoadBalancerClass,
@@ -55,5 +62,5 @@ func (o *Options) normalized() Options {
 
 func (o *Options) equal(p *Options) bool {
 	return o.Scheduler == p.Scheduler && o.Schedulers == p.Schedulers && o.LoadBalancerClass == p.LoadBalancerClass &&
-		o.IgnoreUnclassed == p.IgnoreUnclassed && slices.Equal(o.NodePortAddresses, p.NodePortAddresses)
+		o.IgnoreUnclassed == p.IgnoreUnclassed && o.NodePortPrimary == p.NodePortPrimary && slices.Equal(o.NodePortAddresses, p.NodePortAddresses)
 }

@@ -63,7 +63,8 @@ func (p *Planner) Update(node *model.Node, services map[model.ServiceKey]model.S
 		p.plan.Services = make(map[model.ServiceKey]*model.ServicePlan, len(services))
 	}
 	if node != nil && !sameNode(p.node, node) {
-		p.node = &model.Node{Name: node.Name, Zone: node.Zone, Addresses: sortedAddrs(node.Addresses)}
+		p.node = &model.Node{Name: node.Name, Zone: node.Zone, Addresses: sortedAddrs(node.Addresses),
+			StatusAddresses: slices.Clone(node.StatusAddresses)}
 		p.env = newEnv(p.node, &p.opts)
 		for k, st := range services {
 			p.record(k, st)
@@ -164,14 +165,15 @@ func (p *Planner) publish() []model.ServiceKey {
 	return changed
 }
 
-// sameNode reports whether two nodes plan alike: same name, zone and
-// addresses in any order (a is the stored node, its addresses sorted).
+// sameNode reports whether two nodes plan alike: same name, zone, primary
+// IPs and addresses in any order (a is the stored node, its addresses
+// sorted).
 // Readiness and labels do not enter the plan.
 func sameNode(a, b *model.Node) bool {
 	if a == nil || b == nil {
 		return a == b
 	}
-	if a.Name != b.Name || a.Zone != b.Zone {
+	if a.Name != b.Name || a.Zone != b.Zone || primaryIPs(a) != primaryIPs(b) {
 		return false
 	}
 	if slices.IsSortedFunc(b.Addresses, netip.Addr.Compare) {

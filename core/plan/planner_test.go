@@ -178,6 +178,29 @@ func TestPlannerUpdate(t *testing.T) {
 			},
 			want: []model.ServiceKey{keyB, keyC, keyD},
 		},
+		{
+			name: "second address",
+			node: n9Internal("192.168.0.1", "192.168.0.2"),
+			want: []model.ServiceKey{keyC}, // b is gone
+		},
+		{
+			name:       "NodePortPrimary keeps NodePorts on the first InternalIP only",
+			setOptions: &plan.Options{Scheduler: "wlc", IgnoreUnclassed: true, NodePortPrimary: true},
+			want:       []model.ServiceKey{keyC},
+		},
+		{
+			name: "primary changes with the Node's order while its address set stays",
+			node: n9Internal("192.168.0.2", "192.168.0.1"),
+			want: []model.ServiceKey{keyC}, // b is gone
+		},
+		{
+			name: "same primary, addresses reported in another order",
+			node: func() *model.Node {
+				n := n9Internal("192.168.0.2", "192.168.0.1")
+				n.Addresses = ips("192.168.0.2", "192.168.0.1")
+				return n
+			}(),
+		},
 	}
 
 	p := plan.New(plan.Options{})
@@ -214,6 +237,16 @@ func TestPlannerUpdate(t *testing.T) {
 			}
 		}
 	}
+}
+
+// n9Internal is node n9 in zone z2 whose InternalIPs are addrs, in the
+// Node's order.
+func n9Internal(addrs ...string) *model.Node {
+	n := &model.Node{Name: "n9", Zone: "z2", Addresses: ips(addrs...)}
+	for _, a := range addrs {
+		n.StatusAddresses = append(n.StatusAddresses, model.NodeAddress{Type: model.NodeInternalIP, Address: a})
+	}
+	return n
 }
 
 // TestPlannerRandom drives a Planner with random changes and checks after

@@ -55,11 +55,22 @@ func newEnv(node *model.Node, opts *Options) env {
 		return e
 	}
 	e.nodeName, e.zone = node.Name, node.Zone
+	primary := primaryIPs(node)
 	for f := range numFamilies {
 		var prefixes []netip.Prefix
 		for _, p := range opts.NodePortAddresses {
 			if p.IsValid() && familyOf(p.Addr()) == f {
 				prefixes = append(prefixes, p)
+			}
+		}
+		if opts.NodePortPrimary {
+			// kube-proxy turns "primary" into one single-address CIDR
+			// per family that has a primary IP; a family without one
+			// has no address here either (primary IPs are InternalIP
+			// or ExternalIP addresses, as Node.Addresses).
+			prefixes = nil
+			if a := primary[f]; a.IsValid() {
+				prefixes = []netip.Prefix{netip.PrefixFrom(a, a.BitLen())}
 			}
 		}
 		var addrs []netip.Addr
@@ -75,6 +86,24 @@ func newEnv(node *model.Node, opts *Options) env {
 		e.nodePortAddrs[f] = slices.Compact(addrs)
 	}
 	return e
+}
+
+// primaryIPs returns the node's primary IP of each family, as kube-proxy
+// picks its node IPs: the first InternalIP of the family in the Node's
+// status, else the first ExternalIP; invalid (zero) when it has neither.
+func primaryIPs(node *model.Node) [numFamilies]netip.Addr {
+	var out [numFamilies]netip.Addr
+	if node == nil {
+		return out
+	}
+	for _, t := range []model.NodeAddressType{model.NodeInternalIP, model.NodeExternalIP} {
+		for _, a := range node.IPs(t) {
+			if f := familyOf(a); !out[f].IsValid() {
+				out[f] = a
+			}
+		}
+	}
+	return out
 }
 
 // PlanService plans one Service for this node: its frontends with the

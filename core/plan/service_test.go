@@ -142,6 +142,60 @@ func TestPlanService(t *testing.T) {
 			}},
 		},
 		{
+			name: "NodePortPrimary: the first InternalIP of each family, never an ExternalIP then",
+			svc: &model.Service{Key: webKey, Type: model.NodePort, ClusterIPs: ips("10.96.0.10", "fd96::10"),
+				Ports: []model.ServicePort{{Name: "http", Protocol: model.TCP, Port: 80, NodePort: 30080}}},
+			node: &model.Node{Name: "n1", Addresses: ips("10.1.0.1", "192.168.0.1", "198.51.100.7", "fd00::1", "fd02::1"),
+				StatusAddresses: []model.NodeAddress{
+					{Type: model.NodeHostname, Address: "n1"},
+					{Type: model.NodeExternalIP, Address: "198.51.100.7"},
+					{Type: model.NodeInternalIP, Address: "fd02::1"},
+					{Type: model.NodeInternalIP, Address: "192.168.0.1"},
+					{Type: model.NodeInternalIP, Address: "10.1.0.1"},
+					{Type: model.NodeInternalIP, Address: "fd00::1"},
+				}},
+			// A CIDR beside the keyword is ignored: the config refuses
+			// the mix.
+			opts: &plan.Options{NodePortPrimary: true, NodePortAddresses: prefixes("10.1.0.0/16")},
+			want: &model.ServicePlan{Key: webKey, VirtualServices: []model.VirtualService{
+				vs(CIP, "10.96.0.10", 80, nil),
+				vs(NP, "192.168.0.1", 30080, nil),
+				vs(NP, "fd02::1", 30080, nil),
+				vs(CIP, "fd96::10", 80, nil),
+			}},
+		},
+		{
+			name: "NodePortPrimary: an ExternalIP when the family has no InternalIP, none for a family without either",
+			svc: &model.Service{Key: webKey, Type: model.NodePort, ClusterIPs: ips("10.96.0.10", "fd96::10"),
+				Ports: []model.ServicePort{{Name: "http", Protocol: model.TCP, Port: 80, NodePort: 30080}}},
+			node: &model.Node{Name: "n1", Addresses: ips("198.51.100.7", "198.51.100.8"),
+				StatusAddresses: []model.NodeAddress{
+					{Type: model.NodeExternalIP, Address: "198.51.100.8"},
+					{Type: model.NodeExternalIP, Address: "198.51.100.7"},
+					{Type: model.NodeInternalDNS, Address: "n1.example"},
+				}},
+			opts: &plan.Options{NodePortPrimary: true},
+			want: &model.ServicePlan{Key: webKey, VirtualServices: []model.VirtualService{
+				vs(CIP, "10.96.0.10", 80, nil),
+				vs(NP, "198.51.100.8", 30080, nil),
+				vs(CIP, "fd96::10", 80, nil),
+			}},
+		},
+		{
+			name: "NodePortPrimary: a loopback primary carries no NodePort",
+			svc: &model.Service{Key: webKey, Type: model.NodePort, ClusterIPs: ips("10.96.0.10"),
+				Ports: []model.ServicePort{{Name: "http", Protocol: model.TCP, Port: 80, NodePort: 30080}}},
+			node: &model.Node{Name: "n1", Addresses: ips("127.0.0.1", "192.168.0.1"),
+				StatusAddresses: []model.NodeAddress{
+					{Type: model.NodeInternalIP, Address: "127.0.0.1"},
+					{Type: model.NodeInternalIP, Address: "192.168.0.1"},
+				}},
+			opts: &plan.Options{NodePortPrimary: true},
+			want: &model.ServicePlan{Key: webKey, VirtualServices: []model.VirtualService{
+				vs(CIP, "10.96.0.10", 80, nil),
+			}},
+		},
+		{
 			name: "unknown node: no NodePort, nothing local",
 			svc: func() *model.Service {
 				s := lbService([]string{"10.96.0.10"}, "198.51.100.1")
