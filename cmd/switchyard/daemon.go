@@ -25,6 +25,7 @@ import (
 	"github.com/switchyard-lb/switchyard/core/k8s"
 	"github.com/switchyard-lb/switchyard/core/lb"
 	"github.com/switchyard-lb/switchyard/core/metrics"
+	"github.com/switchyard-lb/switchyard/core/model"
 	"github.com/switchyard-lb/switchyard/core/plan"
 	"github.com/switchyard-lb/switchyard/core/plugin"
 	"github.com/switchyard-lb/switchyard/core/policystage"
@@ -173,10 +174,18 @@ func runDaemon(ctx context.Context, dc daemonConfig) (err error) {
 		Dataplane: dp,
 		Elected:   lbm.Elected(),
 		Alive:     lbm.Alive(),
-		OnNodes:   lbm.SetNodes,
-		Metrics:   m,
-		Health:    hc,
-		Log:       log.With("component", "reconcile"),
+		OnNodes: func(nodes map[string]*model.Node) {
+			// KEP-3836: /healthz fails while this node's Node is being
+			// deleted. Once the Node is gone its last state stands, as
+			// kube-proxy judges the deleted object.
+			if n := nodes[dc.NodeName]; n != nil {
+				tracker.SetNodeEligible(!n.Deleting)
+			}
+			lbm.SetNodes(nodes)
+		},
+		Metrics: m,
+		Health:  hc,
+		Log:     log.With("component", "reconcile"),
 		// The periodic repair of kernel drift; statistics ticks and
 		// other syncs without changes do not reprogram everything.
 		FullSyncPeriod: ipvsCfg.SyncPeriod.Std(),

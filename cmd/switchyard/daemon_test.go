@@ -285,3 +285,65 @@ func TestDaemonAllocatesAndReloadsPools(t *testing.T) {
 		t.Errorf("the pools reload was not applied live; logs:\n%s", logs)
 	}
 }
+
+// waitHealthz polls /healthz until it answers code with nodeEligible as
+// wanted, and checks that /livez answers 200 meanwhile.
+func waitHealthz(t *testing.T, healthAddr string, code int, eligible bool) {
+	t.Helper()
+	poll(t, 60*time.Second, func() error {
+		got, body, err := httpGet("http://" + healthAddr + "/healthz")
+		if err != nil {
+			return err
+		}
+		if want := fmt.Sprintf(`"nodeEligible": %v`, eligible); got != code || !strings.Contains(body, want) {
+			return fmt.Errorf("/healthz = %d %s, want %d with %s", got, body, code, want)
+		}
+		return nil
+	})
+	if got, body, err := httpGet("http://" + healthAddr + "/livez"); err != nil || got != http.StatusOK {
+		t.Errorf("/livez = %d %q %v, want 200 whatever the Node", got, body, err)
+	}
+}
+
+// TestDaemonHealthzWhileNodeIsDeleted: the cluster autoscaler's taint on
+// this node's Node fails /healthz (KEP-3836) and its removal restores it;
+// another Node's taint does not matter.
+func TestDaemonHealthzWhileNodeIsDeleted(t *testing.T) {
+	d := startDaemon(t, "")
+	d.waitPlan(t, []string{"default/web ClusterIP TCP 10.96.0.10:80 rr -> 10.1.0.1:8080 10.1.0.2:8080"})
+	waitHealthz(t, d.tc.health, http.StatusOK, true)
+
+	setTaints := func(name string, taints ...corev1.Taint) {
+		t.Helper()
+		n, err := d.client.CoreV1().Nodes().Get(t.Context(), name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.Spec.Taints = taints
+		if _, err := d.client.CoreV1().Nodes().Update(t.Context(), n, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	toBeDeleted := corev1.Taint{Key: "ToBeDeletedByClusterAutoscaler", Value: "1764633600", Effect: corev1.TaintEffectNoSchedule}
+	if _, err := d.client.CoreV1().Nodes().Create(t.Context(),
+		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-b"}, Spec: corev1.NodeSpec{Taints: []corev1.Taint{toBeDeleted}}},
+		metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	setTaints("node-a", corev1.Taint{Key: "example.com/other", Effect: corev1.TaintEffectNoSchedule})
+	// The daemon has seen both changes once a sync after them is done:
+	// a Service created after them shows in the plan.
+	if _, err := d.client.CoreV1().Services("default").Create(t.Context(), testService("default", "api", "10.96.0.11"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	d.waitPlan(t, []string{
+		"default/api ClusterIP TCP 10.96.0.11:80 rr ->",
+		"default/web ClusterIP TCP 10.96.0.10:80 rr -> 10.1.0.1:8080 10.1.0.2:8080",
+	})
+	waitHealthz(t, d.tc.health, http.StatusOK, true)
+
+	setTaints("node-a", toBeDeleted)
+	waitHealthz(t, d.tc.health, http.StatusServiceUnavailable, false)
+	setTaints("node-a")
+	waitHealthz(t, d.tc.health, http.StatusOK, true)
+}

@@ -30,6 +30,10 @@ const (
 	// EndpointSlice's content happened (network programming latency).
 	annotationTriggerTime = corev1.EndpointsLastChangeTriggerTime
 	labelZone             = corev1.LabelTopologyZone
+
+	// TaintToBeDeleted is the taint the cluster autoscaler puts on a Node
+	// it is about to delete (kube-proxy's ToBeDeletedTaint, KEP-3836).
+	TaintToBeDeleted = "ToBeDeletedByClusterAutoscaler"
 )
 
 // defaultAffinityTimeout is Kubernetes' sessionAffinity ClientIP timeout
@@ -380,7 +384,9 @@ func convertSlice(slice *discoveryv1.EndpointSlice) ([]model.Endpoint, []error) 
 
 // convertNode converts a Node: its zone, every address with its type
 // (the InternalIP and ExternalIP ones also as NodePort addresses), Ready
-// condition and labels.
+// condition, labels, and whether it is being deleted (as kube-proxy's
+// health server tells: a deletionTimestamp, or the cluster autoscaler's
+// taint of any effect).
 func convertNode(node *corev1.Node) (*model.Node, []error) {
 	var c converter
 	n := &model.Node{Name: node.Name, Zone: node.Labels[labelZone]}
@@ -404,5 +410,7 @@ func convertNode(node *corev1.Node) (*model.Node, []error) {
 	if len(node.Labels) > 0 {
 		n.Labels = maps.Clone(node.Labels)
 	}
+	n.Deleting = node.DeletionTimestamp != nil ||
+		slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == TaintToBeDeleted })
 	return n, c.problems
 }

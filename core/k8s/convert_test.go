@@ -324,6 +324,25 @@ func TestConvertNode(t *testing.T) {
 		in: corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n2"}, Status: corev1.NodeStatus{
 			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionUnknown}}}},
 		want: &model.Node{Name: "n2"},
+	}, {
+		name: "deletion timestamp: being deleted",
+		in: corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n3", DeletionTimestamp: &metav1.Time{Time: time.Unix(1, 0)},
+			Finalizers: []string{"example.com/hold"}}},
+		want: &model.Node{Name: "n3", Deleting: true},
+	}, {
+		name: "the cluster autoscaler's taint, of any effect: being deleted",
+		in: corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n4"}, Spec: corev1.NodeSpec{Taints: []corev1.Taint{
+			{Key: corev1.TaintNodeUnschedulable, Effect: corev1.TaintEffectNoSchedule},
+			{Key: "ToBeDeletedByClusterAutoscaler", Value: "1733100000", Effect: corev1.TaintEffectPreferNoSchedule},
+		}}},
+		want: &model.Node{Name: "n4", Deleting: true},
+	}, {
+		name: "cordoned, or an autoscaler's deletion candidate: not being deleted",
+		in: corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n5"}, Spec: corev1.NodeSpec{Unschedulable: true, Taints: []corev1.Taint{
+			{Key: corev1.TaintNodeUnschedulable, Effect: corev1.TaintEffectNoSchedule},
+			{Key: "DeletionCandidateOfClusterAutoscaler", Value: "1733100000", Effect: corev1.TaintEffectPreferNoSchedule},
+		}}},
+		want: &model.Node{Name: "n5"},
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

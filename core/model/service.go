@@ -211,6 +211,11 @@ type Node struct {
 	StatusAddresses []NodeAddress
 	Ready           bool
 	Labels          map[string]string
+	// Deleting is true while the Node is being deleted: it has a
+	// deletionTimestamp, or the cluster autoscaler's
+	// ToBeDeletedByClusterAutoscaler taint (KEP-3836). /healthz fails
+	// then, so that load balancers drain the node first.
+	Deleting bool
 }
 
 // NodeAddressType is the type of a Node's address, as Kubernetes names it.

@@ -12,9 +12,11 @@ import (
 
 // HealthHandler serves /livez, /healthz and /readyz.
 //   - /livez answers 200 while the process serves HTTP.
-//   - /healthz answers as kube-proxy's does: 200 while tracker is healthy,
-//     503 otherwise, with a JSON body {"lastUpdated", "currentTime"} whose
-//     times are in Go's default format, as kube-proxy writes them.
+//   - /healthz answers as kube-proxy's (v1.31+) does: 200 while tracker is
+//     healthy and the node eligible (not being deleted, KEP-3836), 503
+//     otherwise, with a JSON body {"lastUpdated", "currentTime",
+//     "nodeEligible"} whose times are in Go's default format, as
+//     kube-proxy writes them. /livez does not depend on the node.
 //   - /readyz answers 200 once ready returns nil, 503 with its reason
 //     before.
 func HealthHandler(tracker *SyncTracker, ready func() error) http.Handler {
@@ -25,13 +27,14 @@ func HealthHandler(tracker *SyncTracker, ready func() error) http.Handler {
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		h := tracker.Health()
 		code := http.StatusOK
-		if !h.Healthy {
+		if !h.Healthy || !h.NodeEligible {
 			code = http.StatusServiceUnavailable
 		}
 		body := struct {
-			LastUpdated string `json:"lastUpdated"`
-			CurrentTime string `json:"currentTime"`
-		}{h.LastUpdated.String(), h.CurrentTime.String()}
+			LastUpdated  string `json:"lastUpdated"`
+			CurrentTime  string `json:"currentTime"`
+			NodeEligible bool   `json:"nodeEligible"`
+		}{h.LastUpdated.String(), h.CurrentTime.String(), h.NodeEligible}
 		writeJSON(w, code, body)
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {

@@ -63,7 +63,7 @@ func TestSyncTracker(t *testing.T) {
 	for _, s := range steps {
 		s.do()
 		h := tr.Health()
-		if h.Healthy != s.wantHealthy || !h.LastUpdated.Equal(s.wantUpdated) || !h.CurrentTime.Equal(clock.Now()) {
+		if h.Healthy != s.wantHealthy || !h.NodeEligible || !h.LastUpdated.Equal(s.wantUpdated) || !h.CurrentTime.Equal(clock.Now()) {
 			t.Errorf("%s: Health() = %+v, want healthy %v, lastUpdated %v, currentTime %v",
 				s.name, h, s.wantHealthy, s.wantUpdated, clock.Now())
 		}
@@ -85,8 +85,9 @@ func TestHealthHandler(t *testing.T) {
 	h := HealthHandler(tr, func() error { return readyErr })
 
 	type healthz struct {
-		LastUpdated string `json:"lastUpdated"`
-		CurrentTime string `json:"currentTime"`
+		LastUpdated  string `json:"lastUpdated"`
+		CurrentTime  string `json:"currentTime"`
+		NodeEligible bool   `json:"nodeEligible"`
 	}
 	check := func(name string, wantCode int, want healthz) {
 		t.Helper()
@@ -102,16 +103,32 @@ func TestHealthHandler(t *testing.T) {
 			t.Errorf("%s: /healthz body mismatch (-want +got):\n%s", name, diff)
 		}
 	}
-	check("fresh", 200, healthz{LastUpdated: "0001-01-01 00:00:00 +0000 UTC", CurrentTime: "2026-11-29 20:00:00 +0000 UTC"})
+	livez := func(name string) {
+		t.Helper()
+		if code, body, _ := get(t, h, http.MethodGet, "/livez"); code != 200 || body != "ok\n" {
+			t.Errorf("%s: /livez = %d %q, want 200 ok", name, code, body)
+		}
+	}
+	check("fresh", 200, healthz{LastUpdated: "0001-01-01 00:00:00 +0000 UTC", CurrentTime: "2026-11-29 20:00:00 +0000 UTC", NodeEligible: true})
 	tr.Queued()
 	clock.Step(2 * time.Minute)
-	check("stale", 503, healthz{LastUpdated: "0001-01-01 00:00:00 +0000 UTC", CurrentTime: "2026-11-29 20:02:00 +0000 UTC"})
+	check("stale", 503, healthz{LastUpdated: "0001-01-01 00:00:00 +0000 UTC", CurrentTime: "2026-11-29 20:02:00 +0000 UTC", NodeEligible: true})
+	livez("stale")
 	tr.Updated(clock.Now())
-	check("updated", 200, healthz{LastUpdated: "2026-11-29 20:02:00 +0000 UTC", CurrentTime: "2026-11-29 20:02:00 +0000 UTC"})
+	check("updated", 200, healthz{LastUpdated: "2026-11-29 20:02:00 +0000 UTC", CurrentTime: "2026-11-29 20:02:00 +0000 UTC", NodeEligible: true})
+	livez("updated")
 
-	if code, body, _ := get(t, h, http.MethodGet, "/livez"); code != 200 || body != "ok\n" {
-		t.Errorf("/livez = %d %q, want 200 ok", code, body)
+	// KEP-3836: a Node being deleted fails /healthz however well the
+	// daemon syncs; /livez stays up, and so does the health of the
+	// syncs that healthCheckNodePort answers follow.
+	tr.SetNodeEligible(false)
+	check("node being deleted", 503, healthz{LastUpdated: "2026-11-29 20:02:00 +0000 UTC", CurrentTime: "2026-11-29 20:02:00 +0000 UTC"})
+	livez("node being deleted")
+	if !tr.Health().Healthy {
+		t.Error("node being deleted: Health().Healthy = false, want the syncs' health alone")
 	}
+	tr.SetNodeEligible(true)
+	check("deletion called off", 200, healthz{LastUpdated: "2026-11-29 20:02:00 +0000 UTC", CurrentTime: "2026-11-29 20:02:00 +0000 UTC", NodeEligible: true})
 	readyErr = errors.New("no sync applied yet")
 	if code, body, _ := get(t, h, http.MethodGet, "/readyz"); code != 503 || body != "not ready: no sync applied yet\n" {
 		t.Errorf("/readyz = %d %q, want 503 with the reason", code, body)
