@@ -65,16 +65,17 @@ type daemonConfig struct {
 	Client   kubernetes.Interface
 	NodeName string
 	Log      *slog.Logger
-	// NewDataplane nil: the dataplane the config's mode names.
-	NewDataplane func(*config.Config) (plugin.Dataplane, error)
+	// NewDataplane nil: the dataplane the config's mode names. It gets
+	// the daemon's logger for the dataplane's own messages.
+	NewDataplane func(*config.Config, *slog.Logger) (plugin.Dataplane, error)
 	// ConfigPollInterval zero: configPollInterval.
 	ConfigPollInterval time.Duration
 	// Profiling serves net/http/pprof on the metrics listener.
 	Profiling bool
 }
 
-// newDataplane returns the dataplane cfg's mode names.
-func newDataplane(cfg *config.Config) (plugin.Dataplane, error) {
+// newDataplane returns the dataplane cfg's mode names, logging to log.
+func newDataplane(cfg *config.Config, log *slog.Logger) (plugin.Dataplane, error) {
 	switch cfg.Dataplane.Mode {
 	case config.ModeDryRun:
 		return dryrun.New(), nil
@@ -86,6 +87,7 @@ func newDataplane(cfg *config.Config) (plugin.Dataplane, error) {
 			ClusterCIDRs:  config.Prefixes(ic.ClusterCIDRs),
 			MasqueradeAll: ic.MasqueradeAll,
 			Timeouts:      ipvs.Timeouts{TCP: ic.TCPTimeout.Std(), TCPFin: ic.TCPFinTimeout.Std(), UDP: ic.UDPTimeout.Std()},
+			Log:           log,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("dataplane.mode ipvs: %w", err)
@@ -110,7 +112,9 @@ func runDaemon(ctx context.Context, dc daemonConfig) (err error) {
 		dc.ConfigPollInterval = configPollInterval
 	}
 
-	dp, err := dc.NewDataplane(cfg)
+	// The dataplane's own warnings (drained real servers or stale
+	// conntrack entries it could not delete) and settings it changed.
+	dp, err := dc.NewDataplane(cfg, log.With("component", "dataplane"))
 	if err != nil {
 		return err
 	}

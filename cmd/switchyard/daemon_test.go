@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -18,7 +21,9 @@ import (
 
 	"github.com/switchyard-lb/switchyard/core/config"
 	"github.com/switchyard-lb/switchyard/core/plugin"
+	"github.com/switchyard-lb/switchyard/ipvs"
 	"github.com/switchyard-lb/switchyard/ipvs/dryrun"
+	"github.com/switchyard-lb/switchyard/ipvs/ipvstest"
 )
 
 func testService(ns, name, clusterIP string) *corev1.Service {
@@ -69,6 +74,16 @@ type daemonUnderTest struct {
 
 func startDaemon(t *testing.T, extraConfig string) *daemonUnderTest {
 	t.Helper()
+	dp := dryrun.New()
+	d := startDaemonWith(t, extraConfig, func(*config.Config, *slog.Logger) (plugin.Dataplane, error) { return dp, nil })
+	d.dp = dp
+	return d
+}
+
+// startDaemonWith is startDaemon with the dataplane newDP returns (dp
+// stays nil).
+func startDaemonWith(t *testing.T, extraConfig string, newDP func(*config.Config, *slog.Logger) (plugin.Dataplane, error)) *daemonUnderTest {
+	t.Helper()
 	d := &daemonUnderTest{tc: writeTestConfig(t, extraConfig), logs: &syncBuffer{}, done: make(chan error, 1)}
 	w, err := config.NewWatcher(d.tc.path)
 	if err != nil {
@@ -84,14 +99,11 @@ func startDaemon(t *testing.T, extraConfig string) *daemonUnderTest {
 	d.cancel = cancel
 	go func() {
 		d.done <- runDaemon(ctx, daemonConfig{
-			Watcher:  w,
-			Client:   client,
-			NodeName: "node-a",
-			Log:      slog.New(slog.NewJSONHandler(d.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-			NewDataplane: func(*config.Config) (plugin.Dataplane, error) {
-				d.dp = dryrun.New()
-				return d.dp, nil
-			},
+			Watcher:            w,
+			Client:             client,
+			NodeName:           "node-a",
+			Log:                slog.New(slog.NewJSONHandler(d.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+			NewDataplane:       newDP,
 			ConfigPollInterval: 10 * time.Millisecond,
 		})
 	}()
@@ -346,4 +358,98 @@ func TestDaemonHealthzWhileNodeIsDeleted(t *testing.T) {
 	waitHealthz(t, d.tc.health, http.StatusServiceUnavailable, false)
 	setTaints("node-a")
 	waitHealthz(t, d.tc.health, http.StatusOK, true)
+}
+
+// TestDaemonLogsAndCountsDataplaneErrors runs the daemon on the IPVS
+// dataplane over the ipvstest fakes with the kernel refusing new virtual
+// services: each failed sync is logged with its error and counted in
+// switchyard_sync_errors_total{stage="dataplane"}, /debug/state names the
+// error, and once the kernel accepts again the retry programs the table.
+// The dataplane's own messages reach the daemon's log too.
+func TestDaemonLogsAndCountsDataplaneErrors(t *testing.T) {
+	kernel := ipvstest.NewFake()
+	kernel.SetError(ipvstest.OpAddService, errors.New("injected: cannot allocate memory"))
+	d := startDaemonWith(t, "", func(_ *config.Config, log *slog.Logger) (plugin.Dataplane, error) {
+		return ipvs.New(ipvs.Config{
+			Kernel: kernel, Addresses: ipvstest.NewFakeAddresses(), StrictARP: true, Log: log,
+			Sysctls: ipvstest.NewFakeSysctls(map[string]string{
+				"net/ipv4/ip_forward": "0", "net/ipv4/vs/conntrack": "0",
+				"net/ipv4/vs/expire_nodest_conn": "0", "net/ipv4/vs/expire_quiescent_template": "0",
+				"net/ipv4/vs/conn_reuse_mode":  "1",
+				"net/ipv4/conf/all/arp_ignore": "0", "net/ipv4/conf/all/arp_announce": "0",
+			}),
+		})
+	})
+
+	// Two failed syncs at least: a failure keeps being reported.
+	var failures int
+	poll(t, 60*time.Second, func() error {
+		failures = 0
+		for _, line := range strings.Split(d.logs.String(), "\n") {
+			if strings.Contains(line, `"msg":"sync failed"`) && strings.Contains(line, `"stage":"dataplane"`) &&
+				strings.Contains(line, `"level":"ERROR"`) && strings.Contains(line, "injected: cannot allocate memory") {
+				failures++
+			}
+		}
+		if failures < 2 {
+			return fmt.Errorf("%d failed syncs logged with the error, want 2 or more", failures)
+		}
+		return nil
+	})
+	counted := func() (float64, error) {
+		_, body, err := httpGet("http://" + d.tc.metrics + "/metrics")
+		if err != nil {
+			return 0, err
+		}
+		for _, line := range strings.Split(body, "\n") {
+			if v, ok := strings.CutPrefix(line, `switchyard_sync_errors_total{stage="dataplane"} `); ok {
+				return strconv.ParseFloat(v, 64)
+			}
+		}
+		return 0, fmt.Errorf("no switchyard_sync_errors_total{stage=\"dataplane\"} in /metrics:\n%s", body)
+	}
+	poll(t, 60*time.Second, func() error {
+		n, err := counted()
+		if err == nil && n < float64(failures) {
+			err = fmt.Errorf("sync_errors_total{stage=dataplane} = %v, want at least the %d failures logged", n, failures)
+		}
+		return err
+	})
+	if st, err := getState(d.tc.metrics); err != nil || !strings.Contains(st.LastError, "injected: cannot allocate memory") {
+		t.Errorf("/debug/state lastError = %+v, %v; want the dataplane's error", st, err)
+	}
+	if !strings.Contains(d.logs.String(), `"component":"dataplane"`) {
+		t.Errorf("the dataplane's own messages are not in the daemon's log:\n%s", d.logs.String())
+	}
+
+	kernel.SetError(ipvstest.OpAddService, nil)
+	poll(t, 60*time.Second, func() error {
+		st, err := getState(d.tc.metrics)
+		if err != nil {
+			return err
+		}
+		if st.LastError != "" || len(kernel.Table()) == 0 {
+			return fmt.Errorf("after the kernel recovered: lastError %q, %d virtual services in the kernel", st.LastError, len(kernel.Table()))
+		}
+		return nil
+	})
+	before, err := counted()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A sync without error counts nothing more.
+	if _, err := d.client.CoreV1().Services("default").Create(t.Context(), testService("default", "api", "10.96.0.11"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, 60*time.Second, func() error {
+		for _, e := range kernel.Table() {
+			if e.Service.Addr == netip.MustParseAddr("10.96.0.11") {
+				return nil
+			}
+		}
+		return errors.New("default/api not in the kernel yet")
+	})
+	if after, err := counted(); err != nil || after != before {
+		t.Errorf("sync_errors_total{stage=dataplane} went from %v to %v (%v) over a good sync", before, after, err)
+	}
 }

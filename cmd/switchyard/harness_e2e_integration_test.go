@@ -125,7 +125,7 @@ func startE2E(t *testing.T, cfg *rest.Config, node, extraConfig string) *e2eDaem
 			Client:       client,
 			NodeName:     node,
 			Log:          slog.New(slog.NewTextHandler(d.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-			NewDataplane: func(*config.Config) (plugin.Dataplane, error) { return d.dp, nil },
+			NewDataplane: func(*config.Config, *slog.Logger) (plugin.Dataplane, error) { return d.dp, nil },
 		})
 	}()
 	t.Cleanup(func() {

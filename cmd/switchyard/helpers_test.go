@@ -108,9 +108,10 @@ func httpGet(url string) (int, string, error) {
 
 // debugState is the part of /debug/state the tests read.
 type debugState struct {
-	Node    string `json:"node"`
-	Synced  bool   `json:"synced"`
-	Desired []struct {
+	Node      string `json:"node"`
+	Synced    bool   `json:"synced"`
+	LastError string `json:"lastError"`
+	Desired   []struct {
 		Service         string `json:"service"`
 		Rejected        string `json:"rejected"`
 		VirtualServices []struct {

@@ -335,7 +335,9 @@ func (l *Loop) Sync(ctx context.Context) (res SyncResult, err error) {
 		// The periodic resync can take seconds: the changes go first,
 		// on their own, and the resync repairs anything they missed.
 		if err := l.cfg.Dataplane.Apply(ctx, plugin.Update{Plan: p, Changed: changed}); err != nil {
-			l.log.Debug("changes before the periodic resync", "changed", len(changed), "err", err)
+			// The resync below retries them.
+			l.failed(metrics.StageDataplane, fmt.Errorf("dataplane %s: changes before the periodic resync: %w", l.cfg.Dataplane.Name(), err),
+				"full", false, "changed", len(changed))
 		} else {
 			l.markApplied(changed, false)
 			l.m.ObserveProgramming(l.now(), l.triggers)
@@ -348,8 +350,9 @@ func (l *Loop) Sync(ctx context.Context) (res SyncResult, err error) {
 	}
 	if applyErr != nil {
 		l.needFull = true
-		l.m.SyncErrors.WithLabelValues(metrics.StageDataplane).Inc()
-		errs = append(errs, fmt.Errorf("dataplane %s: %w", l.cfg.Dataplane.Name(), applyErr))
+		err := fmt.Errorf("dataplane %s: %w", l.cfg.Dataplane.Name(), applyErr)
+		l.failed(metrics.StageDataplane, err, "full", full, "changed", len(changed))
+		errs = append(errs, err)
 	} else {
 		res.Applied = full || len(changed) > 0
 		if full {
@@ -368,7 +371,7 @@ func (l *Loop) Sync(ctx context.Context) (res SyncResult, err error) {
 		}
 		if l.cfg.Health != nil && l.healthDirty {
 			if err := l.cfg.Health.Sync(maps.Clone(l.health)); err != nil {
-				l.m.SyncErrors.WithLabelValues(metrics.StageHealthCheck).Inc()
+				l.failed(metrics.StageHealthCheck, err)
 				errs = append(errs, err)
 			} else {
 				l.healthDirty = false
@@ -380,14 +383,22 @@ func (l *Loop) Sync(ctx context.Context) (res SyncResult, err error) {
 	return res, errors.Join(errs...)
 }
 
+// failed counts a failed stage in sync_errors_total and logs its error
+// with attrs: the sync is retried, and every failure shows.
+func (l *Loop) failed(stage string, err error, attrs ...any) {
+	l.m.SyncErrors.WithLabelValues(stage).Inc()
+	l.log.Error("sync failed", append([]any{"stage", stage, "err", err}, attrs...)...)
+}
+
 // send announces set through announcer i and records the outcome.
 func (l *Loop) send(ctx context.Context, i int, a plugin.Announcer, set []model.Announcement) []error {
 	st := &l.ann[i]
 	st.sent = set
 	if err := a.Announce(ctx, set); err != nil {
 		st.ok = false
-		l.m.SyncErrors.WithLabelValues(metrics.StageAnnounce).Inc()
-		return []error{fmt.Errorf("announcer %s: %w", a.Name(), err)}
+		err = fmt.Errorf("announcer %s: %w", a.Name(), err)
+		l.failed(metrics.StageAnnounce, err, "addresses", countAddrs(set))
+		return []error{err}
 	}
 	st.ok = true
 	l.mu.Lock()

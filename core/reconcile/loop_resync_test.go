@@ -3,13 +3,16 @@ package reconcile_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/switchyard-lb/switchyard/core/metrics"
 	"github.com/switchyard-lb/switchyard/core/model"
 	"github.com/switchyard-lb/switchyard/core/plan"
 	"github.com/switchyard-lb/switchyard/core/plugin"
@@ -144,4 +147,58 @@ func hasBackend(h *harness, addr string) bool {
 		}
 	}
 	return false
+}
+
+// TestFailuresAreLoggedAndCounted: every failed Apply is counted in
+// sync_errors_total{stage} and logged at error level with its error,
+// the one of the changes applied before a periodic resync too (the
+// resync then applies them); a failed announcer likewise.
+func TestFailuresAreLoggedAndCounted(t *testing.T) {
+	now := t0
+	h := newHarness(t)
+	var logs strings.Builder
+	h.loop = reconcile.New(reconcile.Config{
+		NodeName: "node-a", Source: h.src, Planner: plan.New(plan.Options{}), Dataplane: h.dp,
+		Announcers: []plugin.Announcer{h.ann}, Metrics: h.m,
+		Log: slog.New(slog.NewTextHandler(&logs, nil)),
+		Now: func() time.Time { return now }, FullSyncPeriod: time.Minute,
+	})
+	h.initial()
+	h.ann.FailNext(errors.New("injected: announce"))
+	if _, err := h.loop.Sync(context.Background()); err == nil || !strings.Contains(err.Error(), "injected: announce") {
+		t.Fatalf("Sync with a failing announcer = %v, want its error", err)
+	}
+
+	now = t0.Add(time.Minute) // the resync is due
+	h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{
+		webKey: clusterIP(webKey, "10.96.0.1", ep("10.244.9.9:8080", "node-z")),
+	}})
+	h.dp.FailNext(errors.New("injected: partial"))
+	mustSync(t, h.loop) // the full Apply after it succeeds
+	if !hasBackend(h, "10.244.9.9") {
+		t.Errorf("the resync did not apply the change whose own Apply failed:\n%s", h.dry)
+	}
+
+	h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{
+		webKey: clusterIP(webKey, "10.96.0.1", ep("10.244.9.8:8080", "node-z")),
+	}})
+	h.dp.FailNext(errors.New("injected: full"))
+	if _, err := h.loop.Sync(context.Background()); err == nil || !strings.Contains(err.Error(), "injected: full") {
+		t.Fatalf("Sync with a failing dataplane = %v, want its error", err)
+	}
+
+	for stage, want := range map[string]float64{metrics.StageDataplane: 2, metrics.StageAnnounce: 1, metrics.StageHealthCheck: 0} {
+		if got := testutil.ToFloat64(h.m.SyncErrors.WithLabelValues(stage)); got != want {
+			t.Errorf("sync_errors_total{stage=%s} = %v, want %v", stage, got, want)
+		}
+	}
+	for _, want := range []string{
+		`level=ERROR msg="sync failed" stage=dataplane err="dataplane dryrun: changes before the periodic resync: injected: partial" full=false changed=1`,
+		`level=ERROR msg="sync failed" stage=dataplane err="dataplane dryrun: injected: full" full=false changed=1`,
+		`level=ERROR msg="sync failed" stage=announce err="announcer arp: injected: announce" addresses=1`,
+	} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("log lacks %s:\n%s", want, logs.String())
+		}
+	}
 }
