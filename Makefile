@@ -65,6 +65,10 @@ test-integration:
 test-lab::
 test-peers::
 
+# demo: the daemon against a real API server, inside the kernel lab's VM
+# with the ipvs dataplane, printing the kernel's IPVS table. It installs the
+# lab's packages when missing, as make test does (test/lab/deps.sh); the
+# dry-run dataplane on the host only when the lab cannot run, saying why.
 demo: build
 	test/demo/run.sh --lab-if-available
 

@@ -13,8 +13,12 @@
 #                              switchyard0's addresses and the nft table
 #                              (`nft list table inet switchyard` when the
 #                              host has Debian's nft to lend the guest)
-#   run.sh --lab-if-available  --lab when qemu and the lab's kernel are
-#                              there, else the dry run, saying why
+#   run.sh --lab-if-available  --lab after installing the lab's packages
+#                              when missing, as make test does
+#                              (test/lab/deps.sh --netfilter-tools: qemu,
+#                              busybox, Debian's kernel, nft); the dry run
+#                              only when they cannot be installed or qemu
+#                              cannot run here, saying why (make demo)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -24,11 +28,16 @@ case "${1:-}" in
 --lab) mode=lab ;;
 --lab-if-available)
 	mode=lab
-	if ! command -v qemu-system-x86_64 >/dev/null; then
-		echo "== kernel lab unavailable (no qemu-system-x86_64; test/lab/deps.sh installs it): dry run instead"
+	echo "== the kernel lab's packages (test/lab/deps.sh --netfilter-tools; installed only when missing)"
+	# deps.sh says on stderr what it installs, and why it failed.
+	if [ "$(uname -s)/$(uname -m)" != Linux/x86_64 ]; then
+		echo "== kernel lab unavailable (it boots an x86_64 Debian kernel under qemu on a Linux/x86_64 host; this is $(uname -s)/$(uname -m)): dry run instead"
 		mode=dryrun
-	elif ! ls "${SWITCHYARD_CACHE:-$HOME/.cache/switchyard}"/lab/kernel/*/.complete >/dev/null 2>&1; then
-		echo "== kernel lab unavailable (no unpacked kernel; test/lab/deps.sh fetches it): dry run instead"
+	elif ! test/lab/deps.sh --netfilter-tools >/dev/null; then
+		echo "== kernel lab unavailable (test/lab/deps.sh could not install it, see above): dry run instead"
+		mode=dryrun
+	elif ! qemu_err=$(qemu-system-x86_64 -version 2>&1 >/dev/null); then
+		echo "== kernel lab unavailable (qemu-system-x86_64 does not run: $qemu_err): dry run instead"
 		mode=dryrun
 	fi
 	;;
