@@ -14,8 +14,9 @@ import (
 	"github.com/switchyard-lb/switchyard/ipvs/cleanup"
 )
 
-// TestCleanupKubeProxyIPTables creates kube-proxy's iptables chains, the
-// jumps to them and its ipsets with the real iptables (nft backend) and
+// TestCleanupKubeProxyIPTables creates kube-proxy's iptables chains of
+// both families, the jumps to them and its ipsets with the real iptables
+// and ip6tables (nft backend) and
 // ipset in a namespace of its own, next to foreign ones and the
 // kubelet's canary, runs the kube-proxy cleanup, and reads back what is
 // left: only the foreign objects and the kubelet's. The guest has these
@@ -28,7 +29,7 @@ const netfilterToolsEnv = "SWITCHYARD_LAB_NETFILTER_TOOLS"
 
 func TestCleanupKubeProxyIPTables(t *testing.T) {
 	requireGuest(t)
-	for _, tool := range []string{"iptables", "iptables-save", "iptables-restore", "ipset"} {
+	for _, tool := range []string{"iptables", "iptables-save", "iptables-restore", "ip6tables", "ip6tables-save", "ip6tables-restore", "ipset"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			if os.Getenv(netfilterToolsEnv) != "" {
 				t.Fatalf("%s is not in the guest, which %s says was given it: %v", tool, netfilterToolsEnv, err)
@@ -71,6 +72,23 @@ func TestCleanupKubeProxyIPTables(t *testing.T) {
 			{"iptables", "-t", "filter", "-A", "FORWARD", "-m", "comment", "--comment", "kubernetes forwarding rules", "-j", "KUBE-FORWARD"},
 			{"iptables", "-t", "filter", "-A", "FORWARD", "-s", "10.0.0.0/8", "-j", "ACCEPT"},
 			{"iptables", "-t", "mangle", "-N", "KUBE-PROXY-CANARY"},
+			// The IPv6 proxier's, beside foreign IPv6 ones.
+			{"ip6tables", "-t", "nat", "-N", "KUBE-SERVICES"},
+			{"ip6tables", "-t", "nat", "-N", "KUBE-MARK-MASQ"},
+			{"ip6tables", "-t", "nat", "-N", "KUBE-POSTROUTING"},
+			{"ip6tables", "-t", "nat", "-N", "CNI-FOREIGN6"},
+			{"ip6tables", "-t", "nat", "-N", "KUBE-KUBELET-CANARY"},
+			{"ip6tables", "-t", "nat", "-A", "PREROUTING", "-m", "comment", "--comment", "kubernetes service portals", "-j", "KUBE-SERVICES"},
+			{"ip6tables", "-t", "nat", "-A", "OUTPUT", "-m", "comment", "--comment", "kubernetes service portals", "-j", "KUBE-SERVICES"},
+			{"ip6tables", "-t", "nat", "-A", "POSTROUTING", "-m", "comment", "--comment", "kubernetes postrouting rules", "-j", "KUBE-POSTROUTING"},
+			{"ip6tables", "-t", "nat", "-A", "POSTROUTING", "-j", "CNI-FOREIGN6"},
+			{"ip6tables", "-t", "nat", "-A", "KUBE-SERVICES", "-d", "fd00:10:96::/112", "-j", "KUBE-MARK-MASQ"},
+			{"ip6tables", "-t", "nat", "-A", "KUBE-POSTROUTING", "-m", "mark", "--mark", "0x4000/0x4000", "-j", "MASQUERADE"},
+			{"ip6tables", "-t", "nat", "-A", "KUBE-MARK-MASQ", "-j", "MARK", "--or-mark", "0x4000"},
+			{"ip6tables", "-t", "filter", "-N", "KUBE-FORWARD"},
+			{"ip6tables", "-t", "filter", "-A", "FORWARD", "-m", "comment", "--comment", "kubernetes forwarding rules", "-j", "KUBE-FORWARD"},
+			{"ip6tables", "-t", "filter", "-A", "FORWARD", "-s", "fd00::/8", "-j", "ACCEPT"},
+			{"ip6tables", "-t", "mangle", "-N", "KUBE-PROXY-CANARY"},
 		} {
 			if _, err := run(cmd[0], cmd[1:]...); err != nil {
 				return err
@@ -86,27 +104,39 @@ func TestCleanupKubeProxyIPTables(t *testing.T) {
 			return fmt.Errorf("KubeProxy: %w", err)
 		}
 		t.Logf("removed %q, skipped %q", r.Removed, r.Skipped)
+		if os.Getenv(netfilterToolsEnv) != "" && len(r.Skipped) > 0 {
+			t.Errorf("the cleanup skipped %q with every tool lent to the guest", r.Skipped)
+		}
 
-		for table, want := range map[string][]string{
-			"nat":    {":CNI-FOREIGN", ":KUBE-KUBELET-CANARY", "-A POSTROUTING -j CNI-FOREIGN"},
-			"filter": {"-A FORWARD -s 10.0.0.0/8 -j ACCEPT"},
-			"mangle": nil,
+		for save, tables := range map[string]map[string][]string{
+			"iptables-save": {
+				"nat":    {":CNI-FOREIGN", ":KUBE-KUBELET-CANARY", "-A POSTROUTING -j CNI-FOREIGN"},
+				"filter": {"-A FORWARD -s 10.0.0.0/8 -j ACCEPT"},
+				"mangle": nil,
+			},
+			"ip6tables-save": {
+				"nat":    {":CNI-FOREIGN6", ":KUBE-KUBELET-CANARY", "-A POSTROUTING -j CNI-FOREIGN6"},
+				"filter": {"-A FORWARD -s fd00::/8 -j ACCEPT"},
+				"mangle": nil,
+			},
 		} {
-			out, err := run("iptables-save", "-t", table)
-			if err != nil {
-				return err
-			}
-			var kept []string
-			for _, line := range strings.Split(out, "\n") {
-				switch {
-				case strings.HasPrefix(line, "-A "):
-					kept = append(kept, line)
-				case strings.HasPrefix(line, ":") && !builtinChain(line):
-					kept = append(kept, strings.Fields(line)[0])
+			for table, want := range tables {
+				out, err := run(save, "-t", table)
+				if err != nil {
+					return err
 				}
-			}
-			if !slices.Equal(kept, want) {
-				t.Errorf("iptables %s after the cleanup: %q, want %q\n%s", table, kept, want, out)
+				var kept []string
+				for _, line := range strings.Split(out, "\n") {
+					switch {
+					case strings.HasPrefix(line, "-A "):
+						kept = append(kept, line)
+					case strings.HasPrefix(line, ":") && !builtinChain(line):
+						kept = append(kept, strings.Fields(line)[0])
+					}
+				}
+				if !slices.Equal(kept, want) {
+					t.Errorf("%s -t %s after the cleanup: %q, want %q\n%s", save, table, kept, want, out)
+				}
 			}
 		}
 		sets, err := run("ipset", "list", "-n")
@@ -116,7 +146,10 @@ func TestCleanupKubeProxyIPTables(t *testing.T) {
 		if got := strings.Fields(sets); !slices.Equal(got, []string{"foreign-set"}) {
 			t.Errorf("ipsets after the cleanup: %q, want only foreign-set", got)
 		}
-		for _, want := range []string{"iptables IPv4 chain nat KUBE-SERVICES", "iptables IPv4 chain mangle KUBE-PROXY-CANARY", "ipset KUBE-LOOP-BACK"} {
+		for _, want := range []string{
+			"iptables IPv4 chain nat KUBE-SERVICES", "iptables IPv4 chain mangle KUBE-PROXY-CANARY", "ipset KUBE-LOOP-BACK",
+			"iptables IPv6 chain nat KUBE-SERVICES", "iptables IPv6 chain filter KUBE-FORWARD", "iptables IPv6 chain mangle KUBE-PROXY-CANARY",
+		} {
 			if !slices.Contains(r.Removed, want) {
 				t.Errorf("report lacks %q: %q", want, r.Removed)
 			}

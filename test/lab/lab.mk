@@ -55,12 +55,12 @@ bench-lab:
 		-exec '$(LABRUN) run -mem $(LAB_BENCH_MEM) -env LAB_BENCH_SERVICES=$(LAB_BENCH_SERVICES)' ./ipvs/labtest | tee $(LAB_BENCH_OUT)
 	@awk -f test/e2e/labsummary.awk $(LAB_BENCH_OUT)
 
-# test-lab-cleanup: the cleanup suites with Debian's iptables (nft backend)
-# and ipset in the guest, installed on the host when missing
+# test-lab-cleanup: the cleanup suites with Debian's iptables and ip6tables
+# (nft backend) and ipset in the guest, installed on the host when missing
 # (deps.sh --netfilter-tools) and brought in with their libraries, so that
 # TestCleanupKubeProxyIPTables, which `make test-lab` skips, runs too (and
 # fails if the tools did not reach the guest). `make test` runs it.
-LAB_NETFILTER_EXTRA := /usr/sbin/iptables,/usr/sbin/iptables-save,/usr/sbin/iptables-restore,/usr/sbin/ipset,/usr/lib/x86_64-linux-gnu/xtables,/etc/protocols
+LAB_NETFILTER_EXTRA := /usr/sbin/iptables,/usr/sbin/iptables-save,/usr/sbin/iptables-restore,/usr/sbin/ip6tables,/usr/sbin/ip6tables-save,/usr/sbin/ip6tables-restore,/usr/sbin/ipset,/usr/lib/x86_64-linux-gnu/xtables,/etc/protocols
 LAB_NETFILTER_MODULES := nft_compat,ip_set,ip_set_hash_ip,ip_set_hash_ipport,ip_set_hash_ipportip,xt_set,xt_comment,xt_mark,xt_tcpudp,xt_MASQUERADE
 .PHONY: test-lab-cleanup
 test-lab-cleanup:
