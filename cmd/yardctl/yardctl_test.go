@@ -208,7 +208,7 @@ func TestHelp(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{[]string{"--help"}, []string{"Usage: yardctl <command>", "state", "version"}},
+		{[]string{"--help"}, []string{"Usage: yardctl <command>", "pack and apply", "state", "version"}},
 		{[]string{"help"}, []string{"Usage: yardctl <command>"}},
 		{[]string{"help", "state"}, []string{"Usage: yardctl state", "-address string", "127.0.0.1:10249", "-o string"}},
 		{[]string{"state", "--help"}, []string{"Usage: yardctl state", "-address string"}},
