@@ -240,10 +240,10 @@ func applyConfigMap(ctx context.Context, client kubernetes.Interface, want *core
 			return fmt.Errorf("get ConfigMap %s: %w", where, err)
 		}
 		next := mergePolicy(cur, want)
-		res.Changes = policyChanges(cur, next)
 		if old, _, err := registry.Decode(cur, registry.DefaultMaxModuleSize); err == nil {
 			res.PreviousSHA256 = registry.Digest(old)
 		}
+		res.Changes = policyChanges(cur, next, res.PreviousSHA256)
 		if len(res.Changes) == 0 {
 			res.Action, res.ResourceVersion = "unchanged", cur.ResourceVersion
 			return nil
@@ -293,8 +293,9 @@ func mergePolicy(cur, want *corev1.ConfigMap) *corev1.ConfigMap {
 }
 
 // policyChanges says in words how next differs from cur in what
-// mergePolicy sets.
-func policyChanges(cur, next *corev1.ConfigMap) []string {
+// mergePolicy sets; curDigest is the digest of cur's module, "" when it
+// does not decode.
+func policyChanges(cur, next *corev1.ConfigMap, curDigest string) []string {
 	var out []string
 	if cur.Labels[registry.Label] != "true" {
 		out = append(out, fmt.Sprintf("label %s=true added", registry.Label))
@@ -310,9 +311,10 @@ func policyChanges(cur, next *corev1.ConfigMap) []string {
 	ck, cb := moduleKey(cur)
 	nk, nb := moduleKey(next)
 	oldDigest := "none"
-	if m, _, err := registry.Decode(cur, registry.DefaultMaxModuleSize); err == nil {
-		oldDigest = registry.ShortDigest(registry.Digest(m))
-	} else if ck != "" {
+	switch {
+	case curDigest != "":
+		oldDigest = registry.ShortDigest(curDigest)
+	case ck != "":
 		oldDigest = "unreadable"
 	}
 	newDigest := registry.ShortDigest(next.Data[registry.KeyPin])

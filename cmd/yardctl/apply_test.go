@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -29,10 +30,14 @@ func mustRead(t *testing.T, path string) []byte {
 
 // TestApplyConfigMap checks what apply writes: a new ConfigMap as pack
 // prints it; nothing when it is already so; and over an existing
-// ConfigMap, the policy keys and label only, with the changes named.
+// ConfigMap, the policy keys and label only, with the changes named. The
+// modules are small stand-ins (applyConfigMap does not load them; packing
+// the SDK's, over a MiB each, is slow under the race detector); the
+// second is over the compression threshold.
 func TestApplyConfigMap(t *testing.T) {
 	ctx := context.Background()
-	za, ca := mustRead(t, zoneAware), mustRead(t, canary)
+	za := []byte("\x00asm\x01\x00\x00\x00 a first module")
+	ca := append([]byte("\x00asm\x01\x00\x00\x00 a second module "), bytes.Repeat([]byte{7}, DefaultGzipOver)...)
 	zaDigest, caDigest := registry.Digest(za), registry.Digest(ca)
 	ns := registry.DefaultNamespace
 	want, err := packPolicy(za, "zone", ns, []byte(`{"localWeight": 5}`), DefaultGzipOver)
@@ -147,6 +152,14 @@ func TestApplyConfigMap(t *testing.T) {
 	if m, _, err := registry.Decode(got, registry.DefaultMaxModuleSize); err != nil || !bytes.Equal(m, ca) {
 		t.Errorf("the ConfigMap decodes to %d bytes, %v; want the new module", len(m), err)
 	}
+	var keys []string
+	for k := range got.BinaryData {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	if diff := cmp.Diff([]string{"other.bin", registry.KeyModuleGzip}, keys); diff != "" {
+		t.Errorf("binaryData keys, compressed now (-want +got):\n%s", diff)
+	}
 }
 
 // lockedBuffer is a goroutine-safe bytes.Buffer.
@@ -169,8 +182,13 @@ func (b *lockedBuffer) String() string {
 
 // TestApplyWatch checks the hot-reload loop: the module is applied at
 // start, a rebuild that fails the checks is reported and not applied,
-// and the next good one (and a change of the parameters file) is.
+// and the next good one (and a change of the parameters file) is. It
+// checks and packs the SDK's module three times, which takes long under
+// the race detector: make test-unit runs it without.
 func TestApplyWatch(t *testing.T) {
+	if raceEnabled {
+		t.Skip("checks and compresses a Go module three times, too slow under the race detector; make test-unit runs it without")
+	}
 	dir := t.TempDir()
 	module, params := filepath.Join(dir, "policy.wasm"), filepath.Join(dir, "params.json")
 	write := func(path string, b []byte) {
