@@ -29,16 +29,15 @@ import (
 	"github.com/switchyard-lb/switchyard/test/apitest"
 )
 
-// yardctlBinary builds cmd/yardctl into dir and returns its path.
-func yardctlBinary(t *testing.T, root, dir string) string {
-	t.Helper()
+// buildYardctl builds cmd/yardctl into dir and returns its path.
+func buildYardctl(root, dir string) (string, error) {
 	bin := filepath.Join(dir, "yardctl")
 	cmd := exec.Command(wasmtest.GoTool(), "build", "-o", bin, "./cmd/yardctl")
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build yardctl: %v\n%s", err, out)
+		return "", fmt.Errorf("build yardctl: %w\n%s", err, out)
 	}
-	return bin
+	return bin, nil
 }
 
 // sdkModule returns the SDK example example built from language lang's
@@ -116,8 +115,21 @@ func TestIntegrationPolicyApply(t *testing.T) {
 		t.Fatal(err)
 	}
 	work := t.TempDir()
-	yardctl := yardctlBinary(t, root, work)
+	type built struct {
+		path string
+		err  error
+	}
+	yardctlBuilt := make(chan built, 1)
+	go func() { // while the API server starts
+		p, err := buildYardctl(root, work)
+		yardctlBuilt <- built{p, err}
+	}()
 	srv := apitest.Start(t)
+	b := <-yardctlBuilt
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	yardctl := b.path
 	ctx := t.Context()
 	client := srv.Client
 	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: registry.DefaultNamespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -215,8 +227,11 @@ func TestIntegrationPolicyApply(t *testing.T) {
 	}
 
 	canaryParams := `{"canary": "zone=zone-b", "percent": 10}`
+	// The languages run at once, each with its own namespace, Service and
+	// policy, against the one daemon.
 	for _, lang := range []string{"go", "rust", "assemblyscript"} {
 		t.Run(lang, func(t *testing.T) {
+			t.Parallel()
 			var modules [2]string
 			for i, example := range []string{"zoneaware", "canary"} {
 				b, err := sdkModule(root, yardctl, lang, example)
