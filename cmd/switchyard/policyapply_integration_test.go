@@ -158,18 +158,26 @@ func TestIntegrationPolicyApply(t *testing.T) {
 
 	// yardctlRun runs the binary; the deadline is generous, as the
 	// machine may be loaded.
-	yardctlRun := func(args ...string) (string, string, error) {
+	yardctlRun := func(kubeconfigEnv string, args ...string) (string, string, error) {
 		cmd := exec.CommandContext(ctx, yardctl, args...)
-		cmd.Env = append(os.Environ(), "KUBECONFIG=") // only what the test names
+		cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfigEnv) // only what the test names
 		var out, errOut bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &errOut
 		err := cmd.Run()
 		return out.String(), errOut.String(), err
 	}
-	apply := func(t *testing.T, module, name string, extra ...string) applied {
+	// apply runs yardctl policy apply with --kubeconfig, or with
+	// KUBECONFIG when viaEnv is set.
+	apply := func(t *testing.T, viaEnv bool, module, name string, extra ...string) applied {
 		t.Helper()
-		args := append([]string{"policy", "apply", module, "--name", name, "--kubeconfig", srv.Kubeconfig, "--deadline", "10s", "-o", "json"}, extra...)
-		out, errOut, err := yardctlRun(args...)
+		args := append([]string{"policy", "apply", module, "--name", name, "--deadline", "10s", "-o", "json"}, extra...)
+		env := ""
+		if viaEnv {
+			env = srv.Kubeconfig
+		} else {
+			args = append(args, "--kubeconfig", srv.Kubeconfig)
+		}
+		out, errOut, err := yardctlRun(env, args...)
 		if err != nil {
 			t.Fatalf("yardctl %s: %v\n%s%s", strings.Join(args, " "), err, out, errOut)
 		}
@@ -182,7 +190,7 @@ func TestIntegrationPolicyApply(t *testing.T) {
 	// policyState returns the Service's policy status from `yardctl
 	// state -o json`, and the line of its plain `yardctl state`.
 	policyState := func(service string) (*reconcile.State, string, error) {
-		out, errOut, err := yardctlRun("state", "--address", tc.metrics, "-o", "json")
+		out, errOut, err := yardctlRun("", "state", "--address", tc.metrics, "-o", "json")
 		if err != nil {
 			return nil, "", fmt.Errorf("yardctl state -o json: %v: %s", err, errOut)
 		}
@@ -190,7 +198,7 @@ func TestIntegrationPolicyApply(t *testing.T) {
 		if err := json.Unmarshal([]byte(out), &st); err != nil {
 			return nil, "", fmt.Errorf("yardctl state -o json: %w", err)
 		}
-		text, errOut, err := yardctlRun("state", "--address", tc.metrics)
+		text, errOut, err := yardctlRun("", "state", "--address", tc.metrics)
 		if err != nil {
 			return nil, "", fmt.Errorf("yardctl state: %v: %s", err, errOut)
 		}
@@ -287,15 +295,15 @@ func TestIntegrationPolicyApply(t *testing.T) {
 			}
 
 			// 1. The first version.
-			res := apply(t, modules[0], name)
+			res := apply(t, false, modules[0], name)
 			if res.Action != "created" || res.SHA256 != d1 {
 				t.Fatalf("first apply: %+v, want created with sha256 %s", res, d1)
 			}
 			waitWeights("first version", "wrr 10.1.0.1:8080=100 10.1.0.2:8080=0")
 			waitPolicy(t, "first version", key, d1, res.ResourceVersion, true, "evaluated")
 
-			// 2. A new version replaces it.
-			res = apply(t, modules[1], name, "--params", canaryParams)
+			// 2. A new version replaces it (the cluster named by KUBECONFIG).
+			res = apply(t, true, modules[1], name, "--params", canaryParams)
 			if res.Action != "updated" || res.SHA256 != d2 || res.PreviousSHA256 != d1 {
 				t.Fatalf("second apply: %+v, want updated from sha256 %s to %s", res, d1, d2)
 			}
@@ -309,7 +317,7 @@ func TestIntegrationPolicyApply(t *testing.T) {
 				t.Fatal(err)
 			}
 			args := []string{"policy", "apply", broken, "--name", name, "--kubeconfig", srv.Kubeconfig}
-			if out, errOut, err := yardctlRun(args...); err == nil || !strings.Contains(errOut, "not packed") {
+			if out, errOut, err := yardctlRun("", args...); err == nil || !strings.Contains(errOut, "not packed") {
 				t.Errorf("yardctl %s = %v, stdout %q, stderr %q; want it refused", strings.Join(args, " "), err, out, errOut)
 			}
 			cms := client.CoreV1().ConfigMaps(registry.DefaultNamespace)

@@ -31,8 +31,9 @@
 // whose newest version failed to an earlier version, that version is
 // evaluated in its place and the failure is reported all the same.
 // Status names the version each Service runs when its policy has
-// versions (plugin.Versioned: a module digest and where it came from). Everything the stage knows of a
-// Service (the watch's view, when its endpoints were first seen, its
-// policy, last good results, condition and re-evaluation time) is one
-// record, dropped when the Service's plan is gone.
+// versions (plugin.Versioned: a module digest and where it came from).
+// Everything the stage knows of a Service (the watch's view, when its
+// endpoints were first seen, its policy and its version, last good
+// results, condition and re-evaluation time) is one record, dropped when
+// the Service's plan is gone.
 package policystage
