@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
@@ -270,6 +271,14 @@ func TestApplyNeedsACluster(t *testing.T) {
 	code, _, errOut = yardctl(t, "policy", "apply", zoneAware, "--name", "Zone_A")
 	if code != exitUsage || !strings.Contains(errOut, "not a valid ConfigMap name") {
 		t.Errorf("apply --name Zone_A = %d, stderr %q, want the name refused first", code, errOut)
+	}
+	code, out, _ := yardctl(t, "policy", "apply", zoneAware, "--name", "zone", "-o", "json")
+	var res struct {
+		Error    string `json:"error"`
+		ExitCode int    `json:"exitCode"`
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil || code != exitError || res.ExitCode != exitError || !strings.Contains(res.Error, "no cluster to apply to") {
+		t.Errorf("apply -o json without a cluster = %d, stdout %q (%v), want the error as JSON", code, out, err)
 	}
 }
 
