@@ -47,8 +47,10 @@ test: check test-unit test-integration test-lab test-lab-cleanup test-cluster te
 
 test-unit:
 	$(GO) test -race -count=1 $(GOTEST_FLAGS) ./...
-	@# Too slow under the race detector (a cold wasm compile), so run once without it.
+	@# Too slow under the race detector (a cold wasm compile; checking and packing a Go module
+	@# again and again), so run once without it.
 	$(GO) test -count=1 -run '^TestCompilationCacheDir$$' $(GOTEST_FLAGS) ./plugins/wasm/
+	$(GO) test -count=1 -run '^TestApplyWatch$$' $(GOTEST_FLAGS) ./cmd/yardctl/
 
 # Integration tests run against a real etcd and kube-apiserver built from the
 # Go module proxy at pinned versions (test/tools/kube-binaries.sh).

@@ -241,15 +241,16 @@ func TestIntegrationPolicies(t *testing.T) {
 	setAnnotations(map[string]string{"switchyard.dev/policy": "zone"})
 	waitWeights("switched back", "web", "wrr 10.1.0.1:8080=7 10.1.0.2:8080=0")
 
-	// 6. A hostile module (garbage bytes): PolicyFailed, and web keeps its
-	// last good weights; other is untouched (checked by waitWeights).
+	// 6. A hostile module (garbage bytes): PolicyFailed, and web keeps
+	// running the last good version; other is untouched (checked by
+	// waitWeights).
 	cm.BinaryData = map[string][]byte{registry.KeyModule: []byte("garbage, not a module")}
 	cm.Data = map[string]string{registry.KeyParams: `{"localWeight": 7}`}
 	if cm, err = cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitEvent("garbage", "PolicyFailed", "invalid policy module")
-	waitEvent("garbage", "PolicyFallback", "the last good result")
+	waitEvent("garbage", "PolicyFallback", "the last good version of the policy, sha256 "+registry.ShortDigest(registry.Digest(module)))
 	waitCondition("garbage", metav1.ConditionFalse, "LoadFailed")
 	waitWeights("garbage", "web", "wrr 10.1.0.1:8080=7 10.1.0.2:8080=0")
 

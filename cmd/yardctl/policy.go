@@ -34,17 +34,17 @@ const DefaultGzipOver = 512 << 10
 const maxConfigMapData = 1<<20 - 16<<10
 
 // policySubcommands are the subcommands of `yardctl policy`.
-var policySubcommands = []*command{policyValidate, policyTest, policyBench, policyPack, policyBuild}
+var policySubcommands = []*command{policyValidate, policyTest, policyBench, policyPack, policyApply, policyBuild}
 
 var policyCommand = &command{
 	name:  "policy",
-	short: "build, validate, test, bench and pack WebAssembly balancing policies",
-	usage: " <build|validate|test|bench|pack> [flags] ...",
+	short: "build, validate, test, bench, pack and apply WebAssembly balancing policies",
+	usage: " <build|validate|test|bench|pack|apply> [flags] ...",
 	long:  policyLong(),
 	setup: func(fs *flag.FlagSet) func(context.Context, ioStreams, []string) error {
 		return func(ctx context.Context, s ioStreams, args []string) error {
 			if len(args) == 0 {
-				return usageError{"policy: no subcommand given (want build, validate, test, bench or pack)"}
+				return usageError{"policy: no subcommand given (want build, validate, test, bench, pack or apply)"}
 			}
 			var c *command
 			for _, sc := range policySubcommands {
@@ -78,6 +78,7 @@ func policyLong() string {
 		{"test FILE --scenario S|DIR", "run a module against scenarios, check their expectations (--update records them)"},
 		{"bench FILE", "measure evaluations (percentiles, allocations) with every guard on"},
 		{"pack FILE --name N", "validate, then print the policy ConfigMap, compressed when large, with its sha256 pin"},
+		{"apply FILE --name N", "check as pack does, then create or update the ConfigMap in the cluster (--watch: on every change)"},
 	} {
 		fmt.Fprintf(&b, "  %-28s %s\n", c.name, c.short)
 	}
@@ -288,41 +289,16 @@ var policyPack = &command{
 		"create configmap --from-file may put it under data, which the daemon refuses.",
 	setup: func(fs *flag.FlagSet) func(context.Context, ioStreams, []string) error {
 		output := outputFlag(fs)
-		name := fs.String("name", "", "policy name: the ConfigMap's name, which Services put in switchyard.dev/policy (required)")
-		paramsArg := fs.String("params", "", "the policy's default parameters: a JSON file, or inline JSON")
-		gzipOver := fs.Int("gzip-over", DefaultGzipOver, "compress modules larger than this many bytes")
-		namespace := fs.String("namespace", registry.DefaultNamespace, "namespace the daemons watch")
-		scenarioPath := fs.String("scenario", "", "scenario YAML file or directory to check the module with instead of the built-in one")
-		deadline := deadlineFlag(fs)
+		opts := packFlags(fs)
 		return func(ctx context.Context, s ioStreams, args []string) error {
 			path, err := fileArg(*output, args)
 			if err != nil {
 				return err
 			}
-			if *name == "" {
-				return usageError{"--name is required"}
-			}
-			if strings.HasPrefix(*name, registry.BuiltinPrefix) {
-				return usageError{fmt.Sprintf("--name %q: the builtin: prefix is reserved", *name)}
-			}
-			if errs := validation.IsDNS1123Subdomain(*name); len(errs) > 0 {
-				return usageError{fmt.Sprintf("--name %q is not a valid ConfigMap name: %s (for example %q)",
-					*name, strings.Join(errs, "; "), suggestName(*name))}
-			}
-			mod, err := readModule(path)
-			if err != nil {
+			if err := opts.check(); err != nil {
 				return err
 			}
-			if !bytes.HasPrefix(mod, []byte("\x00asm")) {
-				head := mod[:min(len(mod), 16)]
-				return fmt.Errorf("%s is not a WebAssembly module (it starts with %q, a module with \"\\x00asm\"): "+
-					"pack the .wasm file that yardctl policy build writes, not its source", path, head)
-			}
-			params, err := validateModule(ctx, path, *paramsArg, *scenarioPath, *deadline)
-			if err != nil {
-				return fmt.Errorf("not packed: %w", err)
-			}
-			cm, err := packPolicy(mod, *name, *namespace, params, *gzipOver)
+			cm, err := packFile(ctx, path, opts)
 			if err != nil {
 				return err
 			}
@@ -340,6 +316,61 @@ var policyPack = &command{
 			return err
 		}
 	},
+}
+
+// packOptions are what pack and apply check a module with and pack it
+// into.
+type packOptions struct {
+	name, namespace, params, scenario string
+	gzipOver                          int
+	deadline                          time.Duration
+}
+
+// packFlags declares the flags of pack, which apply shares.
+func packFlags(fs *flag.FlagSet) *packOptions {
+	o := &packOptions{}
+	fs.StringVar(&o.name, "name", "", "policy name: the ConfigMap's name, which Services put in switchyard.dev/policy (required)")
+	fs.StringVar(&o.params, "params", "", "the policy's default parameters: a JSON file, or inline JSON")
+	fs.IntVar(&o.gzipOver, "gzip-over", DefaultGzipOver, "compress modules larger than this many bytes")
+	fs.StringVar(&o.namespace, "namespace", registry.DefaultNamespace, "namespace the daemons watch")
+	fs.StringVar(&o.scenario, "scenario", "", "scenario YAML file or directory to check the module with instead of the built-in one")
+	fs.DurationVar(&o.deadline, "deadline", config.DefaultEvaluationDeadline, deadlineUsage)
+	return o
+}
+
+// check checks the command line's part of o: the name.
+func (o *packOptions) check() error {
+	switch {
+	case o.name == "":
+		return usageError{"--name is required"}
+	case strings.HasPrefix(o.name, registry.BuiltinPrefix):
+		return usageError{fmt.Sprintf("--name %q: the builtin: prefix is reserved", o.name)}
+	}
+	if errs := validation.IsDNS1123Subdomain(o.name); len(errs) > 0 {
+		return usageError{fmt.Sprintf("--name %q is not a valid ConfigMap name: %s (for example %q)",
+			o.name, strings.Join(errs, "; "), suggestName(o.name))}
+	}
+	return nil
+}
+
+// packFile checks the module at path as validate does, with the
+// parameters it packs, and returns its policy ConfigMap: what pack
+// prints and apply applies. o must have passed check.
+func packFile(ctx context.Context, path string, o *packOptions) (*corev1.ConfigMap, error) {
+	mod, err := readModule(path)
+	if err != nil {
+		return nil, err
+	}
+	if !bytes.HasPrefix(mod, []byte("\x00asm")) {
+		head := mod[:min(len(mod), 16)]
+		return nil, fmt.Errorf("%s is not a WebAssembly module (it starts with %q, a module with \"\\x00asm\"): "+
+			"pack the .wasm file that yardctl policy build writes, not its source", path, head)
+	}
+	params, err := validateModule(ctx, path, o.params, o.scenario, o.deadline)
+	if err != nil {
+		return nil, fmt.Errorf("not packed: %w", err)
+	}
+	return packPolicy(mod, o.name, o.namespace, params, o.gzipOver)
 }
 
 // suggestName is name made into a valid ConfigMap name.

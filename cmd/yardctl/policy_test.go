@@ -436,13 +436,13 @@ func TestPolicyBuild(t *testing.T) {
 }
 
 func TestPolicyHelp(t *testing.T) {
-	for _, sub := range []string{"build", "validate", "test", "bench", "pack"} {
+	for _, sub := range []string{"build", "validate", "test", "bench", "pack", "apply"} {
 		code, _, stderr := yardctl(t, "policy", sub, "--help")
 		if code != exitOK || !strings.Contains(stderr, "Usage: yardctl policy "+sub) {
 			t.Errorf("policy %s --help: exit %d, %q", sub, code, stderr)
 		}
 	}
-	if code, stdout, _ := yardctl(t, "help", "policy"); code != exitOK || !strings.Contains(stdout, "pack FILE --name N") {
+	if code, stdout, _ := yardctl(t, "help", "policy"); code != exitOK || !strings.Contains(stdout, "pack FILE --name N") || !strings.Contains(stdout, "apply FILE --name N") {
 		t.Errorf("help policy: exit %d, %q", code, stdout)
 	}
 	if code, _, stderr := yardctl(t, "policy", "frobnicate"); code != exitUsage || !strings.Contains(stderr, `unknown subcommand "frobnicate"`) {

@@ -24,9 +24,10 @@ import (
 // policies.evaluationDeadline default so every command measures what the
 // daemon enforces.
 func deadlineFlag(fs *flag.FlagSet) *time.Duration {
-	return fs.Duration("deadline", config.DefaultEvaluationDeadline,
-		"evaluation deadline (wall clock); the default is the daemon's policies.evaluationDeadline default")
+	return fs.Duration("deadline", config.DefaultEvaluationDeadline, deadlineUsage)
 }
+
+const deadlineUsage = "evaluation deadline (wall clock); the default is the daemon's policies.evaluationDeadline default"
 
 // loadScenarios loads the scenario file at path, or every *.yaml and
 // *.yml file directly in the directory at path, in name order.

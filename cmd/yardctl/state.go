@@ -19,6 +19,7 @@ import (
 	"github.com/switchyard-lb/switchyard/core/policystage"
 	"github.com/switchyard-lb/switchyard/core/reconcile"
 	"github.com/switchyard-lb/switchyard/ipvs/dryrun"
+	"github.com/switchyard-lb/switchyard/plugins/registry"
 )
 
 // DefaultAddress is the daemon's default metrics address, which serves
@@ -32,7 +33,10 @@ var stateCommand = &command{
 	short: "show a running daemon's desired and applied state",
 	long: "Reads /debug/state from a switchyard daemon's metrics address and prints its plan:\n" +
 		"every Service's virtual services and real servers, what is not applied yet,\n" +
-		"and what each announcer announces. -o json prints the daemon's JSON as is.",
+		"what each announcer announces, and each Service's policy: the version it runs (the\n" +
+		"module's sha256, short, and the resourceVersion of the ConfigMap it was loaded from),\n" +
+		"whether it works, and if not, the error (a module that failed to load leaves the last\n" +
+		"good version running). -o json prints the daemon's JSON as is.",
 	setup: func(fs *flag.FlagSet) func(context.Context, ioStreams, []string) error {
 		output := outputFlag(fs)
 		address := fs.String("address", DefaultAddress, "the daemon's metrics address, host:port or an http(s) URL")
@@ -177,20 +181,29 @@ func printState(w io.Writer, st *reconcile.State) error {
 	return printPolicies(w, st.Policies)
 }
 
-// printPolicies lists the Services' policies, failing ones with why.
+// printPolicies lists the Services' policies: the version each runs
+// (the module's sha256, short, and the ConfigMap's resourceVersion it
+// was loaded from; "-" for a built-in) and, for failing ones, why.
 func printPolicies(w io.Writer, policies []policystage.Status) error {
 	if len(policies) == 0 {
 		return nil
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SERVICE\tPOLICY\tREADY\tREASON\tMESSAGE")
+	fmt.Fprintln(tw, "SERVICE\tPOLICY\tSHA256\tREVISION\tREADY\tREASON\tERROR")
 	for _, p := range policies {
 		msg := ""
 		if !p.Ready {
 			msg = p.Message
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", p.Service, p.Policy, yesNo(p.Ready), p.Reason, msg)
+		digest, rev := "-", "-"
+		if p.Digest != "" {
+			digest = registry.ShortDigest(p.Digest)
+		}
+		if p.Revision != "" {
+			rev = p.Revision
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Service, p.Policy, digest, rev, yesNo(p.Ready), p.Reason, msg)
 	}
 	return tw.Flush()
 }

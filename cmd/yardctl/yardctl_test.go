@@ -50,7 +50,9 @@ var testState = reconcile.State{
 		"l2": {{Address: netip.MustParseAddr("192.0.2.1"), Service: "default/web"}},
 	},
 	Policies: []policystage.Status{
-		{Service: "default/api", Policy: "zone", Reason: "LoadFailed", Message: "policy zone: invalid policy module"},
+		{Service: "default/api", Policy: "zone", Digest: strings.Repeat("0f", 32), Revision: "4711", Reason: "LoadFailed",
+			Message: "policy zone: invalid policy module (running its last good version, sha256 0f0f0f0f0f0f, instead)"},
+		{Service: "default/db", Policy: "zone", Digest: strings.Repeat("0f", 32), Revision: "4711", Ready: true, Reason: "Evaluated", Message: "policy zone evaluated"},
 		{Service: "default/web", Policy: "builtin:local-first", Ready: true, Reason: "Evaluated", Message: "policy builtin:local-first evaluated"},
 	},
 }
@@ -94,9 +96,10 @@ Not applied yet: default/web, default/gone (to remove)
 
 Announced by l2: 192.0.2.1 (default/web)
 
-SERVICE      POLICY               READY  REASON      MESSAGE
-default/api  zone                 no     LoadFailed  policy zone: invalid policy module
-default/web  builtin:local-first  yes    Evaluated   
+SERVICE      POLICY               SHA256        REVISION  READY  REASON      ERROR
+default/api  zone                 0f0f0f0f0f0f  4711      no     LoadFailed  policy zone: invalid policy module (running its last good version, sha256 0f0f0f0f0f0f, instead)
+default/db   zone                 0f0f0f0f0f0f  4711      yes    Evaluated   
+default/web  builtin:local-first  -             -         yes    Evaluated   
 `
 	if diff := cmp.Diff(want, out); diff != "" {
 		t.Errorf("state output mismatch (-want +got):\n%s", diff)
@@ -205,7 +208,7 @@ func TestHelp(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{[]string{"--help"}, []string{"Usage: yardctl <command>", "state", "version"}},
+		{[]string{"--help"}, []string{"Usage: yardctl <command>", "pack and apply", "state", "version"}},
 		{[]string{"help"}, []string{"Usage: yardctl <command>"}},
 		{[]string{"help", "state"}, []string{"Usage: yardctl state", "-address string", "127.0.0.1:10249", "-o string"}},
 		{[]string{"state", "--help"}, []string{"Usage: yardctl state", "-address string"}},

@@ -18,12 +18,32 @@ type Policies interface {
 	// Resolve returns the policy svc uses: its name (for metrics, Events
 	// and Changed; set even when err is not nil), the policy and the
 	// parameters to pass it. err says why the policy cannot be used;
-	// it wraps ErrNoPolicy when the policy does not exist.
+	// it wraps ErrNoPolicy when the policy does not exist. When the
+	// policy's newest version cannot be used but an earlier one could,
+	// Resolve returns that earlier one (p and params) with err saying
+	// why: the loop balances with it and reports err.
 	Resolve(svc *model.Service) (name string, p Policy, params []byte, err error)
 	// Changed returns the names of the policies that changed (loaded,
 	// reloaded, deleted, or became or stopped being the default) since
 	// the previous call.
 	Changed() []string
+}
+
+// PolicyVersion says which version of its code a policy runs, for the
+// loop's /debug/state.
+type PolicyVersion struct {
+	// Digest is the lowercase hex sha256 of the policy's module.
+	Digest string
+	// Revision names where that version was delivered from; the loop
+	// only shows it (plugins/registry: the resourceVersion of the policy
+	// ConfigMap it was loaded from).
+	Revision string
+}
+
+// Versioned is implemented by policies that know their version
+// (plugins/registry's ConfigMap policies; built-in ones have none).
+type Versioned interface {
+	PolicyVersion() PolicyVersion
 }
 
 // StatsBlind is implemented by policies whose decisions never depend on

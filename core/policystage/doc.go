@@ -27,8 +27,13 @@
 // plugin.FailureReason) stays with its Service: it falls back per port to
 // its last good result when that covers the same endpoints, else to
 // uniform weights, and the PolicyReporter (Events, the PolicyReady
-// condition), Metrics and Status say why. Everything the stage knows of a
-// Service (the watch's view, when its endpoints were first seen, its
-// policy, last good results, condition and re-evaluation time) is one
-// record, dropped when the Service's plan is gone.
+// condition), Metrics and Status say why. When Policies resolves a policy
+// whose newest version failed to an earlier version, that version is
+// evaluated in its place and the failure is reported all the same.
+// Status names the version each Service runs when its policy has
+// versions (plugin.Versioned: a module digest and where it came from).
+// Everything the stage knows of a Service (the watch's view, when its
+// endpoints were first seen, its policy and its version, last good
+// results, condition and re-evaluation time) is one record, dropped when
+// the Service's plan is gone.
 package policystage

@@ -82,8 +82,16 @@ type Round struct {
 type Status struct {
 	Service string `json:"service"` // namespace/name
 	Policy  string `json:"policy"`
-	Ready   bool   `json:"ready"`
-	Reason  string `json:"reason"`
+	// Digest and Revision are the version of the policy the Service
+	// runs (plugin.Versioned), empty for a policy without versions: the
+	// module's sha256, and where it came from (a ConfigMap's
+	// resourceVersion).
+	Digest   string `json:"digest,omitempty"`
+	Revision string `json:"revision,omitempty"`
+	Ready    bool   `json:"ready"`
+	Reason   string `json:"reason"`
+	// Message says why the policy is not ready (its last error), or
+	// that it evaluated.
 	Message string `json:"message,omitempty"`
 }
 
@@ -120,6 +128,13 @@ type service struct {
 	// is set when that policy ignores statistics (plugin.StatsBlind).
 	policy string
 	blind  bool
+	// version is the version of the policy last evaluated, when it has
+	// versions (plugin.Versioned).
+	version plugin.PolicyVersion
+	// standIn is set when an earlier version of the policy stood in for
+	// a failed newest one and decided: the statistics tick still
+	// re-evaluates the Service.
+	standIn bool
 	// lastGood are the last good decisions, by group.
 	lastGood map[groupKey]decision
 	// status is the PolicyReady condition, once evaluated (reported).
@@ -269,7 +284,8 @@ func (s *Stage) Weigh(ctx context.Context, r Round) ([]model.ServiceKey, *model.
 	}
 	if iv := s.cfg.StatsInterval; iv > 0 && now.Sub(s.lastTick) >= iv {
 		s.lastTick = now
-		// A failing Service waits for a change of its own or of its
+		// A failing Service (unless an earlier version of its policy
+		// stands in and decides) waits for a change of its own or of its
 		// policy: a module that overruns its deadline would otherwise
 		// cost every tick a deadline per Service. A Service whose
 		// policy ignores statistics has nothing to learn from a tick,
@@ -282,7 +298,7 @@ func (s *Stage) Weigh(ctx context.Context, r Round) ([]model.ServiceKey, *model.
 				continue
 			}
 			read = true
-			if sv == nil || !sv.reported || sv.status.ready {
+			if sv == nil || !sv.reported || sv.status.ready || sv.standIn {
 				dirty[k] = true
 			}
 		}
@@ -412,11 +428,13 @@ type evalJob struct {
 	seen map[model.EndpointKey]time.Time // when st's endpoints were first seen; read only
 	good map[groupKey]decision           // the last good decisions; read only
 
-	// What Resolve returned; pol is nil when err is set.
-	name   string
-	pol    plugin.Policy
-	params []byte
-	err    error
+	// What Resolve returned: pol is nil when err is set, unless an
+	// earlier version of the policy stands in; version is pol's.
+	name    string
+	pol     plugin.Policy
+	params  []byte
+	err     error
+	version plugin.PolicyVersion
 
 	out evalOutcome
 }
@@ -444,8 +462,11 @@ func (s *Stage) prepare(k model.ServiceKey, base *model.ServicePlan) evalJob {
 		return j
 	}
 	j.name, j.pol, j.params, j.err = s.cfg.Policies.Resolve(j.st.Service)
-	if j.err == nil && j.st.Service.PolicyParams != "" {
+	if j.pol != nil && j.st.Service.PolicyParams != "" {
 		j.params = []byte(j.st.Service.PolicyParams)
+	}
+	if v, ok := j.pol.(plugin.Versioned); ok {
+		j.version = v.PolicyVersion()
 	}
 	// A policy that is gone takes its last good result with it.
 	if !errors.Is(j.err, plugin.ErrNoPolicy) {
@@ -481,10 +502,13 @@ func (s *Stage) evaluate(ctx context.Context, now time.Time, node *model.Node, j
 			continue
 		}
 		in := s.input(now, node, j.st, j.seen, j.base, vs, j.params)
-		if out.failReason != plugin.FailureLoad {
+		if j.pol != nil {
 			d, re, err := s.evaluateGroup(ctx, j.name, j.pol, in)
 			if err == nil {
 				decisions[g] = d
+				if j.err != nil { // an earlier version stands in
+					out.fallbacks = append(out.fallbacks, fmt.Sprintf("port %s: %s", portLabel(vs), lastGoodVersion(j.version)))
+				}
 				if out.good == nil {
 					out.good = make(map[groupKey]decision, max(len(good), 1))
 					maps.Copy(out.good, good)
@@ -514,6 +538,15 @@ func (s *Stage) evaluate(ctx context.Context, now time.Time, node *model.Node, j
 	return out
 }
 
+// lastGoodVersion describes the version standing in for a policy whose
+// newest version failed.
+func lastGoodVersion(v plugin.PolicyVersion) string {
+	if v.Digest == "" {
+		return "the last good version of the policy"
+	}
+	return "the last good version of the policy, sha256 " + v.Digest[:min(len(v.Digest), 12)]
+}
+
 // commit records what evaluate found for j in the stage, reports it,
 // and returns j's weighted plan. It runs on Weigh's goroutine.
 func (s *Stage) commit(now time.Time, j *evalJob) *model.ServicePlan {
@@ -526,8 +559,8 @@ func (s *Stage) commit(now time.Time, j *evalJob) *model.ServicePlan {
 		return j.base
 	}
 	// j.st came from sv: sv is not nil.
-	if sv.policy != j.name {
-		sv.policy = j.name
+	if sv.policy != j.name || sv.version != j.version {
+		sv.policy, sv.version = j.name, j.version
 		s.viewDirty = true
 	}
 	if errors.Is(j.err, plugin.ErrNoPolicy) {
@@ -538,6 +571,7 @@ func (s *Stage) commit(now time.Time, j *evalJob) *model.ServicePlan {
 	if j.out.good != nil {
 		sv.lastGood = j.out.good
 	}
+	sv.standIn = j.err != nil && j.pol != nil && j.out.good != nil
 	if j.out.reeval > 0 {
 		sv.due = now.Add(j.out.reeval)
 	}
@@ -814,7 +848,8 @@ func (s *Stage) TakeStatus() []Status {
 			continue
 		}
 		st := sv.status
-		out = append(out, Status{Service: k.String(), Policy: sv.policy, Ready: st.ready, Reason: st.reason, Message: st.message})
+		out = append(out, Status{Service: k.String(), Policy: sv.policy, Digest: sv.version.Digest, Revision: sv.version.Revision,
+			Ready: st.ready, Reason: st.reason, Message: st.message})
 	}
 	return out
 }

@@ -3,6 +3,8 @@ package policystage_test
 import (
 	"context"
 	"errors"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -456,5 +458,80 @@ func TestPolicyForgetsDeletedService(t *testing.T) {
 	want := plugintest.Condition{Reason: "EvaluationFailed", Message: "policy weights: port http/TCP: trap"}
 	if diff := cmp.Diff(want, h.rep.Conditions()[webKey]); diff != "" {
 		t.Errorf("web's condition (-want +got):\n%s", diff)
+	}
+}
+
+// versioned is a policy that knows its version, as a ConfigMap policy of
+// plugins/registry does.
+type versioned struct {
+	*plugintest.Func
+	v plugin.PolicyVersion
+}
+
+func (p versioned) PolicyVersion() plugin.PolicyVersion { return p.v }
+
+// TestPolicyStandIn checks a policy whose newest version failed while an
+// earlier one stands in: the earlier version is evaluated (new endpoints
+// get its weights, not uniform ones), the statistics tick still
+// re-evaluates it, the failure is reported, and Status names the version
+// each Service runs.
+func TestPolicyStandIn(t *testing.T) {
+	h := newPolicyHarness(t, 10*time.Second)
+	v1 := versioned{plugintest.NewFunc("weights", weights(3, 1, 2)), plugin.PolicyVersion{Digest: strings.Repeat("a1", 32), Revision: "10"}}
+	h.pols.Set("weights", v1, nil, nil)
+	h.start(t)
+	status := func(v plugin.PolicyVersion, ready bool, reason, msg string) []policystage.Status {
+		return []policystage.Status{
+			{Service: "default/web", Policy: "weights", Digest: v.Digest, Revision: v.Revision, Ready: ready, Reason: reason, Message: msg},
+			{Service: "prod/api", Policy: "uniform", Ready: true, Reason: plugin.ReasonPolicyEvaluated, Message: "policy uniform evaluated"},
+		}
+	}
+	if diff := cmp.Diff(status(v1.v, true, plugin.ReasonPolicyEvaluated, "policy weights evaluated"), h.loop.status); diff != "" {
+		t.Fatalf("status (-want +got):\n%s", diff)
+	}
+	h.rep.TakeEvents()
+
+	// v2 fails to load; v1 stands in.
+	failed := "garbage (running its last good version, sha256 a1a1a1a1a1a1, instead)"
+	h.pols.Set("weights", v1, nil, errors.New(failed))
+	web := clusterIP(webKey, "10.96.0.1", append(slices.Clone(webEndpoints), ep("10.244.3.2:8080", "node-c"))...)
+	web.Service.Policy = "weights"
+	h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{webKey: web}})
+	mustSync(t, h.loop)
+	want := cat([]string{"TCP 10.96.0.1:80 wrr", "-> 10.244.1.2:8080 Masq 3 0 0", "-> 10.244.2.2:8080 Masq 1 0 0", "-> 10.244.3.2:8080 Masq 2 0 0"}, apiTable)
+	if diff := cmp.Diff(want, table(h.dry)); diff != "" {
+		t.Errorf("dataplane with v1 standing in (-want +got):\n%s", diff)
+	}
+	wantCond := plugintest.Condition{Reason: "LoadFailed", Message: "policy weights: " + failed}
+	if diff := cmp.Diff(wantCond, h.rep.Conditions()[webKey]); diff != "" {
+		t.Errorf("web's PolicyReady (-want +got):\n%s", diff)
+	}
+	var events []string
+	for _, e := range h.rep.TakeEvents() {
+		events = append(events, e.Reason+": "+e.Message)
+	}
+	wantEvents := []string{
+		"PolicyFailed: policy weights: " + failed,
+		"PolicyFallback: balancing with port http/TCP: the last good version of the policy, sha256 a1a1a1a1a1a1",
+	}
+	if diff := cmp.Diff(wantEvents, events); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(status(v1.v, false, "LoadFailed", "policy weights: "+failed), h.loop.status); diff != "" {
+		t.Errorf("status with v1 standing in (-want +got):\n%s", diff)
+	}
+	calls := v1.Calls()
+	h.now = h.now.Add(10 * time.Second)
+	mustSync(t, h.loop)
+	if got := v1.Calls(); got != calls+1 {
+		t.Errorf("the statistics tick evaluated the stand-in %d times, want 1", got-calls)
+	}
+
+	// v3 loads.
+	v3 := versioned{plugintest.NewFunc("weights", weights(5, 0, 0)), plugin.PolicyVersion{Digest: strings.Repeat("c3", 32), Revision: "12"}}
+	h.pols.Set("weights", v3, nil, nil)
+	mustSync(t, h.loop)
+	if diff := cmp.Diff(status(v3.v, true, plugin.ReasonPolicyEvaluated, "policy weights evaluated"), h.loop.status); diff != "" {
+		t.Errorf("status after v3 (-want +got):\n%s", diff)
 	}
 }

@@ -25,6 +25,13 @@
 // once per digest), swaps them in, keeps a replaced module open a while for
 // evaluations in flight, and reports the names of the policies that
 // changed so the control loop re-evaluates the Services that use them.
+// A new version that cannot be used (it does not decode, misses its pin,
+// or fails to load) does not replace the last good one: Resolve keeps
+// returning that version, with its parameters and an error naming both,
+// so the Services keep being balanced by it and are told (until the
+// daemon restarts: the last good version lives in memory only). Resolve's
+// ConfigMap policies are plugin.Versioned: the module's digest and the
+// resourceVersion it was loaded from, which /debug/state shows.
 //
 // Reporter (a plugin.PolicyReporter) tells users about their Service's
 // policy: Kubernetes Events and the switchyard.dev/PolicyReady condition

@@ -104,11 +104,33 @@ type Registry struct {
 // entry is one policy ConfigMap's loaded state.
 type entry struct {
 	resourceVersion string
-	digest          string
-	params          []byte
-	module          Module
-	err             error
+	// digest is the digest of the module the ConfigMap holds now, ""
+	// when it does not decode; err says why that content cannot be used.
+	digest string
+	params []byte
+	err    error
+	// run is what Resolve hands out: the ConfigMap's current version,
+	// or, when err is set, the last good one (nil when there was none).
+	run *version
+	// stale is err with the version that keeps running named, when run
+	// is an earlier version than the ConfigMap's.
+	stale error
 }
+
+// version is one loaded version of a policy: its module with the
+// parameters it came with. It is the plugin.Policy Resolve returns and
+// says which version it is (plugin.Versioned).
+type version struct {
+	Module
+	params []byte
+	id     plugin.PolicyVersion
+}
+
+// PolicyVersion returns the module's digest and the resourceVersion of
+// the ConfigMap it was loaded from.
+func (v *version) PolicyVersion() plugin.PolicyVersion { return v.id }
+
+var _ plugin.Versioned = (*version)(nil)
 
 // New returns a Registry over client; Run starts its watch.
 func New(client kubernetes.Interface, opts Options, log *slog.Logger) *Registry {
@@ -219,14 +241,16 @@ func (r *Registry) loadPending(ctx context.Context) {
 			r.entries[name] = next
 		}
 		r.mu.Unlock()
-		if old != nil && old.module != nil && (next == nil || next.module != old.module) {
-			r.retire(old.module)
+		if m := runModule(old); m != nil && m != runModule(next) {
+			r.retire(m)
 		}
 		if !sameOutcome(old, next) {
 			changed = append(changed, name)
 			switch {
 			case next == nil:
 				r.log.Info("policy deleted", "policy", name)
+			case next.err != nil && next.run != nil:
+				r.log.Warn("policy failed to load; keeping its last good version", "policy", name, "err", next.err, "running", next.run.id.Digest)
 			case next.err != nil:
 				r.log.Warn("policy failed to load", "policy", name, "err", next.err)
 			default:
@@ -250,7 +274,15 @@ func sameOutcome(a, b *entry) bool {
 	if a == nil || b == nil {
 		return a == b
 	}
-	return a.digest == b.digest && bytes.Equal(a.params, b.params) && errString(a.err) == errString(b.err)
+	return a.digest == b.digest && bytes.Equal(a.params, b.params) && errString(a.err) == errString(b.err) && a.run == b.run
+}
+
+// runModule is the module e hands out, nil when none.
+func runModule(e *entry) Module {
+	if e == nil || e.run == nil {
+		return nil
+	}
+	return e.run.Module
 }
 
 func errString(err error) string {
@@ -261,32 +293,49 @@ func errString(err error) string {
 }
 
 // load decodes, checks and loads cm; it reuses old's module when the
-// module's digest did not change.
+// module's digest did not change, and old's version when neither the
+// module nor the parameters did. When cm cannot be used, the entry keeps
+// old's running version (the last good one) with the error.
 func (r *Registry) load(ctx context.Context, cm *corev1.ConfigMap, old *entry) *entry {
 	e := &entry{resourceVersion: cm.ResourceVersion}
+	var last *version
+	if old != nil {
+		last = old.run
+	}
+	fail := func(err error) *entry {
+		e.err, e.run = err, last
+		if last != nil {
+			e.stale = fmt.Errorf("%w (running its last good version, sha256 %s, instead)", err, ShortDigest(last.id.Digest))
+		}
+		return e
+	}
 	module, params, err := Decode(cm, r.opts.MaxModuleSize)
 	e.params = params
 	if err != nil {
-		e.err = err
-		return e
+		return fail(err)
 	}
 	e.digest = Digest(module)
-	if old != nil && old.module != nil && old.digest == e.digest {
-		e.module = old.module
+	if last != nil && last.id.Digest == e.digest {
+		if bytes.Equal(last.params, params) {
+			e.run = last
+		} else {
+			e.run = &version{Module: last.Module, params: params, id: plugin.PolicyVersion{Digest: e.digest, Revision: cm.ResourceVersion}}
+		}
 		return e
 	}
 	if r.opts.Load == nil {
-		e.err = fmt.Errorf("policy %s: %w", cm.Name, ErrNoWasmRuntime)
-		return e
+		return fail(fmt.Errorf("policy %s: %w", cm.Name, ErrNoWasmRuntime))
 	}
 	m, err := r.opts.Load(ctx, cm.Name, module)
 	if err != nil {
-		e.err = err
-		return e
+		return fail(err)
 	}
-	e.module = m
+	e.run = &version{Module: m, params: params, id: plugin.PolicyVersion{Digest: e.digest, Revision: cm.ResourceVersion}}
 	return e
 }
+
+// ShortDigest is the first 12 hex digits of a digest, as yardctl shows it.
+func ShortDigest(d string) string { return d[:min(len(d), 12)] }
 
 // Decode returns a policy ConfigMap's uncompressed module and default
 // parameters, checking the module against the sha256 pin.
@@ -362,8 +411,8 @@ func (r *Registry) closeAll() {
 	r.entries = make(map[string]*entry)
 	r.mu.Unlock()
 	for _, e := range entries {
-		if e.module != nil {
-			_ = e.module.Close(context.Background())
+		if m := runModule(e); m != nil {
+			_ = m.Close(context.Background())
 		}
 	}
 }
@@ -414,7 +463,10 @@ func (r *Registry) Changed() []string {
 
 // Resolve returns the policy svc uses, its name and its default
 // parameters (a Service's switchyard.dev/policy-params replaces them; the
-// caller applies it). name is set even when err is not nil.
+// caller applies it). name is set even when err is not nil. A ConfigMap
+// policy that fails after a good version was loaded resolves to that
+// version, with its parameters, and the error saying so. The policy of a
+// ConfigMap is a plugin.Versioned.
 func (r *Registry) Resolve(svc *model.Service) (name string, p plugin.Policy, params []byte, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -433,8 +485,10 @@ func (r *Registry) Resolve(svc *model.Service) (name string, p plugin.Policy, pa
 	switch {
 	case e == nil:
 		return name, nil, nil, fmt.Errorf("%w: no ConfigMap %s/%s labelled %s=true", ErrNotFound, r.opts.Namespace, name, Label)
+	case e.err != nil && e.run != nil:
+		return name, e.run, e.run.params, e.stale
 	case e.err != nil:
 		return name, nil, nil, e.err
 	}
-	return name, e.module, e.params, nil
+	return name, e.run, e.run.params, nil
 }

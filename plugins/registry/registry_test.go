@@ -108,8 +108,9 @@ func (m *fakeModule) Close(context.Context) error { close(m.closed); return nil 
 
 // loader loads every module except "garbage" and counts loads.
 type loader struct {
-	mu    sync.Mutex
-	loads []string
+	mu      sync.Mutex
+	loads   []string
+	modules []*fakeModule
 }
 
 func (l *loader) load(_ context.Context, _ string, module []byte) (registry.Module, error) {
@@ -119,7 +120,9 @@ func (l *loader) load(_ context.Context, _ string, module []byte) (registry.Modu
 	if string(module) == "garbage" {
 		return nil, errors.New("invalid policy module: garbage")
 	}
-	return &fakeModule{name: string(module), closed: make(chan struct{})}, nil
+	m := &fakeModule{name: string(module), closed: make(chan struct{})}
+	l.modules = append(l.modules, m)
+	return m, nil
 }
 
 func (l *loader) count() int {
@@ -161,13 +164,16 @@ func TestRegistry(t *testing.T) {
 	eventually(t, "HasSynced", r.HasSynced)
 
 	type resolved struct {
-		Name, Policy, Params, Err string
+		Name, Policy, Digest, Params, Err string
 	}
 	resolve := func(policy string) resolved {
 		name, p, params, err := r.Resolve(&model.Service{Policy: policy})
 		out := resolved{Name: name, Params: string(params)}
 		if p != nil {
 			out.Policy = p.Name()
+		}
+		if v, ok := p.(plugin.Versioned); ok {
+			out.Digest = v.PolicyVersion().Digest
 		}
 		if err != nil {
 			out.Err = err.Error()
@@ -188,12 +194,30 @@ func TestRegistry(t *testing.T) {
 		}
 	}
 
+	digest := func(module string) string { return registry.Digest([]byte(module)) }
+	// closed reports whether the module loaded from bytes was closed.
+	closed := func(module string) bool {
+		ld.mu.Lock()
+		defer ld.mu.Unlock()
+		for _, m := range ld.modules {
+			if m.name == module {
+				select {
+				case <-m.closed:
+					return true
+				default:
+				}
+			}
+		}
+		return false
+	}
 	for _, s := range []struct {
 		name        string
 		do          func()
 		wantChanged []string
 		want        map[string]resolved
 		wantLoads   int
+		// wantClosed waits for these modules to be retired.
+		wantClosed []string
 	}{{
 		name:        "initial",
 		do:          func() {},
@@ -202,7 +226,7 @@ func TestRegistry(t *testing.T) {
 			"":                    {Name: "builtin:uniform", Policy: "uniform"},
 			"builtin:local-first": {Name: "builtin:local-first", Policy: "local-first"},
 			"builtin:nope":        {Name: "builtin:nope", Err: `policy not found (no such policy): no built-in policy "nope" (have local-first, topology-aware, uniform)`},
-			"canary":              {Name: "canary", Policy: "v1", Params: `{"w":1}`},
+			"canary":              {Name: "canary", Policy: "v1", Digest: digest("v1"), Params: `{"w":1}`},
 			"other":               {Name: "other", Err: "policy not found (no such policy): no ConfigMap switchyard-system/other labelled switchyard.dev/policy=true"},
 		},
 		wantLoads: 1,
@@ -212,7 +236,7 @@ func TestRegistry(t *testing.T) {
 			update(policyCM("canary", map[string][]byte{registry.KeyModule: []byte("v1")}, map[string]string{registry.KeyParams: `{"w":2}`}))
 		},
 		wantChanged: []string{"canary"},
-		want:        map[string]resolved{"canary": {Name: "canary", Policy: "v1", Params: `{"w":2}`}},
+		want:        map[string]resolved{"canary": {Name: "canary", Policy: "v1", Digest: digest("v1"), Params: `{"w":2}`}},
 		wantLoads:   1,
 	}, {
 		name: "a new module is loaded",
@@ -220,27 +244,58 @@ func TestRegistry(t *testing.T) {
 			update(policyCM("canary", map[string][]byte{registry.KeyModuleGzip: gz(t, []byte("v2"))}, nil))
 		},
 		wantChanged: []string{"canary"},
-		want:        map[string]resolved{"canary": {Name: "canary", Policy: "v2"}},
+		want:        map[string]resolved{"canary": {Name: "canary", Policy: "v2", Digest: digest("v2")}},
 		wantLoads:   2,
+		wantClosed:  []string{"v1"},
 	}, {
-		name:        "a garbage module fails to load",
-		do:          func() { update(policyCM("canary", map[string][]byte{registry.KeyModule: []byte("garbage")}, nil)) },
+		name: "a garbage module fails to load: the last good version stays, with its parameters",
+		do: func() {
+			update(policyCM("canary", map[string][]byte{registry.KeyModule: []byte("garbage")}, map[string]string{registry.KeyParams: `{"w":3}`}))
+		},
 		wantChanged: []string{"canary"},
-		want:        map[string]resolved{"canary": {Name: "canary", Err: "invalid policy module: garbage"}},
-		wantLoads:   3,
+		want: map[string]resolved{"canary": {Name: "canary", Policy: "v2", Digest: digest("v2"),
+			Err: "invalid policy module: garbage (running its last good version, sha256 " + digest("v2")[:12] + ", instead)"}},
+		wantLoads: 3,
+	}, {
+		name: "a module that misses its pin does not replace it either",
+		do: func() {
+			update(policyCM("canary", map[string][]byte{registry.KeyModule: []byte("v3")}, map[string]string{registry.KeyPin: digest("v4")}))
+		},
+		wantChanged: []string{"canary"},
+		want: map[string]resolved{"canary": {Name: "canary", Policy: "v2", Digest: digest("v2"),
+			Err: "invalid policy ConfigMap switchyard-system/canary: module digest differs from its sha256 pin: module " + digest("v3") + ", pin " + digest("v4") +
+				" (running its last good version, sha256 " + digest("v2")[:12] + ", instead)"}},
+		wantLoads: 3,
+	}, {
+		name:        "a good module replaces the last good version",
+		do:          func() { update(policyCM("canary", map[string][]byte{registry.KeyModule: []byte("v3")}, nil)) },
+		wantChanged: []string{"canary"},
+		want:        map[string]resolved{"canary": {Name: "canary", Policy: "v3", Digest: digest("v3")}},
+		wantLoads:   4,
+		wantClosed:  []string{"v2"},
+	}, {
+		name: "a policy that never loaded has no version to fall back to",
+		do: func() {
+			if _, err := cms.Create(ctx, policyCM("broken", map[string][]byte{registry.KeyModule: []byte("garbage")}, nil), metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		},
+		wantChanged: []string{"broken"},
+		want:        map[string]resolved{"broken": {Name: "broken", Err: "invalid policy module: garbage"}},
+		wantLoads:   5,
 	}, {
 		name: "the cluster default changes",
 		do: func() {
 			if _, err := cms.Create(ctx, policyCM("zone", map[string][]byte{registry.KeyModule: []byte("z")}, nil), metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			eventually(t, "zone loaded", func() bool { return ld.count() == 4 })
+			eventually(t, "zone loaded", func() bool { return ld.count() == 6 })
 			r.Changed()
 			r.SetDefault("zone")
 		},
 		wantChanged: []string{"builtin:uniform", "zone"},
-		want:        map[string]resolved{"": {Name: "zone", Policy: "z"}},
-		wantLoads:   4,
+		want:        map[string]resolved{"": {Name: "zone", Policy: "z", Digest: digest("z")}},
+		wantLoads:   6,
 	}, {
 		name: "deleted",
 		do: func() {
@@ -250,7 +305,8 @@ func TestRegistry(t *testing.T) {
 		},
 		wantChanged: []string{"zone"},
 		want:        map[string]resolved{"": {Name: "zone", Err: "policy not found (no such policy): no ConfigMap switchyard-system/zone labelled switchyard.dev/policy=true"}},
-		wantLoads:   4,
+		wantLoads:   6,
+		wantClosed:  []string{"z"},
 	}} {
 		s.do()
 		waitChanged(s.name)
@@ -266,6 +322,12 @@ func TestRegistry(t *testing.T) {
 		}
 		if n := ld.count(); n != s.wantLoads {
 			t.Errorf("%s: %d loads, want %d", s.name, n, s.wantLoads)
+		}
+		for _, m := range s.wantClosed {
+			eventually(t, s.name+": module "+m+" retired", func() bool { return closed(m) })
+		}
+		if p := resolve("canary"); p.Policy != "" && closed(p.Policy) {
+			t.Errorf("%s: canary resolves to module %s, which is closed", s.name, p.Policy)
 		}
 	}
 }

@@ -44,7 +44,8 @@ func NewPolicies(def string) *Policies {
 	return &Policies{def: def, synced: true, policies: map[string]policyEntry{}, changed: map[string]bool{}}
 }
 
-// Set makes name resolve to p with params, or to err when err is not nil,
+// Set makes name resolve to p with params and err (p nil with err: the
+// policy cannot be used; p with err: an earlier version of it stands in),
 // and marks name changed.
 func (f *Policies) Set(name string, p plugin.Policy, params []byte, err error) {
 	f.mu.Lock()
@@ -79,10 +80,8 @@ func (f *Policies) Resolve(svc *model.Service) (string, plugin.Policy, []byte, e
 	switch {
 	case !ok:
 		return name, nil, nil, fmt.Errorf("%w %q", ErrUnknownPolicy, name)
-	case e.err != nil:
-		return name, nil, nil, e.err
 	}
-	return name, e.p, e.params, nil
+	return name, e.p, e.params, e.err
 }
 
 // Changed returns the names Set since the previous call, sorted.

@@ -2,6 +2,7 @@ package abi_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -89,6 +90,40 @@ func TestDecode(t *testing.T) {
 				t.Errorf("Decode() (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestDecodeAllProblems: an output with several problems is reported
+// with all of them at once, behind one "invalid policy output:" prefix.
+func TestDecodeAllProblems(t *testing.T) {
+	weights := make([]uint32, 7)
+	for i := range weights {
+		weights[i] = abi.MaxWeight + 1 + uint32(i)
+	}
+	out := abi.EncodeOutput(nil, plugin.PolicyResult{Weights: weights, Scheduler: "sh", Flags: []string{"mh-port", "sh-port", "sh-port"}})
+	le.PutUint32(out[8:], 10)   // total_size
+	le.PutUint32(out[20:], 999) // reevaluate_ms
+	_, err := abi.Decode(out, 7)
+	var oe *abi.OutputError
+	if !errors.As(err, &oe) || !errors.Is(err, abi.ErrInvalidOutput) {
+		t.Fatalf("Decode() error = %v, want an *abi.OutputError that is ErrInvalidOutput", err)
+	}
+	want := []string{
+		fmt.Sprintf("total_size 10, but the guest returned %d bytes", len(out)),
+		"reevaluate_ms 999 outside 1000..3600000",
+		`scheduler flag "mh-port" not allowed with "sh"`,
+		`scheduler flag "sh-port" repeated`,
+		"weight 65536 of endpoint 0 above 65535",
+		"weight 65537 of endpoint 1 above 65535",
+		"weight 65538 of endpoint 2 above 65535",
+		"weight 65539 of endpoint 3 above 65535",
+		"3 more weights above 65535",
+	}
+	if diff := cmp.Diff(want, oe.Problems); diff != "" {
+		t.Errorf("problems (-want +got):\n%s", diff)
+	}
+	if n := strings.Count(err.Error(), "invalid policy output"); n != 1 || !strings.HasPrefix(err.Error(), "invalid policy output: total_size 10") {
+		t.Errorf("error %q: want one \"invalid policy output: \" prefix, then the problems", err)
 	}
 }
 

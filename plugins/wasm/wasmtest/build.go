@@ -44,9 +44,31 @@ func BuildGo(moduleDir, pkgDir string, hashDirs ...string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("run %s env GOVERSION: %w", goTool, err)
 	}
+	rel, err := filepath.Rel(moduleDir, pkgDir)
+	if err != nil {
+		return nil, fmt.Errorf("locate %s in %s: %w", pkgDir, moduleDir, err)
+	}
+	sources := append([]string{pkgDir, filepath.Join(moduleDir, "go.mod")}, hashDirs...)
+	return Cached(filepath.Base(pkgDir), string(ver), sources, func(out string) error {
+		cmd := exec.Command(goTool, "build", "-buildmode=c-shared", "-trimpath", "-ldflags=-s -w", "-o", out, "./"+filepath.ToSlash(rel))
+		cmd.Dir = moduleDir
+		cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "CGO_ENABLED=0")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("build %s for wasip1: %w\n%s", rel, err, b)
+		}
+		return nil
+	})
+}
+
+// Cached returns the module build writes to the file it is given, kept
+// in CacheDir under name and a key over salt (a toolchain's version, say)
+// and the contents of sources (files or directories, _test.go files
+// skipped): while none of them changes, later calls, in this run or a
+// later one, return the stored module without building.
+func Cached(name, salt string, sources []string, build func(out string) error) ([]byte, error) {
 	h := sha256.New()
-	h.Write(ver)
-	for _, d := range append([]string{pkgDir, filepath.Join(moduleDir, "go.mod")}, hashDirs...) {
+	h.Write([]byte(salt))
+	for _, d := range sources {
 		if err := hashTree(h, d); err != nil {
 			return nil, err
 		}
@@ -56,7 +78,7 @@ func BuildGo(moduleDir, pkgDir string, hashDirs ...string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := filepath.Join(cache, filepath.Base(pkgDir)+"-"+key+".wasm")
+	out := filepath.Join(cache, name+"-"+key+".wasm")
 	if b, err := os.ReadFile(out); err == nil {
 		return b, nil
 	}
@@ -69,15 +91,8 @@ func BuildGo(moduleDir, pkgDir string, hashDirs ...string) ([]byte, error) {
 	}
 	tmp.Close()
 	defer os.Remove(tmp.Name())
-	rel, err := filepath.Rel(moduleDir, pkgDir)
-	if err != nil {
-		return nil, fmt.Errorf("locate %s in %s: %w", pkgDir, moduleDir, err)
-	}
-	cmd := exec.Command(goTool, "build", "-buildmode=c-shared", "-trimpath", "-ldflags=-s -w", "-o", tmp.Name(), "./"+filepath.ToSlash(rel))
-	cmd.Dir = moduleDir
-	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("build %s for wasip1: %w\n%s", rel, err, b)
+	if err := build(tmp.Name()); err != nil {
+		return nil, err
 	}
 	if err := os.Rename(tmp.Name(), out); err != nil {
 		return nil, fmt.Errorf("store built module: %w", err)

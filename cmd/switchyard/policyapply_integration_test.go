@@ -1,0 +1,404 @@
+//go:build integration
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
+
+	"github.com/switchyard-lb/switchyard/core/policystage"
+	"github.com/switchyard-lb/switchyard/core/reconcile"
+	"github.com/switchyard-lb/switchyard/plugins/registry"
+	"github.com/switchyard-lb/switchyard/plugins/wasm/wasmtest"
+	"github.com/switchyard-lb/switchyard/test/apitest"
+)
+
+// buildYardctl builds cmd/yardctl into dir and returns its path.
+func buildYardctl(root, dir string) (string, error) {
+	bin := filepath.Join(dir, "yardctl")
+	cmd := exec.Command(wasmtest.GoTool(), "build", "-o", bin, "./cmd/yardctl")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build yardctl: %w\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// sdkModule returns the SDK example example built from language lang's
+// source, or why it cannot: a module make built ($SWITCHYARD_WASM_DIR or
+// bin/wasm, as make wasm-sdk-examples writes them), else a build with
+// `yardctl policy build` when the language's toolchain is installed,
+// cached by its sources.
+func sdkModule(root, yardctl, lang, example string) ([]byte, error) {
+	if lang == "go" {
+		return wasmtest.BuildGo(root, filepath.Join(root, "wasm-sdk/go/examples", example), filepath.Join(root, "wasm-sdk/go/policy"))
+	}
+	for _, dir := range []string{os.Getenv("SWITCHYARD_WASM_DIR"), filepath.Join(root, "bin", "wasm")} {
+		if dir == "" {
+			continue
+		}
+		if b, err := os.ReadFile(filepath.Join(dir, lang, example+".wasm")); err == nil {
+			return b, nil
+		}
+	}
+	var src, sdk, tool string
+	switch lang {
+	case "rust":
+		src, sdk = filepath.Join(root, "wasm-sdk/rust/examples", example+".rs"), filepath.Join(root, "wasm-sdk/rust/policy")
+		tool = os.Getenv("RUSTC")
+		if tool == "" {
+			tool = "/usr/bin/rustc"
+		}
+		sysroot, err := exec.Command(tool, "--print", "sysroot").Output()
+		if err != nil {
+			return nil, fmt.Errorf("%w: no rustc (%s: %v; Debian's rustc and libstd-rust-dev-wasm32, or make wasm-sdk-examples)", errNoToolchain, tool, err)
+		}
+		if _, err := os.Stat(filepath.Join(strings.TrimSpace(string(sysroot)), "lib/rustlib/wasm32-unknown-unknown")); err != nil {
+			return nil, fmt.Errorf("%w: %s has no wasm32 standard library (libstd-rust-dev-wasm32)", errNoToolchain, tool)
+		}
+	case "assemblyscript":
+		src, sdk = filepath.Join(root, "wasm-sdk/assemblyscript/examples", example+".ts"), filepath.Join(root, "wasm-sdk/assemblyscript/sdk")
+		if tool = os.Getenv("ASC"); tool == "" {
+			tool = filepath.Join(root, "wasm-sdk/assemblyscript/node_modules/.bin/asc")
+		}
+		if _, err := os.Stat(tool); err != nil {
+			return nil, fmt.Errorf("%w: no AssemblyScript compiler (%v; make wasm-sdk-examples installs it)", errNoToolchain, err)
+		}
+	}
+	version, _ := exec.Command(tool, "--version").Output()
+	return wasmtest.Cached(lang+"-"+example, string(version), []string{src, sdk}, func(out string) error {
+		cmd := exec.Command(yardctl, "policy", "build", src, "--out", out)
+		if b, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("yardctl policy build %s: %w\n%s", src, err, b)
+		}
+		return nil
+	})
+}
+
+var errNoToolchain = errors.New("toolchain not installed")
+
+// applied is what `yardctl policy apply -o json` prints.
+type applied struct {
+	Action, SHA256, PreviousSHA256, ResourceVersion string
+	Changes                                         []string
+}
+
+// TestIntegrationPolicyApply is the policy author's loop against a real
+// API server and a running daemon (dry-run dataplane), for a module built
+// from each SDK language: `yardctl policy apply` of a first version, whose
+// weights the daemon's plan shows and whose digest and ConfigMap
+// resourceVersion `yardctl state` shows; a second version (another
+// module) replacing it; a broken module refused by apply, then written
+// into the ConfigMap anyway (as kubectl would), which leaves the second
+// version running, still evaluated (a new endpoint gets its weight), with
+// the error on the Service. A language whose toolchain is missing is
+// skipped.
+func TestIntegrationPolicyApply(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	work := t.TempDir()
+	type built struct {
+		path string
+		err  error
+	}
+	yardctlBuilt := make(chan built, 1)
+	go func() { // while the API server starts
+		p, err := buildYardctl(root, work)
+		yardctlBuilt <- built{p, err}
+	}()
+	srv := apitest.Start(t)
+	b := <-yardctlBuilt
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	yardctl := b.path
+	ctx := t.Context()
+	client := srv.Client
+	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: registry.DefaultNamespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	if _, err := client.CoreV1().Nodes().Create(ctx, &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "node-a", Labels: map[string]string{corev1.LabelTopologyZone: "zone-a"}},
+		Status:     corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.168.0.10"}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	tc := writeTestConfig(t, "policies:\n  statisticsInterval: 1h\n  evaluationDeadline: 10s\n")
+	var stdout, stderr syncBuffer
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- run(runCtx, []string{"--config", tc.path, "--kubeconfig", srv.Kubeconfig, "--hostname-override", "node-a", "--log-format", "text", "--v=2"}, &stdout, &stderr)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		if t.Failed() {
+			t.Logf("daemon logs:\n%s", stderr.String())
+		}
+	})
+
+	// yardctlRun runs the binary; the deadline is generous, as the
+	// machine may be loaded.
+	yardctlRun := func(kubeconfigEnv string, args ...string) (string, string, error) {
+		cmd := exec.CommandContext(ctx, yardctl, args...)
+		cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfigEnv) // only what the test names
+		var out, errOut bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		err := cmd.Run()
+		return out.String(), errOut.String(), err
+	}
+	// apply runs yardctl policy apply with --kubeconfig, or with
+	// KUBECONFIG when viaEnv is set.
+	apply := func(t *testing.T, viaEnv bool, module, name string, extra ...string) applied {
+		t.Helper()
+		args := append([]string{"policy", "apply", module, "--name", name, "--deadline", "10s", "-o", "json"}, extra...)
+		env := ""
+		if viaEnv {
+			env = srv.Kubeconfig
+		} else {
+			args = append(args, "--kubeconfig", srv.Kubeconfig)
+		}
+		out, errOut, err := yardctlRun(env, args...)
+		if err != nil {
+			t.Fatalf("yardctl %s: %v\n%s%s", strings.Join(args, " "), err, out, errOut)
+		}
+		var res applied
+		if err := json.Unmarshal([]byte(out), &res); err != nil {
+			t.Fatalf("yardctl policy apply -o json printed %q: %v", out, err)
+		}
+		return res
+	}
+	// policyState returns the Service's policy status from `yardctl
+	// state -o json`, and the line of its plain `yardctl state`.
+	policyState := func(service string) (*reconcile.State, string, error) {
+		out, errOut, err := yardctlRun("", "state", "--address", tc.metrics, "-o", "json")
+		if err != nil {
+			return nil, "", fmt.Errorf("yardctl state -o json: %v: %s", err, errOut)
+		}
+		var st reconcile.State
+		if err := json.Unmarshal([]byte(out), &st); err != nil {
+			return nil, "", fmt.Errorf("yardctl state -o json: %w", err)
+		}
+		text, errOut, err := yardctlRun("", "state", "--address", tc.metrics)
+		if err != nil {
+			return nil, "", fmt.Errorf("yardctl state: %v: %s", err, errOut)
+		}
+		for _, line := range strings.Split(text, "\n") {
+			if strings.HasPrefix(line, service+" ") && strings.Contains(line, "zone-") {
+				return &st, line, nil
+			}
+		}
+		return &st, "", nil
+	}
+	waitPolicy := func(t *testing.T, step, service, digest, revision string, ready bool, msg string) {
+		t.Helper()
+		poll(t, 2*time.Minute, func() error {
+			st, line, err := policyState(service)
+			if err != nil {
+				return err
+			}
+			i := slices.IndexFunc(st.Policies, func(p policystage.Status) bool { return p.Service == service })
+			if i < 0 {
+				return fmt.Errorf("%s: %s not among the policies of yardctl state", step, service)
+			}
+			p := st.Policies[i]
+			if p.Digest != digest || p.Revision != revision || p.Ready != ready || !strings.Contains(p.Message, msg) {
+				return fmt.Errorf("%s: %s runs %+v, want sha256 %s, revision %s, ready %v, message with %q", step, service, p, digest, revision, ready, msg)
+			}
+			wantCols := []string{registry.ShortDigest(digest), revision, yesNoTest(ready)}
+			for _, c := range wantCols {
+				if !strings.Contains(" "+strings.Join(strings.Fields(line), " ")+" ", " "+c+" ") {
+					return fmt.Errorf("%s: yardctl state shows %q for %s, want the columns %q", step, line, service, wantCols)
+				}
+			}
+			return nil
+		})
+	}
+
+	canaryParams := `{"canary": "zone=zone-b", "percent": 10}`
+	// The languages run at once, each with its own namespace, Service and
+	// policy, against the one daemon.
+	for _, lang := range []string{"go", "rust", "assemblyscript"} {
+		t.Run(lang, func(t *testing.T) {
+			t.Parallel()
+			var modules [2]string
+			for i, example := range []string{"zoneaware", "canary"} {
+				b, err := sdkModule(root, yardctl, lang, example)
+				if errors.Is(err, errNoToolchain) {
+					t.Skipf("no %s module: %v", lang, err)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				modules[i] = filepath.Join(work, lang+"-"+example+".wasm")
+				if err := os.WriteFile(modules[i], b, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			digest := func(path string) string {
+				b, err := os.ReadFile(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return registry.Digest(b)
+			}
+			d1, d2 := digest(modules[0]), digest(modules[1])
+			ns := srv.Namespace(t)
+			name, service := "zone-"+lang, "web"
+			key := ns + "/" + service
+			svc := testService(ns, service, "")
+			svc.Spec.ClusterIP, svc.Spec.ClusterIPs = "", nil
+			svc.Annotations = map[string]string{"switchyard.dev/policy": name}
+			if _, err := client.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			zoneA, zoneB := "zone-a", "zone-b"
+			slice := testSlice(ns, service, "10.1.0.1", "10.1.0.2")
+			slice.Endpoints[0].Zone, slice.Endpoints[0].NodeName = &zoneA, ptr("node-a")
+			slice.Endpoints[1].Zone, slice.Endpoints[1].NodeName = &zoneB, ptr("node-b")
+			if slice, err = client.DiscoveryV1().EndpointSlices(ns).Create(ctx, slice, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			waitWeights := func(step, want string) {
+				t.Helper()
+				began := time.Now()
+				poll(t, 2*time.Minute, func() error {
+					got, err := weightsOf(tc.metrics, key)
+					if err != nil {
+						return fmt.Errorf("%s: %w", step, err)
+					}
+					if got != want {
+						return fmt.Errorf("%s: weights %q, want %q", step, got, want)
+					}
+					return nil
+				})
+				t.Logf("%s: %q after %s", step, want, time.Since(began).Round(time.Millisecond))
+			}
+
+			// 1. The first version.
+			res := apply(t, false, modules[0], name)
+			if res.Action != "created" || res.SHA256 != d1 {
+				t.Fatalf("first apply: %+v, want created with sha256 %s", res, d1)
+			}
+			waitWeights("first version", "wrr 10.1.0.1:8080=100 10.1.0.2:8080=0")
+			waitPolicy(t, "first version", key, d1, res.ResourceVersion, true, "evaluated")
+
+			// 2. A new version replaces it (the cluster named by KUBECONFIG).
+			res = apply(t, true, modules[1], name, "--params", canaryParams)
+			if res.Action != "updated" || res.SHA256 != d2 || res.PreviousSHA256 != d1 {
+				t.Fatalf("second apply: %+v, want updated from sha256 %s to %s", res, d1, d2)
+			}
+			waitWeights("second version", "wrr 10.1.0.1:8080=9000 10.1.0.2:8080=1000")
+			waitPolicy(t, "second version", key, d2, res.ResourceVersion, true, "evaluated")
+			good := res.ResourceVersion
+
+			// 3. apply refuses a broken module, and the ConfigMap is left alone.
+			broken := filepath.Join(work, lang+"-broken.wasm")
+			if err := os.WriteFile(broken, []byte("\x00asm\x01\x00\x00\x00 truncated"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			args := []string{"policy", "apply", broken, "--name", name, "--kubeconfig", srv.Kubeconfig}
+			if out, errOut, err := yardctlRun("", args...); err == nil || !strings.Contains(errOut, "not packed") {
+				t.Errorf("yardctl %s = %v, stdout %q, stderr %q; want it refused", strings.Join(args, " "), err, out, errOut)
+			}
+			cms := client.CoreV1().ConfigMaps(registry.DefaultNamespace)
+			if cm, err := cms.Get(ctx, name, metav1.GetOptions{}); err != nil || cm.ResourceVersion != good {
+				t.Fatalf("after a refused apply the ConfigMap is at %v (%v), want %s", cm.ResourceVersion, err, good)
+			}
+
+			// 4. Written anyway (as kubectl would): the second version keeps
+			// running, the Service says why, and it is still evaluated.
+			err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				cm, err := cms.Get(ctx, name, metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				cm.BinaryData = map[string][]byte{registry.KeyModule: []byte("\x00asm\x01\x00\x00\x00 truncated")}
+				delete(cm.Data, registry.KeyPin)
+				_, err = cms.Update(ctx, cm, metav1.UpdateOptions{})
+				return err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitPolicy(t, "broken module", key, d2, good, false, "running its last good version, sha256 "+registry.ShortDigest(d2))
+			waitCondition(t, client, ns, service, "broken module", metav1.ConditionFalse, "LoadFailed")
+			zoneBToo := zoneB
+			slice.Endpoints = append(slice.Endpoints, slice.Endpoints[1])
+			slice.Endpoints[2].Addresses = []string{"10.1.0.3"}
+			slice.Endpoints[2].Zone = &zoneBToo
+			if _, err := client.DiscoveryV1().EndpointSlices(ns).Update(ctx, slice, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			waitWeights("broken module, a new endpoint", "wrr 10.1.0.1:8080=9000 10.1.0.2:8080=500 10.1.0.3:8080=500")
+		})
+	}
+}
+
+// waitCondition waits for the Service's PolicyReady condition.
+func waitCondition(t *testing.T, client kubernetes.Interface, ns, name, step string, status metav1.ConditionStatus, reason string) {
+	t.Helper()
+	poll(t, 2*time.Minute, func() error {
+		svc, err := client.CoreV1().Services(ns).Get(t.Context(), name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		i := slices.IndexFunc(svc.Status.Conditions, func(c metav1.Condition) bool { return c.Type == registry.ConditionPolicyReady })
+		if i < 0 || svc.Status.Conditions[i].Status != status || svc.Status.Conditions[i].Reason != reason {
+			return fmt.Errorf("%s: %s's conditions %+v, want %s %s %s", step, name, svc.Status.Conditions, registry.ConditionPolicyReady, status, reason)
+		}
+		return nil
+	})
+}
+
+func yesNoTest(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+// weightsOf returns "scheduler addr=weight ..." of the ClusterIP virtual
+// service of the Service key (namespace/name) in the daemon's plan.
+func weightsOf(metricsAddr, key string) (string, error) {
+	code, body, err := httpGet("http://" + metricsAddr + "/debug/state")
+	if err != nil || code != 200 {
+		return "", fmt.Errorf("/debug/state: %d %v", code, err)
+	}
+	var st weightState
+	if err := json.Unmarshal([]byte(body), &st); err != nil {
+		return "", err
+	}
+	for _, s := range st.Desired {
+		for _, vs := range s.VirtualServices {
+			if s.Service != key || vs.Kind != "ClusterIP" {
+				continue
+			}
+			out := vs.Scheduler
+			for _, d := range vs.Destinations {
+				out += fmt.Sprintf(" %s=%d", d.Address, d.Weight)
+			}
+			return out, nil
+		}
+	}
+	return "", fmt.Errorf("%s is not in the plan", key)
+}

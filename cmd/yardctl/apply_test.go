@@ -1,0 +1,287 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/switchyard-lb/switchyard/plugins/registry"
+)
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestApplyConfigMap checks what apply writes: a new ConfigMap as pack
+// prints it; nothing when it is already so; and over an existing
+// ConfigMap, the policy keys and label only, with the changes named. The
+// modules are small stand-ins (applyConfigMap does not load them; packing
+// the SDK's, over a MiB each, is slow under the race detector); the
+// second is over the compression threshold.
+func TestApplyConfigMap(t *testing.T) {
+	ctx := context.Background()
+	za := []byte("\x00asm\x01\x00\x00\x00 a first module")
+	ca := append([]byte("\x00asm\x01\x00\x00\x00 a second module "), bytes.Repeat([]byte{7}, DefaultGzipOver)...)
+	zaDigest, caDigest := registry.Digest(za), registry.Digest(ca)
+	ns := registry.DefaultNamespace
+	want, err := packPolicy(za, "zone", ns, []byte(`{"localWeight": 5}`), DefaultGzipOver)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := fake.NewClientset()
+	cms := client.CoreV1().ConfigMaps(ns)
+
+	res, err := applyConfigMap(ctx, client, want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(&applyResult{Namespace: ns, Name: "zone", Action: "created", SHA256: zaDigest}, res); diff != "" {
+		t.Errorf("create (-want +got):\n%s", diff)
+	}
+	got, err := cms.Get(ctx, "zone", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for what, diff := range map[string]string{
+		"labels":     cmp.Diff(want.Labels, got.Labels),
+		"data":       cmp.Diff(want.Data, got.Data),
+		"binaryData": cmp.Diff(want.BinaryData, got.BinaryData),
+	} {
+		if diff != "" {
+			t.Errorf("created ConfigMap's %s (-want +got):\n%s", what, diff)
+		}
+	}
+
+	client.ClearActions()
+	res, err = applyConfigMap(ctx, client, want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Action != "unchanged" || len(res.Changes) > 0 || res.PreviousSHA256 != zaDigest {
+		t.Errorf("the same again: %+v, want unchanged", res)
+	}
+	for _, a := range client.Actions() {
+		if a.GetVerb() != "get" {
+			t.Errorf("the same again: %s %s, want only a get", a.GetVerb(), a.GetResource().Resource)
+		}
+	}
+
+	// Someone's ConfigMap: unlabelled, the module under data (as kubectl
+	// create configmap --from-file may put it), their own keys.
+	if err := cms.Delete(ctx, "zone", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	theirs := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "zone", Namespace: ns, Labels: map[string]string{"team": "web"}, Annotations: map[string]string{"owner": "me"}},
+		Data:       map[string]string{registry.KeyModule: "\x00asm...", "notes.txt": "keep me", registry.KeyParams: `{"localWeight": 9}`},
+		BinaryData: map[string][]byte{"other.bin": {1, 2}},
+	}
+	if _, err := cms.Create(ctx, theirs, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	res, err = applyConfigMap(ctx, client, want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantRes := &applyResult{Namespace: ns, Name: "zone", Action: "updated", SHA256: zaDigest, Changes: []string{
+		"label switchyard.dev/policy=true added",
+		"module sha256 none -> " + zaDigest[:12],
+		"data policy.wasm removed (a module belongs under binaryData)",
+		`params.json {"localWeight": 9} -> {"localWeight": 5}`,
+	}}
+	if diff := cmp.Diff(wantRes, res); diff != "" {
+		t.Errorf("over their ConfigMap (-want +got):\n%s", diff)
+	}
+	got, err = cms.Get(ctx, "zone", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(map[string]string{"team": "web", registry.Label: "true"}, got.Labels); diff != "" {
+		t.Errorf("labels (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string]string{"owner": "me"}, got.Annotations); diff != "" {
+		t.Errorf("annotations (-want +got):\n%s", diff)
+	}
+	wantData := map[string]string{"notes.txt": "keep me", registry.KeyParams: `{"localWeight": 5}`, registry.KeyPin: zaDigest}
+	if diff := cmp.Diff(wantData, got.Data); diff != "" {
+		t.Errorf("data (-want +got):\n%s", diff)
+	}
+	if m, _, err := registry.Decode(got, registry.DefaultMaxModuleSize); err != nil || !bytes.Equal(m, za) {
+		t.Errorf("the ConfigMap decodes to %d bytes, %v; want the module", len(m), err)
+	}
+	if len(got.BinaryData) != 2 || !bytes.Equal(got.BinaryData["other.bin"], []byte{1, 2}) {
+		t.Errorf("binaryData has %d keys, want other.bin and the module", len(got.BinaryData))
+	}
+
+	// A new module, without parameters.
+	next, err := packPolicy(ca, "zone", ns, nil, DefaultGzipOver)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err = applyConfigMap(ctx, client, next)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantRes = &applyResult{Namespace: ns, Name: "zone", Action: "updated", SHA256: caDigest, PreviousSHA256: zaDigest, Changes: []string{
+		"module sha256 " + zaDigest[:12] + " -> " + caDigest[:12],
+		`params.json removed (was {"localWeight": 5})`,
+	}}
+	if diff := cmp.Diff(wantRes, res); diff != "" {
+		t.Errorf("a new module (-want +got):\n%s", diff)
+	}
+	got, err = cms.Get(ctx, "zone", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, _, err := registry.Decode(got, registry.DefaultMaxModuleSize); err != nil || !bytes.Equal(m, ca) {
+		t.Errorf("the ConfigMap decodes to %d bytes, %v; want the new module", len(m), err)
+	}
+	var keys []string
+	for k := range got.BinaryData {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	if diff := cmp.Diff([]string{"other.bin", registry.KeyModuleGzip}, keys); diff != "" {
+		t.Errorf("binaryData keys, compressed now (-want +got):\n%s", diff)
+	}
+}
+
+// lockedBuffer is a goroutine-safe bytes.Buffer.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// TestApplyWatch checks the hot-reload loop: the module is applied at
+// start, a rebuild that fails the checks is reported and not applied,
+// and the next good one (and a change of the parameters file) is. It
+// checks and packs the SDK's module three times, which takes long under
+// the race detector: make test-unit runs it without.
+func TestApplyWatch(t *testing.T) {
+	if raceEnabled {
+		t.Skip("checks and compresses a Go module three times, too slow under the race detector; make test-unit runs it without")
+	}
+	dir := t.TempDir()
+	module, params := filepath.Join(dir, "policy.wasm"), filepath.Join(dir, "params.json")
+	write := func(path string, b []byte) {
+		t.Helper()
+		// Through a rename, as a build writes its output.
+		tmp := path + ".tmp"
+		if err := os.WriteFile(tmp, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	za := mustRead(t, zoneAware)
+	write(module, za)
+	write(params, []byte(`{"localWeight": 5}`))
+
+	client := fake.NewClientset()
+	var out, errw lockedBuffer
+	opts := &packOptions{name: "zone", namespace: registry.DefaultNamespace, params: params, gzipOver: DefaultGzipOver, deadline: generousTestDeadline}
+	a := &applier{client: client, path: module, opts: opts, out: &out}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.watch(ctx, &errw, 20*time.Millisecond) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("watch returned %v after cancel, want nil", err)
+		}
+	})
+	cms := client.CoreV1().ConfigMaps(registry.DefaultNamespace)
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(2 * time.Minute)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s; output:\n%s\nerrors:\n%s", what, out.String(), errw.String())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	params7 := func() bool {
+		cm, err := cms.Get(ctx, "zone", metav1.GetOptions{})
+		return err == nil && cm.Data[registry.KeyParams] == `{"localWeight": 7}`
+	}
+	waitFor("the first apply", func() bool { return strings.Contains(out.String(), "configmap switchyard-system/zone created") })
+
+	write(module, []byte("package main // a source file, not a module"))
+	waitFor("the broken build reported", func() bool { return strings.Contains(errw.String(), "is not a WebAssembly module") })
+	cm, err := cms.Get(ctx, "zone", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, _, err := registry.Decode(cm, registry.DefaultMaxModuleSize); err != nil || !bytes.Equal(m, za) {
+		t.Errorf("after a broken build the ConfigMap decodes to %d bytes (%v), want the good module kept", len(m), err)
+	}
+	if !strings.Contains(errw.String(), "(waiting for policy.wasm to change)") {
+		t.Errorf("the report does not say what watch waits for:\n%s", errw.String())
+	}
+
+	write(module, za)
+	write(params, []byte(`{"localWeight": 7}`))
+	waitFor("the fixed build applied", params7)
+	waitFor("the update printed", func() bool {
+		return strings.Contains(out.String(), `params.json {"localWeight": 5} -> {"localWeight": 7}`)
+	})
+}
+
+// TestApplyNeedsACluster: without a reachable kubeconfig apply fails
+// with what to do, after its checks.
+func TestApplyNeedsACluster(t *testing.T) {
+	t.Setenv("KUBECONFIG", filepath.Join(t.TempDir(), "none"))
+	t.Setenv("HOME", t.TempDir())
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	code, _, errOut := yardctl(t, "policy", "apply", zoneAware, "--name", "zone")
+	if code != exitError || !strings.Contains(errOut, "no cluster to apply to") || !strings.Contains(errOut, "--kubeconfig") {
+		t.Errorf("apply without a cluster = %d, stderr %q", code, errOut)
+	}
+	code, _, errOut = yardctl(t, "policy", "apply", zoneAware, "--name", "Zone_A")
+	if code != exitUsage || !strings.Contains(errOut, "not a valid ConfigMap name") {
+		t.Errorf("apply --name Zone_A = %d, stderr %q, want the name refused first", code, errOut)
+	}
+	code, out, _ := yardctl(t, "policy", "apply", zoneAware, "--name", "zone", "-o", "json")
+	var res struct {
+		Error    string `json:"error"`
+		ExitCode int    `json:"exitCode"`
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil || code != exitError || res.ExitCode != exitError || !strings.Contains(res.Error, "no cluster to apply to") {
+		t.Errorf("apply -o json without a cluster = %d, stdout %q (%v), want the error as JSON", code, out, err)
+	}
+}
+
+// generousTestDeadline is the evaluation deadline of the tests that call
+// packFile directly: a loaded machine must not fail them.
+const generousTestDeadline = 2 * time.Minute
