@@ -61,6 +61,10 @@ func testKernelContract(t *testing.T, k ipvs.Kernel) {
 	sticky4 := ipvs.Service{VirtualServiceKey: vip4, Scheduler: "wrr", Flags: ipvs.FlagPersistent, Persistence: 3 * time.Hour}
 	udp4 := ipvs.Service{VirtualServiceKey: vip4udp, Scheduler: "mh", Flags: ipvs.FlagSchedOpt2}
 	sctp6 := ipvs.Service{VirtualServiceKey: vip6, Scheduler: "sh"}
+	// Firewall-mark services: one mark, once per family.
+	fwm4 := ipvs.Service{VirtualServiceKey: ipvs.MarkKey(42, false), Scheduler: "rr"}
+	fwm4sticky := ipvs.Service{VirtualServiceKey: fwm4.VirtualServiceKey, Scheduler: "rr", Flags: ipvs.FlagPersistent, Persistence: time.Minute}
+	fwm6 := ipvs.Service{VirtualServiceKey: ipvs.MarkKey(42, true), Scheduler: "wrr"}
 
 	steps := []struct {
 		name    string
@@ -117,6 +121,30 @@ func testKernelContract(t *testing.T, k ipvs.Kernel) {
 			return errors.Join(k.DeleteService(vip4), k.DeleteService(vip6))
 		}, want: []ipvstest.Entry{{Service: udp4}}},
 		{name: "delete the last", do: func() error { return k.DeleteService(vip4udp) }, want: []ipvstest.Entry{}},
+		{name: "firewall-mark services of both families", do: func() error {
+			return errors.Join(
+				k.AddService(fwm4), k.AddService(fwm6),
+				k.AddDestination(fwm4.VirtualServiceKey, be("10.244.2.2", 8080, 1)),
+				k.AddDestination(fwm6.VirtualServiceKey, be("fd00:244:1::2", 8443, 3)),
+			)
+		}, want: []ipvstest.Entry{
+			{Service: fwm4, Destinations: []ipvs.DestinationState{state(be("10.244.2.2", 8080, 1))}},
+			{Service: fwm6, Destinations: []ipvs.DestinationState{state(be("fd00:244:1::2", 8443, 3))}},
+		}},
+		{name: "add a mark service again", do: func() error { return k.AddService(fwm4) }, wantErr: ipvs.ErrExists},
+		{name: "an IPv4 destination in the IPv6 mark service", do: func() error {
+			return k.AddDestination(fwm6.VirtualServiceKey, be("10.244.2.2", 8080, 1))
+		}, wantErr: errInvalid},
+		{name: "make the mark service sticky", do: func() error { return k.UpdateService(fwm4sticky) }, want: []ipvstest.Entry{
+			{Service: fwm4sticky, Destinations: []ipvs.DestinationState{state(be("10.244.2.2", 8080, 1))}},
+			{Service: fwm6, Destinations: []ipvs.DestinationState{state(be("fd00:244:1::2", 8443, 3))}},
+		}},
+		{name: "delete the mark services", do: func() error {
+			return errors.Join(
+				k.DeleteDestination(fwm4.VirtualServiceKey, be("10.244.2.2", 8080, 0).DestinationKey),
+				k.DeleteService(fwm4.VirtualServiceKey), k.DeleteService(fwm6.VirtualServiceKey),
+			)
+		}, want: []ipvstest.Entry{}},
 	}
 	for _, st := range steps {
 		err := st.do()

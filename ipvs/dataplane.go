@@ -89,6 +89,11 @@ type Dataplane struct {
 	// written: written before the services they name are created or
 	// taken over, and removed after those are deleted.
 	journal map[model.VirtualServiceKey]bool
+	// marks are the internal marks of the frontends with in-cluster
+	// destinations, seeded from the table at the first Apply
+	// (marksRead).
+	marks     marks
+	marksRead bool
 }
 
 var _ plugin.Dataplane = (*Dataplane)(nil)
@@ -124,6 +129,7 @@ func New(cfg Config) (*Dataplane, error) {
 		addrRefs: map[netip.Addr]int{},
 		draining: map[drainKey]time.Time{},
 		journal:  map[model.VirtualServiceKey]bool{},
+		marks:    newMarks(),
 	}, nil
 }
 
@@ -162,6 +168,14 @@ func (d *Dataplane) Apply(ctx context.Context, u plugin.Update) error {
 	if !d.timeouts {
 		if err := d.ensureTimeouts(); err != nil {
 			errs = append(errs, err)
+		}
+	}
+	if !d.marksRead {
+		// Before any mark is handed out: a restarted daemon keeps the
+		// marks the table has, so that in-cluster traffic never reaches
+		// another frontend's service.
+		if err := d.seedMarks(); err != nil {
+			return errors.Join(append(errs, err)...)
 		}
 	}
 	scope, err := d.updateWant(u)
@@ -302,9 +316,53 @@ func (d *Dataplane) updateWant(u plugin.Update) (Scope, error) {
 				d.addrRefs[vs.Addr]++
 				d.want.Addrs[vs.Addr] = true
 			}
+			if len(vs.Internal) > 0 {
+				if err := d.wantInternal(sk, vs, &scope); err != nil {
+					errs = append(errs, fmt.Errorf("ipvs: service %s: %w", sk, err))
+				}
+			}
 		}
 	}
+	// A frontend keeps its mark while its internal service is wanted.
+	d.marks.keep(func(k model.VirtualServiceKey, m uint32) bool {
+		_, ok := d.want.Services[MarkKey(m, k.Addr.Is6())]
+		return ok
+	})
 	return scope, errors.Join(errs...)
+}
+
+// wantInternal adds the firewall-mark service of vs's in-cluster traffic
+// to the desired state, under the frontend's mark.
+func (d *Dataplane) wantInternal(sk model.ServiceKey, vs model.VirtualService, scope *Scope) error {
+	m, ok := d.marks.get(vs.VirtualServiceKey)
+	if !ok {
+		return fmt.Errorf("virtual service %s: all %d internal marks are taken: in-cluster traffic gets its local endpoints only", keyString(vs.VirtualServiceKey), MaxInternalMarks)
+	}
+	ds, err := InternalFromModel(vs, d.cfg.Scheduler, m)
+	if err != nil {
+		return err
+	}
+	mk := ds.Service.VirtualServiceKey
+	scope.Keys = append(scope.Keys, mk)
+	d.want.Services[mk] = ds
+	d.owner[mk] = sk
+	d.bySvc[sk] = append(d.bySvc[sk], mk)
+	return nil
+}
+
+// seedMarks adopts the internal marks the firewall table holds.
+func (d *Dataplane) seedMarks() error {
+	if d.cfg.Firewall == nil {
+		d.marksRead = true
+		return nil
+	}
+	st, err := d.cfg.Firewall.Load()
+	if err != nil {
+		return fmt.Errorf("ipvs: read the internal marks: %w", err)
+	}
+	d.marks.seed(st.Internal)
+	d.marksRead = true
+	return nil
 }
 
 // syncFirewall programs the firewall when its spec changed, and brings
@@ -458,7 +516,8 @@ func (d *Dataplane) adopt(scope Scope, skip map[model.VirtualServiceKey]bool) {
 
 // unwant drops vk, which a Service holds, from the desired state.
 func (d *Dataplane) unwant(vk model.VirtualServiceKey) {
-	bound := BoundKind(d.want.Services[vk].Kind) // as updateWant counted it
+	ds := d.want.Services[vk]
+	bound := BoundKind(ds.Kind) && !ds.For.Addr.IsValid() // as updateWant counted it
 	delete(d.owner, vk)
 	delete(d.want.Services, vk)
 	if n, ok := d.addrRefs[vk.Addr]; ok && bound {
@@ -570,7 +629,7 @@ func (d *Dataplane) do(op Op) error {
 				delete(d.draining, dk)
 			}
 		}
-		if k.Protocol == model.UDP {
+		if k.Protocol == model.UDP { // a firewall-mark service has none
 			d.clearUDP(k, netip.Addr{})
 		}
 	case OpAddDestination, OpUpdateDestination:
@@ -686,8 +745,9 @@ func (d *Dataplane) drainLocked() error {
 				d.removeDest(k, dest)
 				continue
 			}
+			frontend := d.frontendOf(k)
 			conns := s.ActiveConns
-			if k.Protocol == model.TCP {
+			if frontend.Protocol == model.TCP {
 				conns += s.InactiveConns
 			}
 			if conns > 0 && now.Sub(d.draining[dk]) < d.cfg.DrainTimeout {
@@ -699,12 +759,22 @@ func (d *Dataplane) drainLocked() error {
 			}
 			delete(d.draining, dk)
 			d.removeDest(k, dest)
-			if k.Protocol == model.UDP {
-				d.clearUDP(k, dest.Addr)
+			if frontend.Protocol == model.UDP {
+				d.clearUDP(frontend, dest.Addr)
 			}
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// frontendOf returns the frontend a wanted firewall-mark service serves,
+// k itself for any other key: the address, port and protocol its
+// connections have.
+func (d *Dataplane) frontendOf(k model.VirtualServiceKey) model.VirtualServiceKey {
+	if f := d.want.Services[k].For; f.Addr.IsValid() {
+		return f
+	}
+	return k
 }
 
 // wanted reports whether the desired state holds dest in k.

@@ -21,6 +21,9 @@ type DesiredService struct {
 	Kind         model.FrontendKind
 	Local        bool
 	SourceRanges []netip.Prefix
+	// For is set on a firewall-mark service (a MarkKey): the frontend
+	// whose in-cluster traffic it serves (InternalFromModel).
+	For model.VirtualServiceKey
 }
 
 // Desired is the state the dataplane wants in the kernel.

@@ -10,11 +10,36 @@
 //     backend's, a deleted service's, and a service's when it gets its
 //     first serving real servers): NetlinkConntrack;
 //   - Firewall, its own nftables table (masquerade incl. hairpin,
-//     loadBalancerSourceRanges) over google/nftables: NFTables. The table
+//     loadBalancerSourceRanges, internal marks) over google/nftables:
+//     NFTables. The table
 //     also records a content stamp, so that an unchanged table is never
 //     rewritten (not even by a restart), and the owned virtual services on
 //     shared node addresses, recorded before they are created, so that
 //     ownership of NodePorts survives a restart and a crash.
+//
+// # In-cluster traffic to Local frontends
+//
+// A Local LoadBalancer or external IP frontend serves the outside from its
+// local endpoints, keeping the client's address, and in-cluster clients
+// (a pod, the node itself) from every endpoint (the plan's Internal set,
+// as kube-proxy does, k/k#93456). IPVS looks a packet's firewall mark up
+// before its address, port and protocol (ip_vs_service_find), so each
+// such frontend gets a second, firewall-mark virtual service holding the
+// Internal set, keyed by MarkKey (fwmark.go), and the nftables table marks
+// the frontend's in-cluster packets with that mark before IPVS sees them:
+// in the output hook (the node's own) and in prerouting from a cluster
+// CIDR (pods; without cluster CIDRs pods cannot be told from the outside
+// and get the local endpoints, as with kube-proxy without a local
+// detector). The node's marked traffic is masqueraded (fib saddr type
+// local: its source may be the frontend's address, which the endpoint's
+// node holds too); a pod's is not. Marks are 1..InternalMarkMask (below
+// the masquerade bit), handed out per frontend and kept while it has an
+// Internal set; the table records them (map internal4/6), so a restarted
+// Dataplane keeps them, and a freed mark is reused only after every other,
+// so that a packet still marked for an old frontend never reaches a new
+// one's service. The mark services live on no address: the table's owned
+// sets prove them, like NodePorts. Policies weigh Destinations only; the
+// Internal set keeps weight 1.
 //
 // Planning is pure: Diff turns the desired state and the kernel's state
 // into ordered operations, deleting only what State.Owns (services on

@@ -36,6 +36,8 @@ type FirewallState struct {
 	Stamp string
 	// Owned are the spec's Owned keys, sorted.
 	Owned []model.VirtualServiceKey
+	// Internal are the spec's Internal marks, sorted by key.
+	Internal []InternalMark
 }
 
 // FirewallSpec is what the nftables table implements: masquerade for
@@ -64,6 +66,12 @@ type FirewallSpec struct {
 	// itself through its Service) is masqueraded, or its reply would skip
 	// IPVS (hairpin). Sorted.
 	Endpoints []netip.Addr
+	// Internal are the Local frontends whose in-cluster traffic (from
+	// the node itself; from pods, told by ClusterCIDRs) is marked for
+	// their firewall-mark service, which holds every endpoint; the node's
+	// own is masqueraded too (its source may be the frontend's address,
+	// which every node holds), pods' is not. Sorted by key.
+	Internal []InternalMark
 	// Owned are the virtual services the dataplane owns on addresses not
 	// bound to the dummy link (NodePorts on node addresses). The table
 	// only stores them, so that ownership survives a restart: a journal
@@ -74,8 +82,8 @@ type FirewallSpec struct {
 // stampVersion changes whenever the table layout for a given spec, or
 // what the stamp covers, does, so that an upgraded daemon rewrites the
 // table. v3: the stamp no longer covers Owned. v4: without cluster CIDRs,
-// traffic from a ClusterIP source is masqueraded.
-const stampVersion = "switchyard-fw-v4"
+// traffic from a ClusterIP source is masqueraded. v5: internal marks.
+const stampVersion = "switchyard-fw-v5"
 
 // Stamp is a content hash of the spec (and the table layout version),
 // Owned excepted: two specs with the same stamp program the same rules and
@@ -123,6 +131,11 @@ func (s FirewallSpec) Stamp() string {
 		prefixes(r.Ranges)
 	}
 	addrs(s.Endpoints)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(s.Internal)))
+	for _, im := range s.Internal {
+		keys([]model.VirtualServiceKey{im.Key})
+		b = binary.BigEndian.AppendUint32(b, im.Mark)
+	}
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
 }
@@ -141,7 +154,8 @@ func (s FirewallSpec) Equal(o FirewallSpec) bool {
 		slices.EqualFunc(s.SourceRanges, o.SourceRanges, func(a, b SourceRange) bool {
 			return a.Key == b.Key && slices.Equal(a.Ranges, b.Ranges)
 		}) &&
-		slices.Equal(s.Endpoints, o.Endpoints) && slices.Equal(s.Owned, o.Owned)
+		slices.Equal(s.Endpoints, o.Endpoints) && slices.Equal(s.Owned, o.Owned) &&
+		slices.Equal(s.Internal, o.Internal)
 }
 
 // BuildFirewallSpec derives the spec from the desired virtual services;
@@ -153,6 +167,11 @@ func BuildFirewallSpec(want Desired, cidrs []netip.Prefix, masqueradeAll bool) F
 	for k, ds := range want.Services {
 		for _, d := range ds.Destinations {
 			endpoints[d.Addr] = true
+		}
+		if ds.For.Addr.IsValid() {
+			m, _ := MarkOf(k)
+			spec.Internal = append(spec.Internal, InternalMark{Key: ds.For, Mark: m})
+			continue
 		}
 		a := ds.Service.Addr
 		switch {
@@ -181,6 +200,7 @@ func BuildFirewallSpec(want Desired, cidrs []netip.Prefix, masqueradeAll bool) F
 	slices.SortFunc(spec.ExternalIPs, netip.Addr.Compare)
 	slices.SortFunc(spec.NodePorts, model.VirtualServiceKey.Compare)
 	slices.SortFunc(spec.SourceRanges, func(a, b SourceRange) int { return a.Key.Compare(b.Key) })
+	slices.SortFunc(spec.Internal, func(a, b InternalMark) int { return a.Key.Compare(b.Key) })
 	return spec
 }
 

@@ -34,14 +34,24 @@ func TestBuildFirewallSpec(t *testing.T) {
 		{DestinationKey: ipvs.DestinationKey{Addr: ep1, Port: 8080}, Weight: 1},
 		{DestinationKey: ipvs.DestinationKey{Addr: ep2, Port: 8080}, Weight: 1},
 	}
-	endpoints := []netip.Addr{ep1, ep2}
+	// The internal (firewall-mark) service of lbLocal's in-cluster
+	// traffic: an Internal mark, its endpoints in the hairpin set, its
+	// key's address in no set.
+	ep3 := netip.MustParseAddr("10.244.3.2")
+	markSvc := ds(ipvs.MarkKey(7, false).Addr, model.FrontendLoadBalancer, false)
+	markSvc.Service.VirtualServiceKey = ipvs.MarkKey(7, false)
+	markSvc.For = lbLocalKey
+	markSvc.Destinations = []ipvs.Destination{{DestinationKey: ipvs.DestinationKey{Addr: ep3, Port: 8080}, Weight: 1}}
+	internal := []ipvs.InternalMark{{Key: lbLocalKey, Mark: 7}}
+	endpoints := []netip.Addr{ep1, ep2, ep3}
 	want := ipvs.Desired{Services: map[model.VirtualServiceKey]ipvs.DesiredService{
 		keyA:  cipA,
 		keyB:  ds(vipB, model.FrontendClusterIP, false),
 		keyNP: ds(nodeIP, model.FrontendNodePort, false),
 		{Addr: lbCluster, Port: 80, Protocol: model.TCP}: ds(lbCluster, model.FrontendLoadBalancer, false),
-		lbLocalKey: local,
-		keyNPLocal: ds(nodeIP, model.FrontendNodePort, true),
+		lbLocalKey:             local,
+		keyNPLocal:             ds(nodeIP, model.FrontendNodePort, true),
+		ipvs.MarkKey(7, false): markSvc,
 	}}
 	tests := []struct {
 		name string
@@ -52,11 +62,13 @@ func TestBuildFirewallSpec(t *testing.T) {
 			ClusterIPs: []netip.Addr{vipA, vipB}, ExternalIPs: []netip.Addr{lbCluster}, ClusterCIDRs: cidrs,
 			NodePorts:    []model.VirtualServiceKey{keyNP},
 			SourceRanges: []ipvs.SourceRange{{Key: lbLocalKey, Ranges: ranges}}, Endpoints: endpoints,
+			Internal: internal,
 		}},
 		{name: "masqueradeAll takes Local too", all: true, want: ipvs.FirewallSpec{
 			ClusterIPs: []netip.Addr{vipA, vipB}, ExternalIPs: []netip.Addr{lbCluster, lbLocal}, ClusterCIDRs: cidrs, MasqueradeAll: true,
 			NodePorts:    []model.VirtualServiceKey{keyNP, keyNPLocal},
 			SourceRanges: []ipvs.SourceRange{{Key: lbLocalKey, Ranges: ranges}}, Endpoints: endpoints,
+			Internal: internal,
 		}},
 	}
 	for _, tc := range tests {
@@ -84,6 +96,7 @@ func TestFirewallSpecStamp(t *testing.T) {
 			s.SourceRanges = []ipvs.SourceRange{{Key: keyA, Ranges: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}}
 		}},
 		{"endpoints", func(s *ipvs.FirewallSpec) { s.Endpoints = []netip.Addr{vipB} }},
+		{"internal marks", func(s *ipvs.FirewallSpec) { s.Internal = []ipvs.InternalMark{{Key: keyA, Mark: 1}} }},
 	} {
 		changed := base
 		tc.change(&changed)

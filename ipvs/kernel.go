@@ -156,13 +156,15 @@ func ValidateService(s Service) error {
 	if !s.Addr.IsValid() || s.Addr.Is4In6() {
 		return fmt.Errorf("service address %v: want an IPv4 or IPv6 address", s.Addr)
 	}
-	switch s.Protocol {
-	case model.TCP, model.UDP, model.SCTP:
-	default:
-		return fmt.Errorf("service %s: unsupported protocol %v", keyString(s.VirtualServiceKey), s.Protocol)
-	}
-	if s.Port == 0 {
-		return fmt.Errorf("service %s: port 0", s.Addr)
+	if _, fwmark := MarkOf(s.VirtualServiceKey); !fwmark {
+		switch s.Protocol {
+		case model.TCP, model.UDP, model.SCTP:
+		default:
+			return fmt.Errorf("service %s: unsupported protocol %v", keyString(s.VirtualServiceKey), s.Protocol)
+		}
+		if s.Port == 0 {
+			return fmt.Errorf("service %s: port 0", s.Addr)
+		}
 	}
 	if s.Scheduler == "" {
 		return fmt.Errorf("service %s: no scheduler", s.Addr)
@@ -201,7 +203,15 @@ func SortDestinations(ds []DestinationState) {
 	slices.SortFunc(ds, func(a, b DestinationState) int { return a.DestinationKey.Compare(b.DestinationKey) })
 }
 
-// keyString formats a key for errors: "TCP/10.96.0.10:80".
+// keyString formats a key for errors: "TCP/10.96.0.10:80", or
+// "FWM/4/12" for the IPv4 firewall-mark service of mark 12.
 func keyString(k model.VirtualServiceKey) string {
+	if m, ok := MarkOf(k); ok {
+		fam := "4"
+		if k.Addr.Is6() {
+			fam = "6"
+		}
+		return fmt.Sprintf("FWM/%s/%d", fam, m)
+	}
 	return k.Protocol.String() + "/" + netip.AddrPortFrom(k.Addr, k.Port).String()
 }

@@ -45,8 +45,8 @@ func (n *Netlink) Close() error {
 	return nil
 }
 
-// Services lists the address-based virtual services; firewall-mark services
-// have no key the dataplane could own and are left out.
+// Services lists the virtual services; a firewall-mark service has a
+// MarkKey.
 func (n *Netlink) Services() ([]Service, error) {
 	n.mu.Lock()
 	list, err := n.c.Services()
@@ -224,6 +224,9 @@ func family(k model.VirtualServiceKey) (cipvs.AddressFamily, netmask.Mask) {
 // libKey is the identifying part of a service for cloudflare/ipvs.
 func libKey(k model.VirtualServiceKey) cipvs.Service {
 	fam, mask := family(k)
+	if m, ok := MarkOf(k); ok {
+		return cipvs.Service{FWMark: m, Family: fam, Netmask: mask}
+	}
 	return cipvs.Service{
 		Address:  k.Addr,
 		Port:     k.Port,
@@ -243,20 +246,26 @@ func toLibService(s Service) cipvs.Service {
 }
 
 func fromLibService(ls cipvs.Service) (Service, bool) {
-	if ls.FWMark != 0 || !ls.Address.IsValid() {
+	var key model.VirtualServiceKey
+	switch {
+	case ls.FWMark != 0:
+		key = MarkKey(ls.FWMark, ls.Family == cipvs.INET6)
+	case !ls.Address.IsValid():
 		return Service{}, false
-	}
-	var proto model.Protocol
-	for p, lp := range protocols {
-		if lp == ls.Protocol {
-			proto = p
+	default:
+		var proto model.Protocol
+		for p, lp := range protocols {
+			if lp == ls.Protocol {
+				proto = p
+			}
 		}
-	}
-	if proto == 0 {
-		return Service{}, false
+		if proto == 0 {
+			return Service{}, false
+		}
+		key = model.VirtualServiceKey{Addr: ls.Address.Unmap(), Port: ls.Port, Protocol: proto}
 	}
 	s := Service{
-		VirtualServiceKey: model.VirtualServiceKey{Addr: ls.Address.Unmap(), Port: ls.Port, Protocol: proto},
+		VirtualServiceKey: key,
 		Scheduler:         ls.Scheduler,
 		Flags:             Flags(ls.Flags) & knownFlags,
 	}

@@ -55,10 +55,18 @@ func testFirewallContract(t *testing.T, fw ipvs.Firewall) {
 		NodePorts:    []model.VirtualServiceKey{{Addr: node4, Port: 30080, Protocol: model.TCP}},
 		ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")},
 		Endpoints:    []netip.Addr{netip.MustParseAddr("10.244.1.2"), netip.MustParseAddr("fd00:244::2")},
+		// Internal marks, and the firewall-mark services among the owned
+		// keys (ipvs.MarkKey).
+		Internal: []ipvs.InternalMark{
+			{Key: model.VirtualServiceKey{Addr: netip.MustParseAddr("198.51.100.1"), Port: 80, Protocol: model.TCP}, Mark: 1},
+			{Key: model.VirtualServiceKey{Addr: netip.MustParseAddr("2001:db8::1"), Port: 53, Protocol: model.UDP}, Mark: ipvs.InternalMarkMask},
+		},
 		Owned: []model.VirtualServiceKey{
+			ipvs.MarkKey(1, false),
 			{Addr: node4, Port: 30080, Protocol: model.TCP},
 			{Addr: node4, Port: 30081, Protocol: model.UDP},
 			{Addr: node4, Port: 30082, Protocol: model.SCTP},
+			ipvs.MarkKey(ipvs.InternalMarkMask, true),
 			{Addr: node6, Port: 30080, Protocol: model.TCP},
 		},
 	}
@@ -74,7 +82,7 @@ func testFirewallContract(t *testing.T, fw ipvs.Firewall) {
 		if err != nil {
 			t.Fatalf("Load %d: %v", i, err)
 		}
-		want := ipvs.FirewallState{Stamp: s.Stamp(), Owned: s.Owned}
+		want := ipvs.FirewallState{Stamp: s.Stamp(), Owned: s.Owned, Internal: s.Internal}
 		if diff := cmp.Diff(want, got, cmpAddrs); diff != "" {
 			t.Errorf("Load after Sync %d (-want +got):\n%s", i, diff)
 		}
@@ -103,7 +111,7 @@ func testFirewallContract(t *testing.T, fw ipvs.Firewall) {
 			t.Fatalf("Load after RecordOwned %s: %v", st.name, err)
 		}
 		slices.SortFunc(st.want, model.VirtualServiceKey.Compare)
-		if diff := cmp.Diff(ipvs.FirewallState{Stamp: spec.Stamp(), Owned: st.want}, got, cmpAddrs); diff != "" {
+		if diff := cmp.Diff(ipvs.FirewallState{Stamp: spec.Stamp(), Owned: st.want, Internal: spec.Internal}, got, cmpAddrs); diff != "" {
 			t.Errorf("Load after RecordOwned %s (-want +got):\n%s", st.name, diff)
 		}
 	}
@@ -115,7 +123,7 @@ func testFirewallContract(t *testing.T, fw ipvs.Firewall) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if diff := cmp.Diff(ipvs.FirewallState{Stamp: s.Stamp(), Owned: s.Owned}, got, cmpAddrs); diff != "" {
+		if diff := cmp.Diff(ipvs.FirewallState{Stamp: s.Stamp(), Owned: s.Owned, Internal: s.Internal}, got, cmpAddrs); diff != "" {
 			t.Errorf("Load after Sync %d after RecordOwned (-want +got):\n%s", i, diff)
 		}
 	}

@@ -46,14 +46,20 @@ const MasqueradeMark = 0x4000
 //	  chain mark-unless-cluster { ip saddr <cidr> return ...; meta mark set mark | 0x4000 }
 //	    (without cluster CIDRs: { ip saddr @cluster-ips4 meta mark set mark | 0x4000; return })
 //	  set hairpin4 { type ipv4_addr . ipv4_addr }    (endpoint . endpoint; and 6)
+//	  map internal4 { type ipv4_addr . inet_proto . inet_service : mark } (and 6)
+//	    (mark-output, after jump mark: meta mark set ip daddr . meta l4proto . th dport map @internal4;
+//	     mark-prerouting, after jump mark, once per cluster CIDR:
+//	       ip saddr <cidr> meta mark set ip daddr . meta l4proto . th dport map @internal4)
 //	  set owned4 { type ipv4_addr . inet_proto . inet_service } (and 6; only read back)
 //	  set stamp { type inet_service; elements = { 0 comment "switchyard-spec <Stamp>" } }
 //	  chain masquerade { type nat hook postrouting priority srcnat
 //	    ip daddr . ip saddr @hairpin4 masquerade        (and ip6: hairpin)
-//	    meta mark & 0x4000 != 0 masquerade }
+//	    meta mark & 0x4000 != 0 masquerade
+//	    meta mark & 0x3fff != 0 fib saddr type local masquerade }   (internal marks: the node's own)
 //	}
 //
-// With MasqueradeAll, mark-unless-cluster has no returns. The stamp lets
+// With MasqueradeAll, mark-unless-cluster has no returns and every
+// internally marked packet is masqueraded. The stamp lets
 // Load tell whether the table already holds a spec, so that an unchanged
 // spec is never rewritten; a change in endpoints or owned services only
 // updates the element sets and the stamp, and RecordOwned updates the
@@ -94,7 +100,7 @@ func (n *NFTables) Sync(spec FirewallSpec) error {
 
 // rewrite replaces the table with spec's in one transaction.
 func (n *NFTables) rewrite(spec FirewallSpec) error {
-	elems := len(spec.ClusterIPs) + len(spec.ExternalIPs) + len(spec.NodePorts) + 2*len(spec.Endpoints) + len(spec.Owned)
+	elems := len(spec.ClusterIPs) + len(spec.ExternalIPs) + len(spec.NodePorts) + 2*len(spec.Endpoints) + len(spec.Owned) + len(spec.Internal)
 	c, err := newConn(elems)
 	if err != nil {
 		return fmt.Errorf("ipvs: nftables: %w", err)
@@ -154,8 +160,28 @@ func (n *NFTables) rewrite(spec FirewallSpec) error {
 		sets[s.name] = set
 	}
 
+	for _, s := range []struct {
+		name string
+		typ  nftables.SetDatatype
+		v4   bool
+	}{{"internal4", nodePortType4, true}, {"internal6", nodePortType6, false}} {
+		set := &nftables.Set{Table: table, Name: s.name, KeyType: s.typ, DataType: nftables.TypeMark,
+			IsMap: true, Concatenation: true}
+		var elems []nftables.SetElement
+		for _, im := range spec.Internal {
+			if im.Key.Addr.Is4() == s.v4 {
+				elems = append(elems, nftables.SetElement{Key: concatKey(im.Key), Val: binaryutil.NativeEndian.PutUint32(im.Mark)})
+			}
+		}
+		if err := addSet(c, set, elems); err != nil {
+			return fmt.Errorf("ipvs: nftables map %s: %w", s.name, err)
+		}
+		sets[s.name] = set
+	}
+
 	markChain := c.AddChain(&nftables.Chain{Name: "mark", Table: table})
 	unless := c.AddChain(&nftables.Chain{Name: "mark-unless-cluster", Table: table})
+	hooked := map[string]*nftables.Chain{}
 	for _, h := range []struct {
 		name string
 		hook *nftables.ChainHook
@@ -165,6 +191,29 @@ func (n *NFTables) rewrite(spec FirewallSpec) error {
 		c.AddRule(&nftables.Rule{Table: table, Chain: ch, Exprs: []expr.Any{
 			&expr.Verdict{Kind: expr.VerdictJump, Chain: markChain.Name},
 		}})
+		hooked[h.name] = ch
+	}
+	// In-cluster traffic to a Local frontend: the node's own (output),
+	// and pods' by their source address (prerouting, from a cluster
+	// CIDR; without one, pods cannot be told from the outside and are
+	// served like it, as kube-proxy does without a local detector). The
+	// mark replaces any other (IPVS matches it exactly); the masquerade
+	// chain below masquerades the node's own.
+	for _, fam := range []ipFamily{ipv4, ipv6} {
+		c.AddRule(&nftables.Rule{Table: table, Chain: hooked["mark-output"], Exprs: internalMark(fam, sets["internal"+fam.suffix], nil)})
+		for _, p := range spec.ClusterCIDRs {
+			if p.Addr().Is4() != (fam.proto == unix.NFPROTO_IPV4) {
+				continue
+			}
+			p = p.Masked()
+			from := []expr.Any{
+				&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: fam.src, Len: fam.size},
+				&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: fam.size,
+					Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen()), Xor: make([]byte, fam.size)},
+				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: p.Addr().AsSlice()},
+			}
+			c.AddRule(&nftables.Rule{Table: table, Chain: hooked["mark-prerouting"], Exprs: internalMark(fam, sets["internal"+fam.suffix], from)})
+		}
 	}
 	for _, fam := range []ipFamily{ipv4, ipv6} {
 		match := func(set string) []expr.Any {
@@ -289,10 +338,44 @@ func (n *NFTables) rewrite(spec FirewallSpec) error {
 		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
 		&expr.Masq{},
 	}})
+	// The node's own in-cluster traffic to a Local frontend: its source
+	// is a local address, often the frontend's own, which the endpoint's
+	// node holds too (kube-proxy: "masquerade LOCAL traffic").
+	internalMasq := []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyMARK, Register: 1},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(InternalMarkMask), Xor: binaryutil.NativeEndian.PutUint32(0)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
+	}
+	if !spec.MasqueradeAll {
+		internalMasq = append(internalMasq,
+			&expr.Fib{Register: 1, FlagSADDR: true, ResultADDRTYPE: true},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(unix.RTN_LOCAL)})
+	}
+	c.AddRule(&nftables.Rule{Table: table, Chain: masq, Exprs: append(internalMasq, &expr.Masq{})})
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("ipvs: nftables: program table %s: %w", TableName, err)
 	}
 	return nil
+}
+
+// internalMark is "[pre] meta mark set <daddr> . meta l4proto . th
+// dport map @set" for family fam: a packet to a frontend in the map gets
+// its internal mark; others are left alone.
+func internalMark(fam ipFamily, set *nftables.Set, pre []expr.Any) []expr.Any {
+	protoReg := 8 + fam.size/4
+	out := []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{fam.proto}},
+	}
+	out = append(out, pre...)
+	return append(out,
+		&expr.Payload{DestRegister: 8, Base: expr.PayloadBaseNetworkHeader, Offset: fam.dst, Len: fam.size},
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: protoReg},
+		&expr.Payload{DestRegister: protoReg + 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+		&expr.Lookup{SourceRegister: 8, SetName: set.Name, SetID: set.ID, DestRegister: 1, IsDestRegSet: true},
+		&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: 1},
+	)
 }
 
 // stampPrefix starts the comment that holds the spec's stamp.
@@ -361,6 +444,24 @@ func (n *NFTables) Load() (FirewallState, error) {
 		}
 	}
 	slices.SortFunc(st.Owned, model.VirtualServiceKey.Compare)
+	for _, fam := range []ipFamily{ipv4, ipv6} {
+		set, err := c.GetSetByName(table, "internal"+fam.suffix)
+		if err != nil {
+			continue // a table older than internal marks: none
+		}
+		elems, err := c.GetSetElements(set)
+		if err != nil {
+			return FirewallState{}, fmt.Errorf("ipvs: nftables: read map internal%s: %w", fam.suffix, err)
+		}
+		for _, e := range elems {
+			k, ok := parseConcatKey(e.Key, fam)
+			if !ok || len(e.Val) != 4 {
+				return FirewallState{}, fmt.Errorf("ipvs: nftables: map internal%s: malformed element %x: %x", fam.suffix, e.Key, e.Val)
+			}
+			st.Internal = append(st.Internal, InternalMark{Key: k, Mark: binaryutil.NativeEndian.Uint32(e.Val)})
+		}
+	}
+	slices.SortFunc(st.Internal, func(a, b InternalMark) int { return a.Key.Compare(b.Key) })
 	if n.last != nil {
 		last := *n.last
 		last.Owned = slices.Clone(st.Owned) // the journal, as the table holds it
@@ -558,6 +659,12 @@ func parseConcatKey(b []byte, fam ipFamily) (model.VirtualServiceKey, bool) {
 	addr, _ := netip.AddrFromSlice(b[:n])
 	var p model.Protocol
 	switch b[n] {
+	case 0: // a firewall-mark service's key (owned sets)
+		k := model.VirtualServiceKey{Addr: addr}
+		if _, ok := MarkOf(k); !ok || b[n+4] != 0 || b[n+5] != 0 {
+			return model.VirtualServiceKey{}, false
+		}
+		return k, true
 	case unix.IPPROTO_TCP:
 		p = model.TCP
 	case unix.IPPROTO_UDP:

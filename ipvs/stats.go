@@ -27,6 +27,9 @@ func (d *Dataplane) Stats() (map[model.VirtualServiceKey]map[netip.AddrPort]plug
 	out := make(map[model.VirtualServiceKey]map[netip.AddrPort]plugin.EndpointStats, len(keys))
 	var errs []error
 	for _, k := range keys {
+		if _, fwmark := MarkOf(k); fwmark {
+			continue // not a planned key: no policy reads it
+		}
 		states, err := d.destinations(k)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("ipvs: read statistics: %w", err))

@@ -90,6 +90,16 @@ type VirtualService struct {
 	// Service has no usable endpoint for this frontend: the dataplane
 	// rejects its traffic rather than black-holing it.
 	Destinations []Destination
+
+	// Internal, when non-empty, are the real servers of this frontend
+	// for traffic from inside the cluster (a pod, the node itself): the
+	// cluster-wide endpoints, sorted like Destinations. The planner sets
+	// it on Local LoadBalancer and external IP frontends, as kube-proxy
+	// sends in-cluster traffic to such an address to any endpoint of the
+	// Service (k/k#93456); Destinations keep serving the outside. A
+	// dataplane that cannot tell the two apart serves everyone from
+	// Destinations.
+	Internal []Destination
 }
 
 // Destination is a real server of a virtual service.
@@ -147,7 +157,7 @@ func (v VirtualService) Equal(o VirtualService) bool {
 		v.PortName == o.PortName && v.Scheduler == o.Scheduler &&
 		v.AffinityTimeout == o.AffinityTimeout && v.Local == o.Local &&
 		slices.Equal(v.Flags, o.Flags) && slices.Equal(v.SourceRanges, o.SourceRanges) &&
-		slices.Equal(v.Destinations, o.Destinations)
+		slices.Equal(v.Destinations, o.Destinations) && slices.Equal(v.Internal, o.Internal)
 }
 
 // Plan is the node's whole desired state: one ServicePlan per Service.

@@ -26,6 +26,13 @@
 //   - internalTrafficPolicy Local makes ClusterIP frontends use node-local
 //     endpoints; externalTrafficPolicy Local makes NodePort, LoadBalancer
 //     and external IP frontends use them (and sets VirtualService.Local).
+//   - A Local LoadBalancer or external IP frontend also carries the
+//     cluster-wide endpoints in VirtualService.Internal, whatever
+//     internalTrafficPolicy says: traffic to it from a pod or the node
+//     itself goes to any endpoint, as kube-proxy short-circuits it
+//     (k/k#93456), while outside traffic keeps the local ones and its
+//     source address. NodePort frontends do not (a narrower reading of
+//     kube-proxy, which short-circuits them too).
 //   - Topology hints narrow the cluster-wide set: node hints when every
 //     ready endpoint has one and one names this node, else zone hints when
 //     every ready endpoint has one and one names this node's zone, else

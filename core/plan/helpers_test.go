@@ -121,6 +121,11 @@ func local(v model.VirtualService) model.VirtualService {
 	return v
 }
 
+func withInternal(v model.VirtualService, d []model.Destination) model.VirtualService {
+	v.Internal = d
+	return v
+}
+
 func withRanges(v model.VirtualService, ranges ...string) model.VirtualService {
 	v.SourceRanges = prefixes(ranges...)
 	return v

@@ -175,6 +175,12 @@ func (e *env) planService(svc *model.Service, eps []model.Endpoint) *model.Servi
 				vs.Addr, vs.Port, vs.Kind, vs.Local = addr, vport, kind, local && kind.External()
 				vs.SourceRanges = slices.Clone(ranges)
 				vs.Destinations = sel.destinations(local)
+				if vs.Local && (kind == model.FrontendLoadBalancer || kind == model.FrontendExternalIP) {
+					// In-cluster traffic is short-circuited to every
+					// endpoint, whatever internalTrafficPolicy says
+					// (kube-proxy's UsesClusterEndpoints).
+					vs.Internal = sel.destinations(false)
+				}
 				vss = append(vss, vs)
 			}
 			for _, a := range svc.ClusterIPs {

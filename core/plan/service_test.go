@@ -206,7 +206,7 @@ func TestPlanService(t *testing.T) {
 			noNode: true,
 			want: &model.ServicePlan{Key: webKey, Announce: ips("198.51.100.1"), VirtualServices: []model.VirtualService{
 				vs(CIP, "10.96.0.10", 80, dests("10.0.0.1", "10.0.0.2")),
-				local(vs(LB, "198.51.100.1", 80, nil)),
+				withInternal(local(vs(LB, "198.51.100.1", 80, nil)), dests("10.0.0.1", "10.0.0.2")),
 			}},
 		},
 		{
@@ -583,7 +583,10 @@ func TestPlanServiceTrafficPolicies(t *testing.T) {
 					lb := vs(model.FrontendLoadBalancer, "198.51.100.1", 80, external)
 					np := vs(model.FrontendNodePort, "192.168.0.1", 30080, external)
 					if etp == model.PolicyLocal {
-						lb = local(vs(model.FrontendLoadBalancer, "198.51.100.1", 80, set.local))
+						// In-cluster clients of the LoadBalancer IP get
+						// every endpoint, whatever ITP says; the NodePort's
+						// get the local ones.
+						lb = withInternal(local(vs(model.FrontendLoadBalancer, "198.51.100.1", 80, set.local)), set.cluster)
 						np = local(vs(model.FrontendNodePort, "192.168.0.1", 30080, set.local))
 						want.HealthCheckNodePort, want.LocalEndpoints = 32000, set.localReady
 					}
@@ -598,6 +601,99 @@ func TestPlanServiceTrafficPolicies(t *testing.T) {
 				})
 			}
 		}
+	}
+}
+
+// TestPlanServiceInternal covers VirtualService.Internal: the endpoints
+// of in-cluster traffic to a Local LoadBalancer or external IP frontend
+// are the cluster-wide ones, topology hints applied, whatever
+// internalTrafficPolicy says; nothing else carries them.
+func TestPlanServiceInternal(t *testing.T) {
+	const (
+		CIP = model.FrontendClusterIP
+		NP  = model.FrontendNodePort
+		LB  = model.FrontendLoadBalancer
+		EIP = model.FrontendExternalIP
+	)
+	svc := func(etp, itp model.TrafficPolicy) *model.Service {
+		s := lbService([]string{"10.96.0.10"}, "198.51.100.1")
+		s.ExternalIPs = ips("203.0.113.1")
+		s.ExternalTrafficPolicy, s.InternalTrafficPolicy = etp, itp
+		return s
+	}
+	tests := []struct {
+		name string
+		svc  *model.Service
+		eps  []model.Endpoint
+		want []model.VirtualService
+	}{
+		{
+			name: "ETP Cluster: no internal set",
+			svc:  svc(model.PolicyCluster, model.PolicyCluster),
+			eps:  []model.Endpoint{ready("10.0.0.2", "n2")},
+			want: []model.VirtualService{
+				vs(CIP, "10.96.0.10", 80, dests("10.0.0.2")),
+				vs(NP, "192.168.0.1", 30080, dests("10.0.0.2")),
+				vs(LB, "198.51.100.1", 80, dests("10.0.0.2")),
+				vs(EIP, "203.0.113.1", 80, dests("10.0.0.2")),
+			},
+		},
+		{
+			name: "ETP Local, no local endpoint: LoadBalancer and external IP reach the remote one from inside",
+			svc:  svc(model.PolicyLocal, model.PolicyCluster),
+			eps:  []model.Endpoint{ready("10.0.0.2", "n2"), notReady("10.0.0.3", "n2")},
+			want: []model.VirtualService{
+				vs(CIP, "10.96.0.10", 80, dests("10.0.0.2")),
+				local(vs(NP, "192.168.0.1", 30080, nil)),
+				withInternal(local(vs(LB, "198.51.100.1", 80, nil)), dests("10.0.0.2")),
+				withInternal(local(vs(EIP, "203.0.113.1", 80, nil)), dests("10.0.0.2")),
+			},
+		},
+		{
+			name: "ETP and ITP Local: the internal set is still cluster-wide",
+			svc:  svc(model.PolicyLocal, model.PolicyLocal),
+			eps:  []model.Endpoint{ready("10.0.0.1", "n1"), ready("10.0.0.2", "n2")},
+			want: []model.VirtualService{
+				vs(CIP, "10.96.0.10", 80, dests("10.0.0.1")),
+				local(vs(NP, "192.168.0.1", 30080, dests("10.0.0.1"))),
+				withInternal(local(vs(LB, "198.51.100.1", 80, dests("10.0.0.1"))), dests("10.0.0.1", "10.0.0.2")),
+				withInternal(local(vs(EIP, "203.0.113.1", 80, dests("10.0.0.1"))), dests("10.0.0.1", "10.0.0.2")),
+			},
+		},
+		{
+			name: "zone hints narrow the internal set as they narrow the ClusterIP's",
+			svc:  svc(model.PolicyLocal, model.PolicyCluster),
+			eps: []model.Endpoint{
+				zoneHints(ready("10.0.0.2", "n2"), "z1"),
+				zoneHints(ready("10.0.0.3", "n3"), "z2"),
+			},
+			want: []model.VirtualService{
+				vs(CIP, "10.96.0.10", 80, dests("10.0.0.2")),
+				local(vs(NP, "192.168.0.1", 30080, nil)),
+				withInternal(local(vs(LB, "198.51.100.1", 80, nil)), dests("10.0.0.2")),
+				withInternal(local(vs(EIP, "203.0.113.1", 80, nil)), dests("10.0.0.2")),
+			},
+		},
+		{
+			name: "no usable endpoint: no internal set either",
+			svc:  svc(model.PolicyLocal, model.PolicyCluster),
+			eps:  []model.Endpoint{notReady("10.0.0.2", "n2")},
+			want: []model.VirtualService{
+				vs(CIP, "10.96.0.10", 80, nil),
+				local(vs(NP, "192.168.0.1", 30080, nil)),
+				local(vs(LB, "198.51.100.1", 80, nil)),
+				local(vs(EIP, "203.0.113.1", 80, nil)),
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := plan.PlanService(tt.svc, tt.eps, &model.Node{Name: "n1", Zone: "z1", Addresses: ips("192.168.0.1")}, nil)
+			want := &model.ServicePlan{Key: webKey, Announce: ips("198.51.100.1"), VirtualServices: tt.want}
+			if d := diff(want, got); d != "" {
+				t.Errorf("PlanService() mismatch (-want +got):\n%s", d)
+			}
+		})
 	}
 }
 

@@ -39,6 +39,7 @@ func (f *FakeFirewall) Sync(spec ipvs.FirewallSpec) error {
 	}
 	f.specs = append(f.specs, spec)
 	spec.Owned = slices.Clone(spec.Owned)
+	spec.Internal = slices.Clone(spec.Internal)
 	f.table = &spec
 	f.writes++
 	return nil
@@ -94,7 +95,7 @@ func (f *FakeFirewall) Load() (ipvs.FirewallState, error) {
 	if f.table == nil {
 		return ipvs.FirewallState{}, nil
 	}
-	return ipvs.FirewallState{Stamp: f.table.Stamp(), Owned: slices.Clone(f.table.Owned)}, nil
+	return ipvs.FirewallState{Stamp: f.table.Stamp(), Owned: slices.Clone(f.table.Owned), Internal: slices.Clone(f.table.Internal)}, nil
 }
 
 // DeleteTable drops the table, as an administrator's `nft delete table`

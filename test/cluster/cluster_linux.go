@@ -172,6 +172,17 @@ type daemon struct {
 	cmd  *exec.Cmd
 	done chan struct{}
 	runs int
+	// config, when set, replaces opts.DaemonConfig on this node.
+	config string
+}
+
+// SetDaemonConfig makes the node's next StartDaemon run with cfg instead
+// of the cluster's DaemonConfig; "" goes back to the cluster's. It does
+// not touch a running daemon.
+func (n *Node) SetDaemonConfig(cfg string) {
+	n.daemon.mu.Lock()
+	defer n.daemon.mu.Unlock()
+	n.daemon.config = cfg
 }
 
 // StartDaemon sets the node's sysctls as the DaemonSet's init container
@@ -189,7 +200,11 @@ func (n *Node) StartDaemon(ctx context.Context) error {
 		return fmt.Errorf("cluster: %w", err)
 	}
 	cfg := filepath.Join(dir, "config.yaml")
-	if err := os.WriteFile(cfg, []byte(d.opts.DaemonConfig), 0o644); err != nil {
+	config := d.opts.DaemonConfig
+	if d.config != "" {
+		config = d.config
+	}
+	if err := os.WriteFile(cfg, []byte(config), 0o644); err != nil {
 		return fmt.Errorf("cluster: %w", err)
 	}
 	d.runs++

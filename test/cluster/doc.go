@@ -21,6 +21,12 @@
 // objects matching the topology (nodeName, zone, ready/serving/terminating)
 // to the API server; the daemons program their node's IPVS from them.
 //
+// LoadBalancer ingress IPs of a ServiceSpec (IngressIP) are written by the
+// harness, under StaticLoadBalancerClass, so no daemon allocates or
+// announces them; RouteThrough gives the router a fixed path to such an
+// address (or an external IP) through one node. A node's daemon can run
+// with its own config (SetDaemonConfig, then a restart).
+//
 // Traffic (StartTraffic) is the tool for the suites and benchmarks: many
 // concurrent long-lived TCP or UDP flows from one namespace, each one
 // recording the first break (reset, timeout, an answer from another

@@ -70,7 +70,19 @@ type ServiceSpec struct {
 	// Service; default Cluster.
 	ETP       corev1.ServiceExternalTrafficPolicy
 	Endpoints []Endpoint
+	// ExternalIPs are the Service's spec.externalIPs.
+	ExternalIPs []netip.Addr
+	// IngressIP, on a LoadBalancer Service, is written to its status as
+	// its ingress IP, as a cloud controller would, under the class
+	// StaticLoadBalancerClass: no daemon allocates or announces it
+	// (Switchyard proxies ingress IPs of every class), so the suite
+	// decides the path to it (Topology.RouteThrough).
+	IngressIP netip.Addr
 }
+
+// StaticLoadBalancerClass is the loadBalancerClass of the Services whose
+// ingress IP the harness writes (ServiceSpec.IngressIP).
+const StaticLoadBalancerClass = "cluster-lab.switchyard.dev/static"
 
 // Endpoint is one pod in the Service's EndpointSlice. The zero conditions
 // are ready and serving, not terminating.
@@ -91,6 +103,14 @@ type Service struct {
 	// LoadBalancer Services).
 	Ports     map[string]uint16
 	NodePorts map[string]uint16
+	// ExternalIPs and IngressIP are the spec's.
+	ExternalIPs []netip.Addr
+	IngressIP   netip.Addr
+}
+
+// AddrOn is addr (an external or ingress IP) with the port named name.
+func (s *Service) AddrOn(addr netip.Addr, name string) netip.AddrPort {
+	return netip.AddrPortFrom(addr, s.Ports[name])
 }
 
 // ClusterAddr is the ClusterIP with the port named name.
@@ -120,6 +140,16 @@ func (c *Cluster) CreateService(ctx context.Context, ns string, spec ServiceSpec
 			svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyCluster
 		}
 	}
+	for _, a := range spec.ExternalIPs {
+		svc.Spec.ExternalIPs = append(svc.Spec.ExternalIPs, a.String())
+	}
+	if spec.IngressIP.IsValid() {
+		if svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
+			return nil, fmt.Errorf("cluster: Service %s/%s: an ingress IP needs type LoadBalancer", ns, spec.Name)
+		}
+		class := StaticLoadBalancerClass
+		svc.Spec.LoadBalancerClass = &class
+	}
 	for _, p := range servicePorts {
 		svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{
 			Name: p.name, Protocol: p.proto, Port: p.port, TargetPort: intstr.FromInt32(p.target),
@@ -129,7 +159,14 @@ func (c *Cluster) CreateService(ctx context.Context, ns string, spec ServiceSpec
 	if err != nil {
 		return nil, fmt.Errorf("cluster: create Service %s/%s: %w", ns, spec.Name, err)
 	}
-	out := &Service{Namespace: ns, Name: spec.Name, Ports: map[string]uint16{}, NodePorts: map[string]uint16{}}
+	if spec.IngressIP.IsValid() {
+		created.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: spec.IngressIP.String()}}
+		if created, err = c.Kube.CoreV1().Services(ns).UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+			return nil, fmt.Errorf("cluster: write Service %s/%s's ingress IP: %w", ns, spec.Name, err)
+		}
+	}
+	out := &Service{Namespace: ns, Name: spec.Name, Ports: map[string]uint16{}, NodePorts: map[string]uint16{},
+		ExternalIPs: spec.ExternalIPs, IngressIP: spec.IngressIP}
 	if out.ClusterIP, err = netip.ParseAddr(created.Spec.ClusterIP); err != nil {
 		return nil, fmt.Errorf("cluster: Service %s/%s ClusterIP %q: %w", ns, spec.Name, created.Spec.ClusterIP, err)
 	}

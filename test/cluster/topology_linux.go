@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -212,6 +213,26 @@ func build(p Plan) (_ *Topology, err error) {
 		}
 	}
 	return t, nil
+}
+
+// RouteThrough makes the router send traffic for addr (a LoadBalancer or
+// external IP) to node n, replacing any route it had for it; n nil removes
+// the route. It stands in for an announcer where a suite needs a fixed
+// path.
+func (t *Topology) RouteThrough(addr netip.Addr, n *Node) error {
+	return t.Router.configure(func(h *netlink.Handle) error {
+		dst := ipNet(netip.PrefixFrom(addr, addr.BitLen()))
+		if n == nil {
+			if err := h.RouteDel(&netlink.Route{Dst: dst}); err != nil && !errors.Is(err, unix.ESRCH) {
+				return fmt.Errorf("delete route %s: %w", addr, err)
+			}
+			return nil
+		}
+		if err := h.RouteReplace(&netlink.Route{Dst: dst, Gw: n.Addr.AsSlice()}); err != nil {
+			return fmt.Errorf("route %s via %s: %w", addr, n.Addr, err)
+		}
+		return nil
+	})
 }
 
 // Close stops the pod servers and releases the namespaces; the kernel
