@@ -1,6 +1,7 @@
 package cluster_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -160,7 +161,8 @@ func TestSuiteFailsWithoutDaemon(t *testing.T) {
 	restarted := false
 	t.Cleanup(func() {
 		if !restarted {
-			if err := node1.StartDaemon(t.Context()); err != nil {
+			// t.Context is already done when cleanups run.
+			if err := node1.StartDaemon(context.Background()); err != nil {
 				t.Error(err)
 			}
 		}
