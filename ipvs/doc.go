@@ -30,7 +30,9 @@
 // schedulers.go owns the IPVS scheduler names (Schedulers, the kernel's
 // ip_vs_*.c list): Dataplane is the plugin.SchedulerSet that lets the
 // planner and the policy stage accept them, and moves rr, which ignores
-// weights, to wrr when a policy's weights differ (WeightedScheduler).
+// weights, to wrr when a policy's weights differ (WeightedScheduler);
+// SchedulerSet answers the same before a Dataplane is opened, so that the
+// daemon refuses a config whose default scheduler the kernel lacks.
 //
 // # Crash consistency
 //

@@ -51,7 +51,7 @@ const (
 // the planner's options.
 var liveFields = []string{
 	"dataplane.ipvs.scheduler",
-	"dataplane.ipvs.nodePortAddresses",
+	"dataplane.nodePortAddresses",
 	"loadBalancerClass",
 	"ignoreUnclassed",
 	"policies.default",
@@ -72,26 +72,51 @@ type daemonConfig struct {
 	Profiling bool
 }
 
+// dataplaneMode is one value of dataplane.mode: how its dataplane is
+// opened, and the schedulers it supports, known before it is opened so
+// that a config naming another is refused at start and on reload.
+type dataplaneMode struct {
+	open       func(*config.Config) (plugin.Dataplane, error)
+	schedulers plugin.SchedulerSet
+}
+
+var dataplaneModes = map[string]dataplaneMode{
+	config.ModeIPVS:   {open: openIPVS, schedulers: ipvs.SchedulerSet},
+	config.ModeDryRun: {open: func(*config.Config) (plugin.Dataplane, error) { return dryrun.New(), nil }, schedulers: dryrun.SchedulerSet},
+}
+
+// checkDataplane validates what the config package leaves to the
+// dataplane cfg's mode names (config.Check): its default scheduler.
+func checkDataplane(cfg *config.Config) config.Errors {
+	m, ok := dataplaneModes[cfg.Dataplane.Mode]
+	if !ok {
+		return nil // the config's own validation names the mode
+	}
+	return config.SchedulerCheck(m.schedulers)(cfg)
+}
+
 // newDataplane returns the dataplane cfg's mode names.
 func newDataplane(cfg *config.Config) (plugin.Dataplane, error) {
-	switch cfg.Dataplane.Mode {
-	case config.ModeDryRun:
-		return dryrun.New(), nil
-	case config.ModeIPVS:
-		ic := cfg.Dataplane.IPVS
-		dp, err := ipvs.Open(ipvs.Config{
-			Scheduler:     ic.Scheduler,
-			StrictARP:     ic.StrictARP == nil || *ic.StrictARP,
-			ClusterCIDRs:  config.Prefixes(ic.ClusterCIDRs),
-			MasqueradeAll: ic.MasqueradeAll,
-			Timeouts:      ipvs.Timeouts{TCP: ic.TCPTimeout.Std(), TCPFin: ic.TCPFinTimeout.Std(), UDP: ic.UDPTimeout.Std()},
-		})
-		if err != nil {
-			return nil, fmt.Errorf("dataplane.mode ipvs: %w", err)
-		}
-		return dp, nil
+	m, ok := dataplaneModes[cfg.Dataplane.Mode]
+	if !ok {
+		return nil, fmt.Errorf("dataplane.mode: unknown mode %q", cfg.Dataplane.Mode)
 	}
-	return nil, fmt.Errorf("dataplane.mode: unknown mode %q", cfg.Dataplane.Mode)
+	return m.open(cfg)
+}
+
+func openIPVS(cfg *config.Config) (plugin.Dataplane, error) {
+	ic := cfg.Dataplane.IPVS
+	dp, err := ipvs.Open(ipvs.Config{
+		Scheduler:     ic.Scheduler,
+		StrictARP:     ic.StrictARP == nil || *ic.StrictARP,
+		ClusterCIDRs:  config.Prefixes(cfg.Dataplane.ClusterCIDRs),
+		MasqueradeAll: cfg.Dataplane.MasqueradeAll,
+		Timeouts:      ipvs.Timeouts{TCP: ic.TCPTimeout.Std(), TCPFin: ic.TCPFinTimeout.Std(), UDP: ic.UDPTimeout.Std()},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dataplane.mode ipvs: %w", err)
+	}
+	return dp, nil
 }
 
 // runDaemon wires the watch, planner, reconcile loop, dataplane and HTTP
@@ -101,7 +126,7 @@ func newDataplane(cfg *config.Config) (plugin.Dataplane, error) {
 func runDaemon(ctx context.Context, dc daemonConfig) (err error) {
 	log := dc.Log
 	cfg := dc.Watcher.Config()
-	ipvsCfg := cfg.Dataplane.IPVS
+	dpCfg := cfg.Dataplane
 	if dc.NewDataplane == nil {
 		dc.NewDataplane = newDataplane
 	}
@@ -125,7 +150,7 @@ func runDaemon(ctx context.Context, dc daemonConfig) (err error) {
 	m := metrics.New(reg)
 	// kube-proxy's healthz: unhealthy when a change waits longer than
 	// twice the sync period.
-	tracker := status.NewSyncTracker(2*ipvsCfg.SyncPeriod.Std(), nil)
+	tracker := status.NewSyncTracker(2*dpCfg.SyncPeriod.Std(), nil)
 	hc := healthcheck.NewServer(nil, log.With("component", "healthcheck"),
 		healthcheck.WithProxyHealthy(func() bool { return tracker.Health().Healthy }))
 	defer hc.Close()
@@ -179,7 +204,7 @@ func runDaemon(ctx context.Context, dc daemonConfig) (err error) {
 		Log:       log.With("component", "reconcile"),
 		// The periodic repair of kernel drift; statistics ticks and
 		// other syncs without changes do not reprogram everything.
-		FullSyncPeriod: ipvsCfg.SyncPeriod.Std(),
+		FullSyncPeriod: dpCfg.SyncPeriod.Std(),
 
 		PolicyStage: policystage.Config{
 			Policies:      policies,
@@ -191,7 +216,7 @@ func runDaemon(ctx context.Context, dc daemonConfig) (err error) {
 			StatsInterval: cfg.Policies.StatisticsInterval.Std(),
 		},
 	})
-	retry := max(min(maxRetryInterval, ipvsCfg.SyncPeriod.Std()), ipvsCfg.MinSyncPeriod.Std())
+	retry := max(min(maxRetryInterval, dpCfg.SyncPeriod.Std()), dpCfg.MinSyncPeriod.Std())
 	r = runner.New("sync", func(ctx context.Context) error {
 		start := time.Now()
 		res, err := loop.Sync(ctx)
@@ -199,7 +224,7 @@ func runDaemon(ctx context.Context, dc daemonConfig) (err error) {
 			tracker.Updated(start)
 		}
 		return err
-	}, ipvsCfg.MinSyncPeriod.Std(), ipvsCfg.SyncPeriod.Std(), retry)
+	}, dpCfg.MinSyncPeriod.Std(), dpCfg.SyncPeriod.Std(), retry)
 	// The first sync is pending from the start: /healthz fails if it never
 	// happens.
 	tracker.Queued()
@@ -364,7 +389,7 @@ func (rl *reloader) apply(next *config.Config) {
 func withLive(cur, next *config.Config) *config.Config {
 	c := *cur
 	c.Dataplane.IPVS.Scheduler = next.Dataplane.IPVS.Scheduler
-	c.Dataplane.IPVS.NodePortAddresses = next.Dataplane.IPVS.NodePortAddresses
+	c.Dataplane.NodePortAddresses = next.Dataplane.NodePortAddresses
 	c.LoadBalancerClass = next.LoadBalancerClass
 	c.IgnoreUnclassed = next.IgnoreUnclassed
 	c.Policies.Default = next.Policies.Default

@@ -87,13 +87,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cleanupNode(ctx, f.cleanup, f.cleanupKubeProxy, log)
 	}
 	if f.setSysctls {
-		cfg, err := config.Load(f.configPath)
+		cfg, err := config.Load(f.configPath, checkDataplane)
 		if err != nil {
 			return err
 		}
 		return setSysctls(cfg, hostSysctls(), log)
 	}
-	watcher, err := config.NewWatcher(f.configPath)
+	watcher, err := config.NewWatcher(f.configPath, checkDataplane)
 	if err != nil {
 		return err
 	}

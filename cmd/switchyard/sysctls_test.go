@@ -129,7 +129,7 @@ func TestSetSysctls(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg, err := config.Parse([]byte("apiVersion: switchyard.dev/v1alpha1\nkind: SwitchyardConfig\n" + tt.config))
+			cfg, err := config.Parse([]byte("apiVersion: switchyard.dev/v1alpha2\nkind: SwitchyardConfig\n" + tt.config))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -283,7 +283,7 @@ func TestSetSysctlsConntrack(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg, err := config.Parse([]byte("apiVersion: switchyard.dev/v1alpha1\nkind: SwitchyardConfig\n" + tt.config))
+			cfg, err := config.Parse([]byte("apiVersion: switchyard.dev/v1alpha2\nkind: SwitchyardConfig\n" + tt.config))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -42,11 +42,11 @@ func Default() *Config {
 // the only place defaults are applied.
 func (c *Config) SetDefaults() {
 	setString(&c.Dataplane.Mode, DefaultMode)
+	setDuration(&c.Dataplane.SyncPeriod, DefaultSyncPeriod)
+	setDuration(&c.Dataplane.MinSyncPeriod, DefaultMinSyncPeriod)
 	ipvs := &c.Dataplane.IPVS
 	setString(&ipvs.Scheduler, DefaultScheduler)
 	setBool(&ipvs.StrictARP, true)
-	setDuration(&ipvs.SyncPeriod, DefaultSyncPeriod)
-	setDuration(&ipvs.MinSyncPeriod, DefaultMinSyncPeriod)
 
 	ct := &c.Conntrack
 	setInt(&ct.MaxPerCore, DefaultConntrackMaxPerCore)

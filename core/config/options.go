@@ -6,7 +6,7 @@ import "github.com/switchyard-lb/switchyard/core/plan"
 // defaults applied.
 func (c *Config) PlanOptions() plan.Options {
 	return plan.Options{
-		NodePortAddresses: Prefixes(c.Dataplane.IPVS.NodePortAddresses),
+		NodePortAddresses: Prefixes(c.Dataplane.NodePortAddresses),
 		Scheduler:         c.Dataplane.IPVS.Scheduler,
 		LoadBalancerClass: c.LoadBalancerClass,
 		IgnoreUnclassed:   c.IgnoreUnclassed,

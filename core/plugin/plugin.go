@@ -115,8 +115,10 @@ type StatsReader interface {
 // planner accepts a switchyard.dev/scheduler annotation, and the policy
 // stage a PolicyResult.Scheduler, only when the dataplane supports the
 // name; without a SchedulerSet neither is accepted and every virtual
-// service keeps the configured default. Its methods must be goroutine-safe
-// and pure: the same name always gets the same answer.
+// service keeps the configured default. The daemon also refuses a config
+// whose default scheduler the dataplane's set does not hold. Its methods
+// must be goroutine-safe and pure: the same name always gets the same
+// answer.
 type SchedulerSet interface {
 	// SupportsScheduler reports whether the dataplane can program the
 	// scheduler name.
@@ -126,6 +128,10 @@ type SchedulerSet interface {
 	// name itself when it honours weights, else a supported one that
 	// does (IPVS: wrr for rr, which ignores weights).
 	WeightedScheduler(name string) string
+	// Schedulers returns every name SupportsScheduler accepts, in a
+	// stable order, for messages such as a config's refusal of another
+	// (core/config.SchedulerCheck); the caller owns the slice.
+	Schedulers() []string
 }
 
 // PolicyResult is a policy's decision for one Service port.
