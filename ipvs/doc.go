@@ -23,7 +23,9 @@
 // Dataplane applies them, keeps a cache of the kernel re-read
 // on Full updates and after errors, adopts existing state on restart
 // without flushing, and drains removed real servers (weight 0, deleted
-// once their connections end or a timeout passes). Open wires it to the
+// once their connections end or Config.DrainTimeout passes; the daemon
+// sets it from dataplane.ipvs.drainTimeout and changes it on reload with
+// SetDrainTimeout). Open wires it to the
 // running host. Dataplane.Stats (plugin.StatsReader) reads the live
 // counters of the real servers it programs, one destination dump per
 // virtual service, for the policy stage's statistics tick.

@@ -48,9 +48,10 @@ const (
 )
 
 // liveFields are the config fields a reload applies without a restart:
-// the planner's options.
+// the planner's options and the IPVS drain timeout.
 var liveFields = []string{
 	"dataplane.ipvs.scheduler",
+	"dataplane.ipvs.drainTimeout",
 	"dataplane.nodePortAddresses",
 	"loadBalancerClass",
 	"ignoreUnclassed",
@@ -104,15 +105,22 @@ func newDataplane(cfg *config.Config) (plugin.Dataplane, error) {
 	return m.open(cfg)
 }
 
-func openIPVS(cfg *config.Config) (plugin.Dataplane, error) {
+// ipvsConfig is the IPVS dataplane's configuration from cfg, without
+// the kernel handles Open adds.
+func ipvsConfig(cfg *config.Config) ipvs.Config {
 	ic := cfg.Dataplane.IPVS
-	dp, err := ipvs.Open(ipvs.Config{
+	return ipvs.Config{
 		Scheduler:     ic.Scheduler,
 		StrictARP:     ic.StrictARP == nil || *ic.StrictARP,
 		ClusterCIDRs:  config.Prefixes(cfg.Dataplane.ClusterCIDRs),
 		MasqueradeAll: cfg.Dataplane.MasqueradeAll,
 		Timeouts:      ipvs.Timeouts{TCP: ic.TCPTimeout.Std(), TCPFin: ic.TCPFinTimeout.Std(), UDP: ic.UDPTimeout.Std()},
-	})
+		DrainTimeout:  ic.DrainTimeout.Std(),
+	}
+}
+
+func openIPVS(cfg *config.Config) (plugin.Dataplane, error) {
+	dp, err := ipvs.Open(ipvsConfig(cfg))
 	if err != nil {
 		return nil, fmt.Errorf("dataplane.mode ipvs: %w", err)
 	}
@@ -248,6 +256,9 @@ func runDaemon(ctx context.Context, dc daemonConfig) (err error) {
 	reload := newReloader(cfg, loop, policies, lbm.SetPools, r.Trigger, log.With("component", "config"), reg)
 	reload.schedulers = schedulers
 	reload.setAnnouncers = lbm.SetAnnouncers
+	if d, ok := dp.(drainTimeoutSetter); ok {
+		reload.setDrainTimeout = d.SetDrainTimeout
+	}
 	metricsHandler := status.MetricsHandler(reg, func() any { return loop.State() })
 	if dc.Profiling {
 		metricsHandler = withProfiling(metricsHandler)
@@ -296,6 +307,12 @@ func runDaemon(ctx context.Context, dc daemonConfig) (err error) {
 	return errors.Join(err, metricsSrv.Shutdown(sctx), healthSrv.Shutdown(sctx))
 }
 
+// drainTimeoutSetter is a dataplane whose graceful termination has a
+// bound a reload may change (ipvs.Dataplane).
+type drainTimeoutSetter interface {
+	SetDrainTimeout(time.Duration)
+}
+
 // reloader applies config reloads: the planner's options at once, the
 // rest at the next restart.
 type reloader struct {
@@ -309,8 +326,11 @@ type reloader struct {
 	// setAnnouncers applies the announcers when it can without a
 	// restart; its error says why not.
 	setAnnouncers func([]config.Announcer) error
-	trigger       func()
-	log           *slog.Logger
+	// setDrainTimeout applies dataplane.ipvs.drainTimeout; nil for a
+	// dataplane that drains nothing.
+	setDrainTimeout func(time.Duration)
+	trigger         func()
+	log             *slog.Logger
 	// successful is 1 when the last changed file was accepted, 0 when it
 	// was rejected (as Prometheus' own config_last_reload_successful).
 	successful prometheus.Gauge
@@ -364,6 +384,9 @@ func (rl *reloader) apply(next *config.Config) {
 			rl.loop.SetOptions(opts)
 			rl.trigger()
 		}
+		if d := next.Dataplane.IPVS.DrainTimeout; d != rl.current.Dataplane.IPVS.DrainTimeout && rl.setDrainTimeout != nil {
+			rl.setDrainTimeout(d.Std())
+		}
 		if next.Policies.Default != rl.current.Policies.Default && rl.policies != nil {
 			rl.policies.SetDefault(next.Policies.Default) // triggers the loop
 		}
@@ -389,6 +412,7 @@ func (rl *reloader) apply(next *config.Config) {
 func withLive(cur, next *config.Config) *config.Config {
 	c := *cur
 	c.Dataplane.IPVS.Scheduler = next.Dataplane.IPVS.Scheduler
+	c.Dataplane.IPVS.DrainTimeout = next.Dataplane.IPVS.DrainTimeout
 	c.Dataplane.NodePortAddresses = next.Dataplane.NodePortAddresses
 	c.LoadBalancerClass = next.LoadBalancerClass
 	c.IgnoreUnclassed = next.IgnoreUnclassed

@@ -69,6 +69,16 @@ type daemonUnderTest struct {
 
 func startDaemon(t *testing.T, extraConfig string) *daemonUnderTest {
 	t.Helper()
+	return startDaemonWith(t, extraConfig, func(d *daemonUnderTest, _ *config.Config) (plugin.Dataplane, error) {
+		d.dp = dryrun.New()
+		return d.dp, nil
+	})
+}
+
+// startDaemonWith is startDaemon with the dataplane newDataplane makes
+// from the config (d.dp stays nil unless it sets it).
+func startDaemonWith(t *testing.T, extraConfig string, newDataplane func(*daemonUnderTest, *config.Config) (plugin.Dataplane, error)) *daemonUnderTest {
+	t.Helper()
 	d := &daemonUnderTest{tc: writeTestConfig(t, extraConfig), logs: &syncBuffer{}, done: make(chan error, 1)}
 	w, err := config.NewWatcher(d.tc.path, checkDataplane)
 	if err != nil {
@@ -88,9 +98,8 @@ func startDaemon(t *testing.T, extraConfig string) *daemonUnderTest {
 			Client:   client,
 			NodeName: "node-a",
 			Log:      slog.New(slog.NewJSONHandler(d.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-			NewDataplane: func(*config.Config) (plugin.Dataplane, error) {
-				d.dp = dryrun.New()
-				return d.dp, nil
+			NewDataplane: func(cfg *config.Config) (plugin.Dataplane, error) {
+				return newDataplane(d, cfg)
 			},
 			ConfigPollInterval: 10 * time.Millisecond,
 		})

@@ -127,6 +127,12 @@ type IPVS struct {
 	// StrictARP sets arp_ignore=1 and arp_announce=2 so that only an
 	// announcer answers ARP for service addresses. Default true.
 	StrictARP *bool `yaml:"strictARP"`
+	// DrainTimeout bounds graceful termination: the real server of an
+	// endpoint that went away gets weight 0, keeps its established
+	// connections and is deleted when they end, or once it has drained
+	// this long. Applied on reload (a real server already draining then
+	// goes at the new bound, counted from when it began). Default 15m.
+	DrainTimeout Duration `yaml:"drainTimeout"`
 }
 
 // Policies configures the balancing policies.

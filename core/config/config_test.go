@@ -41,8 +41,9 @@ func defaults() *Config {
 			SyncPeriod:    Duration(30 * time.Second),
 			MinSyncPeriod: Duration(time.Second),
 			IPVS: IPVS{
-				Scheduler: "rr",
-				StrictARP: ptr(true),
+				Scheduler:    "rr",
+				StrictARP:    ptr(true),
+				DrainTimeout: Duration(15 * time.Minute),
 			},
 		},
 		Conntrack: Conntrack{
@@ -116,6 +117,7 @@ announcers:
 						TCPFinTimeout: Duration(30 * time.Second),
 						UDPTimeout:    Duration(5 * time.Minute),
 						StrictARP:     ptr(false),
+						DrainTimeout:  Duration(5 * time.Minute),
 					},
 				},
 				Conntrack: Conntrack{
@@ -314,6 +316,16 @@ func TestValidate(t *testing.T) {
 				{Path: "dataplane.ipvs.clusterCIDRs[1]", Line: 10, Msg: `invalid CIDR "bad"`},
 				{Path: "dataplane.ipvs.clusterCIDRs[2]", Line: 10, Msg: `want a CIDR string such as "10.0.0.0/8"`},
 			},
+		},
+		{
+			name: "drain timeout",
+			in:   header + "dataplane:\n  ipvs:\n    drainTimeout: -30s\n",
+			want: []FieldError{{Path: "dataplane.ipvs.drainTimeout", Line: 5, Msg: "-30s is not positive"}},
+		},
+		{
+			name: "drain timeout in v1alpha1",
+			in:   headerV1alpha1 + "dataplane:\n  ipvs:\n    drainTimeout: -1m\n",
+			want: []FieldError{{Path: "dataplane.ipvs.drainTimeout", Line: 5, Msg: "-1m0s is not positive"}},
 		},
 		{
 			name: "sync periods out of order",

@@ -31,6 +31,7 @@ func TestConvertV1alpha1(t *testing.T) {
 		{"nodePortAddresses", "dataplane:\n  ipvs:\n    nodePortAddresses: [192.168.0.0/24]\n", "dataplane:\n  nodePortAddresses: [192.168.0.0/24]\n"},
 		{"scheduler stays", "dataplane:\n  ipvs:\n    scheduler: wlc\n", "dataplane:\n  ipvs:\n    scheduler: wlc\n"},
 		{"strictARP stays", "dataplane:\n  ipvs:\n    strictARP: false\n", "dataplane:\n  ipvs:\n    strictARP: false\n"},
+		{"drainTimeout stays", "dataplane:\n  ipvs:\n    drainTimeout: 1m\n", "dataplane:\n  ipvs:\n    drainTimeout: 1m\n"},
 		{
 			"timeouts stay", "dataplane:\n  ipvs:\n    tcpTimeout: 1m\n    tcpFinTimeout: 2m\n    udpTimeout: 3m\n",
 			"dataplane:\n  ipvs:\n    tcpTimeout: 1m\n    tcpFinTimeout: 2m\n    udpTimeout: 3m\n",

@@ -8,6 +8,7 @@ const (
 	DefaultScheduler          = "rr"
 	DefaultSyncPeriod         = 30 * time.Second
 	DefaultMinSyncPeriod      = time.Second
+	DefaultDrainTimeout       = 15 * time.Minute
 	DefaultEvaluationDeadline = 50 * time.Millisecond
 	DefaultMemoryLimit        = 32 << 20
 	DefaultStatisticsInterval = 10 * time.Second
@@ -47,6 +48,7 @@ func (c *Config) SetDefaults() {
 	ipvs := &c.Dataplane.IPVS
 	setString(&ipvs.Scheduler, DefaultScheduler)
 	setBool(&ipvs.StrictARP, true)
+	setDuration(&ipvs.DrainTimeout, DefaultDrainTimeout)
 
 	ct := &c.Conntrack
 	setInt(&ct.MaxPerCore, DefaultConntrackMaxPerCore)

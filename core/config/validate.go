@@ -77,6 +77,7 @@ func (v *validator) dataplane(path string, d *Dataplane) {
 	v.seconds(p+".tcpTimeout", ipvs.TCPTimeout)
 	v.seconds(p+".tcpFinTimeout", ipvs.TCPFinTimeout)
 	v.seconds(p+".udpTimeout", ipvs.UDPTimeout)
+	v.positive(p+".drainTimeout", ipvs.DrainTimeout)
 }
 
 // SchedulerCheck returns a Check that refuses a default scheduler
