@@ -16,6 +16,7 @@ import (
 	"github.com/switchyard-lb/switchyard/core/config"
 	"github.com/switchyard-lb/switchyard/core/logging"
 	"github.com/switchyard-lb/switchyard/core/version"
+	"github.com/switchyard-lb/switchyard/ipvs/tuning"
 )
 
 // DefaultConfigPath is where the DaemonSet mounts the config ConfigMap.
@@ -91,7 +92,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		return setSysctls(cfg, hostSysctls(), log)
+		return setSysctls(cfg, tuning.RunningHost(), log)
 	}
 	watcher, err := config.NewWatcher(f.configPath, checkDataplane)
 	if err != nil {

@@ -85,9 +85,10 @@ type Dataplane struct {
 
 // Conntrack tunes the kernel's connection tracking as kube-proxy's
 // conntrack section does, with its defaults. The IPVS dataplane's
-// `switchyard --set-sysctls` applies it (the DaemonSet's privileged init
-// container), writing only values that differ; the dry-run dataplane
-// touches nothing. A change takes effect at the next start.
+// `switchyard --set-sysctls` applies it (ipvs/tuning, in the DaemonSet's
+// privileged init container), writing only values that differ; the
+// dry-run dataplane touches nothing. A change takes effect at the next
+// start.
 type Conntrack struct {
 	// MaxPerCore sets net/netfilter/nf_conntrack_max to MaxPerCore times
 	// the node's CPUs, at least Min, and raises the nf_conntrack module's
