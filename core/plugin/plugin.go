@@ -5,8 +5,9 @@
 //   - the three plugin kinds: the Dataplane that forwards packets (and
 //     may read its live statistics, StatsReader, and name the schedulers
 //     it supports, SchedulerSet), the Announcers that make
-//     LoadBalancer addresses reachable, and the balancing Policy that
-//     weighs endpoints;
+//     LoadBalancer addresses reachable (each driven through an
+//     ElectedAnnouncer: its election mode, pools and node selector), and
+//     the balancing Policy that weighs endpoints;
 //   - Source, the watch layer the loop takes changes from (core/k8s);
 //   - Policies, which resolves a Service's policy (plugins/registry), and
 //     PolicyReporter, which tells the user about it;
@@ -15,7 +16,8 @@
 //     them (FailureReason), announcers' AddrErrors.
 //
 // It holds interfaces, their value types and errors only, and imports
-// nothing but core/model, so plugins never import the loop.
+// nothing but core/model and the pure core/election (for an elected
+// announcer's mode and node selector), so plugins never import the loop.
 package plugin
 
 import (
