@@ -104,7 +104,7 @@ func TestRunRefusesInvalidConfig(t *testing.T) {
 		{
 			name:   "wrong kind",
 			config: "apiVersion: v1\nkind: ConfigMap\n",
-			want:   `line 1: apiVersion: got "v1", want "switchyard.dev/v1alpha2" (or the older switchyard.dev/v1alpha1); line 2: kind: got "ConfigMap", want "SwitchyardConfig"`,
+			want:   `line 1: apiVersion: got "v1", want "switchyard.dev/v1alpha2" or the older "switchyard.dev/v1alpha1"; line 2: kind: got "ConfigMap", want "SwitchyardConfig"`,
 		},
 	}
 	for _, tt := range tests {

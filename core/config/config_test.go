@@ -218,8 +218,8 @@ func TestParseErrors(t *testing.T) {
 		{"syntax error", header + "pools: [\n", "line 3: sequence end token ']' not found"},
 		{"two documents", header + "---\n" + header, "line 4: want one YAML document, found 2"},
 		{"not a mapping", "- a\n", "line 1: want a mapping with apiVersion and kind"},
-		{"empty", "", `apiVersion: missing (want "switchyard.dev/v1alpha2") (or the older switchyard.dev/v1alpha1); kind: missing (want "SwitchyardConfig")`},
-		{"wrong apiVersion", "apiVersion: switchyard.dev/v1\nkind: SwitchyardConfig\n", `line 1: apiVersion: got "switchyard.dev/v1", want "switchyard.dev/v1alpha2" (or the older switchyard.dev/v1alpha1)`},
+		{"empty", "", `apiVersion: missing (want "switchyard.dev/v1alpha2" or the older "switchyard.dev/v1alpha1"); kind: missing (want "SwitchyardConfig")`},
+		{"wrong apiVersion", "apiVersion: switchyard.dev/v1\nkind: SwitchyardConfig\n", `line 1: apiVersion: got "switchyard.dev/v1", want "switchyard.dev/v1alpha2" or the older "switchyard.dev/v1alpha1"`},
 		{"wrong kind", "apiVersion: switchyard.dev/v1alpha2\nkind: ConfigMap\ndata: {}\n", `line 2: kind: got "ConfigMap", want "SwitchyardConfig"`},
 		{"wrong kind in v1alpha1", "apiVersion: switchyard.dev/v1alpha1\nkind: ConfigMap\ndata: {}\n", `line 2: kind: got "ConfigMap", want "SwitchyardConfig"`},
 

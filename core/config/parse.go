@@ -110,7 +110,7 @@ func Parse(data []byte, checks ...Check) (*Config, error) {
 	if !knownVersion || head.Kind != Kind {
 		var errs Errors
 		if !knownVersion {
-			errs = append(errs, &FieldError{Path: "apiVersion", Msg: gotWant(head.APIVersion, APIVersion) + " (or the older " + APIVersionV1alpha1 + ")"})
+			errs = append(errs, &FieldError{Path: "apiVersion", Msg: gotWantVersion(head.APIVersion)})
 		}
 		if head.Kind != Kind {
 			errs = append(errs, &FieldError{Path: "kind", Msg: gotWant(head.Kind, Kind)})
@@ -282,6 +282,16 @@ func gotWant(got, want string) string {
 		return fmt.Sprintf("missing (want %q)", want)
 	}
 	return fmt.Sprintf("got %q, want %q", got, want)
+}
+
+// gotWantVersion is gotWant for a file's apiVersion, naming both versions
+// Parse reads.
+func gotWantVersion(got string) string {
+	want := fmt.Sprintf("%q or the older %q", APIVersion, APIVersionV1alpha1)
+	if got == "" {
+		return "missing (want " + want + ")"
+	}
+	return fmt.Sprintf("got %q, want %s", got, want)
 }
 
 func article(word string) string {
