@@ -71,7 +71,7 @@ func TestIntegrationDaemonWithDeployRBAC(t *testing.T) {
 		bin := buildDaemon(t)
 		metricsAddr, healthAddr := freeAddr(t), freeAddr(t)
 		cfgPath := filepath.Join(t.TempDir(), "config.yaml")
-		cfg := fmt.Sprintf("apiVersion: switchyard.dev/v1alpha1\nkind: SwitchyardConfig\ndataplane: {mode: dryrun}\n"+
+		cfg := fmt.Sprintf("apiVersion: switchyard.dev/v1alpha2\nkind: SwitchyardConfig\ndataplane: {mode: dryrun}\n"+
 			"metrics: {bindAddress: %q}\nhealth: {bindAddress: %q}\n", metricsAddr, healthAddr)
 		if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 			t.Fatal(err)

@@ -135,7 +135,7 @@ func TestConfigSampleIsTheDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := config.Parse([]byte("apiVersion: switchyard.dev/v1alpha1\nkind: SwitchyardConfig\n"))
+	want, err := config.Parse([]byte("apiVersion: switchyard.dev/v1alpha2\nkind: SwitchyardConfig\n"))
 	if err != nil {
 		t.Fatal(err)
 	}

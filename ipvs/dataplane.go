@@ -46,7 +46,9 @@ type Config struct {
 	// Timeouts are set at the first Apply (ipvsadm --set, as kube-proxy
 	// does at start); a zero field leaves the kernel's value.
 	Timeouts Timeouts
-	// DrainTimeout defaults to DefaultDrainTimeout.
+	// DrainTimeout bounds how long a removed real server waits for its
+	// connections before it is deleted; SetDrainTimeout changes it.
+	// Zero or less: DefaultDrainTimeout.
 	DrainTimeout time.Duration
 	// Now defaults to time.Now.
 	Now func() time.Time
@@ -697,6 +699,18 @@ func (d *Dataplane) Drain() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.drainLocked()
+}
+
+// SetDrainTimeout changes Config.DrainTimeout (zero or less:
+// DefaultDrainTimeout). Real servers already draining are deleted at the
+// new bound, counted from when each began to drain, at the next Drain.
+func (d *Dataplane) SetDrainTimeout(timeout time.Duration) {
+	if timeout <= 0 {
+		timeout = DefaultDrainTimeout
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.cfg.DrainTimeout = timeout
 }
 
 // Draining returns the number of real servers waiting to be deleted.

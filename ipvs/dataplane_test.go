@@ -628,3 +628,50 @@ func TestDataplaneRefusesAKeyPlannedTwice(t *testing.T) {
 		t.Errorf("kernel table (-want +got):\n%s", diff)
 	}
 }
+
+// TestDataplaneSetDrainTimeout changes the drain bound while a real
+// server drains: the new bound counts from when it began, a longer one
+// keeps it past the old, zero is DefaultDrainTimeout.
+func TestDataplaneSetDrainTimeout(t *testing.T) {
+	r := newRig()
+	dp := r.dataplane(t) // DrainTimeout: 1m
+	if err := dp.Apply(t.Context(), plugin.Update{Plan: webPlan(be("10.244.1.2", 8080, 1), be("10.244.2.2", 8080, 1)), Full: true}); err != nil {
+		t.Fatal(err)
+	}
+	gone := ipvs.DestinationKey{Addr: netip.MustParseAddr("10.244.1.2"), Port: 8080}
+	for _, k := range []model.VirtualServiceKey{keyA, keyNP} {
+		if err := r.kernel.SetConns(k, gone, 1, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := dp.Apply(t.Context(), plugin.Update{Plan: webPlan(be("10.244.2.2", 8080, 1)), Changed: []model.ServiceKey{svcWeb}}); err != nil {
+		t.Fatal(err)
+	}
+	steps := []struct {
+		name    string
+		timeout time.Duration
+		advance time.Duration // since the previous step
+		want    int           // real servers still draining
+	}{
+		{"longer than the elapsed time", 10 * time.Minute, 2 * time.Minute, 2},
+		{"zero is the default, 15m", 0, 12 * time.Minute, 2},
+		{"shorter than the elapsed time", 90 * time.Second, 0, 0},
+	}
+	for _, s := range steps {
+		dp.SetDrainTimeout(s.timeout)
+		r.clock.Advance(s.advance)
+		if err := dp.Drain(); err != nil {
+			t.Fatal(err)
+		}
+		if got := dp.Draining(); got != s.want {
+			t.Errorf("%s: Draining() = %d, want %d", s.name, got, s.want)
+		}
+	}
+	ds, err := r.kernel.Destinations(keyA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]ipvs.DestinationState{dstState("10.244.2.2", 1, 0, 0)}, ds, cmpAddrs); diff != "" {
+		t.Errorf("destinations after the drain (-want +got):\n%s", diff)
+	}
+}

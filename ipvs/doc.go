@@ -48,14 +48,18 @@
 // Dataplane applies them, keeps a cache of the kernel re-read
 // on Full updates and after errors, adopts existing state on restart
 // without flushing, and drains removed real servers (weight 0, deleted
-// once their connections end or a timeout passes). Open wires it to the
+// once their connections end or Config.DrainTimeout passes; the daemon
+// sets it from dataplane.ipvs.drainTimeout and changes it on reload with
+// SetDrainTimeout). Open wires it to the
 // running host. Dataplane.Stats (plugin.StatsReader) reads the live
 // counters of the real servers it programs, one destination dump per
 // virtual service, for the policy stage's statistics tick.
 // schedulers.go owns the IPVS scheduler names (Schedulers, the kernel's
 // ip_vs_*.c list): Dataplane is the plugin.SchedulerSet that lets the
 // planner and the policy stage accept them, and moves rr, which ignores
-// weights, to wrr when a policy's weights differ (WeightedScheduler).
+// weights, to wrr when a policy's weights differ (WeightedScheduler);
+// SchedulerSet answers the same before a Dataplane is opened, so that the
+// daemon refuses a config whose default scheduler the kernel lacks.
 //
 // # Crash consistency
 //

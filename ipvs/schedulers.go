@@ -27,7 +27,21 @@ func WeightedScheduler(name string) string {
 	return name
 }
 
+// SchedulerSet is the IPVS dataplane's plugin.SchedulerSet, for use
+// before a Dataplane is opened (the daemon checks a config's default
+// scheduler with it); a Dataplane answers the same.
+var SchedulerSet plugin.SchedulerSet = schedulerSet{}
+
+type schedulerSet struct{}
+
+func (schedulerSet) SupportsScheduler(name string) bool   { return SupportsScheduler(name) }
+func (schedulerSet) WeightedScheduler(name string) string { return WeightedScheduler(name) }
+func (schedulerSet) Schedulers() []string                 { return Schedulers() }
+
 var _ plugin.SchedulerSet = (*Dataplane)(nil)
+
+// Schedulers is the package's Schedulers (plugin.SchedulerSet).
+func (d *Dataplane) Schedulers() []string { return Schedulers() }
 
 // SupportsScheduler is the package's SupportsScheduler
 // (plugin.SchedulerSet).

@@ -19,7 +19,17 @@ func TestSchedulers(t *testing.T) {
 	if diff := cmp.Diff(kernelSchedulers, ipvs.Schedulers()); diff != "" {
 		t.Errorf("Schedulers() (-want +got):\n%s", diff)
 	}
-	var set plugin.SchedulerSet = (*ipvs.Dataplane)(nil) // the methods read no state
+	// A Dataplane's methods read no state; ipvs.SchedulerSet, for use
+	// before one is opened, must answer as they do.
+	for name, set := range map[string]plugin.SchedulerSet{"Dataplane": (*ipvs.Dataplane)(nil), "SchedulerSet": ipvs.SchedulerSet} {
+		t.Run(name, func(t *testing.T) { testSchedulerSet(t, set) })
+	}
+}
+
+func testSchedulerSet(t *testing.T, set plugin.SchedulerSet) {
+	if diff := cmp.Diff(kernelSchedulers, set.Schedulers()); diff != "" {
+		t.Errorf("Schedulers() (-want +got):\n%s", diff)
+	}
 	type answer struct {
 		Supported bool
 		Weighted  string

@@ -49,10 +49,11 @@ const (
 )
 
 // liveFields are the config fields a reload applies without a restart:
-// the planner's options.
+// the planner's options and the IPVS drain timeout.
 var liveFields = []string{
 	"dataplane.ipvs.scheduler",
-	"dataplane.ipvs.nodePortAddresses",
+	"dataplane.ipvs.drainTimeout",
+	"dataplane.nodePortAddresses",
 	"loadBalancerClass",
 	"ignoreUnclassed",
 	"policies.default",
@@ -74,27 +75,60 @@ type daemonConfig struct {
 	Profiling bool
 }
 
+// dataplaneMode is one value of dataplane.mode: how its dataplane is
+// opened, and the schedulers it supports, known before it is opened so
+// that a config naming another is refused at start and on reload.
+type dataplaneMode struct {
+	open       func(*config.Config, *slog.Logger) (plugin.Dataplane, error)
+	schedulers plugin.SchedulerSet
+}
+
+var dataplaneModes = map[string]dataplaneMode{
+	config.ModeIPVS:   {open: openIPVS, schedulers: ipvs.SchedulerSet},
+	config.ModeDryRun: {open: func(*config.Config, *slog.Logger) (plugin.Dataplane, error) { return dryrun.New(), nil }, schedulers: dryrun.SchedulerSet},
+}
+
+// checkDataplane validates what the config package leaves to the
+// dataplane cfg's mode names (config.Check): its default scheduler.
+func checkDataplane(cfg *config.Config) config.Errors {
+	m, ok := dataplaneModes[cfg.Dataplane.Mode]
+	if !ok {
+		return nil // the config's own validation names the mode
+	}
+	return config.SchedulerCheck(m.schedulers)(cfg)
+}
+
 // newDataplane returns the dataplane cfg's mode names, logging to log.
 func newDataplane(cfg *config.Config, log *slog.Logger) (plugin.Dataplane, error) {
-	switch cfg.Dataplane.Mode {
-	case config.ModeDryRun:
-		return dryrun.New(), nil
-	case config.ModeIPVS:
-		ic := cfg.Dataplane.IPVS
-		dp, err := ipvs.Open(ipvs.Config{
-			Scheduler:     ic.Scheduler,
-			StrictARP:     ic.StrictARP == nil || *ic.StrictARP,
-			ClusterCIDRs:  config.Prefixes(ic.ClusterCIDRs),
-			MasqueradeAll: ic.MasqueradeAll,
-			Timeouts:      ipvs.Timeouts{TCP: ic.TCPTimeout.Std(), TCPFin: ic.TCPFinTimeout.Std(), UDP: ic.UDPTimeout.Std()},
-			Log:           log,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("dataplane.mode ipvs: %w", err)
-		}
-		return dp, nil
+	m, ok := dataplaneModes[cfg.Dataplane.Mode]
+	if !ok {
+		return nil, fmt.Errorf("dataplane.mode: unknown mode %q", cfg.Dataplane.Mode)
 	}
-	return nil, fmt.Errorf("dataplane.mode: unknown mode %q", cfg.Dataplane.Mode)
+	return m.open(cfg, log)
+}
+
+// ipvsConfig is the IPVS dataplane's configuration from cfg, without
+// the kernel handles Open adds.
+func ipvsConfig(cfg *config.Config) ipvs.Config {
+	ic := cfg.Dataplane.IPVS
+	return ipvs.Config{
+		Scheduler:     ic.Scheduler,
+		StrictARP:     ic.StrictARP == nil || *ic.StrictARP,
+		ClusterCIDRs:  config.Prefixes(cfg.Dataplane.ClusterCIDRs),
+		MasqueradeAll: cfg.Dataplane.MasqueradeAll,
+		Timeouts:      ipvs.Timeouts{TCP: ic.TCPTimeout.Std(), TCPFin: ic.TCPFinTimeout.Std(), UDP: ic.UDPTimeout.Std()},
+		DrainTimeout:  ic.DrainTimeout.Std(),
+	}
+}
+
+func openIPVS(cfg *config.Config, log *slog.Logger) (plugin.Dataplane, error) {
+	ic := ipvsConfig(cfg)
+	ic.Log = log
+	dp, err := ipvs.Open(ic)
+	if err != nil {
+		return nil, fmt.Errorf("dataplane.mode ipvs: %w", err)
+	}
+	return dp, nil
 }
 
 // runDaemon wires the watch, planner, reconcile loop, dataplane and HTTP
@@ -104,7 +138,7 @@ func newDataplane(cfg *config.Config, log *slog.Logger) (plugin.Dataplane, error
 func runDaemon(ctx context.Context, dc daemonConfig) (err error) {
 	log := dc.Log
 	cfg := dc.Watcher.Config()
-	ipvsCfg := cfg.Dataplane.IPVS
+	dpCfg := cfg.Dataplane
 	if dc.NewDataplane == nil {
 		dc.NewDataplane = newDataplane
 	}
@@ -130,7 +164,7 @@ func runDaemon(ctx context.Context, dc daemonConfig) (err error) {
 	m := metrics.New(reg)
 	// kube-proxy's healthz: unhealthy when a change waits longer than
 	// twice the sync period.
-	tracker := status.NewSyncTracker(2*ipvsCfg.SyncPeriod.Std(), nil)
+	tracker := status.NewSyncTracker(2*dpCfg.SyncPeriod.Std(), nil)
 	hc := healthcheck.NewServer(nil, log.With("component", "healthcheck"),
 		healthcheck.WithProxyHealthy(func() bool { return tracker.Health().Healthy }))
 	defer hc.Close()
@@ -192,7 +226,7 @@ func runDaemon(ctx context.Context, dc daemonConfig) (err error) {
 		Log:     log.With("component", "reconcile"),
 		// The periodic repair of kernel drift; statistics ticks and
 		// other syncs without changes do not reprogram everything.
-		FullSyncPeriod: ipvsCfg.SyncPeriod.Std(),
+		FullSyncPeriod: dpCfg.SyncPeriod.Std(),
 
 		PolicyStage: policystage.Config{
 			Policies:      policies,
@@ -204,7 +238,7 @@ func runDaemon(ctx context.Context, dc daemonConfig) (err error) {
 			StatsInterval: cfg.Policies.StatisticsInterval.Std(),
 		},
 	})
-	retry := max(min(maxRetryInterval, ipvsCfg.SyncPeriod.Std()), ipvsCfg.MinSyncPeriod.Std())
+	retry := max(min(maxRetryInterval, dpCfg.SyncPeriod.Std()), dpCfg.MinSyncPeriod.Std())
 	r = runner.New("sync", func(ctx context.Context) error {
 		start := time.Now()
 		res, err := loop.Sync(ctx)
@@ -212,7 +246,7 @@ func runDaemon(ctx context.Context, dc daemonConfig) (err error) {
 			tracker.Updated(start)
 		}
 		return err
-	}, ipvsCfg.MinSyncPeriod.Std(), ipvsCfg.SyncPeriod.Std(), retry)
+	}, dpCfg.MinSyncPeriod.Std(), dpCfg.SyncPeriod.Std(), retry)
 	// The first sync is pending from the start: /healthz fails if it never
 	// happens.
 	tracker.Queued()
@@ -236,6 +270,9 @@ func runDaemon(ctx context.Context, dc daemonConfig) (err error) {
 	reload := newReloader(cfg, loop, policies, lbm.SetPools, r.Trigger, log.With("component", "config"), reg)
 	reload.schedulers = schedulers
 	reload.setAnnouncers = lbm.SetAnnouncers
+	if d, ok := dp.(drainTimeoutSetter); ok {
+		reload.setDrainTimeout = d.SetDrainTimeout
+	}
 	metricsHandler := status.MetricsHandler(reg, func() any { return loop.State() })
 	if dc.Profiling {
 		metricsHandler = withProfiling(metricsHandler)
@@ -284,6 +321,12 @@ func runDaemon(ctx context.Context, dc daemonConfig) (err error) {
 	return errors.Join(err, metricsSrv.Shutdown(sctx), healthSrv.Shutdown(sctx))
 }
 
+// drainTimeoutSetter is a dataplane whose graceful termination has a
+// bound a reload may change (ipvs.Dataplane).
+type drainTimeoutSetter interface {
+	SetDrainTimeout(time.Duration)
+}
+
 // reloader applies config reloads: the planner's options at once, the
 // rest at the next restart.
 type reloader struct {
@@ -297,8 +340,11 @@ type reloader struct {
 	// setAnnouncers applies the announcers when it can without a
 	// restart; its error says why not.
 	setAnnouncers func([]config.Announcer) error
-	trigger       func()
-	log           *slog.Logger
+	// setDrainTimeout applies dataplane.ipvs.drainTimeout; nil for a
+	// dataplane that drains nothing.
+	setDrainTimeout func(time.Duration)
+	trigger         func()
+	log             *slog.Logger
 	// successful is 1 when the last changed file was accepted, 0 when it
 	// was rejected (as Prometheus' own config_last_reload_successful).
 	successful prometheus.Gauge
@@ -352,6 +398,9 @@ func (rl *reloader) apply(next *config.Config) {
 			rl.loop.SetOptions(opts)
 			rl.trigger()
 		}
+		if d := next.Dataplane.IPVS.DrainTimeout; d != rl.current.Dataplane.IPVS.DrainTimeout && rl.setDrainTimeout != nil {
+			rl.setDrainTimeout(d.Std())
+		}
 		if next.Policies.Default != rl.current.Policies.Default && rl.policies != nil {
 			rl.policies.SetDefault(next.Policies.Default) // triggers the loop
 		}
@@ -377,7 +426,8 @@ func (rl *reloader) apply(next *config.Config) {
 func withLive(cur, next *config.Config) *config.Config {
 	c := *cur
 	c.Dataplane.IPVS.Scheduler = next.Dataplane.IPVS.Scheduler
-	c.Dataplane.IPVS.NodePortAddresses = next.Dataplane.IPVS.NodePortAddresses
+	c.Dataplane.IPVS.DrainTimeout = next.Dataplane.IPVS.DrainTimeout
+	c.Dataplane.NodePortAddresses = next.Dataplane.NodePortAddresses
 	c.LoadBalancerClass = next.LoadBalancerClass
 	c.IgnoreUnclassed = next.IgnoreUnclassed
 	c.Policies.Default = next.Policies.Default

@@ -85,7 +85,7 @@ func startDaemon(t *testing.T, extraConfig string) *daemonUnderTest {
 func startDaemonWith(t *testing.T, extraConfig string, newDP func(*config.Config, *slog.Logger) (plugin.Dataplane, error)) *daemonUnderTest {
 	t.Helper()
 	d := &daemonUnderTest{tc: writeTestConfig(t, extraConfig), logs: &syncBuffer{}, done: make(chan error, 1)}
-	w, err := config.NewWatcher(d.tc.path)
+	w, err := config.NewWatcher(d.tc.path, checkDataplane)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,9 +228,9 @@ func TestDaemonReloadsConfig(t *testing.T) {
 	d.waitMetric(t, "switchyard_config_last_reload_successful 0")
 
 	// A change that needs a restart is reported, not applied.
-	d.tc.write(t, "dataplane:\n  mode: dryrun\n  ipvs:\n    scheduler: wlc\n    syncPeriod: 1m\n")
+	d.tc.write(t, "dataplane:\n  mode: dryrun\n  syncPeriod: 1m\n  ipvs:\n    scheduler: wlc\n")
 	poll(t, 30*time.Second, func() error {
-		if !strings.Contains(d.logs.String(), `"fields":"dataplane.ipvs.syncPeriod"`) {
+		if !strings.Contains(d.logs.String(), `"fields":"dataplane.syncPeriod"`) {
 			return fmt.Errorf("restart-only change not logged")
 		}
 		return nil
@@ -255,7 +255,7 @@ func (d *daemonUnderTest) waitMetric(t *testing.T, want string) {
 
 func TestDaemonRefusesUnavailableDataplane(t *testing.T) {
 	tc := writeTestConfig(t, "dataplane:\n  mode: ipvs\n")
-	w, err := config.NewWatcher(tc.path)
+	w, err := config.NewWatcher(tc.path, checkDataplane)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,7 +270,7 @@ func TestDaemonRefusesUnavailableDataplane(t *testing.T) {
 func TestDaemonRefusesBusyPort(t *testing.T) {
 	d := startDaemon(t, "")
 	d.waitPlan(t, []string{"default/web ClusterIP TCP 10.96.0.10:80 rr -> 10.1.0.1:8080 10.1.0.2:8080"})
-	w, err := config.NewWatcher(d.tc.path)
+	w, err := config.NewWatcher(d.tc.path, checkDataplane)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -113,7 +113,7 @@ func startE2E(t *testing.T, cfg *rest.Config, node, extraConfig string) *e2eDaem
 		dp:   &recordingDataplane{Dataplane: dryrun.New()},
 		done: make(chan error, 1),
 	}
-	w, err := config.NewWatcher(d.tc.path)
+	w, err := config.NewWatcher(d.tc.path, checkDataplane)
 	if err != nil {
 		t.Fatal(err)
 	}

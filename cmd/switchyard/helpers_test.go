@@ -77,7 +77,7 @@ func (tc *testConfig) write(t *testing.T, extra string) {
 			extra += "policies:\n  cacheDir: \"\"\n"
 		}
 	}
-	body := fmt.Sprintf(`apiVersion: switchyard.dev/v1alpha1
+	body := fmt.Sprintf(`apiVersion: switchyard.dev/v1alpha2
 kind: SwitchyardConfig
 metrics:
   bindAddress: %q

@@ -127,11 +127,11 @@ func TestIntegrationDaemon(t *testing.T) {
 // field, and serves nothing.
 func TestIntegrationDaemonRefusesInvalidConfig(t *testing.T) {
 	srv := apitest.Start(t)
-	tc := writeTestConfig(t, "dataplane:\n  ipvs:\n    scheduler: fastest\n    clusterCIDRs: [10.244.0.0/33]\n  mode: dryrun\n")
+	tc := writeTestConfig(t, "dataplane:\n  clusterCIDRs: [10.244.0.0/33]\n  ipvs:\n    scheduler: fastest\n  mode: dryrun\n")
 	var stdout, stderr syncBuffer
 	err := run(t.Context(), []string{"--config", tc.path, "--kubeconfig", srv.Kubeconfig, "--hostname-override", "node-a"}, &stdout, &stderr)
-	want := `line 9: dataplane.ipvs.scheduler: unknown scheduler "fastest"`
-	if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), `dataplane.ipvs.clusterCIDRs[0]: invalid CIDR "10.244.0.0/33"`) {
+	want := `line 10: dataplane.ipvs.scheduler: unknown scheduler "fastest"`
+	if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), `line 8: dataplane.clusterCIDRs[0]: invalid CIDR "10.244.0.0/33"`) {
 		t.Fatalf("run = %v, want it to name both fields", err)
 	}
 	if _, _, err := httpGet("http://" + tc.metrics + "/metrics"); err == nil {

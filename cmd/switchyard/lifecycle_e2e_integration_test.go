@@ -151,7 +151,7 @@ func TestIntegrationE2EAPIServerRestart(t *testing.T) {
 	ns := lifecycleCluster(t, srv.Client)
 	// A short sync period, so that periodic full resyncs run during the
 	// outage.
-	d := startE2E(t, srv.Admin, "node-a", "dataplane:\n  mode: dryrun\n  ipvs:\n    syncPeriod: 1s\n    minSyncPeriod: 100ms\n")
+	d := startE2E(t, srv.Admin, "node-a", "dataplane:\n  mode: dryrun\n  syncPeriod: 1s\n  minSyncPeriod: 100ms\n")
 	d.waitReady(t, 60*time.Second)
 	before := waitTableLines(t, d, 6)
 	applies := len(d.dp.Tables())

@@ -16,6 +16,7 @@ import (
 	"github.com/switchyard-lb/switchyard/core/config"
 	"github.com/switchyard-lb/switchyard/core/logging"
 	"github.com/switchyard-lb/switchyard/core/version"
+	"github.com/switchyard-lb/switchyard/ipvs/tuning"
 )
 
 // DefaultConfigPath is where the DaemonSet mounts the config ConfigMap.
@@ -87,13 +88,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cleanupNode(ctx, f.cleanup, f.cleanupKubeProxy, log)
 	}
 	if f.setSysctls {
-		cfg, err := config.Load(f.configPath)
+		cfg, err := config.Load(f.configPath, checkDataplane)
 		if err != nil {
 			return err
 		}
-		return setSysctls(cfg, hostSysctls(), log)
+		return setSysctls(cfg, tuning.RunningHost(), log)
 	}
-	watcher, err := config.NewWatcher(f.configPath)
+	watcher, err := config.NewWatcher(f.configPath, checkDataplane)
 	if err != nil {
 		return err
 	}

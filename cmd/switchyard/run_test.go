@@ -78,18 +78,33 @@ func TestRunRefusesInvalidConfig(t *testing.T) {
 	}{
 		{
 			name:   "unknown field",
-			config: "apiVersion: switchyard.dev/v1alpha1\nkind: SwitchyardConfig\ndataplane:\n  ipvs:\n    schedular: rr\n",
+			config: "apiVersion: switchyard.dev/v1alpha2\nkind: SwitchyardConfig\ndataplane:\n  ipvs:\n    schedular: rr\n",
 			want:   `line 5: dataplane.ipvs.schedular: unknown field "schedular"`,
 		},
 		{
 			name:   "bad values",
+			config: "apiVersion: switchyard.dev/v1alpha2\nkind: SwitchyardConfig\ndataplane:\n  ipvs:\n    scheduler: foo\n  syncPeriod: 10\n",
+			want:   `line 5: dataplane.ipvs.scheduler: unknown scheduler "foo" (want rr, wrr, lc, wlc, lblc, lblcr, dh, sh, sed, nq, fo, ovf, mh, twos); line 6: dataplane.syncPeriod: invalid duration "10"`,
+		},
+		{
+			name:   "unknown field in a v1alpha1 file",
+			config: "apiVersion: switchyard.dev/v1alpha1\nkind: SwitchyardConfig\ndataplane:\n  ipvs:\n    schedular: rr\n",
+			want:   `line 5: dataplane.ipvs.schedular: unknown field "schedular"`,
+		},
+		{
+			name:   "bad values in a v1alpha1 file",
 			config: "apiVersion: switchyard.dev/v1alpha1\nkind: SwitchyardConfig\ndataplane:\n  ipvs:\n    scheduler: foo\n    syncPeriod: 10\n",
 			want:   `line 5: dataplane.ipvs.scheduler: unknown scheduler "foo" (want rr, wrr, lc, wlc, lblc, lblcr, dh, sh, sed, nq, fo, ovf, mh, twos); line 6: dataplane.ipvs.syncPeriod: invalid duration "10"`,
 		},
 		{
+			name:   "the dry run's schedulers are IPVS'",
+			config: "apiVersion: switchyard.dev/v1alpha2\nkind: SwitchyardConfig\ndataplane:\n  mode: dryrun\n  ipvs:\n    scheduler: maglev\n",
+			want:   `line 6: dataplane.ipvs.scheduler: unknown scheduler "maglev" (want rr, wrr, lc, wlc, lblc, lblcr, dh, sh, sed, nq, fo, ovf, mh, twos)`,
+		},
+		{
 			name:   "wrong kind",
 			config: "apiVersion: v1\nkind: ConfigMap\n",
-			want:   `line 1: apiVersion: got "v1", want "switchyard.dev/v1alpha1"; line 2: kind: got "ConfigMap", want "SwitchyardConfig"`,
+			want:   `line 1: apiVersion: got "v1", want "switchyard.dev/v1alpha2" or the older "switchyard.dev/v1alpha1"; line 2: kind: got "ConfigMap", want "SwitchyardConfig"`,
 		},
 	}
 	for _, tt := range tests {

@@ -2,10 +2,13 @@ package config
 
 import "runtime"
 
-// APIVersion and Kind identify the config file format.
+// APIVersion and Kind identify the config file format. APIVersion is the
+// current version, the one a Config holds; a file may also be written in
+// the older APIVersionV1alpha1, which Parse converts (convert.go).
 const (
-	APIVersion = "switchyard.dev/v1alpha1"
-	Kind       = "SwitchyardConfig"
+	APIVersion         = "switchyard.dev/v1alpha2"
+	APIVersionV1alpha1 = "switchyard.dev/v1alpha1"
+	Kind               = "SwitchyardConfig"
 )
 
 // Dataplane modes.
@@ -24,7 +27,8 @@ const (
 // Config is the daemon's configuration file. The zero value of every
 // field means "use the default" documented on it; SetDefaults fills them in.
 type Config struct {
-	// APIVersion must be "switchyard.dev/v1alpha1".
+	// APIVersion is "switchyard.dev/v1alpha2" in a Config: a v1alpha1
+	// file is converted when parsed.
 	APIVersion string `yaml:"apiVersion"`
 	// Kind must be "SwitchyardConfig".
 	Kind string `yaml:"kind"`
@@ -52,20 +56,42 @@ type Config struct {
 	ServiceProxyName string `yaml:"serviceProxyName"`
 }
 
-// Dataplane selects and tunes the dataplane.
+// Dataplane selects the dataplane and holds the settings every dataplane
+// shares (sync periods, masquerading, NodePort addresses, as kube-proxy
+// names them); each dataplane's own settings are in its block (ipvs).
 type Dataplane struct {
 	// Mode is "ipvs" (programs the kernel's IPVS, nftables and sysctls) or
 	// "dryrun" (records the desired table, touches no kernel state: for
 	// tests and demos on hosts without IPVS). Default "ipvs".
 	Mode string `yaml:"mode"`
-	IPVS IPVS   `yaml:"ipvs"`
+	// SyncPeriod is the longest time between two full resyncs. Default
+	// 30s.
+	SyncPeriod Duration `yaml:"syncPeriod"`
+	// MinSyncPeriod is the shortest time between two syncs: changes that
+	// arrive faster are batched. Default 1s.
+	MinSyncPeriod Duration `yaml:"minSyncPeriod"`
+	// MasqueradeAll masquerades all traffic to service addresses. Default
+	// false.
+	MasqueradeAll bool `yaml:"masqueradeAll"`
+	// ClusterCIDRs are the pod networks: traffic from outside them to a
+	// service address is masqueraded. Default empty.
+	ClusterCIDRs []Prefix `yaml:"clusterCIDRs"`
+	// NodePortAddresses limits NodePorts to node addresses inside these
+	// prefixes, or, as [primary], to the node's primary address of each
+	// family (its first InternalIP of the family, else its first
+	// ExternalIP), as kube-proxy's nodePortAddresses. Default empty: every
+	// node address.
+	NodePortAddresses NodePortAddresses `yaml:"nodePortAddresses"`
+	// IPVS holds the IPVS dataplane's own settings.
+	IPVS IPVS `yaml:"ipvs"`
 }
 
 // Conntrack tunes the kernel's connection tracking as kube-proxy's
 // conntrack section does, with its defaults. The IPVS dataplane's
-// `switchyard --set-sysctls` applies it (the DaemonSet's privileged init
-// container), writing only values that differ; the dry-run dataplane
-// touches nothing. A change takes effect at the next start.
+// `switchyard --set-sysctls` applies it (ipvs/tuning, in the DaemonSet's
+// privileged init container), writing only values that differ; the
+// dry-run dataplane touches nothing. A change takes effect at the next
+// start.
 type Conntrack struct {
 	// MaxPerCore sets net/netfilter/nf_conntrack_max to MaxPerCore times
 	// the node's CPUs, at least Min, and raises the nf_conntrack module's
@@ -89,10 +115,12 @@ type Conntrack struct {
 	UDPStreamTimeout Duration `yaml:"udpStreamTimeout"`
 }
 
-// IPVS holds the IPVS dataplane's settings, named as kube-proxy names them.
+// IPVS holds the settings only the IPVS dataplane has, named as
+// kube-proxy names them.
 type IPVS struct {
 	// Scheduler is the default IPVS scheduler: rr, wrr, lc, wlc, lblc,
-	// lblcr, dh, sh, sed, nq, fo, ovf, mh or twos. Default "rr".
+	// lblcr, dh, sh, sed, nq, fo, ovf, mh or twos (the dataplane's list:
+	// a config naming another is refused). Default "rr".
 	Scheduler string `yaml:"scheduler"`
 	// TCPTimeout, TCPFinTimeout and UDPTimeout set the IPVS connection
 	// timeouts (ipvsadm --set) when the dataplane starts, whole seconds.
@@ -103,23 +131,12 @@ type IPVS struct {
 	// StrictARP sets arp_ignore=1 and arp_announce=2 so that only an
 	// announcer answers ARP for service addresses. Default true.
 	StrictARP *bool `yaml:"strictARP"`
-	// MasqueradeAll masquerades all traffic to service addresses. Default
-	// false.
-	MasqueradeAll bool `yaml:"masqueradeAll"`
-	// ClusterCIDRs are the pod networks: traffic from outside them to a
-	// service address is masqueraded. Default empty.
-	ClusterCIDRs []Prefix `yaml:"clusterCIDRs"`
-	// NodePortAddresses limits NodePorts to node addresses inside these
-	// prefixes, or, as [primary], to the node's primary address of each
-	// family (its first InternalIP of the family, else its first
-	// ExternalIP), as kube-proxy's nodePortAddresses. Default empty: every
-	// node address.
-	NodePortAddresses NodePortAddresses `yaml:"nodePortAddresses"`
-	// SyncPeriod is the longest time between two full resyncs. Default 30s.
-	SyncPeriod Duration `yaml:"syncPeriod"`
-	// MinSyncPeriod is the shortest time between two syncs: changes that
-	// arrive faster are batched. Default 1s.
-	MinSyncPeriod Duration `yaml:"minSyncPeriod"`
+	// DrainTimeout bounds graceful termination: the real server of an
+	// endpoint that went away gets weight 0, keeps its established
+	// connections and is deleted when they end, or once it has drained
+	// this long. Applied on reload (a real server already draining then
+	// goes at the new bound, counted from when it began). Default 15m.
+	DrainTimeout Duration `yaml:"drainTimeout"`
 }
 
 // Policies configures the balancing policies.

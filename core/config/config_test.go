@@ -15,7 +15,10 @@ import (
 	"github.com/switchyard-lb/switchyard/core/plan"
 )
 
-const header = "apiVersion: switchyard.dev/v1alpha1\nkind: SwitchyardConfig\n"
+const (
+	header         = "apiVersion: switchyard.dev/v1alpha2\nkind: SwitchyardConfig\n"
+	headerV1alpha1 = "apiVersion: switchyard.dev/v1alpha1\nkind: SwitchyardConfig\n"
+)
 
 var cmpOpts = cmp.Options{
 	cmpopts.EquateEmpty(),
@@ -34,12 +37,13 @@ func defaults() *Config {
 		APIVersion: APIVersion,
 		Kind:       Kind,
 		Dataplane: Dataplane{
-			Mode: "ipvs",
+			Mode:          "ipvs",
+			SyncPeriod:    Duration(30 * time.Second),
+			MinSyncPeriod: Duration(time.Second),
 			IPVS: IPVS{
-				Scheduler:     "rr",
-				StrictARP:     ptr(true),
-				SyncPeriod:    Duration(30 * time.Second),
-				MinSyncPeriod: Duration(time.Second),
+				Scheduler:    "rr",
+				StrictARP:    ptr(true),
+				DrainTimeout: Duration(15 * time.Minute),
 			},
 		},
 		Conntrack: Conntrack{
@@ -101,18 +105,19 @@ announcers:
 				APIVersion: APIVersion,
 				Kind:       Kind,
 				Dataplane: Dataplane{
-					Mode: "ipvs",
+					Mode:              "ipvs",
+					SyncPeriod:        Duration(time.Minute),
+					MinSyncPeriod:     Duration(2 * time.Second),
+					MasqueradeAll:     true,
+					ClusterCIDRs:      []Prefix{mustPrefix("10.244.0.0/16"), mustPrefix("fd00:10:244::/56")},
+					NodePortAddresses: NodePortAddresses{{Prefix: mustPrefix("192.168.0.0/24").Std()}},
 					IPVS: IPVS{
-						Scheduler:         "mh",
-						TCPTimeout:        Duration(15 * time.Minute),
-						TCPFinTimeout:     Duration(30 * time.Second),
-						UDPTimeout:        Duration(5 * time.Minute),
-						StrictARP:         ptr(false),
-						MasqueradeAll:     true,
-						ClusterCIDRs:      []Prefix{mustPrefix("10.244.0.0/16"), mustPrefix("fd00:10:244::/56")},
-						NodePortAddresses: NodePortAddresses{{Prefix: mustPrefix("192.168.0.0/24").Std()}},
-						SyncPeriod:        Duration(time.Minute),
-						MinSyncPeriod:     Duration(2 * time.Second),
+						Scheduler:     "mh",
+						TCPTimeout:    Duration(15 * time.Minute),
+						TCPFinTimeout: Duration(30 * time.Second),
+						UDPTimeout:    Duration(5 * time.Minute),
+						StrictARP:     ptr(false),
+						DrainTimeout:  Duration(5 * time.Minute),
 					},
 				},
 				Conntrack: Conntrack{
@@ -213,9 +218,35 @@ func TestParseErrors(t *testing.T) {
 		{"syntax error", header + "pools: [\n", "line 3: sequence end token ']' not found"},
 		{"two documents", header + "---\n" + header, "line 4: want one YAML document, found 2"},
 		{"not a mapping", "- a\n", "line 1: want a mapping with apiVersion and kind"},
-		{"empty", "", `apiVersion: missing (want "switchyard.dev/v1alpha1"); kind: missing (want "SwitchyardConfig")`},
-		{"wrong apiVersion", "apiVersion: switchyard.dev/v1\nkind: SwitchyardConfig\n", `line 1: apiVersion: got "switchyard.dev/v1", want "switchyard.dev/v1alpha1"`},
-		{"wrong kind", "apiVersion: switchyard.dev/v1alpha1\nkind: ConfigMap\ndata: {}\n", `line 2: kind: got "ConfigMap", want "SwitchyardConfig"`},
+		{"empty", "", `apiVersion: missing (want "switchyard.dev/v1alpha2" or the older "switchyard.dev/v1alpha1"); kind: missing (want "SwitchyardConfig")`},
+		{"wrong apiVersion", "apiVersion: switchyard.dev/v1\nkind: SwitchyardConfig\n", `line 1: apiVersion: got "switchyard.dev/v1", want "switchyard.dev/v1alpha2" or the older "switchyard.dev/v1alpha1"`},
+		{"wrong kind", "apiVersion: switchyard.dev/v1alpha2\nkind: ConfigMap\ndata: {}\n", `line 2: kind: got "ConfigMap", want "SwitchyardConfig"`},
+		{"wrong kind in v1alpha1", "apiVersion: switchyard.dev/v1alpha1\nkind: ConfigMap\ndata: {}\n", `line 2: kind: got "ConfigMap", want "SwitchyardConfig"`},
+
+		// v1alpha1 is as strict as v1alpha2.
+		{"v1alpha1: unknown top-level field", headerV1alpha1 + "bogus: 1\n", `line 3: bogus: unknown field "bogus"`},
+		{"v1alpha1: unknown nested field", headerV1alpha1 + "dataplane:\n  ipvs:\n    schedular: rr\n", `line 5: dataplane.ipvs.schedular: unknown field "schedular"`},
+		{"v1alpha1: unknown field in a list item", headerV1alpha1 + "pools:\n- name: a\n  addresses: [192.0.2.0/24]\n  autoassign: true\n", `line 6: pools[0].autoassign: unknown field "autoassign"`},
+		{"v1alpha1: wrong type", headerV1alpha1 + "dataplane:\n  ipvs:\n    masqueradeAll: sometimes\n", "line 5: dataplane.ipvs.masqueradeAll: want a boolean, got a string"},
+		{"v1alpha1: section not a mapping", headerV1alpha1 + "dataplane: ipvs\n", "line 3: dataplane: want a mapping, got a string"},
+
+		// One version's layout under the other's apiVersion.
+		{
+			"v1alpha1 layout in v1alpha2", header + "dataplane:\n  mode: ipvs\n  ipvs:\n    scheduler: wlc\n    syncPeriod: 10s\n",
+			`line 7: dataplane.ipvs.syncPeriod: unknown field "syncPeriod" (switchyard.dev/v1alpha2 has it at dataplane.syncPeriod: dataplane.ipvs holds only the IPVS dataplane's own settings)`,
+		},
+		{
+			"v1alpha1 layout in v1alpha2, a list", header + "dataplane:\n  ipvs:\n    clusterCIDRs: [10.244.0.0/16]\n",
+			`line 5: dataplane.ipvs.clusterCIDRs: unknown field "clusterCIDRs" (switchyard.dev/v1alpha2 has it at dataplane.clusterCIDRs: dataplane.ipvs holds only the IPVS dataplane's own settings)`,
+		},
+		{
+			"v1alpha2 layout in v1alpha1", headerV1alpha1 + "dataplane:\n  mode: ipvs\n  masqueradeAll: true\n",
+			`line 5: dataplane.masqueradeAll: unknown field "masqueradeAll" (switchyard.dev/v1alpha1 has it at dataplane.ipvs.masqueradeAll; it is here in apiVersion switchyard.dev/v1alpha2)`,
+		},
+		{
+			"v1alpha2 layout in v1alpha1, before IPVS settings", headerV1alpha1 + "dataplane:\n  nodePortAddresses: []\n  ipvs: {scheduler: rr}\n",
+			`line 4: dataplane.nodePortAddresses: unknown field "nodePortAddresses" (switchyard.dev/v1alpha1 has it at dataplane.ipvs.nodePortAddresses; it is here in apiVersion switchyard.dev/v1alpha2)`,
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -242,8 +273,32 @@ func TestValidate(t *testing.T) {
 			name: "dataplane",
 			in: header + `dataplane:
   mode: iptables
+  syncPeriod: 5x
+  minSyncPeriod: 30
+  clusterCIDRs: [10.0.0.1/8, bad, [1]]
+  nodePortAddresses: [192.168.0.0/24]
   ipvs:
-    scheduler: foo
+    tcpTimeout: -1s
+    udpTimeout: 1500ms
+`,
+			want: []FieldError{
+				{Path: "dataplane.mode", Line: 4, Msg: `unknown mode "iptables" (want ipvs or dryrun)`},
+				{Path: "dataplane.syncPeriod", Line: 5, Msg: `invalid duration "5x" (want a Go duration such as "30s" or "1m30s")`},
+				{Path: "dataplane.minSyncPeriod", Line: 6, Msg: `invalid duration "30" (want a Go duration such as "30s" or "1m30s")`},
+				{Path: "dataplane.clusterCIDRs[0]", Line: 7, Msg: `invalid CIDR "10.0.0.1/8": host bits set (want 10.0.0.0/8)`},
+				{Path: "dataplane.clusterCIDRs[1]", Line: 7, Msg: `invalid CIDR "bad"`},
+				{Path: "dataplane.clusterCIDRs[2]", Line: 7, Msg: `want a CIDR string such as "10.0.0.0/8"`},
+				{Path: "dataplane.ipvs.tcpTimeout", Line: 10, Msg: "-1s is negative"},
+				{Path: "dataplane.ipvs.udpTimeout", Line: 11, Msg: "1.5s is not a whole number of seconds"},
+			},
+		},
+		{
+			// The same problems in a v1alpha1 file are reported at the
+			// paths and lines the file has.
+			name: "dataplane in v1alpha1",
+			in: headerV1alpha1 + `dataplane:
+  mode: iptables
+  ipvs:
     tcpTimeout: -1s
     udpTimeout: 1500ms
     syncPeriod: 5x
@@ -253,42 +308,61 @@ func TestValidate(t *testing.T) {
 `,
 			want: []FieldError{
 				{Path: "dataplane.mode", Line: 4, Msg: `unknown mode "iptables" (want ipvs or dryrun)`},
-				{Path: "dataplane.ipvs.scheduler", Line: 6, Msg: `unknown scheduler "foo" (want rr, wrr, lc, wlc, lblc, lblcr, dh, sh, sed, nq, fo, ovf, mh, twos)`},
-				{Path: "dataplane.ipvs.tcpTimeout", Line: 7, Msg: "-1s is negative"},
-				{Path: "dataplane.ipvs.udpTimeout", Line: 8, Msg: "1.5s is not a whole number of seconds"},
-				{Path: "dataplane.ipvs.syncPeriod", Line: 9, Msg: `invalid duration "5x" (want a Go duration such as "30s" or "1m30s")`},
-				{Path: "dataplane.ipvs.minSyncPeriod", Line: 10, Msg: `invalid duration "30" (want a Go duration such as "30s" or "1m30s")`},
-				{Path: "dataplane.ipvs.clusterCIDRs[0]", Line: 11, Msg: `invalid CIDR "10.0.0.1/8": host bits set (want 10.0.0.0/8)`},
-				{Path: "dataplane.ipvs.clusterCIDRs[1]", Line: 11, Msg: `invalid CIDR "bad"`},
-				{Path: "dataplane.ipvs.clusterCIDRs[2]", Line: 11, Msg: `want a CIDR string such as "10.0.0.0/8"`},
+				{Path: "dataplane.ipvs.tcpTimeout", Line: 6, Msg: "-1s is negative"},
+				{Path: "dataplane.ipvs.udpTimeout", Line: 7, Msg: "1.5s is not a whole number of seconds"},
+				{Path: "dataplane.ipvs.syncPeriod", Line: 8, Msg: `invalid duration "5x" (want a Go duration such as "30s" or "1m30s")`},
+				{Path: "dataplane.ipvs.minSyncPeriod", Line: 9, Msg: `invalid duration "30" (want a Go duration such as "30s" or "1m30s")`},
+				{Path: "dataplane.ipvs.clusterCIDRs[0]", Line: 10, Msg: `invalid CIDR "10.0.0.1/8": host bits set (want 10.0.0.0/8)`},
+				{Path: "dataplane.ipvs.clusterCIDRs[1]", Line: 10, Msg: `invalid CIDR "bad"`},
+				{Path: "dataplane.ipvs.clusterCIDRs[2]", Line: 10, Msg: `want a CIDR string such as "10.0.0.0/8"`},
 			},
 		},
 		{
 			name: "nodePortAddresses: primary mixed with CIDRs, a bad CIDR",
-			in:   header + "dataplane:\n  ipvs:\n    nodePortAddresses: [10.0.0.0/8, primary, 10.1.2.3/8, prime]\n",
+			in:   header + "dataplane:\n  nodePortAddresses: [10.0.0.0/8, primary, 10.1.2.3/8, prime]\n",
 			want: []FieldError{
-				{Path: "dataplane.ipvs.nodePortAddresses[2]", Line: 5, Msg: `invalid CIDR "10.1.2.3/8": host bits set (want 10.0.0.0/8)`},
-				{Path: "dataplane.ipvs.nodePortAddresses[3]", Line: 5, Msg: `invalid CIDR "prime"`},
-				{Path: "dataplane.ipvs.nodePortAddresses[1]", Line: 5,
+				{Path: "dataplane.nodePortAddresses[2]", Line: 4, Msg: `invalid CIDR "10.1.2.3/8": host bits set (want 10.0.0.0/8)`},
+				{Path: "dataplane.nodePortAddresses[3]", Line: 4, Msg: `invalid CIDR "prime"`},
+				{Path: "dataplane.nodePortAddresses[1]", Line: 4,
 					Msg: `"primary" cannot be mixed with CIDRs: use [primary] alone, or list CIDRs only`},
 			},
 		},
 		{
 			name: "nodePortAddresses: primary mixed with CIDRs",
-			in:   header + "dataplane:\n  ipvs:\n    nodePortAddresses:\n    - 10.0.0.0/8\n    - primary\n",
-			want: []FieldError{{Path: "dataplane.ipvs.nodePortAddresses[1]", Line: 7,
+			in:   header + "dataplane:\n  nodePortAddresses:\n  - 10.0.0.0/8\n  - primary\n",
+			want: []FieldError{{Path: "dataplane.nodePortAddresses[1]", Line: 6,
 				Msg: `"primary" cannot be mixed with CIDRs: use [primary] alone, or list CIDRs only`}},
 		},
 		{
 			name: "nodePortAddresses: primary twice",
-			in:   header + "dataplane:\n  ipvs:\n    nodePortAddresses: [primary, primary]\n",
-			want: []FieldError{{Path: "dataplane.ipvs.nodePortAddresses[0]", Line: 5,
+			in:   header + "dataplane:\n  nodePortAddresses: [primary, primary]\n",
+			want: []FieldError{{Path: "dataplane.nodePortAddresses[0]", Line: 4,
 				Msg: `"primary" cannot be mixed with CIDRs: use [primary] alone, or list CIDRs only`}},
 		},
 		{
+			name: "drain timeout",
+			in:   header + "dataplane:\n  ipvs:\n    drainTimeout: -30s\n",
+			want: []FieldError{{Path: "dataplane.ipvs.drainTimeout", Line: 5, Msg: "-30s is not positive"}},
+		},
+		{
+			name: "drain timeout in v1alpha1",
+			in:   headerV1alpha1 + "dataplane:\n  ipvs:\n    drainTimeout: -1m\n",
+			want: []FieldError{{Path: "dataplane.ipvs.drainTimeout", Line: 5, Msg: "-1m0s is not positive"}},
+		},
+		{
 			name: "sync periods out of order",
-			in:   header + "dataplane:\n  ipvs:\n    syncPeriod: 1s\n    minSyncPeriod: 2s\n",
+			in:   header + "dataplane:\n  syncPeriod: 1s\n  minSyncPeriod: 2s\n",
+			want: []FieldError{{Path: "dataplane.minSyncPeriod", Line: 5, Msg: "2s is longer than syncPeriod 1s"}},
+		},
+		{
+			name: "sync periods out of order in v1alpha1",
+			in:   headerV1alpha1 + "dataplane:\n  ipvs:\n    syncPeriod: 1s\n    minSyncPeriod: 2s\n",
 			want: []FieldError{{Path: "dataplane.ipvs.minSyncPeriod", Line: 6, Msg: "2s is longer than syncPeriod 1s"}},
+		},
+		{
+			name: "cluster CIDRs in v1alpha1",
+			in:   headerV1alpha1 + "dataplane:\n  ipvs:\n    clusterCIDRs: [10.0.0.0/8, 10.0.0.1/8]\n",
+			want: []FieldError{{Path: "dataplane.ipvs.clusterCIDRs[1]", Line: 5, Msg: `invalid CIDR "10.0.0.1/8": host bits set (want 10.0.0.0/8)`}},
 		},
 		{
 			name: "conntrack",
@@ -475,10 +549,10 @@ serviceProxyName: "-bad"
 // parsed: problems carry paths but no lines.
 func TestValidateBuilt(t *testing.T) {
 	c := Default()
-	c.Dataplane.IPVS.Scheduler = "foo"
+	c.Dataplane.Mode = "foo"
 	c.Kind = ""
 	err := c.Validate()
-	want := `kind: missing (want "SwitchyardConfig"); dataplane.ipvs.scheduler: unknown scheduler "foo" (want rr, wrr, lc, wlc, lblc, lblcr, dh, sh, sed, nq, fo, ovf, mh, twos)`
+	want := `kind: missing (want "SwitchyardConfig"); dataplane.mode: unknown mode "foo" (want ipvs or dryrun)`
 	if err == nil || err.Error() != want {
 		t.Errorf("Validate() = %v, want %s", err, want)
 	}
@@ -493,14 +567,14 @@ func TestLoad(t *testing.T) {
 	if err := os.WriteFile(path, []byte(header+"dataplane: {ipvs: {scheduler: foo}}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, err := Load(path)
+	_, err := Load(path, SchedulerCheck(testSchedulers))
 	if err == nil || !strings.Contains(err.Error(), path+": line 3: dataplane.ipvs.scheduler: unknown scheduler") {
 		t.Errorf("Load(bad) = %v, want the path, line and field", err)
 	}
 }
 
 func TestPlanOptions(t *testing.T) {
-	c, err := Parse([]byte(header + `dataplane: {ipvs: {scheduler: wlc, nodePortAddresses: [192.168.0.0/24, "fd00::/64"]}}
+	c, err := Parse([]byte(header + `dataplane: {nodePortAddresses: [192.168.0.0/24, "fd00::/64"], ipvs: {scheduler: wlc}}
 loadBalancerClass: example.com/lb
 ignoreUnclassed: true
 `))
@@ -516,7 +590,7 @@ ignoreUnclassed: true
 	if diff := cmp.Diff(want, c.PlanOptions(), cmpOpts); diff != "" {
 		t.Errorf("PlanOptions mismatch (-want +got):\n%s", diff)
 	}
-	c, err = Parse([]byte(header + "dataplane: {ipvs: {nodePortAddresses: [primary]}}\n"))
+	c, err = Parse([]byte(header + "dataplane: {nodePortAddresses: [primary]}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -594,12 +668,12 @@ func TestChanged(t *testing.T) {
 	}
 	b.Dataplane.IPVS.Scheduler = "wlc"
 	b.Dataplane.IPVS.StrictARP = ptr(false)
-	b.Dataplane.IPVS.ClusterCIDRs = []Prefix{mustPrefix("10.0.0.0/8")}
+	b.Dataplane.ClusterCIDRs = []Prefix{mustPrefix("10.0.0.0/8")}
 	b.Pools = []Pool{{Name: "p"}}
 	b.Metrics.BindAddress = "127.0.0.1:1"
 	b.IgnoreUnclassed = true
 	want := []string{
-		"dataplane.ipvs.scheduler", "dataplane.ipvs.strictARP", "dataplane.ipvs.clusterCIDRs",
+		"dataplane.clusterCIDRs", "dataplane.ipvs.scheduler", "dataplane.ipvs.strictARP",
 		"pools", "metrics.bindAddress", "ignoreUnclassed",
 	}
 	if diff := cmp.Diff(want, Changed(a, b)); diff != "" {

@@ -8,6 +8,7 @@ const (
 	DefaultScheduler          = "rr"
 	DefaultSyncPeriod         = 30 * time.Second
 	DefaultMinSyncPeriod      = time.Second
+	DefaultDrainTimeout       = 15 * time.Minute
 	DefaultEvaluationDeadline = 50 * time.Millisecond
 	DefaultMemoryLimit        = 32 << 20
 	DefaultStatisticsInterval = 10 * time.Second
@@ -42,11 +43,12 @@ func Default() *Config {
 // the only place defaults are applied.
 func (c *Config) SetDefaults() {
 	setString(&c.Dataplane.Mode, DefaultMode)
+	setDuration(&c.Dataplane.SyncPeriod, DefaultSyncPeriod)
+	setDuration(&c.Dataplane.MinSyncPeriod, DefaultMinSyncPeriod)
 	ipvs := &c.Dataplane.IPVS
 	setString(&ipvs.Scheduler, DefaultScheduler)
 	setBool(&ipvs.StrictARP, true)
-	setDuration(&ipvs.SyncPeriod, DefaultSyncPeriod)
-	setDuration(&ipvs.MinSyncPeriod, DefaultMinSyncPeriod)
+	setDuration(&ipvs.DrainTimeout, DefaultDrainTimeout)
 
 	ct := &c.Conntrack
 	setInt(&ct.MaxPerCore, DefaultConntrackMaxPerCore)

@@ -6,8 +6,8 @@ import "github.com/switchyard-lb/switchyard/core/plan"
 // defaults applied.
 func (c *Config) PlanOptions() plan.Options {
 	return plan.Options{
-		NodePortAddresses: c.Dataplane.IPVS.NodePortAddresses.Prefixes(),
-		NodePortPrimary:   c.Dataplane.IPVS.NodePortAddresses.Primary(),
+		NodePortAddresses: c.Dataplane.NodePortAddresses.Prefixes(),
+		NodePortPrimary:   c.Dataplane.NodePortAddresses.Primary(),
 		Scheduler:         c.Dataplane.IPVS.Scheduler,
 		LoadBalancerClass: c.LoadBalancerClass,
 		IgnoreUnclassed:   c.IgnoreUnclassed,

@@ -57,25 +57,34 @@ func (es Errors) Unwrap() []error {
 	return out
 }
 
+// A Check validates what this package leaves to another: a setting whose
+// valid values another package decides, such as the schedulers a
+// dataplane supports. It returns each problem with its path in a v1alpha2
+// Config (Path set, Line 0), or nil; Parse adds the lines, and maps the
+// paths back for a v1alpha1 file.
+type Check func(*Config) Errors
+
 // Load reads, parses and validates the config file at path.
-func Load(path string) (*Config, error) {
+func Load(path string, checks ...Check) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read config: %w", err)
 	}
-	c, err := Parse(data)
+	c, err := Parse(data, checks...)
 	if err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
 	return c, nil
 }
 
-// Parse decodes a config strictly, applies the defaults and validates it.
-// The error, when not nil, is an Errors listing every problem it could
-// find with the field's path and line: a document that does not decode
-// (an unknown field, a wrong type, a syntax error) stops at its first
-// problem; after that, every bad value is reported.
-func Parse(data []byte) (*Config, error) {
+// Parse decodes a config strictly, applies the defaults and validates it,
+// with Validate and then each of checks. The file may be a v1alpha2 or a
+// v1alpha1 one; the Config returned is v1alpha2. The error, when not nil,
+// is an Errors listing every problem it could find with the field's path
+// (as written in the file's version) and line: a document that does not
+// decode (an unknown field, a wrong type, a syntax error) stops at its
+// first problem; after that, every bad value is reported.
+func Parse(data []byte, checks ...Check) (*Config, error) {
 	file, err := parser.ParseBytes(data, 0)
 	if err != nil {
 		return nil, Errors{yamlError(nil, err)}
@@ -97,10 +106,11 @@ func Parse(data []byte) (*Config, error) {
 	if err := yaml.Unmarshal(data, &head); err != nil {
 		return nil, Errors{yamlError(file, err)}
 	}
-	if head.APIVersion != APIVersion || head.Kind != Kind {
+	knownVersion := head.APIVersion == APIVersion || head.APIVersion == APIVersionV1alpha1
+	if !knownVersion || head.Kind != Kind {
 		var errs Errors
-		if head.APIVersion != APIVersion {
-			errs = append(errs, &FieldError{Path: "apiVersion", Msg: gotWant(head.APIVersion, APIVersion)})
+		if !knownVersion {
+			errs = append(errs, &FieldError{Path: "apiVersion", Msg: gotWantVersion(head.APIVersion)})
 		}
 		if head.Kind != Kind {
 			errs = append(errs, &FieldError{Path: "kind", Msg: gotWant(head.Kind, Kind)})
@@ -111,13 +121,31 @@ func Parse(data []byte) (*Config, error) {
 	c := new(Config)
 	col := new(collector)
 	ctx := context.WithValue(context.Background(), collectorKey{}, col)
+	ctx = context.WithValue(ctx, versionKey{}, head.APIVersion)
 	if err := yaml.UnmarshalContext(ctx, data, c, yaml.Strict()); err != nil {
-		return nil, Errors{yamlError(file, err)}
+		fe := yamlError(file, err)
+		if strings.HasPrefix(fe.Msg, "unknown field ") {
+			fe.Msg += movedHint(head.APIVersion, fe.Path)
+		}
+		return nil, Errors{fe}
 	}
+	// Value errors found while decoding carry the file's own paths;
+	// Validate's and the checks' are v1alpha2 paths.
 	errs := col.errs
+	c.APIVersion = APIVersion
 	c.SetDefaults()
+	var later Errors
 	if err := c.Validate(); err != nil {
-		errs = append(errs, err.(Errors)...)
+		later = append(later, err.(Errors)...)
+	}
+	for _, check := range checks {
+		later = append(later, check(c)...)
+	}
+	for _, e := range later {
+		if head.APIVersion == APIVersionV1alpha1 {
+			e.Path = v1alpha1Path(e.Path)
+		}
+		errs = append(errs, e)
 	}
 	if len(errs) > 0 {
 		return nil, withLines(file, errs)
@@ -254,6 +282,16 @@ func gotWant(got, want string) string {
 		return fmt.Sprintf("missing (want %q)", want)
 	}
 	return fmt.Sprintf("got %q, want %q", got, want)
+}
+
+// gotWantVersion is gotWant for a file's apiVersion, naming both versions
+// Parse reads.
+func gotWantVersion(got string) string {
+	want := fmt.Sprintf("%q or the older %q", APIVersion, APIVersionV1alpha1)
+	if got == "" {
+		return "missing (want " + want + ")"
+	}
+	return fmt.Sprintf("got %q, want %s", got, want)
 }
 
 func article(word string) string {

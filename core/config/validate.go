@@ -7,14 +7,12 @@ import (
 	"net/url"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
-)
 
-// Schedulers are the IPVS schedulers the kernel provides.
-var Schedulers = []string{"rr", "wrr", "lc", "wlc", "lblc", "lblcr", "dh", "sh", "sed", "nq", "fo", "ovf", "mh", "twos"}
+	"github.com/switchyard-lb/switchyard/core/plugin"
+)
 
 var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 
@@ -69,18 +67,31 @@ func (v *validator) dataplane(path string, d *Dataplane) {
 	default:
 		v.add(path+".mode", "unknown mode %q (want %s or %s)", d.Mode, ModeIPVS, ModeDryRun)
 	}
-	ipvs, p := &d.IPVS, path+".ipvs"
-	if !slices.Contains(Schedulers, ipvs.Scheduler) {
-		v.add(p+".scheduler", "unknown scheduler %q (want %s)", ipvs.Scheduler, strings.Join(Schedulers, ", "))
+	d.NodePortAddresses.validate(v, path+".nodePortAddresses")
+	v.positive(path+".syncPeriod", d.SyncPeriod)
+	v.positive(path+".minSyncPeriod", d.MinSyncPeriod)
+	if d.MinSyncPeriod > d.SyncPeriod && d.SyncPeriod > 0 {
+		v.add(path+".minSyncPeriod", "%s is longer than syncPeriod %s", d.MinSyncPeriod, d.SyncPeriod)
 	}
+	// The scheduler's valid names are the dataplane's: SchedulerCheck.
+	ipvs, p := &d.IPVS, path+".ipvs"
 	v.seconds(p+".tcpTimeout", ipvs.TCPTimeout)
 	v.seconds(p+".tcpFinTimeout", ipvs.TCPFinTimeout)
 	v.seconds(p+".udpTimeout", ipvs.UDPTimeout)
-	ipvs.NodePortAddresses.validate(v, p+".nodePortAddresses")
-	v.positive(p+".syncPeriod", ipvs.SyncPeriod)
-	v.positive(p+".minSyncPeriod", ipvs.MinSyncPeriod)
-	if ipvs.MinSyncPeriod > ipvs.SyncPeriod && ipvs.SyncPeriod > 0 {
-		v.add(p+".minSyncPeriod", "%s is longer than syncPeriod %s", ipvs.MinSyncPeriod, ipvs.SyncPeriod)
+	v.positive(p+".drainTimeout", ipvs.DrainTimeout)
+}
+
+// SchedulerCheck returns a Check that refuses a default scheduler
+// (dataplane.ipvs.scheduler) the dataplane's set does not support, naming
+// the ones it does. The daemon checks every config with the set of the
+// dataplane its mode names, before that dataplane is opened.
+func SchedulerCheck(set plugin.SchedulerSet) Check {
+	return func(c *Config) Errors {
+		name := c.Dataplane.IPVS.Scheduler
+		if set.SupportsScheduler(name) {
+			return nil
+		}
+		return Errors{{Path: "dataplane.ipvs.scheduler", Msg: fmt.Sprintf("unknown scheduler %q (want %s)", name, strings.Join(set.Schedulers(), ", "))}}
 	}
 }
 

@@ -15,7 +15,8 @@ import (
 // a ConfigMap volume's symlink swap as well as an in-place write.
 // It is safe for concurrent use.
 type Watcher struct {
-	path string
+	path   string
+	checks []Check
 
 	mu      sync.Mutex
 	current *Config
@@ -27,17 +28,18 @@ type Watcher struct {
 }
 
 // NewWatcher loads the config at path; it fails when the file is
-// unreadable or invalid, so a daemon never starts on a bad config.
-func NewWatcher(path string) (*Watcher, error) {
+// unreadable or invalid, so a daemon never starts on a bad config. Every
+// config it reads is parsed with checks (Parse), at start and on change.
+func NewWatcher(path string, checks ...Check) (*Watcher, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read config: %w", err)
 	}
-	c, err := Parse(data)
+	c, err := Parse(data, checks...)
 	if err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
-	return &Watcher{path: path, current: c, seen: sha256.Sum256(data)}, nil
+	return &Watcher{path: path, checks: checks, current: c, seen: sha256.Sum256(data)}, nil
 }
 
 // Config returns the last good config.
@@ -69,7 +71,7 @@ func (w *Watcher) Poll() (*Config, error) {
 		return nil, nil
 	}
 	w.seen = sum
-	c, err := Parse(data)
+	c, err := Parse(data, w.checks...)
 	if err != nil {
 		return nil, fmt.Errorf("config %s: %w", w.path, err)
 	}

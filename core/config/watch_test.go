@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/switchyard-lb/switchyard/core/plugin/plugintest"
 )
 
 // configMapDir lays files out as the kubelet does for a ConfigMap volume:
@@ -53,9 +55,13 @@ func withScheduler(s string) string {
 	return header + "dataplane:\n  ipvs:\n    scheduler: " + s + "\n"
 }
 
+// watchSchedulers stands for the dataplane's schedulers, which the
+// daemon's Watcher checks every config against.
+var watchSchedulers = SchedulerCheck(plugintest.NewSchedulers("rr", "wlc", "lc", "sh", "mh"))
+
 func TestWatcherKeepsLastGood(t *testing.T) {
 	d := newConfigMapDir(t, withScheduler("rr"))
-	w, err := NewWatcher(d.path())
+	w, err := NewWatcher(d.path(), watchSchedulers)
 	if err != nil {
 		t.Fatalf("NewWatcher: %v", err)
 	}
@@ -87,6 +93,33 @@ func TestWatcherKeepsLastGood(t *testing.T) {
 		},
 		{name: "gone reported once", change: func() {}, wantInUse: "wlc"},
 		{name: "good again", change: func() { d.update(withScheduler("mh")) }, wantNew: "mh", wantInUse: "mh"},
+		{
+			name:    "v1alpha1 file",
+			change:  func() { d.update(headerV1alpha1 + "dataplane:\n  ipvs:\n    scheduler: lc\n    syncPeriod: 1m\n") },
+			wantNew: "lc", wantInUse: "lc",
+		},
+		{
+			name:    "v1alpha1 layout in a v1alpha2 file",
+			change:  func() { d.update(header + "dataplane:\n  ipvs:\n    scheduler: sh\n    syncPeriod: 1m\n") },
+			wantErr: `line 6: dataplane.ipvs.syncPeriod: unknown field "syncPeriod" (switchyard.dev/v1alpha2 has it at dataplane.syncPeriod`, wantInUse: "lc",
+		},
+		{
+			name:    "bad v1alpha1 file",
+			change:  func() { d.update(headerV1alpha1 + "dataplane:\n  ipvs:\n    scheduler: fastest\n") },
+			wantErr: `line 5: dataplane.ipvs.scheduler: unknown scheduler "fastest" (want rr, wlc, lc, sh, mh)`, wantInUse: "lc",
+		},
+		{
+			name: "bad value at a v1alpha2 place",
+			change: func() {
+				d.update(header + "dataplane:\n  syncPeriod: 1s\n  minSyncPeriod: 2s\n  ipvs:\n    scheduler: sh\n")
+			},
+			wantErr: `line 5: dataplane.minSyncPeriod: 2s is longer than syncPeriod 1s`, wantInUse: "lc",
+		},
+		{
+			name:    "good v1alpha2 file",
+			change:  func() { d.update(header + "dataplane:\n  syncPeriod: 1m\n  ipvs:\n    scheduler: sh\n") },
+			wantNew: "sh", wantInUse: "sh",
+		},
 	}
 	for _, s := range steps {
 		s.change()
@@ -112,18 +145,18 @@ func TestWatcherKeepsLastGood(t *testing.T) {
 
 func TestNewWatcherRefusesBadConfig(t *testing.T) {
 	d := newConfigMapDir(t, withScheduler("foo"))
-	_, err := NewWatcher(d.path())
+	_, err := NewWatcher(d.path(), watchSchedulers)
 	if err == nil || !strings.Contains(err.Error(), "dataplane.ipvs.scheduler") {
 		t.Errorf("NewWatcher(bad) = %v, want an error naming dataplane.ipvs.scheduler", err)
 	}
-	if _, err := NewWatcher(filepath.Join(t.TempDir(), "missing.yaml")); err == nil {
+	if _, err := NewWatcher(filepath.Join(t.TempDir(), "missing.yaml"), watchSchedulers); err == nil {
 		t.Error("NewWatcher(missing) succeeded")
 	}
 }
 
 func TestWatcherRun(t *testing.T) {
 	d := newConfigMapDir(t, withScheduler("rr"))
-	w, err := NewWatcher(d.path())
+	w, err := NewWatcher(d.path(), watchSchedulers)
 	if err != nil {
 		t.Fatal(err)
 	}

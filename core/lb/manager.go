@@ -21,7 +21,7 @@ import (
 	"github.com/switchyard-lb/switchyard/core/membership"
 	"github.com/switchyard-lb/switchyard/core/metrics"
 	"github.com/switchyard-lb/switchyard/core/model"
-	"github.com/switchyard-lb/switchyard/core/reconcile"
+	"github.com/switchyard-lb/switchyard/core/plugin"
 )
 
 // Config is what a Manager needs besides the SwitchyardConfig.
@@ -63,7 +63,7 @@ type Manager struct {
 	// owners and slots are the announcers, in config order.
 	owners  []*owner
 	slots   []*announcerSlot
-	elected []reconcile.ElectedAnnouncer
+	elected []plugin.ElectedAnnouncer
 
 	closeOnce sync.Once
 	closeErr  error
@@ -186,7 +186,7 @@ func (m *Manager) addAnnouncer(ctx context.Context, ac config.Announcer) error {
 	m.owners = append(m.owners, o)
 	o.start()
 	m.health.add(announcerCheck{name: ac.Name, probe: o.probe, grace: o.grace})
-	m.elected = append(m.elected, reconcile.ElectedAnnouncer{
+	m.elected = append(m.elected, plugin.ElectedAnnouncer{
 		Announcer: r,
 		Mode:      typ.Mode,
 		Serves:    slot.serves,
@@ -226,7 +226,7 @@ func (m *Manager) selectedNodes(slot *announcerSlot) ([]*model.Node, *model.Node
 
 // Elected are the announcers, for the loop's election
 // (reconcile.Config.Elected). Each passes the loop's calls to its owner.
-func (m *Manager) Elected() []reconcile.ElectedAnnouncer { return m.elected }
+func (m *Manager) Elected() []plugin.ElectedAnnouncer { return m.elected }
 
 // Alive is the election's view of gossip membership
 // (reconcile.Config.Alive); nil without announcers.

@@ -37,7 +37,7 @@ func newAnnouncerSlot(ac config.Announcer, pools []ipam.Pool) *announcerSlot {
 }
 
 // serves reports whether the announcer is responsible for a
-// (reconcile.ElectedAnnouncer.Serves).
+// (plugin.ElectedAnnouncer.Serves).
 func (s *announcerSlot) serves(a netip.Addr) bool {
 	r := s.ranges.Load()
 	return r == nil || slices.ContainsFunc(*r, func(r ipam.Range) bool { return r.Contains(a) })

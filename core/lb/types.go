@@ -21,7 +21,7 @@ type Type struct {
 	// election.Layer2 (one node) or election.BGP (every eligible node).
 	Mode election.Mode
 	// WithNodes makes every announcement carry the nodes that serve its
-	// address (reconcile.ElectedAnnouncer.WithNodes).
+	// address (plugin.ElectedAnnouncer.WithNodes).
 	WithNodes bool
 	// Async is set for announcers that act after Announce returns: their
 	// outcomes reach the AnnounceFailed Events through Env.Result.

@@ -175,7 +175,7 @@ type Announcement struct {
 	// traffic, sorted: the nodes eligible for it over every Service
 	// sharing it (with externalTrafficPolicy Local, only nodes running a
 	// ready endpoint). It is set only for announcers that ask for it
-	// (reconcile.ElectedAnnouncer.WithNodes), such as the cloud
+	// (plugin.ElectedAnnouncer.WithNodes), such as the cloud
 	// announcer, which sends traffic to other nodes; nil leaves the
 	// choice of nodes to the announcer.
 	Nodes []string

@@ -5,8 +5,9 @@
 //   - the three plugin kinds: the Dataplane that forwards packets (and
 //     may read its live statistics, StatsReader, and name the schedulers
 //     it supports, SchedulerSet), the Announcers that make
-//     LoadBalancer addresses reachable, and the balancing Policy that
-//     weighs endpoints;
+//     LoadBalancer addresses reachable (each driven through an
+//     ElectedAnnouncer: its election mode, pools and node selector), and
+//     the balancing Policy that weighs endpoints;
 //   - Source, the watch layer the loop takes changes from (core/k8s);
 //   - Policies, which resolves a Service's policy (plugins/registry), and
 //     PolicyReporter, which tells the user about it;
@@ -15,7 +16,8 @@
 //     them (FailureReason), announcers' AddrErrors.
 //
 // It holds interfaces, their value types and errors only, and imports
-// nothing but core/model, so plugins never import the loop.
+// nothing but core/model and the pure core/election (for an elected
+// announcer's mode and node selector), so plugins never import the loop.
 package plugin
 
 import (
@@ -115,8 +117,10 @@ type StatsReader interface {
 // planner accepts a switchyard.dev/scheduler annotation, and the policy
 // stage a PolicyResult.Scheduler, only when the dataplane supports the
 // name; without a SchedulerSet neither is accepted and every virtual
-// service keeps the configured default. Its methods must be goroutine-safe
-// and pure: the same name always gets the same answer.
+// service keeps the configured default. The daemon also refuses a config
+// whose default scheduler the dataplane's set does not hold. Its methods
+// must be goroutine-safe and pure: the same name always gets the same
+// answer.
 type SchedulerSet interface {
 	// SupportsScheduler reports whether the dataplane can program the
 	// scheduler name.
@@ -126,6 +130,10 @@ type SchedulerSet interface {
 	// name itself when it honours weights, else a supported one that
 	// does (IPVS: wrr for rr, which ignores weights).
 	WeightedScheduler(name string) string
+	// Schedulers returns every name SupportsScheduler accepts, in a
+	// stable order, for messages such as a config's refusal of another
+	// (core/config.SchedulerCheck); the caller owns the slice.
+	Schedulers() []string
 }
 
 // PolicyResult is a policy's decision for one Service port.

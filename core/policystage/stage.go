@@ -206,6 +206,7 @@ type noSchedulers struct{}
 
 func (noSchedulers) SupportsScheduler(string) bool        { return false }
 func (noSchedulers) WeightedScheduler(name string) string { return name }
+func (noSchedulers) Schedulers() []string                 { return nil }
 
 // HasSynced reports whether the policies have synced
 // (plugin.Policies.HasSynced): the loop does not sync before, so that

@@ -26,8 +26,8 @@
 // first Sync. The planner stays pure, and a policy's failure never fails
 // the sync.
 //
-// Announcers in Config.Elected announce only what this node wins
-// (elect.go): per address of the plan that the announcer serves (its
+// Announcers (Config.Elected, plugin.ElectedAnnouncer) announce only
+// what this node wins (elect.go): per address of the plan that the announcer serves (its
 // pools), core/election decides among the nodes the Source reports, with
 // the announcer's node selector, a ready local endpoint when the
 // Service's externalTrafficPolicy is Local (taken from the Delta's
@@ -37,7 +37,7 @@
 // recomputed on every Sync, so a node change or a membership change
 // (the daemon triggers the runner on it) moves the address, still
 // withdrawing before the dataplane removes and announcing after it
-// serves. Config.Announcers keep announcing the plan's whole set.
+// serves.
 //
 // Errors of every plugin are joined and returned, so the runner retries.
 // The handlers of the watch only record changes; this loop is the one

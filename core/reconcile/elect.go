@@ -9,27 +9,6 @@ import (
 	"github.com/switchyard-lb/switchyard/core/plugin"
 )
 
-// ElectedAnnouncer is an announcer that announces only the addresses
-// this node wins in an election among the nodes, rather than every
-// address of the plan.
-type ElectedAnnouncer struct {
-	Announcer plugin.Announcer
-	// Mode is election.Layer2 (one node per address: ARP, cloud) or
-	// election.BGP (every eligible node).
-	Mode election.Mode
-	// Serves reports whether the announcer is responsible for an address
-	// (the address lies in one of its pools); nil serves every address.
-	Serves func(netip.Addr) bool
-	// Selector is the announcer's node selector; nil selects every node.
-	Selector election.Matcher
-	// WithNodes makes every announcement carry the nodes that serve its
-	// address (model.Announcement.Nodes): the union, over the Services
-	// sharing the address, of the nodes eligible for the Service. An
-	// announcer that sends traffic to other nodes (cloud) needs it to
-	// honour externalTrafficPolicy Local.
-	WithNodes bool
-}
-
 // electionInfo is what election needs of a Service beyond its plan:
 // its externalTrafficPolicy and the nodes running a ready endpoint.
 type electionInfo struct {
@@ -57,7 +36,7 @@ func electionInfoOf(st model.ServiceState) electionInfo {
 // endpoints. With ea.WithNodes each announcement carries the nodes that
 // serve its address. It is pure: the same inputs give the same set on
 // every node.
-func elect(ea *ElectedAnnouncer, self string, nodes map[string]*model.Node, infos map[model.ServiceKey]electionInfo, alive election.AliveFunc, want []model.Announcement) []model.Announcement {
+func elect(ea *plugin.ElectedAnnouncer, self string, nodes map[string]*model.Node, infos map[model.ServiceKey]electionInfo, alive election.AliveFunc, want []model.Announcement) []model.Announcement {
 	names := make([]string, 0, len(nodes))
 	for name := range nodes {
 		names = append(names, name)

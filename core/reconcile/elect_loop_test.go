@@ -11,6 +11,7 @@ import (
 	"github.com/switchyard-lb/switchyard/core/election"
 	"github.com/switchyard-lb/switchyard/core/model"
 	"github.com/switchyard-lb/switchyard/core/plan"
+	"github.com/switchyard-lb/switchyard/core/plugin"
 	"github.com/switchyard-lb/switchyard/core/plugin/plugintest"
 	"github.com/switchyard-lb/switchyard/core/reconcile"
 	"github.com/switchyard-lb/switchyard/ipvs/dryrun"
@@ -51,7 +52,7 @@ func newElectedNode(name string, members *fakeMembership) *electedNode {
 		Source:    n.src,
 		Planner:   plan.New(plan.Options{}),
 		Dataplane: dryrun.New(),
-		Elected: []reconcile.ElectedAnnouncer{{
+		Elected: []plugin.ElectedAnnouncer{{
 			Announcer: n.ann,
 			Mode:      election.Layer2,
 			Serves:    netip.MustParsePrefix("192.0.2.0/24").Contains,
@@ -180,7 +181,7 @@ func TestLoopReannouncesWhenServingNodesChange(t *testing.T) {
 		Source:    src,
 		Planner:   plan.New(plan.Options{}),
 		Dataplane: dryrun.New(),
-		Elected: []reconcile.ElectedAnnouncer{{
+		Elected: []plugin.ElectedAnnouncer{{
 			Announcer: ann, Mode: election.Layer2, WithNodes: true,
 		}},
 	})

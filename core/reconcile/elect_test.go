@@ -9,6 +9,7 @@ import (
 
 	"github.com/switchyard-lb/switchyard/core/election"
 	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/core/plugin"
 )
 
 // labels is a node selector matching one label.
@@ -66,31 +67,31 @@ func TestElect(t *testing.T) {
 
 	tests := []struct {
 		name  string
-		ea    ElectedAnnouncer
+		ea    plugin.ElectedAnnouncer
 		self  string
 		nodes map[string]*model.Node
 		alive election.AliveFunc
 		want  []model.Announcement
 	}{
-		{"bgp: every eligible node announces every served address", ElectedAnnouncer{Mode: election.BGP},
+		{"bgp: every eligible node announces every served address", plugin.ElectedAnnouncer{Mode: election.BGP},
 			"node-a", two, nil, []model.Announcement{a1, a2, x9}},
-		{"bgp: ETP Local needs a ready local endpoint", ElectedAnnouncer{Mode: election.BGP},
+		{"bgp: ETP Local needs a ready local endpoint", plugin.ElectedAnnouncer{Mode: election.BGP},
 			"node-b", two, nil, want},
-		{"pools limit the addresses", ElectedAnnouncer{Mode: election.BGP, Serves: inPool},
+		{"pools limit the addresses", plugin.ElectedAnnouncer{Mode: election.BGP, Serves: inPool},
 			"node-b", two, nil, []model.Announcement{a1, a2, l3}},
-		{"layer2: node-a announces what it wins", ElectedAnnouncer{Mode: election.Layer2},
+		{"layer2: node-a announces what it wins", plugin.ElectedAnnouncer{Mode: election.Layer2},
 			"node-a", two, nil, ownedBy("node-a", a1, a2, x9)},
-		{"layer2: node-b announces the rest, and the Local Service", ElectedAnnouncer{Mode: election.Layer2},
+		{"layer2: node-b announces the rest, and the Local Service", plugin.ElectedAnnouncer{Mode: election.Layer2},
 			"node-b", two, nil, append(ownedBy("node-b", a1, a2, x9), l3)},
-		{"layer2: a NotReady peer owns nothing", ElectedAnnouncer{Mode: election.Layer2},
+		{"layer2: a NotReady peer owns nothing", plugin.ElectedAnnouncer{Mode: election.Layer2},
 			"node-a", map[string]*model.Node{"node-a": node("node-a", true), "node-b": node("node-b", false)}, nil,
 			[]model.Announcement{a1, a2, x9}},
-		{"layer2: membership overrides readiness", ElectedAnnouncer{Mode: election.Layer2},
+		{"layer2: membership overrides readiness", plugin.ElectedAnnouncer{Mode: election.Layer2},
 			"node-a", two, deadB, []model.Announcement{a1, a2, x9}},
-		{"the node selector excludes self", ElectedAnnouncer{Mode: election.BGP, Selector: labels{"edge": "true"}},
+		{"the node selector excludes self", plugin.ElectedAnnouncer{Mode: election.BGP, Selector: labels{"edge": "true"}},
 			"node-a", map[string]*model.Node{"node-a": node("node-a", true), "node-b": node("node-b", true, "edge", "true")}, nil,
 			[]model.Announcement{}},
-		{"unknown self announces nothing", ElectedAnnouncer{Mode: election.Layer2},
+		{"unknown self announces nothing", plugin.ElectedAnnouncer{Mode: election.Layer2},
 			"node-c", two, nil, []model.Announcement{}},
 	}
 	for _, tt := range tests {
@@ -138,32 +139,32 @@ func TestElectWithNodes(t *testing.T) {
 	// BGP makes every eligible node announce, so self's winning does not
 	// depend on the hash; Layer2 is covered by the Local cases, where
 	// self is the only eligible node.
-	bgp := ElectedAnnouncer{Mode: election.BGP, WithNodes: true}
+	bgp := plugin.ElectedAnnouncer{Mode: election.BGP, WithNodes: true}
 	an := func(a netip.Addr, k model.ServiceKey, nodes ...string) model.Announcement {
 		return model.Announcement{Addr: a, Service: k, Nodes: nodes}
 	}
 	tests := []struct {
 		name  string
-		ea    ElectedAnnouncer
+		ea    plugin.ElectedAnnouncer
 		self  string
 		nodes map[string]*model.Node
 		alive election.AliveFunc
 		want  []model.Announcement
 		in    []model.Announcement
 	}{
-		{"without WithNodes, Nodes stays nil", ElectedAnnouncer{Mode: election.BGP}, "node-a", three, nil,
+		{"without WithNodes, Nodes stays nil", plugin.ElectedAnnouncer{Mode: election.BGP}, "node-a", three, nil,
 			[]model.Announcement{an(addr, web)}, []model.Announcement{an(addr, web)}},
 		{"Cluster: every eligible node", bgp, "node-a", three, nil,
 			[]model.Announcement{an(addr, web, "node-a", "node-b", "node-c")}, []model.Announcement{an(addr, web)}},
 		{"Cluster: a node dead by gossip is left out", bgp, "node-a", three,
 			func(n string) (bool, bool) { return n != "node-b", true },
 			[]model.Announcement{an(addr, web, "node-a", "node-c")}, []model.Announcement{an(addr, web)}},
-		{"Cluster: the node selector limits the nodes", ElectedAnnouncer{Mode: election.BGP, WithNodes: true, Selector: labels{"edge": "false"}},
+		{"Cluster: the node selector limits the nodes", plugin.ElectedAnnouncer{Mode: election.BGP, WithNodes: true, Selector: labels{"edge": "false"}},
 			"node-c", three, nil,
 			[]model.Announcement{an(addr, web, "node-c")}, []model.Announcement{an(addr, web)}},
-		{"Local: only nodes with a ready endpoint", ElectedAnnouncer{Mode: election.Layer2, WithNodes: true}, "node-b", three, nil,
+		{"Local: only nodes with a ready endpoint", plugin.ElectedAnnouncer{Mode: election.Layer2, WithNodes: true}, "node-b", three, nil,
 			[]model.Announcement{an(addr, local, "node-b")}, []model.Announcement{an(addr, local)}},
-		{"Local: a node without endpoint announces nothing", ElectedAnnouncer{Mode: election.Layer2, WithNodes: true}, "node-a", three, nil,
+		{"Local: a node without endpoint announces nothing", plugin.ElectedAnnouncer{Mode: election.Layer2, WithNodes: true}, "node-a", three, nil,
 			[]model.Announcement{}, []model.Announcement{an(addr, local)}},
 		{"shared address: the union over its Services, on each announcement", bgp, "node-b", three, nil,
 			[]model.Announcement{an(addr, local, "node-a", "node-b"), an(addr, shared, "node-a", "node-b")},
@@ -171,7 +172,7 @@ func TestElectWithNodes(t *testing.T) {
 		{"shared address: a Cluster Service brings every eligible node", bgp, "node-b", three, nil,
 			[]model.Announcement{an(addr, local, "node-a", "node-b", "node-c"), an(addr, web, "node-a", "node-b", "node-c")},
 			[]model.Announcement{an(addr, local), an(addr, web)}},
-		{"addresses are unioned separately; unserved ones do not count", ElectedAnnouncer{Mode: election.BGP, WithNodes: true, Serves: netip.MustParsePrefix("192.0.2.0/24").Contains},
+		{"addresses are unioned separately; unserved ones do not count", plugin.ElectedAnnouncer{Mode: election.BGP, WithNodes: true, Serves: netip.MustParsePrefix("192.0.2.0/24").Contains},
 			"node-b", three, nil,
 			[]model.Announcement{an(addr, local, "node-b")},
 			[]model.Announcement{an(addr, local), an(outside, web)}},

@@ -37,11 +37,10 @@ type Config struct {
 	Source    plugin.Source
 	Planner   *plan.Planner
 	Dataplane plugin.Dataplane
-	// Announcers announce every address of the plan.
-	Announcers []plugin.Announcer
-	// Elected announcers announce only the addresses this node wins in
-	// their election (elect.go), among the nodes the Source reports.
-	Elected []ElectedAnnouncer
+	// Elected are the announcers: each announces only the addresses this
+	// node wins in its election (elect.go), among the nodes the Source
+	// reports.
+	Elected []plugin.ElectedAnnouncer
 	// Alive, when set, is gossip membership's view of the nodes for the
 	// Elected announcers' election; Kubernetes readiness decides
 	// otherwise. Trigger a Sync when its answers change.
@@ -89,10 +88,9 @@ type Loop struct {
 	// elections holds, per Service, what the Elected announcers'
 	// election needs beyond the plan.
 	elections map[model.ServiceKey]electionInfo
-	// announcers are Config.Announcers then Config.Elected's; elected
-	// is nil for the former.
+	// announcers are Config.Elected's, elected their elections.
 	announcers []plugin.Announcer
-	elected    []*ElectedAnnouncer
+	elected    []*plugin.ElectedAnnouncer
 	// needFull is set until a full Apply succeeds: initially and after
 	// a failed Apply.
 	needFull bool
@@ -153,16 +151,12 @@ func New(cfg Config) *Loop {
 		needFull:    true,
 		announce:    make(map[model.ServiceKey][]netip.Addr),
 		elections:   make(map[model.ServiceKey]electionInfo),
-		ann:         make([]announcerState, len(cfg.Announcers)+len(cfg.Elected)),
+		ann:         make([]announcerState, len(cfg.Elected)),
 		health:      make(map[model.ServiceKey]healthcheck.Port),
 		healthDirty: true,
 		desired:     make(map[model.ServiceKey]*model.ServicePlan),
 		applied:     make(map[model.ServiceKey]*model.ServicePlan),
 		announced:   make(map[string][]model.Announcement),
-	}
-	for _, a := range cfg.Announcers {
-		l.announcers = append(l.announcers, a)
-		l.elected = append(l.elected, nil)
 	}
 	for i := range cfg.Elected {
 		l.announcers = append(l.announcers, cfg.Elected[i].Announcer)
@@ -306,10 +300,7 @@ func (l *Loop) Sync(ctx context.Context) (res SyncResult, err error) {
 	want := l.wantAnnouncements()
 	wants := make([][]model.Announcement, len(l.announcers))
 	for i, ea := range l.elected {
-		wants[i] = want
-		if ea != nil {
-			wants[i] = elect(ea, l.cfg.NodeName, l.nodes, l.elections, l.cfg.Alive, want)
-		}
+		wants[i] = elect(ea, l.cfg.NodeName, l.nodes, l.elections, l.cfg.Alive, want)
 	}
 
 	var errs []error

@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/switchyard-lb/switchyard/core/election"
 	"github.com/switchyard-lb/switchyard/core/metrics"
 	"github.com/switchyard-lb/switchyard/core/model"
 	"github.com/switchyard-lb/switchyard/core/plan"
@@ -159,7 +160,7 @@ func TestFailuresAreLoggedAndCounted(t *testing.T) {
 	var logs strings.Builder
 	h.loop = reconcile.New(reconcile.Config{
 		NodeName: "node-a", Source: h.src, Planner: plan.New(plan.Options{}), Dataplane: h.dp,
-		Announcers: []plugin.Announcer{h.ann}, Metrics: h.m,
+		Elected: []plugin.ElectedAnnouncer{{Announcer: h.ann, Mode: election.BGP}}, Metrics: h.m,
 		Log: slog.New(slog.NewTextHandler(&logs, nil)),
 		Now: func() time.Time { return now }, FullSyncPeriod: time.Minute,
 	})

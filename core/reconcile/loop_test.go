@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/switchyard-lb/switchyard/core/election"
 	"github.com/switchyard-lb/switchyard/core/healthcheck"
 	"github.com/switchyard-lb/switchyard/core/metrics"
 	"github.com/switchyard-lb/switchyard/core/model"
@@ -110,14 +111,15 @@ func newHarness(t *testing.T) *harness {
 	h.ann.OnAnnounce(func(set []model.Announcement) { served("announce", set) })
 	h.dp.AfterApply(func(plugin.Update) { served("after apply", h.ann.Current()) })
 	h.loop = reconcile.New(reconcile.Config{
-		NodeName:   "node-a",
-		Source:     h.src,
-		Planner:    plan.New(plan.Options{}),
-		Dataplane:  h.dp,
-		Announcers: []plugin.Announcer{h.ann},
-		Metrics:    h.m,
-		Health:     h.hc,
-		Now:        func() time.Time { return t0 },
+		NodeName:  "node-a",
+		Source:    h.src,
+		Planner:   plan.New(plan.Options{}),
+		Dataplane: h.dp,
+		// A BGP announcer: every eligible node announces (node-a is).
+		Elected: []plugin.ElectedAnnouncer{{Announcer: h.ann, Mode: election.BGP}},
+		Metrics: h.m,
+		Health:  h.hc,
+		Now:     func() time.Time { return t0 },
 	})
 	return h
 }
@@ -251,8 +253,11 @@ func TestLoopScenario(t *testing.T) {
 			push: delta(time.Second, map[model.ServiceKey]model.ServiceState{
 				lbKey: lbLocal(lbKey, "10.96.0.20", "203.0.113.11", ep("10.244.1.5:8080", "node-a", "terminating"), ep("10.244.2.5:8080", "node-b")),
 			}),
-			table:    cat(webTable3, lbTerminatingTable),
-			announce: []model.Announcement{announced("203.0.113.11", lbKey)},
+			table: cat(webTable3, lbTerminatingTable),
+			// externalTrafficPolicy Local without a ready local endpoint:
+			// node-a is no longer eligible, and withdraws.
+			announce: []model.Announcement{},
+			calls:    [][]model.Announcement{{}},
 			health:   hc(0),
 			stats:    dryrun.Stats{Applies: 4, FullApplies: 1, LastChanged: []model.ServiceKey{lbKey}},
 			latency:  3,
@@ -260,9 +265,21 @@ func TestLoopScenario(t *testing.T) {
 		{
 			name:     "a sync without changes applies nothing (full resyncs follow FullSyncPeriod)",
 			table:    cat(webTable3, lbTerminatingTable),
-			announce: []model.Announcement{announced("203.0.113.11", lbKey)},
+			announce: []model.Announcement{},
 			health:   hc(0),
 			stats:    dryrun.Stats{Applies: 4, FullApplies: 1, LastChanged: []model.ServiceKey{lbKey}},
+			latency:  3,
+		},
+		{
+			name: "the local endpoint is ready again: announced after Apply",
+			push: delta(0, map[model.ServiceKey]model.ServiceState{
+				lbKey: lbLocal(lbKey, "10.96.0.20", "203.0.113.11", lbEndpoints...),
+			}),
+			table:    cat(webTable3, lbTable("203.0.113.11")),
+			announce: []model.Announcement{announced("203.0.113.11", lbKey)},
+			calls:    [][]model.Announcement{{announced("203.0.113.11", lbKey)}},
+			health:   hc(1),
+			stats:    dryrun.Stats{Applies: 5, FullApplies: 1, LastChanged: []model.ServiceKey{lbKey}},
 			latency:  3,
 		},
 		{
@@ -272,7 +289,7 @@ func TestLoopScenario(t *testing.T) {
 			announce: []model.Announcement{},
 			calls:    [][]model.Announcement{{}},
 			health:   map[model.ServiceKey]healthcheck.Port{},
-			stats:    dryrun.Stats{Applies: 5, FullApplies: 1, LastChanged: []model.ServiceKey{lbKey}},
+			stats:    dryrun.Stats{Applies: 6, FullApplies: 1, LastChanged: []model.ServiceKey{lbKey}},
 			latency:  3,
 		},
 		{
@@ -283,7 +300,7 @@ func TestLoopScenario(t *testing.T) {
 			table:    webTable3,
 			announce: []model.Announcement{},
 			health:   map[model.ServiceKey]healthcheck.Port{},
-			stats:    dryrun.Stats{Applies: 5, FullApplies: 1, LastChanged: []model.ServiceKey{lbKey}},
+			stats:    dryrun.Stats{Applies: 6, FullApplies: 1, LastChanged: []model.ServiceKey{lbKey}},
 			latency:  3,
 		},
 		{
@@ -297,7 +314,7 @@ func TestLoopScenario(t *testing.T) {
 			},
 			announce: []model.Announcement{},
 			health:   map[model.ServiceKey]healthcheck.Port{},
-			stats:    dryrun.Stats{Applies: 6, FullApplies: 2},
+			stats:    dryrun.Stats{Applies: 7, FullApplies: 2},
 			latency:  4,
 		},
 	}
@@ -346,7 +363,7 @@ func TestLoopScenario(t *testing.T) {
 		"real_servers_programmed":      {testutil.ToFloat64(h.m.RealServersProgrammed), 2},
 		"sync_errors_total{dataplane}": {testutil.ToFloat64(h.m.SyncErrors.WithLabelValues(metrics.StageDataplane)), 1},
 		"syncs_total{full}":            {testutil.ToFloat64(h.m.Syncs.WithLabelValues(metrics.ModeFull)), 2},
-		"syncs_total{partial}":         {testutil.ToFloat64(h.m.Syncs.WithLabelValues(metrics.ModePartial)), 6},
+		"syncs_total{partial}":         {testutil.ToFloat64(h.m.Syncs.WithLabelValues(metrics.ModePartial)), 7}, // every step but the unsynced and the two full ones
 		"announced_ips{arp}":           {testutil.ToFloat64(h.m.AnnouncedIPs.WithLabelValues("arp")), 0},
 		"healthcheck_ports":            {testutil.ToFloat64(h.m.HealthCheckPorts), 0},
 		"sync_last_timestamp_seconds":  {testutil.ToFloat64(h.m.LastSyncTimestamp), float64(t0.Unix())},

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/switchyard-lb/switchyard/core/election"
 	"github.com/switchyard-lb/switchyard/core/model"
 	"github.com/switchyard-lb/switchyard/core/plan"
 	"github.com/switchyard-lb/switchyard/core/plugin"
@@ -23,7 +24,7 @@ func TestRunnerDrivesLoop(t *testing.T) {
 	clk := runnertest.NewClock(t0)
 	h.loop = reconcile.New(reconcile.Config{
 		NodeName: "node-a", Source: h.src, Planner: plan.New(plan.Options{}),
-		Dataplane: h.dp, Announcers: []plugin.Announcer{h.ann}, Now: clk.Now,
+		Dataplane: h.dp, Elected: []plugin.ElectedAnnouncer{{Announcer: h.ann, Mode: election.BGP}}, Now: clk.Now,
 	})
 	r := runner.New("sync", func(ctx context.Context) error { _, err := h.loop.Sync(ctx); return err }, time.Second, 10*time.Second, 3*time.Second, runner.WithClock(clk))
 	h.initial()

@@ -258,3 +258,10 @@ func (d *Dataplane) SupportsScheduler(name string) bool { return ipvs.SupportsSc
 
 // WeightedScheduler is ipvs.WeightedScheduler.
 func (d *Dataplane) WeightedScheduler(name string) string { return ipvs.WeightedScheduler(name) }
+
+// Schedulers is ipvs.Schedulers.
+func (d *Dataplane) Schedulers() []string { return ipvs.Schedulers() }
+
+// SchedulerSet is the dry run's plugin.SchedulerSet, for use before a
+// Dataplane is made: IPVS's (ipvs.SchedulerSet), as a Dataplane answers.
+var SchedulerSet = ipvs.SchedulerSet

@@ -213,12 +213,21 @@ func TestSchedulersMirrorIPVS(t *testing.T) {
 		Supported bool
 		Weighted  string
 	}
-	var got, want []answer
+	var got, gotSet, want []answer
 	for _, name := range append(ipvs.Schedulers(), "", "RR", "random", "maglev") {
 		got = append(got, answer{d.SupportsScheduler(name), d.WeightedScheduler(name)})
+		gotSet = append(gotSet, answer{dryrun.SchedulerSet.SupportsScheduler(name), dryrun.SchedulerSet.WeightedScheduler(name)})
 		want = append(want, answer{ipvs.SupportsScheduler(name), ipvs.WeightedScheduler(name)})
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("dry run vs IPVS (-ipvs +dryrun):\n%s", diff)
+	}
+	if diff := cmp.Diff(want, gotSet); diff != "" {
+		t.Errorf("dryrun.SchedulerSet vs IPVS (-ipvs +dryrun.SchedulerSet):\n%s", diff)
+	}
+	for _, names := range [][]string{d.Schedulers(), dryrun.SchedulerSet.Schedulers()} {
+		if diff := cmp.Diff(ipvs.Schedulers(), names); diff != "" {
+			t.Errorf("Schedulers() (-ipvs +dryrun):\n%s", diff)
+		}
 	}
 }

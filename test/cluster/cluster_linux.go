@@ -24,7 +24,7 @@ import (
 // the WebAssembly cache directory, which the nodes would share, and with
 // nf_conntrack_max left alone, as kind configures kube-proxy: the nodes
 // are network namespaces, where the kernel makes it read-only.
-const DefaultDaemonConfig = `apiVersion: switchyard.dev/v1alpha1
+const DefaultDaemonConfig = `apiVersion: switchyard.dev/v1alpha2
 kind: SwitchyardConfig
 dataplane:
   mode: ipvs

@@ -18,12 +18,12 @@ import (
 const refusedWithin = 5 * time.Second
 
 // withClusterCIDRs returns the cluster's default daemon config with
-// dataplane.ipvs.clusterCIDRs set: the dataplane then tells pods (a source
+// dataplane.clusterCIDRs set: the dataplane then tells pods (a source
 // in the CIDR) from the outside.
 func withClusterCIDRs(t *testing.T, cidr netip.Prefix) string {
 	t.Helper()
 	cfg := strings.Replace(cluster.DefaultDaemonConfig, "dataplane:\n",
-		fmt.Sprintf("dataplane:\n  ipvs:\n    clusterCIDRs: [%s]\n", cidr), 1)
+		fmt.Sprintf("dataplane:\n  clusterCIDRs: [%s]\n", cidr), 1)
 	if cfg == cluster.DefaultDaemonConfig {
 		t.Fatal("the default daemon config has no dataplane section to extend")
 	}

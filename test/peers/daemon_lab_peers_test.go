@@ -205,7 +205,7 @@ func (n *daemonNode) setReady(t *testing.T, ready bool) {
 func (n *daemonNode) start(t *testing.T, extra string) {
 	t.Helper()
 	cfg := filepath.Join(t.TempDir(), "config.yaml")
-	body := "apiVersion: switchyard.dev/v1alpha1\nkind: SwitchyardConfig\ndataplane:\n  mode: dryrun\n" + extra
+	body := "apiVersion: switchyard.dev/v1alpha2\nkind: SwitchyardConfig\ndataplane:\n  mode: dryrun\n" + extra
 	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}

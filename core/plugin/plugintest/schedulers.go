@@ -36,6 +36,9 @@ func (s *Schedulers) WithWeighted(from, to string) *Schedulers {
 // SupportsScheduler reports whether name is one of the set's names.
 func (s *Schedulers) SupportsScheduler(name string) bool { return slices.Contains(s.names, name) }
 
+// Schedulers returns the set's names, in NewSchedulers' order.
+func (s *Schedulers) Schedulers() []string { return slices.Clone(s.names) }
+
 // WeightedScheduler returns what WithWeighted set for name, else name.
 func (s *Schedulers) WeightedScheduler(name string) string {
 	if to, ok := s.weighted[name]; ok {

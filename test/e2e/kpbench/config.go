@@ -4,15 +4,15 @@ package kpbench
 // IPVS dataplane with kube-proxy's defaults (rr, a sync at most once a
 // second, a full resync every 30 s) and the workload's cluster CIDR, as
 // kube-proxy gets it with --cluster-cidr.
-const SwitchyardConfig = `apiVersion: switchyard.dev/v1alpha1
+const SwitchyardConfig = `apiVersion: switchyard.dev/v1alpha2
 kind: SwitchyardConfig
 dataplane:
   mode: ipvs
+  clusterCIDRs: [` + ClusterCIDR + `]
+  minSyncPeriod: 1s
+  syncPeriod: 30s
   ipvs:
     scheduler: rr
-    clusterCIDRs: [` + ClusterCIDR + `]
-    minSyncPeriod: 1s
-    syncPeriod: 30s
 metrics:
   bindAddress: 127.0.0.1:10249
 health:
