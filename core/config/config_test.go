@@ -231,6 +231,9 @@ func TestParseErrors(t *testing.T) {
 		{"duplicate key", header + "metrics: {}\nmetrics: {}\n", `line 4: mapping key "metrics" already defined at [3:1]`},
 		{"syntax error", header + "pools: [\n", "line 3: sequence end token ']' not found"},
 		{"two documents", header + "---\n" + header, "line 4: want one YAML document, found 2"},
+		// Found by FuzzParse: an empty document's GetToken dereferenced
+		// its missing body, so a trailing "---" crashed Parse.
+		{"trailing empty document", header + "---\n", "line 3: want one YAML document, found 2"},
 		{"not a mapping", "- a\n", "line 1: want a mapping with apiVersion and kind"},
 		{"empty", "", `apiVersion: missing (want "switchyard.dev/v1alpha1"); kind: missing (want "SwitchyardConfig")`},
 		{"wrong apiVersion", "apiVersion: switchyard.dev/v1\nkind: SwitchyardConfig\n", `line 1: apiVersion: got "switchyard.dev/v1", want "switchyard.dev/v1alpha1"`},
