@@ -27,7 +27,9 @@ func TestBFDTearsDownAndRestores(t *testing.T) {
 
 	// The router's BFD side.
 	rsrv := bfd.NewServer(net.Endpoint(router), bfd.Options{})
-	quick := bfd.Timers{DesiredMinTx: 20 * time.Millisecond, RequiredMinRx: 20 * time.Millisecond, DetectMult: 3}
+	// 1 s detection: shorter ones flap on a loaded machine, and each flap
+	// resets the BGP session, which takes seconds to come back.
+	quick := bfd.Timers{DesiredMinTx: 100 * time.Millisecond, RequiredMinRx: 100 * time.Millisecond, DetectMult: 10}
 	if err := rsrv.Add(bfd.Peer{Addr: node, Timers: quick}); err != nil {
 		t.Fatal(err)
 	}
@@ -37,13 +39,18 @@ func TestBFDTearsDownAndRestores(t *testing.T) {
 	t.Cleanup(func() { cancel(); <-rdone })
 
 	pc := peer.peerConf(routerASN, node)
-	pc.BFD = &BFD{MinRx: 20 * time.Millisecond, MinTx: 20 * time.Millisecond, Multiplier: 3}
+	pc.BFD = &BFD{MinRx: 100 * time.Millisecond, MinTx: 100 * time.Millisecond, Multiplier: 10}
 	s, err := New(context.Background(), Config{LocalASN: nodeASN, RouterID: netip.MustParseAddr("10.0.0.11"), Peers: []Peer{pc}},
 		slog.New(slog.DiscardHandler), WithBFDTransport(net.Endpoint(node)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("BFD sessions at the failure: %+v", s.BFDSessions())
+		}
+	})
 	announce(t, s, "10.96.0.1")
 	hop := map[string]route{"10.96.0.1/32": {NextHop: node.String()}}
 	peer.waitRIB(t, hop)

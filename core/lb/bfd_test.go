@@ -27,7 +27,9 @@ func TestBFDMetricsAndState(t *testing.T) {
 	node, router := netip.MustParseAddr("127.0.9.1"), netip.MustParseAddr("127.0.9.2")
 	n := bfdtest.NewNetwork()
 	rsrv := bfd.NewServer(n.Endpoint(router), bfd.Options{})
-	timers := bfd.Timers{DesiredMinTx: 50 * time.Millisecond, RequiredMinRx: 50 * time.Millisecond, DetectMult: 3}
+	// 3 s detection, so that a loaded machine does not flap the session
+	// (downs_total is asserted 0).
+	timers := bfd.Timers{DesiredMinTx: 300 * time.Millisecond, RequiredMinRx: 300 * time.Millisecond, DetectMult: 10}
 	if err := rsrv.Add(bfd.Peer{Addr: node, Timers: timers}); err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +39,7 @@ func TestBFDMetricsAndState(t *testing.T) {
 	t.Cleanup(func() { cancel(); <-done })
 
 	s, err := bgp.New(context.Background(), bgp.Config{Name: "tor", LocalASN: 64512, RouterID: netip.MustParseAddr("10.0.0.11"),
-		Peers: []bgp.Peer{{Address: router, ASN: 64513, Port: 1, BFD: &bgp.BFD{MinRx: 50 * time.Millisecond, MinTx: 50 * time.Millisecond, Multiplier: 3}}}},
+		Peers: []bgp.Peer{{Address: router, ASN: 64513, Port: 1, BFD: &bgp.BFD{MinRx: 300 * time.Millisecond, MinTx: 300 * time.Millisecond, Multiplier: 10}}}},
 		nil, bgp.WithBFDTransport(n.Endpoint(node)))
 	if err != nil {
 		t.Fatal(err)
@@ -83,7 +85,7 @@ switchyard_bfd_session_up{announcer="tor",peer="127.0.9.2"} 1
 		t.Fatal(err)
 	}
 	if len(got.BFD) != 1 || got.BFD[0]["peer"] != "127.0.9.2" || got.BFD[0]["state"] != "up" || got.BFD[0]["remoteState"] != "up" ||
-		got.BFD[0]["txInterval"] != "50ms" || got.BFD[0]["detectionTime"] != "150ms" {
-		t.Errorf("/debug/state part %s, want one up session at 50ms, detection 150ms", b)
+		got.BFD[0]["txInterval"] != "300ms" || got.BFD[0]["detectionTime"] != "3s" {
+		t.Errorf("/debug/state part %s, want one up session at 300ms, detection 3s", b)
 	}
 }

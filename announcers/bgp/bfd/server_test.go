@@ -185,7 +185,7 @@ func TestServerSession(t *testing.T) {
 // unblocking brings them Up again.
 func TestServerTwoPeers(t *testing.T) {
 	n := bfdtest.NewNetwork()
-	quick := bfd.Timers{DesiredMinTx: 20 * ms, RequiredMinRx: 20 * ms, DetectMult: 3}
+	quick := bfd.Timers{DesiredMinTx: 50 * ms, RequiredMinRx: 50 * ms, DetectMult: 10}
 	type side struct {
 		srv *bfd.Server
 		ch  *changes
