@@ -184,8 +184,10 @@ func (s *Server) Discarded() uint64 {
 // Run runs the sessions until ctx ends, then sends each remote an
 // AdminDown and closes the transport.
 func (s *Server) Run(ctx context.Context) error {
-	go s.receive()
+	stop := make(chan struct{})
+	go s.receive(stop)
 	defer s.shutdown()
+	defer close(stop)
 	for {
 		var changes []notice
 		s.mu.Lock()
@@ -265,15 +267,20 @@ func (s *Server) notify(changes []notice) {
 	}
 }
 
-// receive feeds Run with the transport's datagrams.
-func (s *Server) receive() {
+// receive feeds Run with the transport's datagrams until the transport
+// fails or Run returns.
+func (s *Server) receive(stop <-chan struct{}) {
 	defer close(s.in)
 	for {
 		d, err := s.tr.Receive()
 		if err != nil {
 			return
 		}
-		s.in <- d
+		select {
+		case s.in <- d:
+		case <-stop:
+			return
+		}
 	}
 }
 
