@@ -172,11 +172,15 @@ func TestPeersBFD(t *testing.T) {
 		{"BIRD", l.bird, "10.0.0.2", l.birdBFDUp, fib(t, l.bird)},
 	}
 	start := time.Now()
+	var steps []string
 	for _, r := range rs {
 		waitHops(t, r.name+" FIB learns A", r.fib, node)
+		steps = append(steps, fmt.Sprintf("%s route %d ms", r.name, time.Since(start).Milliseconds()))
 		waitFor(t, time.Minute, r.name+"'s BFD session with A up", func() (bool, string) { return r.up(t, node) })
+		steps = append(steps, fmt.Sprintf("%s BFD up %d ms", r.name, time.Since(start).Milliseconds()))
 	}
-	t.Logf("measured: speaker start -> route in both FIBs and both BFD sessions up: %d ms", time.Since(start).Milliseconds())
+	t.Logf("measured: speaker start -> route in both FIBs and both BFD sessions up: %d ms (%s)",
+		time.Since(start).Milliseconds(), strings.Join(steps, ", "))
 
 	const runs = 3
 	for _, r := range rs {

@@ -147,12 +147,17 @@ func (s *Speaker) onBFD(ctx context.Context, e bfdEvent) {
 		return
 	}
 	p := s.cfg.Peers[i]
+	c := e.change
+	if !e.release && c.From == bfd.Up && c.To == bfd.Down && !c.Failure() {
+		s.bfd.log.Info("bfd session down, not a failure: bgp session kept", "peer", e.peer,
+			"remoteDiag", c.RemoteDiag.String(), "remoteRestart", c.RemoteRestart, "remoteAdminDown", c.RemoteAdminDown)
+	}
 	switch {
-	case !e.release && e.change.Failure() && !s.bfdHeld[e.peer]:
+	case !e.release && c.Failure() && !s.bfdHeld[e.peer]:
 		s.bfdHeld[e.peer] = true
 		s.bfdGen[e.peer]++
 		gen := s.bfdGen[e.peer]
-		s.bfd.log.Warn("bfd session down: bgp session torn down", "peer", e.peer, "diag", e.change.Diag.String())
+		s.bfd.log.Warn("bfd session down: bgp session torn down", "peer", e.peer, "diag", c.Diag.String(), "remoteDiag", c.RemoteDiag.String())
 		err := s.srv.DisablePeer(ctx, &api.DisablePeerRequest{Address: e.peer.String(), Communication: "BFD session down: " + e.change.Diag.String()})
 		if err != nil {
 			s.bfd.log.Error("disabling bgp peer after bfd down", "peer", e.peer, "err", err)

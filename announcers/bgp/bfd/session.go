@@ -29,13 +29,29 @@ type Change struct {
 	// RemoteAdminDown marks a Down caused by the remote system's
 	// AdminDown, which RFC 5882 §3.2 says is not a failure either.
 	RemoteAdminDown bool
+	// RemoteDiag is the remote's diagnostic when it said Down.
+	RemoteDiag Diag
 }
 
 // Failure reports whether c is an Up session going down for a reason
-// that means the forwarding path failed: detection time expired, or the
-// remote system said its session went down.
+// that means the forwarding path failed: detection time expired here, or
+// the remote said Down with a diagnostic naming a failure it detected
+// (its detection time expired, a path down...). A remote Down without a
+// diagnostic, or with "neighbor signaled session down" while this
+// session was Up (it signaled no such thing), is a session the remote
+// reset: FRR's bfdd does so once BGP is up, when bgpd registers the
+// session again with its local address.
 func (c Change) Failure() bool {
-	return c.From == Up && c.To == Down && !c.RemoteRestart && !c.RemoteAdminDown
+	if c.From != Up || c.To != Down || c.RemoteRestart || c.RemoteAdminDown {
+		return false
+	}
+	if c.Diag == DiagNeighborDown {
+		switch c.RemoteDiag {
+		case DiagNone, DiagNeighborDown, DiagAdminDown:
+			return false
+		}
+	}
+	return true
 }
 
 // Output is what a Session wants done after an input: packets to send at
@@ -264,7 +280,7 @@ func (s *Session) Receive(now time.Time, p Packet) Output {
 	case p.State == AdminDown:
 		if s.state != Down {
 			out.Change = s.setState(now, Down, DiagNeighborDown)
-			out.Change.RemoteAdminDown = true
+			out.Change.RemoteAdminDown, out.Change.RemoteDiag = true, p.Diag
 		}
 	case s.state == Down && p.State == Down:
 		out.Change = s.setState(now, Init, DiagNone)
@@ -274,7 +290,7 @@ func (s *Session) Receive(now time.Time, p Packet) Output {
 		out.Change = s.setState(now, Up, DiagNone)
 	case s.state == Up && p.State == Down:
 		out.Change = s.setState(now, Down, DiagNeighborDown)
-		out.Change.RemoteRestart = restart
+		out.Change.RemoteRestart, out.Change.RemoteDiag = restart, p.Diag
 	}
 	if p.Poll {
 		s.pendingFinal = true

@@ -103,14 +103,14 @@ func TestSession(t *testing.T) {
 		steps: append(up[:5:5],
 			step{at: 400 * ms, recv: remote(Down, 0, diag(DiagDetectionExpired)),
 				want:   []Packet{sent(Down, peer, time.Second, diag(DiagNeighborDown), poll)},
-				change: &Change{From: Up, To: Down, Diag: DiagNeighborDown}, state: Down},
+				change: &Change{From: Up, To: Down, Diag: DiagNeighborDown, RemoteDiag: DiagDetectionExpired}, state: Down},
 		),
 	}, {
 		name: "remote AdminDown: Down, not a failure",
 		steps: append(up[:5:5],
 			step{at: 400 * ms, recv: remote(AdminDown, 0, diag(DiagAdminDown)),
 				want:   []Packet{sent(Down, peer, time.Second, diag(DiagNeighborDown), poll)},
-				change: &Change{From: Up, To: Down, Diag: DiagNeighborDown, RemoteAdminDown: true}, state: Down},
+				change: &Change{From: Up, To: Down, Diag: DiagNeighborDown, RemoteAdminDown: true, RemoteDiag: DiagAdminDown}, state: Down},
 		),
 	}, {
 		name: "remote replaces its session (FRR): Down marked RemoteRestart, then Up with the new one; the old one is ignored",
@@ -239,7 +239,14 @@ func TestChangeFailure(t *testing.T) {
 		want bool
 	}{
 		{Change{From: Up, To: Down, Diag: DiagDetectionExpired}, true},
-		{Change{From: Up, To: Down, Diag: DiagNeighborDown}, true},
+		{Change{From: Up, To: Down, Diag: DiagNeighborDown, RemoteDiag: DiagDetectionExpired}, true},
+		{Change{From: Up, To: Down, Diag: DiagNeighborDown, RemoteDiag: 5}, true}, // path down
+		// A remote that resets its session without a diagnostic (FRR
+		// re-registering it once BGP is up).
+		{Change{From: Up, To: Down, Diag: DiagNeighborDown}, false},
+		// Nor one that says this side signaled Down while it was Up
+		// (FRR 8.4 when bgpd re-registers the session: measured).
+		{Change{From: Up, To: Down, Diag: DiagNeighborDown, RemoteDiag: DiagNeighborDown}, false},
 		{Change{From: Up, To: Down, Diag: DiagNeighborDown, RemoteRestart: true}, false},
 		{Change{From: Up, To: Down, Diag: DiagNeighborDown, RemoteAdminDown: true}, false},
 		{Change{From: Init, To: Down, Diag: DiagDetectionExpired}, false},
