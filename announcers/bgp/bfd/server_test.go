@@ -283,3 +283,29 @@ func TestUDPTransport(t *testing.T) {
 		t.Fatal("nothing received over loopback")
 	}
 }
+
+// TestServerMultihop: a multihop session (RFC 5883) takes packets on the
+// multihop port with a TTL down to its minimum, and refuses lower TTLs
+// and packets on the single-hop port; it sends to the multihop port.
+func TestServerMultihop(t *testing.T) {
+	h := newScripted(t, bfd.Peer{Addr: routerAddr, Multihop: true, MinTTL: 254, Timers: fast})
+	sent := h.ep.Sent()
+	if len(sent) != 1 || !sent[0].Multihop {
+		t.Fatalf("first packets %+v, want one to the multihop port", sent)
+	}
+	h.read = len(sent)
+	inject := func(ttl uint8, multihop bool) {
+		p := routerPacket(bfd.Down, 0)
+		h.ep.Inject(bfd.Datagram{Payload: p.Marshal(), Src: netip.AddrPortFrom(routerAddr, 49152), TTL: ttl, Multihop: multihop})
+		h.sync()
+	}
+	inject(253, true)  // one router too many
+	inject(255, false) // the single-hop port
+	if got := h.srv.Discarded(); got != 2 {
+		t.Fatalf("discarded %d, want 2", got)
+	}
+	inject(254, true)
+	if ss := h.srv.Sessions(); ss[0].State != bfd.Init || !ss[0].Multihop {
+		t.Fatalf("sessions %+v, want the multihop one in Init", ss)
+	}
+}
