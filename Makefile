@@ -12,7 +12,7 @@ LDFLAGS := -X github.com/switchyard-lb/switchyard/core/version.Version=$(VERSION
 STATICCHECK_VERSION ?= v0.8.2
 GOTEST_FLAGS ?=
 
-.PHONY: all build image check test test-unit test-integration test-lab test-peers demo bench clean
+.PHONY: all build image check test test-unit test-integration test-lab test-peers demo bench fuzz clean
 
 all: build
 
@@ -57,6 +57,17 @@ test-unit:
 test-integration:
 	@bin=$$(test/tools/kube-binaries.sh) && \
 	SWITCHYARD_KUBE_BIN=$$bin $(GO) test -tags integration -count=1 -run '^TestIntegration' $(GOTEST_FLAGS) ./...
+
+# fuzz: every Go fuzz target in the repository (grep `func Fuzz`), one at a
+# time, FUZZTIME each (test/tools/fuzz.sh); not part of `make test`. A
+# failing input lands in the package's testdata/fuzz/, which plain go test
+# replays from then on: commit it with the fix as the regression case.
+# FUZZ_RUN=regexp picks targets by "dir.FuzzName". The first run builds
+# each package with coverage instrumentation (minutes for core/k8s).
+FUZZTIME ?= 20s
+
+fuzz:
+	@GO="$(GO)" FUZZTIME="$(FUZZTIME)" test/tools/fuzz.sh
 
 -include test/lab/lab.mk
 -include wasm-sdk/wasm.mk

@@ -87,6 +87,42 @@ type Peer struct {
 	// LocalPref, when non-zero, sets LOCAL_PREF on routes sent to this
 	// peer. It only travels on iBGP sessions.
 	LocalPref uint32
+	// BFD, when set, runs a BFD session with the peer (single hop, or
+	// multihop when EBGPMultihopTTL is set): its failure tears the BGP
+	// session down at once instead of after the hold time.
+	BFD *BFD
+}
+
+// BFD is a peer's BFD session: the intervals this node sends at (MinTx)
+// and accepts (MinRx) while the session is Up, and the detect
+// multiplier. The peer detects a failure after Multiplier times the
+// slower of this node's MinTx and its own receive interval.
+type BFD struct {
+	MinRx, MinTx time.Duration
+	Multiplier   uint8
+}
+
+// BFD limits: below 10 ms no software implementation keeps up, and
+// intervals travel in whole microseconds.
+const (
+	MinBFDInterval = 10 * time.Millisecond
+	MaxBFDInterval = time.Minute
+)
+
+func (b BFD) validate() error {
+	var errs []error
+	for _, iv := range []struct {
+		name string
+		d    time.Duration
+	}{{"minRx", b.MinRx}, {"minTx", b.MinTx}} {
+		if iv.d < MinBFDInterval || iv.d > MaxBFDInterval || iv.d%time.Microsecond != 0 {
+			errs = append(errs, fmt.Errorf("bfd %s %s: want whole microseconds in %s..%s", iv.name, iv.d, MinBFDInterval, MaxBFDInterval))
+		}
+	}
+	if b.Multiplier == 0 {
+		errs = append(errs, errors.New("bfd multiplier must be at least 1"))
+	}
+	return errors.Join(errs...)
 }
 
 var wellKnownCommunities = map[string]bool{
@@ -178,6 +214,11 @@ func (p Peer) validate() error {
 	}
 	for _, c := range p.Communities {
 		if err := checkCommunity(c); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if p.BFD != nil {
+		if err := p.BFD.validate(); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -70,6 +70,15 @@ func TestConfigValidate(t *testing.T) {
 		{name: "keepalive not below hold", mutate: func(c *Config) {
 			c.Peers[0].HoldTime, c.Peers[0].KeepaliveTime = 9*time.Second, 9*time.Second
 		}, wantErr: []string{"keepalive time 9s"}},
+		{name: "valid bfd", mutate: func(c *Config) {
+			c.Peers[0].BFD = &BFD{MinRx: 300 * time.Millisecond, MinTx: 10 * time.Millisecond, Multiplier: 3}
+		}},
+		{name: "bfd out of range", mutate: func(c *Config) {
+			c.Peers[0].BFD = &BFD{MinRx: 5 * time.Millisecond, MinTx: 2 * time.Minute}
+		}, wantErr: []string{"bfd minRx 5ms", "bfd minTx 2m0s", "bfd multiplier must be at least 1"}},
+		{name: "bfd below a microsecond", mutate: func(c *Config) {
+			c.Peers[0].BFD = &BFD{MinRx: 300*time.Millisecond + 1, MinTx: 300 * time.Millisecond, Multiplier: 3}
+		}, wantErr: []string{"bfd minRx 300.000001ms: want whole microseconds"}},
 		{name: "bad communities", mutate: func(c *Config) { c.Peers[0].Communities = []string{"65536:1", "1:x", "nope", "12"} },
 			wantErr: []string{`"65536:1"`, `"1:x"`, `"nope"`, `"12"`}},
 	}

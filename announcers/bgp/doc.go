@@ -30,6 +30,16 @@
 // *slog.Logger passed in, and never lets GoBGP's Fatal exit the process.
 // Peer session state is exposed by Speaker.Sessions for metrics.
 //
+// A peer with Peer.BFD runs a BFD session (package bfd: single hop, or
+// multihop when EBGPMultihopTTL is set) over the host's UDP sockets. When
+// an Up session fails (detection time expired, or the peer says Down),
+// the speaker disables the GoBGP peer at once: a Cease NOTIFICATION, and
+// the peer's routes are gone from this node's side without waiting for
+// the hold timer. The peer is enabled again when BFD is Up again, or
+// after its hold time if BFD stays down. A peer's AdminDown (RFC 5882)
+// and a peer replacing its session (FRR's bfdd does once BGP is up) are
+// not failures. Speaker.BFDSessions reports the sessions.
+//
 // A peer's TCP MD5 password may change at run time (SetPassword, for a
 // rotated Secret); a peer configured AdminDown waits for its first one.
 // Announce reports a route that failed as a plugin.AddrError.

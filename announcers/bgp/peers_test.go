@@ -12,6 +12,7 @@ package bgp
 // Run: go test -tags peers -run '^TestPeers' ./announcers/bgp/
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -57,6 +58,10 @@ type helperConfig struct {
 	AtStart bool
 	// RestartTime, when non-zero, enables graceful restart.
 	RestartTime time.Duration
+	// HoldTime is the peers' hold time; default 3 s.
+	HoldTime time.Duration
+	// BFD, when set, runs BFD with every peer.
+	BFD *BFD
 }
 
 func runHelper(js string) int {
@@ -68,8 +73,9 @@ func runHelper(js string) int {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	cfg := Config{LocalASN: 64512, RouterID: hc.RouterID,
 		GracefulRestart: GracefulRestart{Enabled: hc.RestartTime > 0, RestartTime: hc.RestartTime}}
+	hold := cmp.Or(hc.HoldTime, 3*time.Second)
 	for i, p := range hc.Peers {
-		cfg.Peers = append(cfg.Peers, Peer{Address: p, ASN: hc.PeerASNs[i], HoldTime: 3 * time.Second, KeepaliveTime: time.Second, ConnectRetry: time.Second})
+		cfg.Peers = append(cfg.Peers, Peer{Address: p, ASN: hc.PeerASNs[i], HoldTime: hold, KeepaliveTime: hold / 3, ConnectRetry: time.Second, BFD: hc.BFD})
 	}
 	set := make([]model.Announcement, 0, len(hc.Announce))
 	for _, a := range hc.Announce {

@@ -37,9 +37,13 @@ type Speaker struct {
 	cfg Config
 	srv *server.BgpServer
 
-	mu     sync.Mutex
-	sent   map[netip.Addr]struct{} // routes GoBGP currently advertises for us
-	closed bool
+	bfd *bfdLink // nil without BFD peers
+
+	mu      sync.Mutex
+	sent    map[netip.Addr]struct{} // routes GoBGP currently advertises for us
+	closed  bool
+	bfdHeld map[netip.Addr]bool   // peers disabled by a BFD failure
+	bfdGen  map[netip.Addr]uint64 // counts the failures, to match hold-time fallbacks
 }
 
 var (
@@ -49,8 +53,10 @@ var (
 
 // New validates cfg, starts the speaker and adds its peers. Sessions come
 // up in the background (GoBGP waits a random 1-2 s before its first
-// connection attempt). log receives GoBGP's own logging; nil discards it.
-func New(ctx context.Context, cfg Config, log *slog.Logger) (*Speaker, error) {
+// connection attempt). log receives GoBGP's own logging and the BFD
+// sessions' effects on peers; nil discards it. Peers with BFD get their
+// sessions over the host's UDP sockets unless an Option says otherwise.
+func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (*Speaker, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("invalid bgp announcer config: %w", err)
@@ -62,8 +68,16 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Speaker, error) {
 	// Serve runs GoBGP's management loop; GoBGP v3 has no way to end it,
 	// so after Close it idles with no peers and no listeners.
 	go srv.Serve()
-	s := &Speaker{cfg: cfg, srv: srv, sent: map[netip.Addr]struct{}{}}
-	if err := s.start(ctx); err != nil {
+	s := &Speaker{cfg: cfg, srv: srv, sent: map[netip.Addr]struct{}{}, bfdHeld: map[netip.Addr]bool{}, bfdGen: map[netip.Addr]uint64{}}
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	err := s.start(ctx)
+	if err == nil {
+		err = s.startBFD(log.With("announcer", cfg.Name), o)
+	}
+	if err != nil {
 		stopCtx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 		defer cancel()
 		_ = shutdown(stopCtx, srv)
@@ -209,7 +223,9 @@ func (s *Speaker) SetPassword(ctx context.Context, addr netip.Addr, password str
 		return nil
 	}
 	p.Password, p.AdminDown = password, false
-	if _, err := s.srv.UpdatePeer(ctx, &api.UpdatePeerRequest{Peer: s.cfg.apiPeer(p)}); err != nil {
+	ap := s.cfg.apiPeer(p)
+	ap.Conf.AdminDown = s.bfdHeld[addr] // a BFD failure still holds it down
+	if _, err := s.srv.UpdatePeer(ctx, &api.UpdatePeerRequest{Peer: ap}); err != nil {
 		return fmt.Errorf("updating the password of bgp peer %s: %w", addr, err)
 	}
 	s.cfg.Peers[i] = p
@@ -280,12 +296,26 @@ func (s *Speaker) nextHop(a netip.Addr) netip.Addr {
 
 // Close withdraws every route and ends every session with a Cease
 // NOTIFICATION (peers drop this node's routes at once; graceful restart
-// does not apply). Later calls do nothing.
+// does not apply), then ends the BFD sessions with AdminDown. Later
+// calls do nothing.
 func (s *Speaker) Close() error {
+	err := s.close()
+	if s.bfd != nil && err != errAlreadyClosed {
+		s.bfd.stop()
+	}
+	if err == errAlreadyClosed {
+		return nil
+	}
+	return err
+}
+
+var errAlreadyClosed = errors.New("already closed")
+
+func (s *Speaker) close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return nil
+		return errAlreadyClosed
 	}
 	s.closed = true
 	var errs []error

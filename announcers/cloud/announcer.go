@@ -594,11 +594,18 @@ func reason(body []byte) string {
 	return ": " + s
 }
 
+// maxRetryAfter caps a Retry-After: the wait is capped at MaxBackoff
+// anyway, and more seconds than this would overflow a Duration.
+const maxRetryAfter = 24 * time.Hour
+
 // parseRetryAfter reads a Retry-After in seconds; dates are ignored.
 func parseRetryAfter(v string) time.Duration {
 	n, err := strconv.Atoi(strings.TrimSpace(v))
 	if err != nil || n < 0 {
 		return 0
+	}
+	if n > int(maxRetryAfter/time.Second) {
+		return maxRetryAfter
 	}
 	return time.Duration(n) * time.Second
 }

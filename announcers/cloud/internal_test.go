@@ -39,6 +39,9 @@ func TestParseRetryAfter(t *testing.T) {
 	for in, want := range map[string]time.Duration{
 		"": 0, "3": 3 * time.Second, " 10 ": 10 * time.Second, "-1": 0,
 		"Wed, 21 Oct 2015 07:28:00 GMT": 0,
+		// Found by FuzzWebhookResponse: seconds beyond a Duration
+		// overflowed to a negative wait.
+		"9227000000": 24 * time.Hour, "86401": 24 * time.Hour,
 	} {
 		if got := parseRetryAfter(in); got != want {
 			t.Errorf("parseRetryAfter(%q) = %v, want %v", in, got, want)

@@ -273,7 +273,7 @@ func runDaemon(ctx context.Context, dc daemonConfig) (err error) {
 	if d, ok := dp.(drainTimeoutSetter); ok {
 		reload.setDrainTimeout = d.SetDrainTimeout
 	}
-	metricsHandler := status.MetricsHandler(reg, func() any { return loop.State() })
+	metricsHandler := status.MetricsHandler(reg, func() any { return daemonState{loop.State(), lbm.State()} })
 	if dc.Profiling {
 		metricsHandler = withProfiling(metricsHandler)
 	}
@@ -505,4 +505,11 @@ func tick(ctx context.Context, interval time.Duration, trigger func()) {
 			trigger()
 		}
 	}
+}
+
+// daemonState is /debug/state: the loop's desired and applied state, and
+// each announcer's own (the BGP announcer's BFD sessions).
+type daemonState struct {
+	reconcile.State
+	Announcers map[string]any `json:"announcers,omitempty"`
 }

@@ -297,6 +297,25 @@ type BGPPeer struct {
 	Communities []string `yaml:"communities"`
 	// LocalPreference to attach (iBGP only). Default 0: not sent.
 	LocalPreference uint32 `yaml:"localPreference"`
+	// BFD, when set, runs a BFD session with the peer (RFC 5880; single
+	// hop, or RFC 5883 multihop when ebgpMultihop is set): when it fails
+	// the BGP session is torn down at once instead of at the hold time.
+	// The peer must run BFD too. Default none.
+	BFD *BGPPeerBFD `yaml:"bfd"`
+}
+
+// BGPPeerBFD is a peer's BFD session. A failure is detected after
+// multiplier intervals without a packet.
+type BGPPeerBFD struct {
+	// MinRx is the shortest interval between the peer's packets this
+	// node accepts, 10ms to 60s. Default 300ms.
+	MinRx Duration `yaml:"minRx"`
+	// MinTx is the interval this node wants to send at, 10ms to 60s
+	// (1s while the session is not up, as RFC 5880 requires). Default
+	// 300ms.
+	MinTx Duration `yaml:"minTx"`
+	// Multiplier is the detect multiplier, 1 to 255. Default 3.
+	Multiplier int `yaml:"multiplier"`
 }
 
 // SecretKeyRef names a key of a Secret.

@@ -99,6 +99,24 @@ announcers:
 			}(),
 		},
 		{
+			name: "bfd defaults",
+			in: header + `announcers:
+- {name: b, type: bgp, bgp: {asn: 1, peers: [{address: 10.0.0.1, asn: 2, bfd: {}}, {address: 10.0.0.2, asn: 2, bfd: {minTx: 50ms}}]}}
+`,
+			want: func() *Config {
+				c := defaults()
+				peer := func(addr string, b *BGPPeerBFD) BGPPeer {
+					return BGPPeer{Address: addr, ASN: 2, Port: 179, HoldTime: Duration(90 * time.Second), KeepaliveTime: Duration(30 * time.Second), BFD: b}
+				}
+				ms := func(n int) Duration { return Duration(time.Duration(n) * time.Millisecond) }
+				c.Announcers = []Announcer{{Name: "b", Type: "bgp", BGP: &BGPAnnouncer{ASN: 1, Peers: []BGPPeer{
+					peer("10.0.0.1", &BGPPeerBFD{MinRx: ms(300), MinTx: ms(300), Multiplier: 3}),
+					peer("10.0.0.2", &BGPPeerBFD{MinRx: ms(300), MinTx: ms(50), Multiplier: 3}),
+				}}}}
+				return c
+			}(),
+		},
+		{
 			name: "every field",
 			in:   string(full),
 			want: &Config{
@@ -161,6 +179,7 @@ announcers:
 							PasswordSecret: &SecretKeyRef{Name: "bgp-auth", Key: "password"},
 							EBGPMultihop:   2, NodeSelector: map[string]string{"rack": "a"},
 							Communities: []string{"64512:100"}, LocalPreference: 200,
+							BFD: &BGPPeerBFD{MinRx: Duration(200 * time.Millisecond), MinTx: Duration(100 * time.Millisecond), Multiplier: 5},
 						}}},
 					},
 					{
@@ -217,6 +236,9 @@ func TestParseErrors(t *testing.T) {
 		{"duplicate key", header + "metrics: {}\nmetrics: {}\n", `line 4: mapping key "metrics" already defined at [3:1]`},
 		{"syntax error", header + "pools: [\n", "line 3: sequence end token ']' not found"},
 		{"two documents", header + "---\n" + header, "line 4: want one YAML document, found 2"},
+		// Found by FuzzParse: an empty document's GetToken dereferenced
+		// its missing body, so a trailing "---" crashed Parse.
+		{"trailing empty document", header + "---\n", "line 3: want one YAML document, found 2"},
 		{"not a mapping", "- a\n", "line 1: want a mapping with apiVersion and kind"},
 		{"empty", "", `apiVersion: missing (want "switchyard.dev/v1alpha2" or the older "switchyard.dev/v1alpha1"); kind: missing (want "SwitchyardConfig")`},
 		{"wrong apiVersion", "apiVersion: switchyard.dev/v1\nkind: SwitchyardConfig\n", `line 1: apiVersion: got "switchyard.dev/v1", want "switchyard.dev/v1alpha2" or the older "switchyard.dev/v1alpha1"`},
@@ -493,6 +515,30 @@ announcers:
 				{Path: "announcers[2].bgp.peers[0].communities[1]", Line: 23, Msg: `invalid community "x" (want ASN:value, each 0 to 65535)`},
 				{Path: "announcers[3].cloud.url", Line: 26, Msg: `invalid URL "ftp://x" (want an absolute http or https URL)`},
 				{Path: "announcers[4].type", Line: 28, Msg: `unknown type "gossip" (want arp, bgp or cloud)`},
+			},
+		},
+		{
+			name: "bfd",
+			in: header + `announcers:
+- name: c
+  type: bgp
+  bgp:
+    asn: 1
+    peers:
+    - address: 10.0.0.1
+      asn: 2
+      bfd: {minRx: 5ms, minTx: 2m, multiplier: 256}
+    - address: 10.0.0.2
+      asn: 2
+      bfd: {minRx: 300500ns, minTx: -1s, multiplier: -1}
+`,
+			want: []FieldError{
+				{Path: "announcers[0].bgp.peers[0].bfd.minRx", Line: 11, Msg: "5ms is out of range (want whole microseconds from 10ms to 1m0s)"},
+				{Path: "announcers[0].bgp.peers[0].bfd.minTx", Line: 11, Msg: "2m0s is out of range (want whole microseconds from 10ms to 1m0s)"},
+				{Path: "announcers[0].bgp.peers[0].bfd.multiplier", Line: 11, Msg: "256 is out of range (want 1 to 255)"},
+				{Path: "announcers[0].bgp.peers[1].bfd.minRx", Line: 14, Msg: "300.5µs is out of range (want whole microseconds from 10ms to 1m0s)"},
+				{Path: "announcers[0].bgp.peers[1].bfd.minTx", Line: 14, Msg: "-1s is out of range (want whole microseconds from 10ms to 1m0s)"},
+				{Path: "announcers[0].bgp.peers[1].bfd.multiplier", Line: 14, Msg: "-1 is out of range (want 1 to 255)"},
 			},
 		},
 		{

@@ -15,6 +15,8 @@ const (
 	DefaultPolicyCacheDir     = "/var/cache/switchyard/wasm"
 	DefaultBGPPort            = 179
 	DefaultHoldTime           = 90 * time.Second
+	DefaultBFDInterval        = 300 * time.Millisecond
+	DefaultBFDMultiplier      = 3
 	DefaultCloudTimeout       = 10 * time.Second
 	DefaultMembershipAddress  = "0.0.0.0"
 	DefaultMembershipPort     = 7946
@@ -80,6 +82,13 @@ func (c *Config) SetDefaults() {
 				}
 				setDuration(&peer.HoldTime, DefaultHoldTime)
 				setDuration(&peer.KeepaliveTime, time.Duration(peer.HoldTime)/3)
+				if b := peer.BFD; b != nil {
+					setDuration(&b.MinRx, DefaultBFDInterval)
+					setDuration(&b.MinTx, DefaultBFDInterval)
+					if b.Multiplier == 0 {
+						b.Multiplier = DefaultBFDMultiplier
+					}
+				}
 			}
 		}
 		if a.Cloud != nil {

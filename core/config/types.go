@@ -166,6 +166,14 @@ func nodePath(n ast.Node) string {
 }
 
 func nodeLine(n ast.Node) int {
+	if d, ok := n.(*ast.DocumentNode); ok && d.Body == nil {
+		// An empty document ("a: 1\n---\n"): its GetToken would
+		// dereference the missing body.
+		if d.Start != nil && d.Start.Position != nil {
+			return d.Start.Position.Line
+		}
+		return 0
+	}
 	if tk := n.GetToken(); tk != nil && tk.Position != nil {
 		return tk.Position.Line
 	}

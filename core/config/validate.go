@@ -284,12 +284,36 @@ func (v *validator) bgp(path string, b *BGPAnnouncer) {
 		if peer.EBGPMultihop < 0 || peer.EBGPMultihop > 255 {
 			v.add(p+".ebgpMultihop", "%d is out of range (want 0 to 255)", peer.EBGPMultihop)
 		}
+		if b := peer.BFD; b != nil {
+			v.bfd(p+".bfd", b)
+		}
 		v.labels(p+".nodeSelector", peer.NodeSelector)
 		for j, c := range peer.Communities {
 			if !validCommunity(c) {
 				v.add(fmt.Sprintf("%s.communities[%d]", p, j), "invalid community %q (want ASN:value, each 0 to 65535)", c)
 			}
 		}
+	}
+}
+
+// BFD interval limits: below 10ms no software implementation keeps up;
+// intervals travel in whole microseconds.
+const (
+	minBFDInterval = Duration(10 * time.Millisecond)
+	maxBFDInterval = Duration(time.Minute)
+)
+
+func (v *validator) bfd(path string, b *BGPPeerBFD) {
+	for _, iv := range []struct {
+		name string
+		d    Duration
+	}{{"minRx", b.MinRx}, {"minTx", b.MinTx}} {
+		if iv.d < minBFDInterval || iv.d > maxBFDInterval || iv.d%Duration(time.Microsecond) != 0 {
+			v.add(path+"."+iv.name, "%s is out of range (want whole microseconds from %s to %s)", iv.d, minBFDInterval, maxBFDInterval)
+		}
+	}
+	if b.Multiplier < 1 || b.Multiplier > 255 {
+		v.add(path+".multiplier", "%d is out of range (want 1 to 255)", b.Multiplier)
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/switchyard-lb/switchyard/announcers/bgp"
+	"github.com/switchyard-lb/switchyard/announcers/bgp/bfd"
 	"github.com/switchyard-lb/switchyard/core/config"
 	"github.com/switchyard-lb/switchyard/core/election"
 	"github.com/switchyard-lb/switchyard/core/metrics"
@@ -42,6 +43,17 @@ var BGP = Type{
 
 var bgpSessionDesc = prometheus.NewDesc(metrics.Namespace+"_bgp_session_up",
 	"1 when the BGP session with the peer is established.", []string{"announcer", "peer"}, nil)
+
+var (
+	bfdSessionDesc = prometheus.NewDesc(metrics.Namespace+"_bfd_session_up",
+		"1 when the BFD session with the BGP peer is up.", []string{"announcer", "peer"}, nil)
+	bfdStateDesc = prometheus.NewDesc(metrics.Namespace+"_bfd_session_state",
+		"1 for the BFD session's current state (admindown, down, init, up).", []string{"announcer", "peer", "state"}, nil)
+	bfdDownsDesc = prometheus.NewDesc(metrics.Namespace+"_bfd_session_downs_total",
+		"Times the BFD session with the BGP peer went from up to down.", []string{"announcer", "peer"}, nil)
+	bfdHeldDesc = prometheus.NewDesc(metrics.Namespace+"_bfd_bgp_held_down",
+		"1 while the BGP session with the peer is held down by a BFD failure.", []string{"announcer", "peer"}, nil)
+)
 
 func newBGP(ctx context.Context, env Env, ac config.Announcer) (*Instance, error) {
 	bc, secrets, err := bgpConfig(ac, env.Self)
@@ -78,7 +90,8 @@ func newBGP(ctx context.Context, env Env, ac config.Announcer) (*Instance, error
 			return err
 		},
 		Grace:   maxHoldTime(bc.Peers),
-		Collect: func(ch chan<- prometheus.Metric) { collectSessions(s, ch) },
+		Collect: func(ch chan<- prometheus.Metric) { collectSessions(s, ch); collectBFD(s, ch) },
+		State:   func() any { return bgpState(s) },
 	}
 	var names []string
 	for _, sp := range secrets {
@@ -108,6 +121,65 @@ func collectSessions(s *bgp.Speaker, ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(bgpSessionDesc, prometheus.GaugeValue, up, s.Name(), x.Peer.String())
 	}
+}
+
+// collectBFD reports the speaker's BFD sessions.
+func collectBFD(s *bgp.Speaker, ch chan<- prometheus.Metric) {
+	gauge := func(b bool) float64 {
+		if b {
+			return 1
+		}
+		return 0
+	}
+	for _, x := range s.BFDSessions() {
+		peer := x.Peer.String()
+		ch <- prometheus.MustNewConstMetric(bfdSessionDesc, prometheus.GaugeValue, gauge(x.State == bfd.Up), s.Name(), peer)
+		for _, st := range []bfd.State{bfd.AdminDown, bfd.Down, bfd.Init, bfd.Up} {
+			ch <- prometheus.MustNewConstMetric(bfdStateDesc, prometheus.GaugeValue, gauge(x.State == st), s.Name(), peer, st.String())
+		}
+		ch <- prometheus.MustNewConstMetric(bfdDownsDesc, prometheus.CounterValue, float64(x.Downs), s.Name(), peer)
+		ch <- prometheus.MustNewConstMetric(bfdHeldDesc, prometheus.GaugeValue, gauge(s.BFDHeld(x.Peer)), s.Name(), peer)
+	}
+}
+
+// BFDState is one BFD session in /debug/state.
+type BFDState struct {
+	Peer          netip.Addr `json:"peer"`
+	Multihop      bool       `json:"multihop,omitempty"`
+	State         string     `json:"state"`
+	RemoteState   string     `json:"remoteState"`
+	Diag          string     `json:"diag"`
+	LocalDiscr    uint32     `json:"localDiscriminator"`
+	RemoteDiscr   uint32     `json:"remoteDiscriminator"`
+	TxInterval    string     `json:"txInterval"`
+	DetectionTime string     `json:"detectionTime"`
+	LastChange    time.Time  `json:"lastChange"`
+	Downs         uint64     `json:"downs"`
+	Received      uint64     `json:"received"`
+	Sent          uint64     `json:"sent"`
+	SendErrors    uint64     `json:"sendErrors,omitempty"`
+	LastSendError string     `json:"lastSendError,omitempty"`
+	// BGPHeldDown is set while the BGP session is down for a BFD failure.
+	BGPHeldDown bool `json:"bgpHeldDown,omitempty"`
+}
+
+// BGPState is the bgp announcer's part of /debug/state.
+type BGPState struct {
+	BFD []BFDState `json:"bfd,omitempty"`
+}
+
+func bgpState(s *bgp.Speaker) BGPState {
+	var out BGPState
+	for _, x := range s.BFDSessions() {
+		out.BFD = append(out.BFD, BFDState{
+			Peer: x.Peer, Multihop: x.Multihop, State: x.State.String(), RemoteState: x.RemoteState.String(),
+			Diag: x.LocalDiag.String(), LocalDiscr: x.LocalDiscr, RemoteDiscr: x.RemoteDiscr,
+			TxInterval: x.TxInterval.String(), DetectionTime: x.DetectionTime.String(), LastChange: x.LastChange,
+			Downs: x.Downs, Received: x.Received, Sent: x.Sent, SendErrors: x.SendErrors, LastSendError: x.LastSendError,
+			BGPHeldDown: s.BFDHeld(x.Peer),
+		})
+	}
+	return out
 }
 
 // maxHoldTime is the longest hold time of peers (bgp.DefaultHoldTime
@@ -185,6 +257,9 @@ func bgpBase(ac config.Announcer) (bc bgp.Config, peers []basePeer, err error) {
 			EBGPMultihopTTL: uint8(min(p.EBGPMultihop, 255)),
 			Communities:     p.Communities, LocalPref: p.LocalPreference,
 		}}
+		if b := p.BFD; b != nil {
+			bp.peer.BFD = &bgp.BFD{MinRx: b.MinRx.Std(), MinTx: b.MinTx.Std(), Multiplier: uint8(min(max(b.Multiplier, 0), 255))}
+		}
 		switch {
 		case p.PasswordFile != "":
 			pw, err := os.ReadFile(p.PasswordFile)

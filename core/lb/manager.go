@@ -389,3 +389,15 @@ func (c announcerCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 }
+
+// State returns the running announcers' parts of /debug/state, by
+// announcer name; announcers without one are left out.
+func (m *Manager) State() map[string]any {
+	out := map[string]any{}
+	for _, o := range m.owners {
+		if inst, _ := o.instance(); inst != nil && inst.State != nil {
+			out[o.name] = inst.State()
+		}
+	}
+	return out
+}

@@ -145,6 +145,15 @@ func TestBGPConfig(t *testing.T) {
 			wantSecrets: []string{"tor 10.0.0.254 bgp/pw"},
 		},
 		{
+			name: "a peer with BFD",
+			ac: ann(config.BGPAnnouncer{ASN: 64512, Peers: []config.BGPPeer{{Address: "10.0.0.254", ASN: 1,
+				BFD: &config.BGPPeerBFD{MinRx: config.Duration(300 * time.Millisecond), MinTx: config.Duration(100 * time.Millisecond), Multiplier: 4}}}}),
+			want: bgp.Config{Name: "tor", LocalASN: 64512, RouterID: netip.MustParseAddr("10.0.0.1"), Peers: []bgp.Peer{{
+				Address: netip.MustParseAddr("10.0.0.254"), ASN: 1,
+				BFD: &bgp.BFD{MinRx: 300 * time.Millisecond, MinTx: 100 * time.Millisecond, Multiplier: 4},
+			}}},
+		},
+		{
 			name:    "missing password file",
 			ac:      ann(config.BGPAnnouncer{ASN: 64512, Peers: []config.BGPPeer{{Address: "10.0.0.254", ASN: 1, PasswordFile: pwFile + ".missing"}}}),
 			wantErr: true,

@@ -92,6 +92,9 @@ type Instance struct {
 	Follow []Follow
 	// Collect, when set, reports the announcer's metrics at scrape time.
 	Collect func(ch chan<- prometheus.Metric)
+	// State, when set, returns the announcer's part of /debug/state (a
+	// value that marshals to JSON), at request time.
+	State func() any
 }
 
 // Follow is a Secret an announcer follows.

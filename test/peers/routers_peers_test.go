@@ -91,9 +91,19 @@ router bgp 64513
 // nodes do not open stay idle).
 func startFRR(t *testing.T, sw *netns.Switch) *router {
 	t.Helper()
+	return startFRRConf(t, sw, daemonFRRConf, false)
+}
+
+// startFRRConf is startFRR with bgpd.conf conf, and bfdd too with bfd.
+func startFRRConf(t *testing.T, sw *netns.Switch, conf string, bfd bool) *router {
+	t.Helper()
 	r := &router{name: "FRR", ns: netns.New(t, "rfrr")}
 	sw.Attach(t, r.ns, "eth0", net.HardwareAddr{2, 0, 0, 0, 1, 1}, netip.MustParsePrefix(frrAddr+"/24"), netip.MustParsePrefix(frrAddr6+"/64"))
-	r.frr = routers.StartFRR(t, r.ns, daemonFRRConf)
+	if bfd {
+		r.frr = routers.StartFRRWithBFD(t, r.ns, conf)
+	} else {
+		r.frr = routers.StartFRR(t, r.ns, conf)
+	}
 	r.rib = func(t *testing.T, prefix netip.Prefix) []string {
 		t.Helper()
 		afi := "ipv4"
@@ -144,9 +154,15 @@ protocol bgp node_b from node { neighbor 10.0.0.12 as 64512; }
 // startBIRD runs BIRD in a namespace at 10.0.0.2 on sw.
 func startBIRD(t *testing.T, sw *netns.Switch) *router {
 	t.Helper()
+	return startBIRDConf(t, sw, daemonBIRDConf)
+}
+
+// startBIRDConf is startBIRD with bird.conf conf.
+func startBIRDConf(t *testing.T, sw *netns.Switch, conf string) *router {
+	t.Helper()
 	r := &router{name: "BIRD", ns: netns.New(t, "rbird")}
 	sw.Attach(t, r.ns, "eth0", net.HardwareAddr{2, 0, 0, 0, 1, 2}, netip.MustParsePrefix(birdAddr+"/24"))
-	r.bird = routers.StartBIRD(t, r.ns, daemonBIRDConf)
+	r.bird = routers.StartBIRD(t, r.ns, conf)
 	r.rib = func(t *testing.T, prefix netip.Prefix) []string {
 		t.Helper()
 		out, err := r.bird.Birdc("show", "route", "for", prefix.String(), "all")

@@ -24,6 +24,19 @@ type FRR struct {
 // once bgpd's vty answers.
 func StartFRR(t testing.TB, ns *netns.NS, bgpdConf string) *FRR {
 	t.Helper()
+	return startFRR(t, ns, bgpdConf, false)
+}
+
+// StartFRRWithBFD is StartFRR with bfdd as well, started before bgpd so
+// that bgpd's "neighbor ... bfd" registers with it; its control socket
+// is in Dir rather than the host's /var/run/frr.
+func StartFRRWithBFD(t testing.TB, ns *netns.NS, bgpdConf string) *FRR {
+	t.Helper()
+	return startFRR(t, ns, bgpdConf, true)
+}
+
+func startFRR(t testing.TB, ns *netns.NS, bgpdConf string, bfd bool) *FRR {
+	t.Helper()
 	r := &FRR{NS: ns, Dir: stateDir(t, "sy-frr-")}
 	d := r.Dir
 	writeFile(t, filepath.Join(d, "zebra.conf"), "hostname "+ns.Name()+"\n")
@@ -40,6 +53,17 @@ func StartFRR(t testing.TB, ns *netns.NS, bgpdConf string) *FRR {
 		_, err := os.Stat(d + "/zserv.api")
 		return err
 	})
+	if bfd {
+		writeFile(t, filepath.Join(d, "bfdd.conf"), "")
+		if out, err := exec.Command("chown", "frr:frr", filepath.Join(d, "bfdd.conf")).CombinedOutput(); err != nil {
+			t.Fatalf("chown bfdd.conf: %v: %s", err, out)
+		}
+		ns.Start(t, "/usr/lib/frr/bfdd", append(common("bfdd"), "--bfdctl", d+"/bfdd.sock")...)
+		wait(t, "bfdd's vty", func() error {
+			_, err := r.Vtysh("show bfd peers")
+			return err
+		})
+	}
 	ns.Start(t, "/usr/lib/frr/bgpd", common("bgpd")...)
 	wait(t, "bgpd's vty", func() error {
 		_, err := r.Vtysh("show bgp summary")

@@ -1,0 +1,131 @@
+//go:build peers
+
+package peers_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/switchyard-lb/switchyard/test/netns"
+)
+
+// TestPeersDaemonBFD runs the daemon on node-a with a BGP announcer whose
+// peers, FRR (bfdd) and BIRD (bfd), have `bfd: {}` (300ms x 3) and a 9 s
+// hold time, against the real API server. Both BFD sessions come up, as
+// the daemon's metrics and /debug/state show; when FRR's namespace drops
+// the node's BFD packets (nftables), FRR withdraws the Service's route
+// within the hold time and the daemon holds that BGP session down, while
+// BIRD keeps the route; when the packets flow again the route returns.
+func TestPeersDaemonBFD(t *testing.T) {
+	requireRouters(t)
+	if _, err := os.Stat("/usr/lib/frr/bfdd"); err != nil {
+		if netns.Required() {
+			t.Fatalf("FRR's bfdd is missing: %v", err)
+		}
+		t.Skipf("FRR's bfdd is missing: %v", err)
+	}
+	lab := newDaemonLab(t)
+	frrConf := strings.Replace(daemonFRRConf, " neighbor NODES timers 1 3\n", " neighbor NODES timers 3 9\n neighbor NODES bfd\n", 1)
+	birdConf := strings.NewReplacer(
+		"hold time 3; keepalive time 1;", "hold time 9; keepalive time 3; bfd on;",
+		"protocol kernel", "protocol bfd { interface \"eth0\" { interval 300 ms; multiplier 3; }; }\nprotocol kernel",
+	).Replace(daemonBIRDConf)
+	routers := []*router{startFRRConf(t, lab.sw, frrConf, true), startBIRDConf(t, lab.sw, birdConf)}
+	a := lab.addNode(t, "node-a", 11, macA, nil)
+	pool := netip.MustParsePrefix("198.51.100.0/28")
+	a.start(t, fmt.Sprintf(`pools:
+  - name: edge
+    addresses: [%s]
+announcers:
+  - name: edge
+    type: bgp
+    pools: [edge]
+    bgp:
+      asn: %d
+      peers:
+        - {address: %s, asn: %d, holdTime: 9s, bfd: {}}
+        - {address: %s, asn: %d, holdTime: 9s, bfd: {}}
+`, pool, nodeASN, frrAddr, frrASN, birdAddr, birdASN))
+	created := time.Now()
+	lab.createLB(t, "web", []corev1.IPFamily{corev1.IPv4Protocol}, a)
+	web := lbPrefix(t, lab, "web", pool)
+	node := a.addr4.String()
+	waitRoutes(t, routers, created, web, node)
+
+	metric := func(name, peer string) string {
+		return fmt.Sprintf(`%s{announcer="edge",peer="%s"} `, name, peer)
+	}
+	bfdUp := func(peer string) error {
+		v, err := a.metric(metric("switchyard_bfd_session_up", peer))
+		if err == nil && v != 1 {
+			err = fmt.Errorf("BFD session with %s is not up (%v)", peer, v)
+		}
+		return err
+	}
+	poll(t, time.Minute, "the daemon's BFD sessions up", func() error {
+		for _, p := range []string{frrAddr, birdAddr} {
+			if err := bfdUp(p); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	body, err := a.get("/debug/state")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st struct {
+		Announcers map[string]struct {
+			BFD []struct {
+				Peer, State, RemoteState, TxInterval, DetectionTime string
+			} `json:"bfd"`
+		} `json:"announcers"`
+	}
+	if err := json.Unmarshal([]byte(body), &st); err != nil {
+		t.Fatalf("/debug/state: %v", err)
+	}
+	sessions := st.Announcers["edge"].BFD
+	if len(sessions) != 2 {
+		t.Fatalf("/debug/state announcers.edge.bfd = %+v, want two sessions", sessions)
+	}
+	for _, s := range sessions {
+		if s.State != "up" || s.RemoteState != "up" || s.TxInterval != "300ms" || s.DetectionTime != "900ms" {
+			t.Errorf("/debug/state BFD session %+v, want up both ways, 300ms, detection 900ms", s)
+		}
+	}
+
+	frr := routers[0]
+	nft := func(args ...string) { frr.ns.Run(t, "nft", args...) }
+	nft("add", "table", "inet", "bfdtest")
+	nft("add", "chain", "inet", "bfdtest", "in", "{ type filter hook input priority 0; }")
+	nft("add", "rule", "inet", "bfdtest", "in", "ip", "saddr", node, "udp", "dport", "3784", "drop")
+	dropped := time.Now()
+	d := waitRoutes(t, routers[:1], dropped, web)
+	if d["FRR"] >= 9*time.Second {
+		t.Errorf("FRR withdrew the route %s after BFD loss, not within the 9 s hold time", d["FRR"])
+	}
+	t.Logf("measured: daemon bfd 300ms x3: FRR drops the node's BFD packets -> route gone from FRR's FIB %.0f ms (hold time 9 s)", ms(d["FRR"]))
+	poll(t, time.Minute, "the daemon holds FRR's BGP session down", func() error {
+		v, err := a.metric(metric("switchyard_bfd_bgp_held_down", frrAddr))
+		if err == nil && v != 1 {
+			err = fmt.Errorf("switchyard_bfd_bgp_held_down for FRR is %v", v)
+		}
+		return err
+	})
+	checkRIBs(t, routers[1:], web, node)
+
+	nft("delete", "table", "inet", "bfdtest")
+	restored := time.Now()
+	poll(t, time.Minute, "BFD with FRR up again", func() error { return bfdUp(frrAddr) })
+	waitRoutes(t, routers, restored, web, node)
+	if v, err := a.metric(metric("switchyard_bfd_session_downs_total", frrAddr)); err != nil || v < 1 {
+		t.Errorf("switchyard_bfd_session_downs_total for FRR = %v, %v; want at least 1", v, err)
+	}
+}
