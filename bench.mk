@@ -47,15 +47,21 @@ bench-host:
 # bench-peers in test/peers/peers.mk, which needs root and the peers.
 bench: bench-peers
 
-# bench-kubeproxy: upstream kube-proxy v1.36.3 in IPVS mode side by side with
-# the switchyard daemon and the raw floor, in one kernel lab guest against
-# the host's API server (test/e2e/kpbench). It builds kube-proxy once
-# (test/tools/kube-binaries.sh --kube-proxy) and installs Debian's iptables
-# and ipset when missing (test/lab/deps.sh --netfilter-tools). About 7
-# minutes at the default 1,000 Services x 10 endpoints (kube-proxy's first
-# full sync alone takes 3 of them), 4 at 200:
+# bench-kubeproxy: upstream kube-proxy v1.36.3 in IPVS mode and in nftables
+# mode side by side with the switchyard daemon and the raw floor, in one
+# kernel lab guest against the host's API server (test/e2e/kpbench). It
+# builds kube-proxy once (test/tools/kube-binaries.sh --kube-proxy) and
+# installs Debian's iptables, ipset and nftables when missing
+# (test/lab/deps.sh --netfilter-tools). About 13 minutes at the default
+# 1,000 Services x 10 endpoints on a loaded host (kube-proxy's IPVS mode's
+# first full sync alone takes 7 of them), 5.5 at 100 (README, Performance,
+# has the tables). KPBENCH_ONLY picks and orders the parts
+# (default floor,kube-proxy,kube-proxy-nftables,switchyard; kube-proxy is
+# its IPVS mode):
 #
-#   make bench-kubeproxy KPBENCH_SERVICES=200   # quicker
+#   make bench-kubeproxy KPBENCH_SERVICES=100                # quicker
+#   make bench-kubeproxy KPBENCH_SERVICES=10000              # the 10k run
+#   make bench-kubeproxy KPBENCH_ONLY=floor,switchyard       # no kube-proxy
 #
 # KPBENCH_ONLY=switch measures instead a node switching from kube-proxy to
 # switchyard with --cleanup-kube-proxy (seconds without service) and back

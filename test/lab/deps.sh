@@ -9,7 +9,8 @@
 #     bootloader hooks, and is faster than an install (kernel-lab.md).
 #   - with --netfilter-tools, also Debian's iptables (nft backend), ipset and
 #     nftables, which the guest gets through `labrun -extra` (kube-proxy's
-#     IPVS mode runs ipset and iptables-restore; the demo prints `nft list`).
+#     IPVS mode runs ipset and iptables-restore, its nftables mode and the
+#     demo run nft).
 #
 # Everything is idempotent: a warm machine runs no apt command at all.
 set -euo pipefail

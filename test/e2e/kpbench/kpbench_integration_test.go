@@ -46,14 +46,15 @@ func envInt(b *testing.B, name string, def int) int {
 // (package doc). Settings: KPBENCH_SERVICES (default 1000),
 // KPBENCH_CHANGES (endpoint changes per proxy, default 5), KPBENCH_MEM
 // (guest MiB, default from the size), KPBENCH_ONLY (default
-// floor,kube-proxy,switchyard; "switch" measures a node switching from
+// floor,kube-proxy,kube-proxy-nftables,switchyard, kube-proxy being its
+// IPVS mode; "switch" measures a node switching from
 // kube-proxy to switchyard and back with --cleanup-kube-proxy and
 // --cleanup, and fails on what either leaves), KPBENCH_LOG_TAIL (bytes of each proxy's
 // log to print, default none), KPBENCH_SWITCHYARD_ARGS (extra daemon
 // flags, such as --v=4), KPBENCH_PROFILE (a duration: profile the
 // daemon's CPU that long from its start, saved to KPBENCH_PROFILE_OUT),
-// KPBENCH_COMPLETE_POLL (how often the guest reads the IPVS table until
-// it is complete, default 100ms). kube-proxy comes from
+// KPBENCH_COMPLETE_POLL (how often the guest reads the kernel's table
+// until it is complete, default 100ms). kube-proxy comes from
 // $SWITCHYARD_KUBE_BIN, built by test/tools/kube-binaries.sh --kube-proxy.
 //
 //	SWITCHYARD_KUBE_BIN=$(test/tools/kube-binaries.sh --kube-proxy) \
@@ -66,7 +67,7 @@ func BenchmarkIntegrationKubeProxyIPVS(b *testing.B) {
 	mem := envInt(b, "KPBENCH_MEM", 1024+n/10)
 	only := os.Getenv("KPBENCH_ONLY")
 	if only == "" {
-		only = "floor,kube-proxy,switchyard"
+		only = "floor,kube-proxy,kube-proxy-nftables,switchyard"
 	}
 	w, err := kpbench.NewWorkload(n, 10)
 	if err != nil {
@@ -79,7 +80,7 @@ func BenchmarkIntegrationKubeProxyIPVS(b *testing.B) {
 	extra := append([]string{kubeProxy}, kpbench.GuestTools...)
 	for _, tool := range kpbench.GuestTools {
 		if _, err := os.Stat(tool); err != nil {
-			b.Fatalf("%v (test/lab/deps.sh --netfilter-tools installs Debian's iptables and ipset)", err)
+			b.Fatalf("%v (test/lab/deps.sh --netfilter-tools installs Debian's iptables, ipset and nftables)", err)
 		}
 	}
 
@@ -159,15 +160,18 @@ func BenchmarkIntegrationKubeProxyIPVS(b *testing.B) {
 	r := parseResult(b, out.String())
 	saveProfile(b, out.String())
 	fmt.Printf("\n%s", r.Table())
-	kp, sy := r.Proxy(kpbench.KubeProxy), r.Proxy(kpbench.Switchyard)
+	kp, kn, sy := r.Proxy(kpbench.KubeProxy), r.Proxy(kpbench.KubeProxyNftables), r.Proxy(kpbench.Switchyard)
 	b.ReportMetric(float64(n), "services")
 	b.ReportMetric((r.Floor.VIPs + r.Floor.Services).Seconds(), "floor-s")
 	b.ReportMetric(kp.Complete.Seconds(), "kp-complete-s")
+	b.ReportMetric(kn.Complete.Seconds(), "kpnft-complete-s")
 	b.ReportMetric(sy.Complete.Seconds(), "sy-complete-s")
 	b.ReportMetric(kp.FirstSync.Seconds(), "kp-first-sync-s")
+	b.ReportMetric(kn.FirstSync.Seconds(), "kpnft-first-sync-s")
 	b.ReportMetric(sy.FirstSync.Seconds(), "sy-first-sync-s")
 	b.ReportMetric(float64(r.Floor.Change.Microseconds())/1000, "floor-change-ms")
 	b.ReportMetric(float64(kp.MedianChange().Microseconds())/1000, "kp-change-ms")
+	b.ReportMetric(float64(kn.MedianChange().Microseconds())/1000, "kpnft-change-ms")
 	b.ReportMetric(float64(sy.MedianChange().Microseconds())/1000, "sy-change-ms")
 	for _, p := range r.Proxies {
 		if p.Err != "" {

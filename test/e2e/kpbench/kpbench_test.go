@@ -259,48 +259,69 @@ func TestParseStatusMemory(t *testing.T) {
 }
 
 func TestTable(t *testing.T) {
-	r := Result{
-		Services: 1000, PerService: 10,
-		Floor: Floor{VIPs: 650 * time.Millisecond, Services: 2080 * time.Millisecond, Change: 290 * time.Microsecond},
-		Proxies: []Proxy{
-			{
-				Name: KubeProxy, Complete: 25500 * time.Millisecond, CPUComplete: 20 * time.Second,
-				FirstSync: 117800 * time.Millisecond, CPUFirstSync: 111800 * time.Millisecond,
-				Changes:   []time.Duration{3 * time.Second, 2850 * time.Millisecond, 2 * time.Second},
-				ChangeCPU: []time.Duration{4 * time.Second, 4 * time.Second, 5 * time.Second},
-				RSS:       70 << 20, PeakRSS: 75 << 20,
-			},
-			{
-				Name: Switchyard, Complete: 5100 * time.Millisecond, CPUComplete: 4 * time.Second,
-				FirstSync: 5200 * time.Millisecond, CPUFirstSync: 4100 * time.Millisecond,
-				Changes:   []time.Duration{15 * time.Millisecond, 25 * time.Millisecond, 20 * time.Millisecond},
-				ChangeCPU: []time.Duration{10 * time.Millisecond, 30 * time.Millisecond, 20 * time.Millisecond},
-				RSS:       40 << 20, PeakRSS: 50 << 20, Err: "",
-			},
-		},
+	kpIPVS := Proxy{
+		Name: KubeProxy, Complete: 25500 * time.Millisecond, CPUComplete: 20 * time.Second,
+		FirstSync: 117800 * time.Millisecond, CPUFirstSync: 111800 * time.Millisecond,
+		Changes:      []time.Duration{3 * time.Second, 2850 * time.Millisecond, 2 * time.Second},
+		ChangeCPU:    []time.Duration{4 * time.Second, 4 * time.Second, 5 * time.Second},
+		RSSFirstSync: 60 << 20, PeakRSSFirstSync: 75 << 20, RSS: 70 << 20, PeakRSS: 75 << 20,
 	}
-	want := `kube-proxy --proxy-mode=ipvs and switchyard (ipvs) side by side: 1000 Services x 10 endpoints, one lab guest (qemu TCG, 1 vCPU)
-                                           kube-proxy   switchyard        floor      kp/sy   sy/floor
-start until IPVS complete                     25.50 s       5.10 s       2.73 s       5.0x       1.9x
-  CPU by then                                 20.00 s       4.00 s            -       5.0x          -
-start until first full sync ended            117.80 s       5.20 s            -      22.7x          -
-  CPU by then                                111.80 s       4.10 s            -      27.3x          -
-endpoint change visible (median of 3)          2.85 s      20.0 ms       290 µs     142.5x      69.0x
-  CPU per change until its sync ended          4.00 s      20.0 ms            -     200.0x          -
-RSS at the end (peak)                     70 (75) MiB  40 (50) MiB            -          -          -
-floor: VIPs bound in 650.0 ms, services and real servers in 2.08 s
-`
-	if diff := cmp.Diff(want, r.Table()); diff != "" {
-		t.Errorf("Table (-want +got):\n%s", diff)
+	kpNft := Proxy{
+		Name: KubeProxyNftables, Complete: 51 * time.Second, CPUComplete: 40 * time.Second,
+		FirstSync: 51 * time.Second, CPUFirstSync: 40 * time.Second,
+		Changes:      []time.Duration{400 * time.Millisecond, 300 * time.Millisecond, 500 * time.Millisecond},
+		ChangeCPU:    []time.Duration{200 * time.Millisecond, 100 * time.Millisecond, 300 * time.Millisecond},
+		RSSFirstSync: 80 << 20, PeakRSSFirstSync: 90 << 20, RSS: 100 << 20, PeakRSS: 110 << 20,
 	}
-
-	// A proxy that failed or did not run shows dashes and its reason.
-	r.Proxies = r.Proxies[:1]
-	r.Proxies[0].Err = "IPVS table never complete"
-	got := r.Table()
-	for _, line := range []string{"kube-proxy: IPVS table never complete", "switchyard: did not run"} {
-		if !strings.Contains(got, line) {
-			t.Errorf("table lacks %q:\n%s", line, got)
-		}
+	sy := Proxy{
+		Name: Switchyard, Complete: 5100 * time.Millisecond, CPUComplete: 4 * time.Second,
+		FirstSync: 5200 * time.Millisecond, CPUFirstSync: 4100 * time.Millisecond,
+		Changes:      []time.Duration{15 * time.Millisecond, 25 * time.Millisecond, 20 * time.Millisecond},
+		ChangeCPU:    []time.Duration{10 * time.Millisecond, 30 * time.Millisecond, 20 * time.Millisecond},
+		RSSFirstSync: 40 << 20, PeakRSSFirstSync: 45 << 20, RSS: 40 << 20, PeakRSS: 50 << 20,
+	}
+	floor := Floor{VIPs: 650 * time.Millisecond, Services: 2080 * time.Millisecond, Change: 290 * time.Microsecond}
+	header := "kube-proxy (--proxy-mode=ipvs and =nftables) and switchyard (ipvs) side by side: 1000 Services x 10 endpoints, one lab guest (qemu TCG, 1 vCPU)\n" +
+		"                                               kp ipvs   kp nftables    switchyard      floor  ipvs/sy   nft/sy sy/floor\n"
+	tests := []struct {
+		name    string
+		proxies []Proxy
+		want    string
+	}{
+		{name: "all three", proxies: []Proxy{kpIPVS, kpNft, sy}, want: header + `start until table complete                     25.50 s       51.00 s        5.10 s     2.73 s     5.0x    10.0x     1.9x
+  CPU by then                                  20.00 s       40.00 s        4.00 s          -     5.0x    10.0x        -
+start until first full sync ended             117.80 s       51.00 s        5.20 s          -    22.7x     9.8x        -
+  CPU by then                                 111.80 s       40.00 s        4.10 s          -    27.3x     9.8x        -
+endpoint change visible (median of 3)           2.85 s      400.0 ms       20.0 ms     290 µs   142.5x    20.0x    69.0x
+  CPU per change until its sync ended           4.00 s      200.0 ms       20.0 ms          -   200.0x    10.0x        -
+RSS after the first full sync (peak)       60 (75) MiB   80 (90) MiB   40 (45) MiB          -     1.5x     2.0x        -
+RSS at the end (peak)                      70 (75) MiB 100 (110) MiB   40 (50) MiB          -     1.8x     2.5x        -
+floor (cloudflare/ipvs loop): VIPs bound in 650.0 ms, services and real servers in 2.08 s
+kube-proxy endpoint changes: 3.00 s, 2.85 s, 2.00 s
+kube-proxy-nftables endpoint changes: 400.0 ms, 300.0 ms, 500.0 ms
+switchyard endpoint changes: 15.0 ms, 25.0 ms, 20.0 ms
+`},
+		{name: "nftables failed, switchyard did not run", proxies: []Proxy{kpIPVS, {Name: KubeProxyNftables, Err: "nftables table never complete"}},
+			want: header + `start until table complete                     25.50 s             -             -     2.73 s        -        -        -
+  CPU by then                                  20.00 s             -             -          -        -        -        -
+start until first full sync ended             117.80 s             -             -          -        -        -        -
+  CPU by then                                 111.80 s             -             -          -        -        -        -
+endpoint change visible (median of 3)           2.85 s             -             -     290 µs        -        -        -
+  CPU per change until its sync ended           4.00 s             -             -          -        -        -        -
+RSS after the first full sync (peak)       60 (75) MiB             -             -          -        -        -        -
+RSS at the end (peak)                      70 (75) MiB             -             -          -        -        -        -
+floor (cloudflare/ipvs loop): VIPs bound in 650.0 ms, services and real servers in 2.08 s
+kube-proxy endpoint changes: 3.00 s, 2.85 s, 2.00 s
+kube-proxy-nftables: nftables table never complete
+switchyard: did not run
+`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := Result{Services: 1000, PerService: 10, Floor: floor, Proxies: tc.proxies}
+			if diff := cmp.Diff(tc.want, r.Table()); diff != "" {
+				t.Errorf("Table (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

@@ -14,10 +14,11 @@ const ResultMarker = "KPBENCH_RESULT "
 // profile in base64 (KPBENCH_PROFILE).
 const ProfileMarker = "KPBENCH_PROFILE "
 
-// The proxies, by the names results carry.
+// The proxies, by the names results carry (and KPBENCH_ONLY takes).
 const (
-	KubeProxy  = "kube-proxy"
-	Switchyard = "switchyard"
+	KubeProxy         = "kube-proxy" // --proxy-mode=ipvs
+	KubeProxyNftables = "kube-proxy-nftables"
+	Switchyard        = "switchyard"
 )
 
 // Result is one benchmark run in one guest boot.
@@ -59,14 +60,17 @@ type Floor struct {
 // Proxy is what one proxy took, measured from its start.
 type Proxy struct {
 	Name         string
-	Complete     time.Duration // until IPVS held every real server
+	Complete     time.Duration // until the kernel's table held every endpoint
 	CPUComplete  time.Duration // its CPU (with waited-for children) by then
 	FirstSync    time.Duration // until its metrics showed a first sync ended
 	CPUFirstSync time.Duration
-	Changes      []time.Duration // each endpoint change: API patch to visible in IPVS
+	Changes      []time.Duration // each endpoint change: API patch to visible in the kernel
 	ChangeCPU    []time.Duration // CPU from each patch until its sync ended
-	RSS, PeakRSS int64           // bytes, at the end
-	Err          string          // why the run stopped early, if it did
+	// RSSFirstSync and PeakRSSFirstSync are VmRSS and VmHWM in bytes
+	// when the first full sync had ended; RSS and PeakRSS at the end.
+	RSSFirstSync, PeakRSSFirstSync int64
+	RSS, PeakRSS                   int64
+	Err                            string // why the run stopped early, if it did
 }
 
 // MedianChange is the median time for an endpoint change to show in IPVS.
@@ -96,36 +100,68 @@ func (r Result) Proxy(name string) *Proxy {
 	return &Proxy{Name: name, Err: "did not run"}
 }
 
-// Table renders r for people: kube-proxy, switchyard and the floor side by
-// side, with kube-proxy/switchyard and switchyard/floor ratios.
+// Table renders r for people: both kube-proxy modes, switchyard and the
+// floor side by side, with each kube-proxy's ratio to switchyard and
+// switchyard's to the floor, then the endpoint change samples.
 func (r Result) Table() string {
-	kp, sy := r.Proxy(KubeProxy), r.Proxy(Switchyard)
+	ki, kn, sy := r.Proxy(KubeProxy), r.Proxy(KubeProxyNftables), r.Proxy(Switchyard)
 	var b strings.Builder
-	fmt.Fprintf(&b, "kube-proxy --proxy-mode=ipvs and switchyard (ipvs) side by side: %d Services x %d endpoints, one lab guest (qemu TCG, 1 vCPU)\n",
+	fmt.Fprintf(&b, "kube-proxy (--proxy-mode=ipvs and =nftables) and switchyard (ipvs) side by side: %d Services x %d endpoints, one lab guest (qemu TCG, 1 vCPU)\n",
 		r.Services, r.PerService)
-	row := func(label, kpv, syv, floor, r1, r2 string) {
-		fmt.Fprintf(&b, "%-40s %12s %12s %12s %10s %10s\n", label, kpv, syv, floor, r1, r2)
+	row := func(label string, cols ...string) {
+		fmt.Fprintf(&b, "%-40s %13s %13s %13s %10s %8s %8s %8s\n", append([]any{label}, anys(cols)...)...)
 	}
-	row("", "kube-proxy", "switchyard", "floor", "kp/sy", "sy/floor")
-	floorTotal := r.Floor.VIPs + r.Floor.Services
-	row("start until IPVS complete", dur(kp.Complete), dur(sy.Complete), dur(floorTotal),
-		ratio(kp.Complete, sy.Complete), ratio(sy.Complete, floorTotal))
-	row("  CPU by then", dur(kp.CPUComplete), dur(sy.CPUComplete), "-", ratio(kp.CPUComplete, sy.CPUComplete), "-")
-	row("start until first full sync ended", dur(kp.FirstSync), dur(sy.FirstSync), "-", ratio(kp.FirstSync, sy.FirstSync), "-")
-	row("  CPU by then", dur(kp.CPUFirstSync), dur(sy.CPUFirstSync), "-", ratio(kp.CPUFirstSync, sy.CPUFirstSync), "-")
-	label := fmt.Sprintf("endpoint change visible (median of %d)", max(len(kp.Changes), len(sy.Changes)))
-	row(label, dur(kp.MedianChange()), dur(sy.MedianChange()), dur(r.Floor.Change),
-		ratio(kp.MedianChange(), sy.MedianChange()), ratio(sy.MedianChange(), r.Floor.Change))
-	row("  CPU per change until its sync ended", dur(kp.medianChangeCPU()), dur(sy.medianChangeCPU()), "-",
-		ratio(kp.medianChangeCPU(), sy.medianChangeCPU()), "-")
-	row("RSS at the end (peak)", mem(kp.RSS, kp.PeakRSS), mem(sy.RSS, sy.PeakRSS), "-", "-", "-")
-	fmt.Fprintf(&b, "floor: VIPs bound in %s, services and real servers in %s\n", dur(r.Floor.VIPs), dur(r.Floor.Services))
-	for _, p := range []*Proxy{kp, sy} {
+	// durs is one row of durations: the three proxies' values, the floor's
+	// (0 for none) and the ratios.
+	durs := func(label string, get func(*Proxy) time.Duration, floor time.Duration) {
+		syv := get(sy)
+		syFloor := "-"
+		if floor > 0 {
+			syFloor = ratio(syv, floor)
+		}
+		row(label, dur(get(ki)), dur(get(kn)), dur(syv), dur(floor),
+			ratio(get(ki), syv), ratio(get(kn), syv), syFloor)
+	}
+	mems := func(label string, get func(*Proxy) (int64, int64)) {
+		ir, ip := get(ki)
+		nr, np := get(kn)
+		sr, sp := get(sy)
+		row(label, mem(ir, ip), mem(nr, np), mem(sr, sp), "-", memRatio(ir, sr), memRatio(nr, sr), "-")
+	}
+	row("", "kp ipvs", "kp nftables", "switchyard", "floor", "ipvs/sy", "nft/sy", "sy/floor")
+	durs("start until table complete", func(p *Proxy) time.Duration { return p.Complete }, r.Floor.VIPs+r.Floor.Services)
+	durs("  CPU by then", func(p *Proxy) time.Duration { return p.CPUComplete }, 0)
+	durs("start until first full sync ended", func(p *Proxy) time.Duration { return p.FirstSync }, 0)
+	durs("  CPU by then", func(p *Proxy) time.Duration { return p.CPUFirstSync }, 0)
+	n := max(len(ki.Changes), len(kn.Changes), len(sy.Changes))
+	durs(fmt.Sprintf("endpoint change visible (median of %d)", n), (*Proxy).MedianChange, r.Floor.Change)
+	durs("  CPU per change until its sync ended", (*Proxy).medianChangeCPU, 0)
+	mems("RSS after the first full sync (peak)", func(p *Proxy) (int64, int64) { return p.RSSFirstSync, p.PeakRSSFirstSync })
+	mems("RSS at the end (peak)", func(p *Proxy) (int64, int64) { return p.RSS, p.PeakRSS })
+	fmt.Fprintf(&b, "floor (cloudflare/ipvs loop): VIPs bound in %s, services and real servers in %s\n", dur(r.Floor.VIPs), dur(r.Floor.Services))
+	for _, p := range []*Proxy{ki, kn, sy} {
+		if len(p.Changes) > 0 {
+			s := make([]string, len(p.Changes))
+			for i, c := range p.Changes {
+				s[i] = dur(c)
+			}
+			fmt.Fprintf(&b, "%s endpoint changes: %s\n", p.Name, strings.Join(s, ", "))
+		}
+	}
+	for _, p := range []*Proxy{ki, kn, sy} {
 		if p.Err != "" {
 			fmt.Fprintf(&b, "%s: %s\n", p.Name, p.Err)
 		}
 	}
 	return b.String()
+}
+
+func anys(s []string) []any {
+	a := make([]any, len(s))
+	for i, v := range s {
+		a[i] = v
+	}
+	return a
 }
 
 func dur(d time.Duration) string {
@@ -142,6 +178,13 @@ func dur(d time.Duration) string {
 }
 
 func ratio(a, b time.Duration) string {
+	if a <= 0 || b <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1fx", float64(a)/float64(b))
+}
+
+func memRatio(a, b int64) string {
 	if a <= 0 || b <= 0 {
 		return "-"
 	}

@@ -58,11 +58,11 @@ func main() {
 	flag.StringVar(&o.switchyardConfig, "switchyard-config", "testdata/switchyard.yaml", "switchyard configuration")
 	flag.StringVar(&o.switchyardArgs, "switchyard-args", "", "extra switchyard flags, space-separated (such as --v=4)")
 	flag.DurationVar(&o.switchyardProfile, "switchyard-profile", 0, "when set, profile switchyard's CPU for this long from its start (--profiling) and print the profile in base64")
-	flag.StringVar(&o.only, "only", "floor,kube-proxy,switchyard", "which measurements to run, in this order")
+	flag.StringVar(&o.only, "only", "floor,kube-proxy,kube-proxy-nftables,switchyard", "which measurements to run, in this order")
 	flag.DurationVar(&o.completeTimeout, "complete-timeout", 30*time.Minute, "how long a proxy may take to program the whole table")
 	flag.DurationVar(&o.syncTimeout, "sync-timeout", 40*time.Minute, "how long a proxy may take to end its first full sync")
 	flag.DurationVar(&o.changeTimeout, "change-timeout", 5*time.Minute, "how long one endpoint change may take to show and its sync to end")
-	flag.DurationVar(&o.completePoll, "complete-poll", 100*time.Millisecond, "how often to read /proc/net/ip_vs until the table is complete, at most (reads are spaced 4 times their cost)")
+	flag.DurationVar(&o.completePoll, "complete-poll", 100*time.Millisecond, "how often to read the kernel's table (/proc/net/ip_vs, nft list) until it is complete, at most (reads are spaced 4 times their cost)")
 	flag.IntVar(&o.logTail, "log-tail", 0, "print the last this many bytes of each proxy's log after its run")
 	flag.Parse()
 	if err := run(o, os.Stdout); err != nil {
@@ -104,14 +104,27 @@ func run(o options, out io.Writer) error {
 			}
 			fmt.Fprintf(out, "== floor: VIPs %s, services %s, change %s\n", res.Floor.VIPs, res.Floor.Services, res.Floor.Change)
 		case kpbench.KubeProxy:
-			p := b.proxy(kpbench.KubeProxy, o.kubeProxy, kubeProxyArgs(o), kubeProxySyncs, &round)
+			p := b.proxy(kpbench.KubeProxy, o.kubeProxy, kubeProxyArgs(o, "ipvs"), kubeProxySyncs, ipvsView{b: &b}, &round)
 			res.Proxies = append(res.Proxies, p)
+		case kpbench.KubeProxyNftables:
+			// Single-stack, as in IPVS mode (GuestTools): the nft CLI
+			// serves both families, so kube-proxy would also run an
+			// IPv6 proxier unless the kernel's IPv6 is disabled.
+			restore, err := disableIPv6()
+			if err != nil {
+				return fmt.Errorf("%s: %w", what, err)
+			}
+			p := b.proxy(kpbench.KubeProxyNftables, o.kubeProxy, kubeProxyArgs(o, "nftables"), kubeProxySyncs, &nftView{}, &round)
+			res.Proxies = append(res.Proxies, p)
+			if err := restore(); err != nil {
+				return fmt.Errorf("%s: %w", what, err)
+			}
 		case kpbench.Switchyard:
 			args := switchyardArgs(o)
 			if o.switchyardProfile > 0 {
 				args = append(args, "--profiling")
 			}
-			p := b.proxy(kpbench.Switchyard, o.switchyard, args, switchyardSyncs, &round)
+			p := b.proxy(kpbench.Switchyard, o.switchyard, args, switchyardSyncs, ipvsView{b: &b}, &round)
 			res.Proxies = append(res.Proxies, p)
 		case "switch":
 			sw, err := b.switchProxies()
@@ -146,8 +159,9 @@ func run(o options, out io.Writer) error {
 	return nil
 }
 
-func kubeProxyArgs(o options) []string {
-	return []string{"--proxy-mode=ipvs", "--kubeconfig=" + o.kubeconfig, "--hostname-override=" + kpbench.NodeName,
+// kubeProxyArgs are kube-proxy's flags in mode (ipvs or nftables).
+func kubeProxyArgs(o options, mode string) []string {
+	return []string{"--proxy-mode=" + mode, "--kubeconfig=" + o.kubeconfig, "--hostname-override=" + kpbench.NodeName,
 		"--cluster-cidr=" + kpbench.ClusterCIDR, "--metrics-bind-address=127.0.0.1:10249",
 		"--healthz-bind-address=127.0.0.1:10256", "--conntrack-max-per-core=0", "--v=1"}
 }
@@ -236,10 +250,10 @@ func (b *bench) floor() (kpbench.Floor, error) {
 
 // proxy runs one proxy through the measurements. Failures end up in
 // Proxy.Err with the tail of its log, so that the other proxy still runs.
-func (b *bench) proxy(name, bin string, args []string, syncs syncMetric, round *int) kpbench.Proxy {
+func (b *bench) proxy(name, bin string, args []string, syncs syncMetric, view kernelView, round *int) kpbench.Proxy {
 	p := kpbench.Proxy{Name: name}
 	logPath := "/tmp/" + name + ".log"
-	if err := b.measure(&p, bin, args, syncs, logPath, round); err != nil {
+	if err := b.measure(&p, bin, args, syncs, view, logPath, round); err != nil {
 		p.Err = err.Error()
 		fmt.Fprintf(b.out, "== %s failed: %v\n-- %s log (tail) --\n%s\n", name, err, name, tail(logPath, max(b.o.logTail, 6<<10)))
 	} else if b.o.logTail > 0 {
@@ -248,7 +262,7 @@ func (b *bench) proxy(name, bin string, args []string, syncs syncMetric, round *
 	return p
 }
 
-func (b *bench) measure(p *kpbench.Proxy, bin string, args []string, syncs syncMetric, logPath string, round *int) error {
+func (b *bench) measure(p *kpbench.Proxy, bin string, args []string, syncs syncMetric, view kernelView, logPath string, round *int) error {
 	if bin == "" {
 		return errors.New("no binary given")
 	}
@@ -278,31 +292,30 @@ func (b *bench) measure(p *kpbench.Proxy, bin string, args []string, syncs syncM
 		defer func() { <-profiled }()
 	}
 
-	// Until every real server is in IPVS. A read of a large table costs
-	// the guest's one CPU as much as the proxy's own work (seen: 100ms
-	// reads added 6 s to switchyard's 1,000 Services), so reads are
-	// spaced at least 4 times their cost: they take a fifth of the CPU
-	// at most.
+	// Until every endpoint is in the kernel's table. A read of a large
+	// table costs the guest's one CPU as much as the proxy's own work
+	// (seen: 100ms reads added 6 s to switchyard's 1,000 Services), so
+	// reads are spaced at least 4 times their cost: they take a fifth of
+	// the CPU at most.
 	var nextRead time.Time
 	err = poll(exited, b.o.completeTimeout, b.o.completePoll, func() (bool, error) {
 		if time.Now().Before(nextRead) {
 			return false, nil
 		}
 		began := time.Now()
-		t, err := readTable()
+		missing, err := view.missing(b.w)
 		if err != nil {
 			return false, err
 		}
-		done := b.w.Missing(t) == 0
 		nextRead = time.Now().Add(4 * time.Since(began))
-		return done, nil
+		return missing == 0, nil
 	})
 	if err != nil {
-		return fmt.Errorf("IPVS table never complete: %w", err)
+		return fmt.Errorf("%s table never complete: %w", view, err)
 	}
 	p.Complete = time.Since(start)
 	p.CPUComplete, _ = cpu(pid)
-	fmt.Fprintf(b.out, "== %s: IPVS complete after %s (CPU %s)\n", p.Name, p.Complete.Round(time.Millisecond), p.CPUComplete)
+	fmt.Fprintf(b.out, "== %s: %s table complete after %s (CPU %s)\n", p.Name, view, p.Complete.Round(time.Millisecond), p.CPUComplete)
 
 	// Until its first sync ended, as its metrics say.
 	err = poll(exited, b.o.syncTimeout, 250*time.Millisecond, func() (bool, error) {
@@ -314,7 +327,8 @@ func (b *bench) measure(p *kpbench.Proxy, bin string, args []string, syncs syncM
 	}
 	p.FirstSync = time.Since(start)
 	p.CPUFirstSync, _ = cpu(pid)
-	fmt.Fprintf(b.out, "== %s: first sync ended after %s (CPU %s)\n", p.Name, p.FirstSync.Round(time.Millisecond), p.CPUFirstSync)
+	p.RSSFirstSync, p.PeakRSSFirstSync, _ = memory(pid)
+	fmt.Fprintf(b.out, "== %s: first sync ended after %s (CPU %s, RSS %d MiB)\n", p.Name, p.FirstSync.Round(time.Millisecond), p.CPUFirstSync, p.RSSFirstSync>>20)
 	syncs.printDiag(b.out, p.Name)
 
 	for range b.o.changes {
@@ -338,18 +352,22 @@ func (b *bench) measure(p *kpbench.Proxy, bin string, args []string, syncs syncM
 			return fmt.Errorf("patch endpoint slice: %w", err)
 		}
 		b.w.ApplyChange(c)
-		key := vsKey(b.w.Services[c.Service].VIP)
+		// Reads are spaced 4 times their cost, as above, but never more
+		// than 100 ms apart: an nft run takes tens of milliseconds of the
+		// one CPU under TCG (polled back to back, it took half the CPU
+		// from kube-proxy's syncs), and seconds when the host starves the
+		// guest, which must not delay the next read by 4 times that; a
+		// netlink dump of one service's destinations takes much less than
+		// the 2 ms interval.
+		var nextRead time.Time
 		err = poll(exited, b.o.changeTimeout, 2*time.Millisecond, func() (bool, error) {
-			ds, err := b.k.Destinations(key)
-			if err != nil {
-				return false, err
+			if time.Now().Before(nextRead) {
+				return false, nil
 			}
-			for _, d := range ds {
-				if d.Addr == c.New {
-					return true, nil
-				}
-			}
-			return false, nil
+			began := time.Now()
+			ok, err := view.has(b.w.Services[c.Service].VIP, c.New)
+			nextRead = time.Now().Add(min(4*time.Since(began), 100*time.Millisecond))
+			return ok, err
 		})
 		if err != nil {
 			return fmt.Errorf("change %d never visible: %w", len(p.Changes)+1, err)
@@ -369,10 +387,17 @@ func (b *bench) measure(p *kpbench.Proxy, bin string, args []string, syncs syncM
 			visible.Round(100*time.Microsecond), time.Since(changeStart).Round(time.Millisecond), cpuAfter-cpuBefore)
 	}
 	syncs.printDiag(b.out, p.Name)
-	if status, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status"); err == nil {
-		p.RSS, p.PeakRSS, _ = kpbench.ParseStatusMemory(string(status))
-	}
+	p.RSS, p.PeakRSS, _ = memory(pid)
 	return nil
+}
+
+// memory returns the process's VmRSS and VmHWM in bytes.
+func memory(pid int) (rss, peak int64, err error) {
+	status, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0, 0, err
+	}
+	return kpbench.ParseStatusMemory(string(status))
 }
 
 // printProfile fetches a CPU profile of length d from the proxy's

@@ -22,7 +22,7 @@ func (b *bench) switchProxies() (kpbench.Switch, error) {
 	if b.o.kubeProxy == "" || b.o.switchyard == "" {
 		return sw, errors.New("needs -kube-proxy and -switchyard")
 	}
-	if err := b.runUntilProgrammed(kpbench.KubeProxy, b.o.kubeProxy, kubeProxyArgs(b.o), kubeProxySyncs, "/tmp/switch-kube-proxy.log"); err != nil {
+	if err := b.runUntilProgrammed(kpbench.KubeProxy, b.o.kubeProxy, kubeProxyArgs(b.o, "ipvs"), kubeProxySyncs, "/tmp/switch-kube-proxy.log"); err != nil {
 		return sw, err
 	}
 	outageStart := time.Now()
