@@ -60,6 +60,7 @@ test-integration:
 -include wasm-sdk/wasm.mk
 -include test/peers/peers.mk
 -include test/cluster/cluster.mk
+-include test/node/node.mk
 -include bench.mk
 
 test-lab::

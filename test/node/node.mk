@@ -1,0 +1,33 @@
+# A real Kubernetes node in the qemu lab (test/node): a kubelet with
+# containerd in a TCG guest, its control plane on this host in the network
+# namespace switchyard-node. Included by the top Makefile; not part of
+# `make test`. Needs root. It installs and builds what it needs, cached
+# under $(CACHE):
+#
+#   1. test/lab/deps.sh: qemu, busybox and the guest kernel;
+#   2. test/tools/kube-binaries.sh --kubelet --control-plane --agnhost;
+#   3. test/node/rootfs.sh: the node's ext4 root filesystem (mmdebstrap);
+#   4. nodelab up: the pause and agnhost images, the namespace, the
+#      control plane, the guest; it returns once the Node is Ready.
+#
+#   make node-up                       # then: bin/nodelab kubectl get nodes
+#   make node-up NODE_IMAGE=1          # also make image's switchyard image
+#   make node-down
+#
+# NODE_UP_FLAGS goes to `nodelab up` (-mem 3072 -cpus 2).
+NODE_UP_FLAGS ?=
+NODE_IMAGE ?=
+NODELAB := $(BIN)/nodelab
+
+.PHONY: node-up node-down
+node-up: $(if $(NODE_IMAGE),image)
+	@test/lab/deps.sh >/dev/null
+	$(GO) build -o $(NODELAB) ./test/node/cmd/nodelab
+	@bin=$$(test/tools/kube-binaries.sh --kubelet --control-plane --agnhost) && \
+	rootfs=$$(test/node/rootfs.sh) && \
+	$(NODELAB) up -kube-bin "$$bin" -rootfs "$$rootfs" \
+		$(if $(NODE_IMAGE),-image switchyard:dev=$(BIN)/image/switchyard.tar) $(NODE_UP_FLAGS)
+
+node-down:
+	$(GO) build -o $(NODELAB) ./test/node/cmd/nodelab
+	$(NODELAB) down
