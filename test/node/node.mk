@@ -31,3 +31,15 @@ node-up: $(if $(NODE_IMAGE),image)
 node-down:
 	$(GO) build -o $(NODELAB) ./test/node/cmd/nodelab
 	$(NODELAB) down
+
+# test-node: TestNode (build tag node) brings the node up, runs an agnhost
+# pod and reaches it from the host namespace, the guest and kubectl exec,
+# and takes the node down. Not part of `make test`. NODE_RUN is -run.
+NODE_RUN ?= ^TestNode$$
+.PHONY: test-node
+test-node:
+	@test/lab/deps.sh >/dev/null
+	@bin=$$(test/tools/kube-binaries.sh --kubelet --control-plane --agnhost) && \
+	rootfs=$$(test/node/rootfs.sh) && \
+	SWITCHYARD_KUBE_BIN=$$bin SWITCHYARD_NODE_ROOTFS=$$rootfs \
+	$(GO) test -tags node -count=1 -v -timeout 40m -run '$(NODE_RUN)' $(GOTEST_FLAGS) ./test/node/

@@ -29,14 +29,20 @@ import (
 // The node's fixed names and addresses. The namespace keeps them off the
 // host's own network.
 const (
-	NetnsName           = "switchyard-node"
-	TapName             = "synode0"
-	HostIP              = "192.168.100.1" // the tap, where the API server listens
-	NodeIP              = "192.168.100.2" // the guest's NIC, the Node's InternalIP
-	PrefixLen           = 24
-	NodeMAC             = "52:54:00:53:59:02"
-	NodeName            = "node1"
-	APIPort             = 6443
+	NetnsName = "switchyard-node"
+	TapName   = "synode0"
+	HostIP    = "192.168.100.1" // the tap, where the API server listens
+	NodeIP    = "192.168.100.2" // the guest's NIC, the Node's InternalIP
+	PrefixLen = 24
+	NodeMAC   = "52:54:00:53:59:02"
+	NodeName  = "node1"
+	// APIPort is 443 and the namespace also holds KubernetesServiceIP, so
+	// that in-cluster clients (a service proxy's DaemonSet among them)
+	// reach the API server at the kubernetes Service's ClusterIP before any
+	// service proxy runs: the guest routes it to the host, which answers
+	// it as its own address, with no NAT. Once a proxy programs the
+	// Service, the guest's own dataplane takes that traffic.
+	APIPort             = 443
 	PodCIDR             = "10.244.0.0/24"
 	ServiceCIDR         = "10.96.0.0/16"
 	KubernetesServiceIP = "10.96.0.1"
@@ -356,8 +362,9 @@ func Down(ctx context.Context, dir string) error {
 	return nil
 }
 
-// createNetns makes the namespace with lo up, the tap with HostIP and the
-// route to the pod network via the node. A namespace left by a node that
+// createNetns makes the namespace with lo up (and KubernetesServiceIP on
+// it, see APIPort), the tap with HostIP and the route to the pod network
+// via the node. A namespace left by a node that
 // is no longer running is replaced.
 func createNetns() error {
 	deleteNetns()
@@ -368,6 +375,7 @@ func createNetns() error {
 		{"ip", "-n", NetnsName, "addr", "add", HostIP + "/" + strconv.Itoa(PrefixLen), "dev", TapName},
 		{"ip", "-n", NetnsName, "link", "set", TapName, "up"},
 		{"ip", "-n", NetnsName, "route", "add", PodCIDR, "via", NodeIP, "dev", TapName, "onlink"},
+		{"ip", "-n", NetnsName, "addr", "add", KubernetesServiceIP + "/32", "dev", "lo"},
 	} {
 		if b, err := exec.Command(argv[0], argv[1:]...).CombinedOutput(); err != nil {
 			return fmt.Errorf("node: %s: %w: %s", strings.Join(argv, " "), err, strings.TrimSpace(string(b)))
