@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -352,9 +353,11 @@ func Down(ctx context.Context, dir string) error {
 		}
 		p.stop(10 * time.Second)
 	}
+	var wg sync.WaitGroup
 	for _, p := range procs {
-		p.stop(10 * time.Second)
+		wg.Go(func() { p.stop(10 * time.Second) })
 	}
+	wg.Wait()
 	deleteNetns()
 	if left := readProcs(dir); len(left) > 0 {
 		return fmt.Errorf("node: %s (pid %d) still runs", left[0].Name, left[0].PID)

@@ -92,22 +92,33 @@ func (p proc) alive() bool {
 	return err == nil && st == p.Start
 }
 
-// stop sends SIGTERM, waits up to grace, then SIGKILLs.
+// stop sends SIGTERM, waits up to grace, then SIGKILLs and waits for the
+// process to be gone (a killed process takes a moment to exit).
 func (p proc) stop(grace time.Duration) {
 	if !p.alive() {
 		return
 	}
 	_ = syscall.Kill(p.PID, syscall.SIGTERM)
-	deadline := time.Now().Add(grace)
-	for time.Now().Before(deadline) {
-		if !p.alive() {
-			return
+	if p.wait(grace) {
+		return
+	}
+	_ = syscall.Kill(p.PID, syscall.SIGKILL)
+	p.wait(killWait)
+}
+
+// killWait bounds the wait for a SIGKILLed process to exit.
+const killWait = 10 * time.Second
+
+// wait reports whether p is gone within d.
+func (p proc) wait(d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for p.alive() {
+		if time.Now().After(deadline) {
+			return false
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if p.alive() {
-		_ = syscall.Kill(p.PID, syscall.SIGKILL)
-	}
+	return true
 }
 
 // startTime reads field 22 of /proc/PID/stat (after the parenthesised
