@@ -107,7 +107,8 @@ current-context: node
 `, server, b64(ca), b64(client.CertPEM), b64(client.KeyPEM))
 }
 
-// controlPlane is the argv of each control-plane process, in start order.
+// controlPlane is the argv of each control-plane process, in start order:
+// etcd, kube-apiserver, then the two that need it ready.
 func controlPlane(dir, bin string) [][]string {
 	p := pkiFiles{dir: dir}
 	kc := adminKubeconfig(dir)

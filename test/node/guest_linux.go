@@ -143,7 +143,7 @@ serializeImagePulls: false
 `
 
 // writeShare fills the 9p share: the init script, its settings, the
-// configurations, the kubelet and the images (hard links or copies).
+// configurations, the kubelet and the images (copies).
 func writeShare(share, kubeBin string, images []Image) error {
 	for _, d := range []string{"bin", "images", "agent", "state"} {
 		if err := os.MkdirAll(filepath.Join(share, d), 0o755); err != nil {
@@ -156,7 +156,7 @@ func writeShare(share, kubeBin string, images []Image) error {
 		if err != nil {
 			return err
 		}
-		if err := linkOrCopy(img.Path, filepath.Join(share, "images", n+".tar")); err != nil {
+		if err := copyFile(img.Path, filepath.Join(share, "images", n+".tar")); err != nil {
 			return err
 		}
 		if img.Ref == PauseImage {
@@ -179,14 +179,12 @@ func writeShare(share, kubeBin string, images []Image) error {
 			return fmt.Errorf("node: %w", err)
 		}
 	}
-	return linkOrCopy(filepath.Join(kubeBin, kubeletBin), filepath.Join(share, "bin", kubeletBin))
+	return copyFile(filepath.Join(kubeBin, kubeletBin), filepath.Join(share, "bin", kubeletBin))
 }
 
-func linkOrCopy(src, dst string) error {
-	os.Remove(dst)
-	if err := os.Link(src, dst); err == nil {
-		return nil
-	}
+// copyFile copies src to dst. Not a hard link: the guest is root on the
+// share and must not be able to change the cached kubelet or images.
+func copyFile(src, dst string) error {
 	in, err := os.Open(src)
 	if err != nil {
 		return fmt.Errorf("node: %w", err)

@@ -187,13 +187,19 @@ func Up(ctx context.Context, o Options) (_ *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, argv := range controlPlane(o.Dir, o.KubeBin) {
+	// etcd and kube-apiserver first: kube-controller-manager exits when it
+	// cannot read the API server's authentication ConfigMap within 10 s
+	// (seen under load).
+	cp := controlPlane(o.Dir, o.KubeBin)
+	for i, argv := range cp {
+		if i == 2 {
+			if err := n.waitAPIServer(ctx); err != nil {
+				return nil, err
+			}
+		}
 		if _, err := startProc(o.Dir, filepath.Base(argv[0]), argv, os.Environ()); err != nil {
 			return nil, err
 		}
-	}
-	if err := n.waitAPIServer(ctx); err != nil {
-		return nil, err
 	}
 	n.Timings.ControlPlane = time.Since(began)
 	log.Info("control plane ready", "elapsed", n.Timings.ControlPlane.Round(time.Millisecond))
