@@ -73,6 +73,7 @@ fuzz:
 -include wasm-sdk/wasm.mk
 -include test/peers/peers.mk
 -include test/cluster/cluster.mk
+-include test/node/node.mk
 -include bench.mk
 
 test-lab::

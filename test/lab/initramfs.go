@@ -62,6 +62,24 @@ finish $rc
 // buildBaseInitramfs writes the base archive: busybox, init, the modules
 // and their modules.dep/modules.alias. It returns the number of modules.
 func buildBaseInitramfs(w io.Writer, k Kernel, busybox string, modules []string) (int, error) {
+	return writeInitramfs(w, k, busybox, modules, initScript)
+}
+
+// WriteInitramfs writes an initramfs like the lab's base archive (a static
+// busybox, the modules with their dependencies, a modules.dep and
+// modules.alias for busybox modprobe, /dev/console) with init as /init
+// and modules listed one per line in /etc/lab/modules. It is for guests
+// that boot on to something else, such as test/node's, which mounts a disk
+// and switches root; the lab's own runs use EnsureAssets.
+func WriteInitramfs(w io.Writer, k Kernel, busybox string, modules []string, init string) error {
+	if err := checkStatic(busybox); err != nil {
+		return fmt.Errorf("busybox (install busybox-static): %w", err)
+	}
+	_, err := writeInitramfs(w, k, busybox, modules, init)
+	return err
+}
+
+func writeInitramfs(w io.Writer, k Kernel, busybox string, modules []string, init string) (int, error) {
 	tree, err := openModuleTree(k.ModulesDir())
 	if err != nil {
 		return 0, err
@@ -86,7 +104,7 @@ func buildBaseInitramfs(w io.Writer, k Kernel, busybox string, modules []string)
 		return 0, err
 	}
 	c.Symlink("bin/sh", "busybox")
-	c.File("init", 0o755, []byte(initScript))
+	c.File("init", 0o755, []byte(init))
 	c.File("etc/lab/modules", 0o644, []byte(strings.Join(modules, "\n")+"\n"))
 
 	modDir := filepath.ToSlash(filepath.Join("lib/modules", k.Version))

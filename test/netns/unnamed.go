@@ -38,6 +38,17 @@ func NewUnnamed(name string) (*Unnamed, error) {
 	return &Unnamed{name: name, handle: r.h}, nil
 }
 
+// OpenPath opens an existing namespace by its path (a /run/netns entry
+// another process made, /proc/PID/ns/net), labelled name in errors. Close
+// releases only the handle: the namespace lives on while its entry does.
+func OpenPath(name, path string) (*Unnamed, error) {
+	h, err := vnetns.GetFromPath(path)
+	if err != nil {
+		return nil, fmt.Errorf("open namespace %s at %s: %w", name, path, err)
+	}
+	return &Unnamed{name: name, handle: h}, nil
+}
+
 // Handle is the namespace's file descriptor, for netlink.NewHandleAt and
 // netlink.NsFd. It stays owned by u.
 func (u *Unnamed) Handle() vnetns.NsHandle { return u.handle }

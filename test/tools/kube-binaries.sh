@@ -12,15 +12,23 @@
 #        test/tools/kube-binaries.sh --kubelet     -> also builds the kubelet (static; for a
 #                                                     real node in the qemu guest: a few
 #                                                     minutes and 1.5 GB of memory, once).
+#        test/tools/kube-binaries.sh --control-plane -> also builds kube-controller-manager
+#                                                     and kube-scheduler (a real node's
+#                                                     control plane, test/node).
+#        test/tools/kube-binaries.sh --agnhost -> also builds agnhost, the e2e test image's
+#                                                     program (k8s.io/kubernetes/test/images/agnhost,
+#                                                     static; test/node makes its image).
 # The flags combine.
 set -euo pipefail
 
-with_proxy=0 with_kubelet=0
+with_proxy=0 with_kubelet=0 with_cp=0 with_agnhost=0
 for arg in "$@"; do
 	case "$arg" in
 	--kube-proxy) with_proxy=1 ;;
 	--kubelet) with_kubelet=1 ;;
-	*) echo "usage: $0 [--kube-proxy] [--kubelet]" >&2; exit 2 ;;
+	--control-plane) with_cp=1 ;;
+	--agnhost) with_agnhost=1 ;;
+	*) echo "usage: $0 [--kube-proxy] [--kubelet] [--control-plane] [--agnhost]" >&2; exit 2 ;;
 	esac
 done
 
@@ -120,11 +128,12 @@ GO
 	 log "etcd built in ${SECONDS}s")
 }
 
-# build_cmd NAME: k8s.io/kubernetes/cmd/NAME from its own throwaway module
-# (same replaces as kube-apiserver), statically linked so that it runs in
-# the kernel lab's guest whatever its libc.
+# build_cmd NAME [PACKAGE]: k8s.io/kubernetes/cmd/NAME (or PACKAGE of
+# k8s.io/kubernetes) from its own throwaway module (same replaces as
+# kube-apiserver), statically linked so that it runs in the kernel lab's
+# guest whatever its libc.
 build_cmd() {
-	local cmd=$1
+	local cmd=$1 pkg=${2:-k8s.io/kubernetes/cmd/$1}
 	local dir=$cache/kube/build-$cmd-$KUBE_VERSION
 	mkmod "$dir" k8s.io/kubernetes "$KUBE_VERSION" "$STAGING_VERSION"
 	cat >"$dir/tools.go" <<GO
@@ -132,15 +141,15 @@ build_cmd() {
 
 package tools
 
-import _ "k8s.io/kubernetes/cmd/$cmd"
+import _ "$pkg"
 GO
 	local ld="-s -w -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${KUBE_VERSION#v1.}"
 	ld=${ld%.*}
-	(cd "$dir" && GOFLAGS=-mod=mod go get k8s.io/kubernetes/cmd/"$cmd"@"$KUBE_VERSION" >/dev/null
+	(cd "$dir" && GOFLAGS=-mod=mod go get "$pkg"@"$KUBE_VERSION" >/dev/null
 	 log "building $cmd $KUBE_VERSION (a few minutes, once)"
 	 SECONDS=0
-	 CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "$ld" -o "$bin/$cmd.tmp" k8s.io/kubernetes/cmd/"$cmd"
-	 "$bin/$cmd.tmp" --version >/dev/null
+	 CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "$ld" -o "$bin/$cmd.tmp" "$pkg"
+	 "$bin/$cmd.tmp" --help >/dev/null
 	 mv "$bin/$cmd.tmp" "$bin/$cmd"
 	 log "$cmd built in ${SECONDS}s")
 }
@@ -149,4 +158,7 @@ GO
 { [ -x "$bin/kube-apiserver" ] && [ -x "$bin/kubectl" ]; } || build_kube
 [ "$with_proxy" = 0 ] || [ -x "$bin/kube-proxy" ] || build_cmd kube-proxy
 [ "$with_kubelet" = 0 ] || [ -x "$bin/kubelet" ] || build_cmd kubelet
+[ "$with_cp" = 0 ] || [ -x "$bin/kube-controller-manager" ] || build_cmd kube-controller-manager
+[ "$with_cp" = 0 ] || [ -x "$bin/kube-scheduler" ] || build_cmd kube-scheduler
+[ "$with_agnhost" = 0 ] || [ -x "$bin/agnhost" ] || build_cmd agnhost k8s.io/kubernetes/test/images/agnhost
 echo "$bin"

@@ -15,7 +15,7 @@ import (
 
 	"k8s.io/client-go/rest"
 
-	"github.com/switchyard-lb/switchyard/test/apitest/internal/pki"
+	"github.com/switchyard-lb/switchyard/test/apitest/pki"
 )
 
 // Binary names expected in Options.BinDir.

@@ -1,5 +1,5 @@
 // Package pki owns the throwaway public-key infrastructure of the test API
-// server: a certificate authority, the serving certificate, client
+// servers (test/apitest's and test/node's control plane): a certificate authority, the serving certificate, client
 // certificates for any user and groups, and the service-account signing key.
 //
 // Keys are ECDSA P-256, which kube-apiserver accepts for TLS, client

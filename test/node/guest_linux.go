@@ -1,0 +1,325 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/switchyard-lb/switchyard/test/lab"
+)
+
+var (
+	//go:embed guest/boot.sh
+	bootScript string
+	//go:embed guest/init.sh
+	initScript string
+)
+
+// bootModules are what the initramfs loads to reach the disk and the
+// share; the rest come from the disk's own /lib/modules.
+var bootModules = []string{
+	"crc32c_generic", "virtio_pci", "virtio_blk", "ext4", "9pnet_virtio", "9p",
+}
+
+// nodeModules are what guest/init.sh loads from the disk: the NIC, the
+// CNI bridge, overlayfs for containerd, and what a service proxy uses
+// (the kernel loads the rest on demand through the disk's modprobe).
+var nodeModules = []string{
+	"virtio_net", "overlay", "br_netfilter", "bridge", "veth", "dummy",
+	"nf_conntrack", "nf_nat", "ip_vs", "ip_vs_rr", "ip_vs_wrr", "ip_vs_sh",
+	"nf_tables", "nft_ct", "nft_nat", "nft_chain_nat", "nft_masq", "nft_compat",
+	"xt_conntrack", "xt_MASQUERADE", "xt_mark", "xt_comment", "xt_addrtype",
+	"ip_set", "sctp",
+}
+
+// writeBootInitramfs writes the initramfs for kernel k, once per content,
+// under cacheDir and returns its path.
+func writeBootInitramfs(cacheDir string, k lab.Kernel, busybox string) (string, error) {
+	var buf bytes.Buffer
+	if err := lab.WriteInitramfs(&buf, k, busybox, bootModules, bootScript); err != nil {
+		return "", fmt.Errorf("node: initramfs: %w", err)
+	}
+	sum := hashBytes(buf.Bytes())
+	path := filepath.Join(cacheDir, "boot-"+k.Version+"-"+sum[:12]+".cpio")
+	if _, err := os.Stat(path); err == nil {
+		return path, nil
+	}
+	if err := os.WriteFile(path+".tmp", buf.Bytes(), 0o644); err != nil {
+		return "", fmt.Errorf("node: %w", err)
+	}
+	return path, os.Rename(path+".tmp", path)
+}
+
+// ensureDisk returns the node's disk: a copy of rootfs made once per
+// rootfs image and kept, so that images imported stay imported.
+func ensureDisk(cacheDir, rootfs string) (string, error) {
+	key := filepath.Base(filepath.Dir(rootfs)) // rootfs-HASH
+	disk := filepath.Join(cacheDir, "disk-"+key+".ext4")
+	if _, err := os.Stat(disk); err == nil {
+		return disk, nil
+	}
+	cmd := exec.Command("cp", "--sparse=always", rootfs, disk+".tmp")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("node: copy the rootfs: %w: %s", err, b)
+	}
+	return disk, os.Rename(disk+".tmp", disk)
+}
+
+// containerdConfig is the guest's /etc/containerd/config.toml: CRI with
+// runc, cgroupfs (the kubelet's driver), the Debian CNI plugin directory
+// and the pause image imported, never pulled.
+const containerdConfig = `version = 2
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "` + PauseImage + `"
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "/etc/cni/net.d"
+`
+
+// cniConfig is the pod network: the bridge cni0, host-local IPAM on
+// PodCIDR, hairpin on (a pod reaching itself through a Service), no
+// masquerade (the host routes the pod network to the node).
+const cniConfig = `{
+  "cniVersion": "1.0.0",
+  "name": "lab",
+  "plugins": [
+    {
+      "type": "bridge",
+      "bridge": "cni0",
+      "isGateway": true,
+      "ipMasq": false,
+      "hairpinMode": true,
+      "ipam": {
+        "type": "host-local",
+        "ranges": [[{"subnet": "` + PodCIDR + `"}]],
+        "routes": [{"dst": "0.0.0.0/0"}]
+      }
+    }
+  ]
+}
+`
+
+// kubeletConfig: cgroup v2 with the cgroupfs driver (containerd 1.6 has no
+// RuntimeConfig RPC), anonymous access for the API server's exec, logs
+// and port-forward (a lab), no swap check, eviction and image GC
+// thresholds that never remove the imported images.
+const kubeletConfig = `apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
+cgroupDriver: cgroupfs
+authentication:
+  anonymous: {enabled: true}
+  webhook: {enabled: false}
+authorization: {mode: AlwaysAllow}
+clusterDomain: cluster.local
+clusterDNS: [` + ClusterDNSIP + `]
+failSwapOn: false
+resolvConf: /etc/resolv.conf
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard:
+  memory.available: 50Mi
+  nodefs.available: 1%
+  imagefs.available: 1%
+  nodefs.inodesFree: 1%
+serializeImagePulls: false
+`
+
+// writeShare fills the 9p share: the init script, its settings, the
+// configurations, the kubelet and the images (copies).
+func writeShare(share, kubeBin string, images []Image) error {
+	for _, d := range []string{"bin", "images", "agent", "state"} {
+		if err := os.MkdirAll(filepath.Join(share, d), 0o755); err != nil {
+			return fmt.Errorf("node: %w", err)
+		}
+	}
+	var first, rest []string
+	for _, img := range images {
+		n, err := img.importName()
+		if err != nil {
+			return err
+		}
+		if err := copyFile(img.Path, filepath.Join(share, "images", n+".tar")); err != nil {
+			return err
+		}
+		if img.Ref == PauseImage {
+			first = append(first, n)
+		} else {
+			rest = append(rest, n)
+		}
+	}
+	env := fmt.Sprintf("NODE_NAME=%s\nNODE_IP=%s\nNODE_MAC=%s\nHOST_IP=%s\nPREFIX_LEN=%d\nMODULES=%q\nFIRST_IMAGES=%q\nIMAGES=%q\n",
+		NodeName, NodeIP, NodeMAC, HostIP, PrefixLen, strings.Join(nodeModules, " "), strings.Join(first, " "), strings.Join(rest, " "))
+	files := map[string]string{
+		"init.sh":         initScript,
+		"node.env":        env,
+		"containerd.toml": containerdConfig,
+		"cni.conflist":    cniConfig,
+		"kubelet.yaml":    kubeletConfig,
+	}
+	for name, data := range files {
+		if err := os.WriteFile(filepath.Join(share, name), []byte(data), 0o644); err != nil {
+			return fmt.Errorf("node: %w", err)
+		}
+	}
+	return copyFile(filepath.Join(kubeBin, kubeletBin), filepath.Join(share, "bin", kubeletBin))
+}
+
+// copyFile copies src to dst. Not a hard link: the guest is root on the
+// share and must not be able to change the cached kubelet or images.
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
+	if err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return fmt.Errorf("node: copy %s: %w", src, err)
+	}
+	return out.Close()
+}
+
+// qemuArgv boots vmlinux with the initramfs, the disk as virtio-blk, the
+// tap as a virtio NIC and the share as 9p. -smp 2 with multi-threaded TCG:
+// a node runs many processes at once (kubelet-lab.md).
+func qemuArgv(o Options, vmlinux, initrd, disk, share, console string) []string {
+	return []string{
+		"qemu-system-x86_64",
+		"-accel", "tcg,thread=multi", "-cpu", "max",
+		"-smp", strconv.Itoa(o.CPUs), "-m", strconv.Itoa(o.MemoryMB),
+		"-kernel", vmlinux, "-initrd", initrd,
+		"-append", "console=ttyS0 panic=-1 quiet loglevel=3 no_timer_check",
+		"-drive", "file=" + disk + ",format=raw,if=virtio,cache=writeback",
+		"-netdev", "tap,id=n0,ifname=" + TapName + ",script=no,downscript=no",
+		"-device", "virtio-net-pci,netdev=n0,mac=" + NodeMAC,
+		"-virtfs", "local,path=" + share + ",mount_tag=host,security_model=none,id=host",
+		"-display", "none", "-vga", "none", "-nodefaults", "-no-user-config",
+		"-no-reboot", "-monitor", "none",
+		"-serial", "file:" + console,
+	}
+}
+
+var agentSeq atomic.Int64
+
+// ExitError is a guest command that ran and exited non-zero.
+type ExitError struct {
+	Code   int
+	Output string
+}
+
+func (e *ExitError) Error() string {
+	return fmt.Sprintf("exit status %d: %s", e.Code, strings.TrimSpace(e.Output))
+}
+
+// Exec runs script with sh in the guest (as root, in /root) and returns
+// its standard output and error. A non-zero exit is an *ExitError; ctx
+// bounds the wait (the script keeps running in the guest).
+func (n *Node) Exec(ctx context.Context, script string) (string, error) {
+	dir := filepath.Join(n.Dir, "share", "agent")
+	id := fmt.Sprintf("%d-%d-%d", os.Getpid(), time.Now().UnixNano(), agentSeq.Add(1))
+	base := filepath.Join(dir, id)
+	if err := os.WriteFile(base+".tmp", []byte(script), 0o644); err != nil {
+		return "", fmt.Errorf("node: exec: %w", err)
+	}
+	if err := os.Rename(base+".tmp", base+".sh"); err != nil {
+		return "", fmt.Errorf("node: exec: %w", err)
+	}
+	var rc []byte
+	err := poll(ctx, "guest command", func() error {
+		var err error
+		rc, err = os.ReadFile(base + ".rc")
+		return err
+	}, nil)
+	if err != nil {
+		return "", err
+	}
+	out, _ := os.ReadFile(base + ".out")
+	for _, ext := range []string{".rc", ".out", ".run"} {
+		os.Remove(base + ext)
+	}
+	code, err := strconv.Atoi(strings.TrimSpace(string(rc)))
+	if err != nil {
+		return string(out), fmt.Errorf("node: exec: malformed exit status %q", rc)
+	}
+	if code != 0 {
+		return string(out), &ExitError{Code: code, Output: string(out)}
+	}
+	return string(out), nil
+}
+
+// guestMark reads a stage marker guest/init.sh wrote: the guest's uptime
+// in seconds when it reached the stage.
+func (n *Node) guestMark(stage string) (float64, bool) {
+	b, err := os.ReadFile(filepath.Join(n.Dir, "share", "state", stage))
+	if err != nil {
+		return 0, false
+	}
+	v, err := strconv.ParseFloat(strings.TrimSpace(string(b)), 64)
+	return v, err == nil
+}
+
+// consoleTail is the end of the guest's console, for errors.
+func (n *Node) consoleTail(lines int) string {
+	return tail(filepath.Join(n.Dir, "console.log"), lines)
+}
+
+func tail(path string, lines int) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	ls := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(ls) > lines {
+		ls = ls[len(ls)-lines:]
+	}
+	return strings.Join(ls, "\n")
+}
+
+// poll calls try every pollInterval until it succeeds, check fails or ctx
+// ends.
+func poll(ctx context.Context, what string, try func() error, check func() error) error {
+	t := time.NewTicker(pollInterval)
+	defer t.Stop()
+	var last error
+	for {
+		if last = try(); last == nil {
+			return nil
+		}
+		if check != nil {
+			if err := check(); err != nil {
+				return fmt.Errorf("node: waiting for %s: %w", what, err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("node: waiting for %s: %w (last: %w)", what, ctx.Err(), last)
+		case <-t.C:
+		}
+	}
+}
+
+const pollInterval = 250 * time.Millisecond
+
+var errGone = errors.New("exited")

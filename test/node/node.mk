@@ -1,0 +1,54 @@
+# A real Kubernetes node in the qemu lab (test/node): a kubelet with
+# containerd in a TCG guest, its control plane on this host in the network
+# namespace switchyard-node. Included by the top Makefile; not part of
+# `make test`. Needs root. It installs and builds what it needs, cached
+# under $(CACHE):
+#
+#   1. test/lab/deps.sh: qemu, busybox and the guest kernel;
+#   2. test/tools/kube-binaries.sh --kubelet --control-plane --agnhost;
+#   3. test/node/rootfs.sh: the node's ext4 root filesystem (mmdebstrap);
+#      gcc and libc6-dev with apt when missing (pause.c is linked static);
+#   4. nodelab up: the pause and agnhost images, the namespace, the
+#      control plane, the guest; it returns once the Node is Ready.
+#
+#   make node-up                       # then: bin/nodelab kubectl get nodes
+#   make node-up NODE_IMAGE=1          # also make image's switchyard image
+#   make node-down
+#
+# NODE_UP_FLAGS goes to `nodelab up` (-mem 3072 -cpus 2).
+NODE_UP_FLAGS ?=
+NODE_IMAGE ?=
+NODELAB := $(BIN)/nodelab
+NODE_SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+NODE_DEPS = command -v gcc >/dev/null && [ -e /usr/lib/x86_64-linux-gnu/libc.a ] || \
+	{ $(NODE_SUDO) apt-get update >/dev/null && $(NODE_SUDO) env DEBIAN_FRONTEND=noninteractive \
+	  apt-get install -y --no-install-recommends gcc libc6-dev >/dev/null; }
+
+.PHONY: node-up node-down
+node-up: $(if $(NODE_IMAGE),image)
+	@test/lab/deps.sh >/dev/null
+	@$(NODE_DEPS)
+	$(GO) build -o $(NODELAB) ./test/node/cmd/nodelab
+	@bin=$$(test/tools/kube-binaries.sh --kubelet --control-plane --agnhost) && \
+	rootfs=$$(test/node/rootfs.sh) && \
+	$(NODELAB) up -kube-bin "$$bin" -rootfs "$$rootfs" \
+		$(if $(NODE_IMAGE),-image switchyard:dev=$(BIN)/image/switchyard.tar) $(NODE_UP_FLAGS)
+
+node-down:
+	$(GO) build -o $(NODELAB) ./test/node/cmd/nodelab
+	$(NODELAB) down
+
+# test-node: TestNode (build tag node) brings the node up, runs an agnhost
+# pod and reaches it from the host namespace, the guest and kubectl exec,
+# deploys Switchyard from make image's image with
+# test/tools/image/deploy and reaches a ClusterIP Service through it, and
+# takes the node down. Not part of `make test`. NODE_RUN is -run.
+NODE_RUN ?= ^TestNode$$
+.PHONY: test-node
+test-node: image
+	@test/lab/deps.sh >/dev/null
+	@$(NODE_DEPS)
+	@bin=$$(test/tools/kube-binaries.sh --kubelet --control-plane --agnhost) && \
+	rootfs=$$(test/node/rootfs.sh) && \
+	SWITCHYARD_KUBE_BIN=$$bin SWITCHYARD_NODE_ROOTFS=$$rootfs SWITCHYARD_NODE_IMAGE=$(CURDIR)/$(BIN)/image/switchyard.tar \
+	$(GO) test -tags node -count=1 -v -timeout 40m -run '$(NODE_RUN)' $(GOTEST_FLAGS) ./test/node/
