@@ -6,8 +6,10 @@
 # networking does not, the guest is root). It installs and builds what it needs:
 #
 #   1. test/lab/deps.sh: qemu, busybox and the guest kernel;
-#   2. test/tools/kube-binaries.sh: etcd, kube-apiserver and kubectl;
-#   3. TestCluster (build tag cluster) builds the daemon and the guest
+#   2. cluster-deps: Debian's frr (the router's zebra and bgpd, lent to
+#      the guest with their libraries), with apt when missing;
+#   3. test/tools/kube-binaries.sh: etcd, kube-apiserver and kubectl;
+#   4. TestCluster (build tag cluster) builds the daemon and the guest
 #      suites static, starts the API server and boots one guest.
 #
 #   make test-cluster CLUSTER_RUN='^TestNodePort'   # some guest suites only
@@ -16,8 +18,22 @@
 CLUSTER_RUN ?=
 CLUSTER_MEM ?= 1536
 
+CLUSTER_APT_PACKAGES := frr
+
+.PHONY: cluster-deps
+cluster-deps:
+	@missing=""; for p in $(CLUSTER_APT_PACKAGES); do \
+		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || missing="$$missing $$p"; \
+	done; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" != 0 ]; then echo "cluster: not root, cannot install:$$missing"; exit 1; fi; \
+	echo "cluster: installing$$missing"; \
+	export DEBIAN_FRONTEND=noninteractive; \
+	apt-get -o DPkg::Lock::Timeout=300 update -qq && \
+	apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends $$missing >/dev/null
+
 .PHONY: test-cluster
-test-cluster:
+test-cluster: cluster-deps
 	@test/lab/deps.sh >/dev/null
 	@bin=$$(test/tools/kube-binaries.sh) && \
 	SWITCHYARD_KUBE_BIN=$$bin CLUSTER_RUN='$(CLUSTER_RUN)' CLUSTER_MEM=$(CLUSTER_MEM) \

@@ -18,6 +18,7 @@ import (
 
 	"github.com/switchyard-lb/switchyard/core/lbipam"
 	"github.com/switchyard-lb/switchyard/test/apitest"
+	"github.com/switchyard-lb/switchyard/test/cluster"
 	"github.com/switchyard-lb/switchyard/test/lab"
 )
 
@@ -91,6 +92,13 @@ func TestCluster(t *testing.T) {
 	goBuild(t, "test", "-c", "-o", guestBin, ".")
 	t.Logf("daemon and guest tests built in %s", time.Since(began).Round(time.Millisecond))
 
+	// The router runs Debian's FRR (make test-cluster installs it),
+	// lent to the guest with its libraries and the frr user.
+	for _, f := range cluster.FRRFiles {
+		if _, err := os.Stat(f); err != nil {
+			t.Fatalf("the router needs FRR: %v (make test-cluster installs the frr package)", err)
+		}
+	}
 	assets, err := lab.EnsureAssets(t.Context(), lab.Config{Modules: clusterModules})
 	if err != nil {
 		t.Fatal(err)
@@ -110,7 +118,7 @@ func TestCluster(t *testing.T) {
 		Output:   io.MultiWriter(&out, prefixWriter{w: os.Stdout}),
 		TestData: data,
 		UserNet:  true,
-		Extra:    []string{switchyard},
+		Extra:    append([]string{switchyard}, cluster.FRRFiles...),
 	})
 	if err != nil {
 		t.Fatal(err)

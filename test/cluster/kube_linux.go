@@ -11,6 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/switchyard-lb/switchyard/core/lbipam"
 )
 
 // Service port names and numbers: each maps to the pod port of the same
@@ -68,7 +70,12 @@ type ServiceSpec struct {
 	Type corev1.ServiceType // default ClusterIP
 	// ETP is the externalTrafficPolicy of a NodePort or LoadBalancer
 	// Service; default Cluster.
-	ETP       corev1.ServiceExternalTrafficPolicy
+	ETP corev1.ServiceExternalTrafficPolicy
+	// Pool is the address pool of a LoadBalancer Service (PoolL2,
+	// PoolBGP), set as its switchyard.dev/address-pool annotation; no
+	// pool assigns automatically. WaitLoadBalancerIP waits for the
+	// address.
+	Pool      string
 	Endpoints []Endpoint
 }
 
@@ -91,6 +98,8 @@ type Service struct {
 	// LoadBalancer Services).
 	Ports     map[string]uint16
 	NodePorts map[string]uint16
+	// LoadBalancerIP is set by WaitLoadBalancerIP.
+	LoadBalancerIP netip.Addr
 }
 
 // ClusterAddr is the ClusterIP with the port named name.
@@ -113,6 +122,9 @@ func (c *Cluster) CreateService(ctx context.Context, ns string, spec ServiceSpec
 	}
 	if svc.Spec.Type == "" {
 		svc.Spec.Type = corev1.ServiceTypeClusterIP
+	}
+	if spec.Pool != "" {
+		svc.Annotations = map[string]string{lbipam.AnnotationAddressPool: spec.Pool}
 	}
 	if svc.Spec.Type != corev1.ServiceTypeClusterIP {
 		svc.Spec.ExternalTrafficPolicy = spec.ETP
