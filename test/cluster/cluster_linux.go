@@ -237,7 +237,11 @@ func (n *Node) StartDaemon(ctx context.Context) error {
 		close(done)
 	}()
 	d.cmd, d.done = cmd, done
-	return n.waitReady(ctx, done)
+	if err := n.waitReady(ctx, done); err != nil {
+		return err
+	}
+	fmt.Fprintf(log, "cluster lab: %s: daemon ready at %s\n", n.Name, time.Now().Format(time.StampMilli))
+	return nil
 }
 
 // waitReady polls the daemon's /readyz until it answers 200 or the daemon

@@ -157,6 +157,19 @@ func (c *Cluster) CreateService(ctx context.Context, ns string, spec ServiceSpec
 	return out, nil
 }
 
+// DeleteService deletes the Service and its EndpointSlice.
+func (c *Cluster) DeleteService(ctx context.Context, svc *Service) error {
+	err := c.Kube.DiscoveryV1().EndpointSlices(svc.Namespace).Delete(ctx, svc.Name+"-lab", metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("cluster: delete EndpointSlice %s/%s-lab: %w", svc.Namespace, svc.Name, err)
+	}
+	err = c.Kube.CoreV1().Services(svc.Namespace).Delete(ctx, svc.Name, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("cluster: delete Service %s/%s: %w", svc.Namespace, svc.Name, err)
+	}
+	return nil
+}
+
 // WriteEndpoints creates or replaces the Service's EndpointSlice with eps.
 func (c *Cluster) WriteEndpoints(ctx context.Context, svc *Service, eps []Endpoint) error {
 	slice := &discoveryv1.EndpointSlice{

@@ -36,9 +36,10 @@ var (
 )
 
 // LoadBalancerConfig is the pools and announcers part of
-// DefaultDaemonConfig, one block. The BGP hold time is 3 s (keepalive
-// 1 s), so a node cut off is withdrawn within seconds; a daemon that dies
-// closes its session at once.
+// DefaultDaemonConfig, one block. The BGP hold time is 9 s (keepalive
+// 3 s; 3 s flapped on the loaded lab machine), so a node cut off is
+// withdrawn within seconds; a daemon that dies closes its session at
+// once.
 const LoadBalancerConfig = `pools:
   - name: l2
     addresses: [10.0.0.240/28]
@@ -60,7 +61,7 @@ announcers:
       peers:
         - address: 10.0.0.1
           asn: 64513
-          holdTime: 3s
+          holdTime: 9s
 `
 
 // WaitLoadBalancerIP waits until the daemons allocated the LoadBalancer

@@ -46,9 +46,10 @@ type frrProc struct {
 	done chan struct{}
 }
 
-// frrConf is bgpd's configuration for the nodes at addrs. Timers 1/3 s
-// and a connect retry of 1 s: a node that stops answering is dropped in
-// 3 s; a daemon that dies closes its session, dropped at once.
+// frrConf is bgpd's configuration for the nodes. Timers 3/9 s (a hold
+// time of 3 s flapped on the loaded lab machine) and a connect retry of
+// 1 s: a node that stops answering is dropped in 9 s; a daemon that dies
+// closes its session, dropped at once.
 func frrConf(nodes []*Node) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `frr defaults traditional
@@ -59,7 +60,7 @@ router bgp %d
  no bgp default ipv4-unicast
  neighbor NODES peer-group
  neighbor NODES remote-as %d
- neighbor NODES timers 1 3
+ neighbor NODES timers 3 9
  neighbor NODES timers connect 1
 `, RouterASN, RouterLAN, NodeASN)
 	for _, n := range nodes {
