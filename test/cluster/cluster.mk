@@ -2,7 +2,7 @@
 # router and a client in one kernel lab guest, the real switchyard daemon
 # (ipvs mode) on every node against a real kube-apiserver on this host, and
 # suites that send traffic across them. Included by the top Makefile and
-# part of `make test` (about 70 s warm, one guest). Needs root (qemu user
+# part of `make test` (one guest; about 4 min warm at load ~20 on 2 cores). Needs root (qemu user
 # networking does not, the guest is root). It installs and builds what it needs:
 #
 #   1. test/lab/deps.sh: qemu, busybox and the guest kernel;
