@@ -2,23 +2,69 @@
 # router and a client in one kernel lab guest, the real switchyard daemon
 # (ipvs mode) on every node against a real kube-apiserver on this host, and
 # suites that send traffic across them. Included by the top Makefile and
-# part of `make test` (about 70 s warm, one guest). Needs root (qemu user
-# networking does not, the guest is root). It installs and builds what it needs:
+# part of `make test` (one guest; warm about 2 min at load ~5 on 2 cores,
+# 4 min at load ~20). Needs root (qemu user networking does not, the
+# guest is root). It installs and builds what it needs:
 #
 #   1. test/lab/deps.sh: qemu, busybox and the guest kernel;
-#   2. test/tools/kube-binaries.sh: etcd, kube-apiserver and kubectl;
-#   3. TestCluster (build tag cluster) builds the daemon and the guest
+#   2. cluster-deps: Debian's frr (the router's zebra and bgpd, lent to
+#      the guest with their libraries), with apt when missing;
+#   3. test/tools/kube-binaries.sh: etcd, kube-apiserver and kubectl;
+#   4. TestCluster (build tag cluster) builds the daemon and the guest
 #      suites static, starts the API server and boots one guest.
 #
 #   make test-cluster CLUSTER_RUN='^TestNodePort'   # some guest suites only
 #
-# CLUSTER_RUN is the guest's -test.run; CLUSTER_MEM its memory in MiB.
+# CLUSTER_RUN is the guest's -test.run, CLUSTER_COUNT its -test.count;
+# CLUSTER_MEM its memory in MiB.
 CLUSTER_RUN ?=
+CLUSTER_COUNT ?= 1
 CLUSTER_MEM ?= 1536
 
+CLUSTER_APT_PACKAGES := frr
+
+.PHONY: cluster-deps
+cluster-deps:
+	@missing=""; for p in $(CLUSTER_APT_PACKAGES); do \
+		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || missing="$$missing $$p"; \
+	done; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" != 0 ]; then echo "cluster: not root, cannot install:$$missing"; exit 1; fi; \
+	echo "cluster: installing$$missing"; \
+	export DEBIAN_FRONTEND=noninteractive; \
+	apt-get -o DPkg::Lock::Timeout=300 update -qq && \
+	apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends $$missing >/dev/null
+
 .PHONY: test-cluster
-test-cluster:
+test-cluster: cluster-deps
 	@test/lab/deps.sh >/dev/null
 	@bin=$$(test/tools/kube-binaries.sh) && \
-	SWITCHYARD_KUBE_BIN=$$bin CLUSTER_RUN='$(CLUSTER_RUN)' CLUSTER_MEM=$(CLUSTER_MEM) \
+	SWITCHYARD_KUBE_BIN=$$bin CLUSTER_RUN='$(CLUSTER_RUN)' CLUSTER_COUNT=$(CLUSTER_COUNT) CLUSTER_MEM=$(CLUSTER_MEM) \
 	$(GO) test -tags cluster -count=1 -v -timeout 45m -run '^TestCluster$$' $(GOTEST_FLAGS) ./test/cluster/
+
+# bench-cluster: the BGP withdraw and layer-2 failover suites
+# (TestLoadBalancerBGP, TestLoadBalancerLayer2) CLUSTER_RUNS times, each
+# run in a fresh guest (in one guest, a run after a daemon restart sees
+# that restart's resets), then the median and max of every measurement
+# they logged ("cluster-metric NAME=VALUE", milliseconds unless the name
+# says otherwise) with the settings used. Raw output in CLUSTER_BENCH_OUT.
+CLUSTER_RUNS ?= 5
+CLUSTER_BENCH_RUN ?= ^TestLoadBalancer(BGP|Layer2)$$
+CLUSTER_BENCH_OUT ?= $(or $(TMPDIR),/tmp)/switchyard-bench-cluster.txt
+
+.PHONY: bench-cluster
+bench-cluster: cluster-deps
+	@test/lab/deps.sh >/dev/null
+	@bin=$$(test/tools/kube-binaries.sh) || exit 1; : > $(CLUSTER_BENCH_OUT); st=0; \
+	for i in $$(seq $(CLUSTER_RUNS)); do \
+		echo "run $$i of $(CLUSTER_RUNS)"; \
+		SWITCHYARD_KUBE_BIN=$$bin CLUSTER_RUN='$(CLUSTER_BENCH_RUN)' CLUSTER_MEM=$(CLUSTER_MEM) \
+		$(GO) test -tags cluster -count=1 -v -timeout 45m -run '^TestCluster$$' $(GOTEST_FLAGS) ./test/cluster/ \
+			>> $(CLUSTER_BENCH_OUT) 2>&1 || st=1; \
+		grep -E 'guest: --- ' $(CLUSTER_BENCH_OUT) | tail -n 2; \
+	done; \
+	echo; echo "Cluster lab measurements (raw output in $(CLUSTER_BENCH_OUT)):"; \
+	echo "  settings: $(CLUSTER_RUNS) runs of $(CLUSTER_BENCH_RUN), each in a fresh guest (qemu TCG, 1 vCPU, $(CLUSTER_MEM) MiB),"; \
+	echo "  3 nodes, FRR $$(dpkg-query -W -f='$${Version}' frr 2>/dev/null) with BGP timers 3/9 s, probes every 100 ms; host load $$(cut -d' ' -f1-3 /proc/loadavg) on $$(nproc) CPUs"; \
+	awk -f test/cluster/metrics.awk $(CLUSTER_BENCH_OUT) || st=1; \
+	exit $$st

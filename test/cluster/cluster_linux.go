@@ -23,7 +23,8 @@ import (
 // defaults (deploy/config.yaml: ipvs, clusterCIDRs [] and so on), without
 // the WebAssembly cache directory, which the nodes would share, and with
 // nf_conntrack_max left alone, as kind configures kube-proxy: the nodes
-// are network namespaces, where the kernel makes it read-only.
+// are network namespaces, where the kernel makes it read-only; then the
+// LoadBalancer pools and their announcers (LoadBalancerConfig).
 const DefaultDaemonConfig = `apiVersion: switchyard.dev/v1alpha2
 kind: SwitchyardConfig
 dataplane:
@@ -32,7 +33,7 @@ conntrack:
   maxPerCore: 0
 policies:
   cacheDir: ""
-`
+` + LoadBalancerConfig
 
 // daemonHealth is the daemons' health address (/readyz), on each node's
 // loopback among others (the default binds every address).
@@ -55,19 +56,25 @@ type Options struct {
 	DaemonConfig string
 	// LogDir receives the daemons' logs; default a temporary directory.
 	LogDir string
+	// FRR runs FRR (zebra and bgpd) in the router's namespace, peering
+	// with every node (Cluster.FRR); it needs FRRFiles.
+	FRR bool
 }
 
 // Cluster is the topology, its API objects and the daemons.
 type Cluster struct {
 	*Topology
 	Kube kubernetes.Interface
+	// FRR is the router's BGP daemon when Options.FRR is set.
+	FRR *FRR
 
 	opts     Options
 	forwards []io.Closer
 }
 
-// New builds the topology, forwards the API server into every node,
-// writes the Node objects and starts no daemon (StartDaemons does).
+// New builds the topology, starts the router's FRR (Options.FRR),
+// forwards the API server into every node, writes the Node objects and
+// starts no daemon (StartDaemons does).
 func New(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if opts.DaemonConfig == "" {
 		opts.DaemonConfig = DefaultDaemonConfig
@@ -107,6 +114,11 @@ func New(ctx context.Context, opts Options) (_ *Cluster, err error) {
 			c.Close()
 		}
 	}()
+	if opts.FRR {
+		if c.FRR, err = startFRR(ctx, c.Router, c.Nodes); err != nil {
+			return nil, err
+		}
+	}
 	for _, n := range c.Nodes {
 		f, err := n.NS.forward(listen, target)
 		if err != nil {
@@ -129,12 +141,15 @@ func hostPort(server string) (string, error) {
 	return u.Host, nil
 }
 
-// Close stops the daemons, the forwards and the topology.
+// Close stops the daemons, FRR, the forwards and the topology.
 func (c *Cluster) Close() {
 	for _, n := range c.Nodes {
 		if n.daemon != nil {
 			n.daemon.kill()
 		}
+	}
+	if c.FRR != nil {
+		c.FRR.Close()
 	}
 	for _, f := range c.forwards {
 		f.Close()
@@ -237,7 +252,11 @@ func (n *Node) StartDaemon(ctx context.Context) error {
 		close(done)
 	}()
 	d.cmd, d.done = cmd, done
-	return n.waitReady(ctx, done)
+	if err := n.waitReady(ctx, done); err != nil {
+		return err
+	}
+	fmt.Fprintf(log, "cluster lab: %s: daemon ready at %s\n", n.Name, time.Now().Format(time.StampMilli))
+	return nil
 }
 
 // waitReady polls the daemon's /readyz until it answers 200 or the daemon
@@ -304,6 +323,33 @@ func (d *daemon) kill() {
 		<-d.done
 		d.cmd = nil
 	}
+}
+
+// daemonMetrics is the daemons' metrics address (/metrics and
+// /debug/state), on each node's loopback (the default).
+const daemonMetrics = "127.0.0.1:10249"
+
+// DebugState returns the node's daemon's /debug/state (JSON: desired and
+// applied state, announcements among them).
+func (n *Node) DebugState(ctx context.Context) (string, error) {
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: n.NS.DialContext, DisableKeepAlives: true}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+daemonMetrics+"/debug/state", nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("cluster: %s: /debug/state: %w", n.Name, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", fmt.Errorf("cluster: %s: /debug/state: %w", n.Name, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("cluster: %s: /debug/state: %s: %s", n.Name, resp.Status, body)
+	}
+	return string(body), nil
 }
 
 // DaemonLog returns the last max bytes of the node's latest daemon log.

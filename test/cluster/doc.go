@@ -12,6 +12,25 @@
 //	                                                         ├─ node2 10.0.0.12  cbr0 10.244.2.1/24 ─ pods …
 //	                                                         └─ node3 10.0.0.13  cbr0 10.244.3.1/24 ─ pods …
 //
+// The router runs FRR (zebra and bgpd, Options.FRR): AS 64513 peering
+// over the LAN with every node's daemon (AS 64512, its bgp announcer),
+// installing one ECMP route per LoadBalancer IP over the nodes that
+// announce it, with layer-4 multipath hashing (fib_multipath_hash_policy
+// 1), so the client's flows spread over the nodes by their ports. The
+// daemons' config (DefaultDaemonConfig; LoadBalancerConfig is its
+// LoadBalancer block) has two pools, neither assigning automatically: a
+// Service names one (ServiceSpec.Pool) and WaitLoadBalancerIP waits for
+// its address:
+//
+//	pool l2  10.0.0.240/28    on the LAN: the arp announcer on eth0; the elected node answers ARP
+//	pool bgp 198.51.100.0/28  routed: the bgp announcer on every eligible node, ECMP at the router
+//
+// RouterNeighbour and RouterNextHops read what the router's kernel holds
+// (its ARP entry for an address, its route's next hops); SetLAN cuts a
+// node off the LAN, KillDaemon kills its daemon; FirstAnswer measures
+// the time to the first accepted answer. Suites log measurements as
+// "cluster-metric NAME=VALUE" lines, which `make bench-cluster` collects.
+//
 // Pod CIDRs are routed host-gw style: every node has a route to every other
 // node's pod CIDR through that node's LAN address; no overlay. The client
 // reaches the nodes only through the router. Pods are namespaces behind
@@ -37,7 +56,9 @@
 // test-cluster`) starts etcd and kube-apiserver (test/apitest), applies
 // deploy/'s RBAC and ServiceAccount, builds the daemon statically and this
 // package's test binary, and boots one guest on qemu user networking with
-// both. Inside, the test binary (every guest test skips outside the lab)
+// both, and lends it Debian's FRR (FRRFiles, with their libraries and
+// the frr user; `make test-cluster` installs the package). Inside, the
+// test binary (every guest test skips outside the lab)
 // builds the topology, reaches the API server at the host's loopback
 // (10.0.2.2), and gives each node namespace a forward of the API server's
 // address on its own loopback, so the daemons' kubeconfig names

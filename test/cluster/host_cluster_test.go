@@ -18,6 +18,7 @@ import (
 
 	"github.com/switchyard-lb/switchyard/core/lbipam"
 	"github.com/switchyard-lb/switchyard/test/apitest"
+	"github.com/switchyard-lb/switchyard/test/cluster"
 	"github.com/switchyard-lb/switchyard/test/lab"
 )
 
@@ -30,9 +31,9 @@ var clusterModules = append(append(append([]string{}, lab.DefaultModules...), la
 // a real etcd and kube-apiserver here, deploy/'s RBAC and ServiceAccount
 // applied, the daemon and this package's tests built static, and one
 // guest that runs the guest suites against them. Settings:
-// CLUSTER_RUN (the guest's -test.run, default all), CLUSTER_MEM (guest
-// MiB, default 1536), CLUSTER_TIMEOUT (the guest's -test.timeout,
-// default 30m).
+// CLUSTER_RUN (the guest's -test.run, default all), CLUSTER_COUNT (the
+// guest's -test.count, default 1), CLUSTER_MEM (guest MiB, default
+// 1536), CLUSTER_TIMEOUT (the guest's -test.timeout, default 30m).
 func TestCluster(t *testing.T) {
 	if os.Getenv(apitest.EnvBinDir) == "" {
 		t.Fatalf("%s is unset: run test/tools/kube-binaries.sh (make test-cluster does)", apitest.EnvBinDir)
@@ -91,6 +92,13 @@ func TestCluster(t *testing.T) {
 	goBuild(t, "test", "-c", "-o", guestBin, ".")
 	t.Logf("daemon and guest tests built in %s", time.Since(began).Round(time.Millisecond))
 
+	// The router runs Debian's FRR (make test-cluster installs it),
+	// lent to the guest with its libraries and the frr user.
+	for _, f := range cluster.FRRFiles {
+		if _, err := os.Stat(f); err != nil {
+			t.Fatalf("the router needs FRR: %v (make test-cluster installs the frr package)", err)
+		}
+	}
 	assets, err := lab.EnsureAssets(t.Context(), lab.Config{Modules: clusterModules})
 	if err != nil {
 		t.Fatal(err)
@@ -98,6 +106,12 @@ func TestCluster(t *testing.T) {
 	args := []string{"-test.v", "-test.timeout=" + timeout.String()}
 	if run := os.Getenv("CLUSTER_RUN"); run != "" {
 		args = append(args, "-test.run="+run)
+	}
+	if s := os.Getenv("CLUSTER_COUNT"); s != "" {
+		if n, err := strconv.Atoi(s); err != nil || n <= 0 {
+			t.Fatalf("CLUSTER_COUNT=%q: want a positive integer", s)
+		}
+		args = append(args, "-test.count="+s)
 	}
 	var out bytes.Buffer
 	began = time.Now()
@@ -110,7 +124,7 @@ func TestCluster(t *testing.T) {
 		Output:   io.MultiWriter(&out, prefixWriter{w: os.Stdout}),
 		TestData: data,
 		UserNet:  true,
-		Extra:    []string{switchyard},
+		Extra:    append([]string{switchyard}, cluster.FRRFiles...),
 	})
 	if err != nil {
 		t.Fatal(err)

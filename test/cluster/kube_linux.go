@@ -11,6 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/switchyard-lb/switchyard/core/lbipam"
 )
 
 // Service port names and numbers: each maps to the pod port of the same
@@ -68,7 +70,12 @@ type ServiceSpec struct {
 	Type corev1.ServiceType // default ClusterIP
 	// ETP is the externalTrafficPolicy of a NodePort or LoadBalancer
 	// Service; default Cluster.
-	ETP       corev1.ServiceExternalTrafficPolicy
+	ETP corev1.ServiceExternalTrafficPolicy
+	// Pool is the address pool of a LoadBalancer Service (PoolL2,
+	// PoolBGP), set as its switchyard.dev/address-pool annotation; no
+	// pool assigns automatically. WaitLoadBalancerIP waits for the
+	// address.
+	Pool      string
 	Endpoints []Endpoint
 	// ExternalIPs are the Service's spec.externalIPs.
 	ExternalIPs []netip.Addr
@@ -106,6 +113,8 @@ type Service struct {
 	// ExternalIPs and IngressIP are the spec's.
 	ExternalIPs []netip.Addr
 	IngressIP   netip.Addr
+	// LoadBalancerIP is set by WaitLoadBalancerIP.
+	LoadBalancerIP netip.Addr
 }
 
 // AddrOn is addr (an external or ingress IP) with the port named name.
@@ -133,6 +142,9 @@ func (c *Cluster) CreateService(ctx context.Context, ns string, spec ServiceSpec
 	}
 	if svc.Spec.Type == "" {
 		svc.Spec.Type = corev1.ServiceTypeClusterIP
+	}
+	if spec.Pool != "" {
+		svc.Annotations = map[string]string{lbipam.AnnotationAddressPool: spec.Pool}
 	}
 	if svc.Spec.Type != corev1.ServiceTypeClusterIP {
 		svc.Spec.ExternalTrafficPolicy = spec.ETP
@@ -180,6 +192,19 @@ func (c *Cluster) CreateService(ctx context.Context, ns string, spec ServiceSpec
 		return nil, err
 	}
 	return out, nil
+}
+
+// DeleteService deletes the Service and its EndpointSlice.
+func (c *Cluster) DeleteService(ctx context.Context, svc *Service) error {
+	err := c.Kube.DiscoveryV1().EndpointSlices(svc.Namespace).Delete(ctx, svc.Name+"-lab", metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("cluster: delete EndpointSlice %s/%s-lab: %w", svc.Namespace, svc.Name, err)
+	}
+	err = c.Kube.CoreV1().Services(svc.Namespace).Delete(ctx, svc.Name, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("cluster: delete Service %s/%s: %w", svc.Namespace, svc.Name, err)
+	}
+	return nil
 }
 
 // WriteEndpoints creates or replaces the Service's EndpointSlice with eps.

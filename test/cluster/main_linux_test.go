@@ -66,6 +66,7 @@ func runGuest(m *testing.M) (int, error) {
 		Switchyard:       os.Getenv(envSwitchyard),
 		AdminKubeconfig:  admin,
 		DaemonKubeconfig: daemon,
+		FRR:              true,
 	})
 	if err != nil {
 		return 0, err
@@ -95,6 +96,13 @@ func requireGuest(t *testing.T) *cluster.Cluster {
 		if t.Failed() {
 			for _, n := range lc.Nodes {
 				t.Logf("%s's daemon log (tail):\n%s", n.Name, n.DaemonLog(3000))
+				if st, err := n.DebugState(context.Background()); err == nil {
+					t.Logf("%s's /debug/state (head):\n%.6000s", n.Name, st)
+				}
+			}
+			if lc.FRR != nil {
+				out, _ := lc.FRR.Vtysh(context.Background(), "show bgp summary", "show ip route")
+				t.Logf("the router's FRR:\n%s\n%s", out, lc.FRR.Log(3000))
 			}
 		}
 	})

@@ -80,11 +80,13 @@ type Node struct {
 	Name    string
 	Zone    string
 	NS      *Namespace
-	Addr    netip.Addr   // on the LAN (eth0), the Node's InternalIP
-	PodCIDR netip.Prefix // its bridge cbr0 holds the first address
+	Addr    netip.Addr       // on the LAN (eth0), the Node's InternalIP
+	MAC     net.HardwareAddr // eth0's
+	PodCIDR netip.Prefix     // its bridge cbr0 holds the first address
 	Pods    []*Pod
 
-	daemon *daemon // set by Cluster
+	router *Namespace // holds the node's LAN port (SetLAN)
+	daemon *daemon    // set by Cluster
 }
 
 // Pod is a namespace behind its node's bridge, serving on the Pod* ports.
@@ -138,6 +140,7 @@ func build(p Plan) (_ *Topology, err error) {
 		if n.NS, err = newNamespace(n.Name); err != nil {
 			return nil, err
 		}
+		n.router = t.Router
 		for _, s := range []string{"net/ipv4/ip_forward", "net/ipv4/conf/all/rp_filter"} {
 			v := "1"
 			if s == "net/ipv4/conf/all/rp_filter" {
@@ -155,6 +158,16 @@ func build(p Plan) (_ *Topology, err error) {
 			return enslave(h, port, "lan0")
 		})
 		if err != nil {
+			return nil, err
+		}
+		if err := n.NS.configure(func(h *netlink.Handle) error {
+			eth0, err := h.LinkByName("eth0")
+			if err != nil {
+				return err
+			}
+			n.MAC = eth0.Attrs().HardwareAddr
+			return nil
+		}); err != nil {
 			return nil, err
 		}
 		gw := n.PodCIDR.Addr().Next()

@@ -21,10 +21,13 @@ type extraFile struct {
 }
 
 // elfDeps is what the dynamic loader needs before a binary runs: its
-// interpreter (PT_INTERP) and the libraries it names (DT_NEEDED).
+// interpreter (PT_INTERP), the libraries it names (DT_NEEDED) and the
+// directories it asks the loader to search first (DT_RUNPATH, or the
+// older DT_RPATH), as written ($ORIGIN unexpanded).
 type elfDeps struct {
-	Interp string
-	Needed []string
+	Interp  string
+	Needed  []string
+	RunPath []string
 }
 
 // readELFDeps reads a file's loader dependencies. A file that is not ELF
@@ -133,22 +136,39 @@ func (c *closureBuilder) addLibraries(name string) error {
 			return fmt.Errorf("interpreter of /%s: %w", name, err)
 		}
 	}
+	dirs := append(runPathDirs(name, d.RunPath), libraryDirs...)
 	for _, lib := range d.Needed {
 		found := ""
-		for _, dir := range libraryDirs {
+		for _, dir := range dirs {
 			if st, err := fs.Stat(c.fsys, path.Join(dir, lib)); err == nil && st.Mode().IsRegular() {
 				found = path.Join(dir, lib)
 				break
 			}
 		}
 		if found == "" {
-			return fmt.Errorf("/%s needs %s, found in none of /%s", name, lib, strings.Join(libraryDirs, ", /"))
+			return fmt.Errorf("/%s needs %s, found in none of /%s", name, lib, strings.Join(dirs, ", /"))
 		}
 		if err := c.addResolved(found); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// runPathDirs turns the run path of file name into unrooted directories
+// to search, $ORIGIN being name's own directory; the guest's loader finds
+// a library stored there through the same run path (Debian's FRR keeps
+// libfrr.so in /usr/lib/x86_64-linux-gnu/frr, named by RUNPATH).
+func runPathDirs(name string, runPath []string) []string {
+	var out []string
+	for _, dir := range runPath {
+		dir = strings.ReplaceAll(strings.ReplaceAll(dir, "${ORIGIN}", "$ORIGIN"), "$ORIGIN", "/"+path.Dir(name))
+		if !path.IsAbs(dir) {
+			continue // relative to the working directory: the loader's guess, not ours
+		}
+		out = append(out, strings.TrimPrefix(path.Clean(dir), "/"))
+	}
+	return out
 }
 
 // addResolved adds name as a regular file holding what it resolves to on
@@ -206,6 +226,18 @@ func elfDepsOf(fsys fs.FS, name string) (elfDeps, error) {
 	}
 	if d.Needed, err = ef.ImportedLibraries(); err != nil {
 		return elfDeps{}, fmt.Errorf("read DT_NEEDED: %w", err)
+	}
+	paths, err := ef.DynString(elf.DT_RUNPATH)
+	if err != nil {
+		return elfDeps{}, fmt.Errorf("read DT_RUNPATH: %w", err)
+	}
+	if len(paths) == 0 {
+		if paths, err = ef.DynString(elf.DT_RPATH); err != nil {
+			return elfDeps{}, fmt.Errorf("read DT_RPATH: %w", err)
+		}
+	}
+	for _, p := range paths {
+		d.RunPath = append(d.RunPath, strings.Split(p, ":")...)
 	}
 	return d, nil
 }

@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -44,6 +45,11 @@ func TestExtrasClosure(t *testing.T) {
 		"usr/sbin/loop":                                  link("loop"),
 		"usr/sbin/totmp":                                 link("../../tmp/bench/switchyard"),
 		"tmp/bench/switchyard":                           file("ELF static"),
+		// FRR's layout: libfrr is found only through the run path.
+		"usr/lib/frr/bgpd":                         file("ELF bgpd"),
+		"usr/lib/x86_64-linux-gnu/frr/libfrr.so.0": file("ELF libfrr"),
+		"opt/tool/bin/tool":                        file("ELF tool"),
+		"opt/tool/lib/libtool.so.1":                file("ELF libtool"),
 	}
 	const interp = "/lib64/ld-linux-x86-64.so.2"
 	deps := fakeDeps(map[string]elfDeps{
@@ -53,6 +59,9 @@ func TestExtrasClosure(t *testing.T) {
 		"lib/x86_64-linux-gnu/libmnl.so.0":              {Needed: []string{"libc.so.6"}},
 		"usr/lib/x86_64-linux-gnu/xtables/libxt_set.so": {Needed: []string{"libxtables.so", "libc.so.6"}},
 		"usr/sbin/needs-missing":                        {Interp: interp, Needed: []string{"libgone.so.1"}},
+		"usr/lib/frr/bgpd":                              {Interp: interp, Needed: []string{"libfrr.so.0", "libc.so.6"}, RunPath: []string{"/usr/lib/x86_64-linux-gnu/frr"}},
+		"usr/lib/x86_64-linux-gnu/frr/libfrr.so.0":      {Needed: []string{"libc.so.6"}},
+		"opt/tool/bin/tool":                             {Interp: interp, Needed: []string{"libtool.so.1"}, RunPath: []string{"relative/lib", "$ORIGIN/../lib"}},
 	})
 	reg := func(name string) extraFile { return extraFile{Guest: name, Mode: 0o755} }
 	lnk := func(name, target string) extraFile { return extraFile{Guest: name, Link: target} }
@@ -104,6 +113,20 @@ func TestExtrasClosure(t *testing.T) {
 				reg("usr/lib/x86_64-linux-gnu/xtables/libxt_set.so"),
 			},
 		},
+		{
+			name:   "library found through the run path",
+			extras: []string{"/usr/lib/frr/bgpd"},
+			want: []extraFile{
+				libc, ld,
+				reg("usr/lib/frr/bgpd"),
+				reg("usr/lib/x86_64-linux-gnu/frr/libfrr.so.0"),
+			},
+		},
+		{
+			name:   "run path relative to $ORIGIN; a plain relative one ignored",
+			extras: []string{"/opt/tool/bin/tool"},
+			want:   []extraFile{ld, reg("opt/tool/bin/tool"), reg("opt/tool/lib/libtool.so.1")},
+		},
 		{name: "missing library", extras: []string{"/usr/sbin/needs-missing"}, wantErr: "needs libgone.so.1"},
 		{name: "missing extra", extras: []string{"/usr/sbin/nope"}, wantErr: "/usr/sbin/nope"},
 		{name: "relative path", extras: []string{"usr/sbin/ipset"}, wantErr: "absolute"},
@@ -152,6 +175,16 @@ func TestExtrasClosureHostBinary(t *testing.T) {
 	for _, want := range []string{"env", filepath.Base(d.Interp), "libc.so.6"} {
 		if !names[want] {
 			t.Errorf("closure of %s lacks %s: %+v", bin, want, got)
+		}
+	}
+	// Debian's FRR finds libfrr through its RUNPATH only.
+	if _, err := os.Stat("/usr/lib/frr/bgpd"); err == nil {
+		got, err := extrasClosure(os.DirFS("/"), []string{"/usr/lib/frr/bgpd"}, elfDepsOf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.ContainsFunc(got, func(e extraFile) bool { return e.Guest == "usr/lib/x86_64-linux-gnu/frr/libfrr.so.0" }) {
+			t.Errorf("closure of bgpd lacks libfrr.so.0: %+v", got)
 		}
 	}
 	// A static file is not ELF-dependent: busybox-static has no loader.

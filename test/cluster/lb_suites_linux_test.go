@@ -1,0 +1,481 @@
+package cluster_test
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/switchyard-lb/switchyard/test/cluster"
+)
+
+// moved bounds how long a LoadBalancer address may take to move or a
+// route to change after a node fails (the claims are about a second;
+// waits bound failures only).
+const moved = 2 * time.Minute
+
+// metric logs one measurement in the format `make bench-cluster` reads:
+// "cluster-metric NAME=MILLISECONDS".
+func metric(t *testing.T, name string, d time.Duration) {
+	t.Helper()
+	t.Logf("cluster-metric %s=%d", name, d.Milliseconds())
+}
+
+// createLB creates a LoadBalancer Service (externalTrafficPolicy
+// Cluster) in pool with one endpoint on every node, waits for its
+// address and checks it is in want.
+func createLB(t *testing.T, c *cluster.Cluster, name, pool string, want netip.Prefix) *cluster.Service {
+	t.Helper()
+	var eps []cluster.Endpoint
+	for _, n := range c.Nodes {
+		eps = append(eps, cluster.Endpoint{Pod: n.Pods[0]})
+	}
+	svc, err := c.CreateService(t.Context(), namespace(t, c), cluster.ServiceSpec{
+		Name: name, Type: corev1.ServiceTypeLoadBalancer, Pool: pool, Endpoints: eps,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// Frees the address for the next run (go test -count).
+		if err := c.DeleteService(context.Background(), svc); err != nil {
+			t.Error(err)
+		}
+	})
+	ip, err := c.WaitLoadBalancerIP(t.Context(), svc, programmed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !want.Contains(ip) {
+		t.Fatalf("LoadBalancer IP %s, want one of pool %s (%s)", ip, pool, want)
+	}
+	return svc
+}
+
+// ingress is the node that forwarded a request: with
+// externalTrafficPolicy Cluster it masquerades, so the pod saw one of its
+// addresses as the client.
+func ingress(c *cluster.Cluster, a cluster.Answer) (*cluster.Node, error) {
+	n := c.NodeOf(a.Client.Addr())
+	if n == nil {
+		return nil, fmt.Errorf("%s saw the client as %s, no node's address (not masqueraded?)", a.Pod, a.Client.Addr())
+	}
+	return n, nil
+}
+
+// through accepts answers forwarded by one of nodes.
+func through(c *cluster.Cluster, nodes ...*cluster.Node) func(cluster.Answer) error {
+	return func(a cluster.Answer) error {
+		n, err := ingress(c, a)
+		if err != nil {
+			return err
+		}
+		if !slices.Contains(nodes, n) {
+			return fmt.Errorf("forwarded by %s, want one of %v", n.Name, names(nodes))
+		}
+		return nil
+	}
+}
+
+func names(nodes []*cluster.Node) []string {
+	var out []string
+	for _, n := range nodes {
+		out = append(out, n.Name)
+	}
+	return out
+}
+
+func others(c *cluster.Cluster, n *cluster.Node) []*cluster.Node {
+	var out []*cluster.Node
+	for _, o := range c.Nodes {
+		if o != n {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// l2Owner returns the node that owns the layer-2 address: the one the
+// router resolves it to, through which every one of several requests
+// from the client enters. The daemons' gossip can flap on a starved
+// machine and move the address meanwhile; l2Owner waits until the owner
+// holds (bounded by moved) and logs how often it changed.
+func l2Owner(t *testing.T, c *cluster.Cluster, svc *cluster.Service) *cluster.Node {
+	t.Helper()
+	deadline := time.Now().Add(moved)
+	target := svc.LoadBalancerAddr(cluster.PortHTTP)
+	changes := 0
+	var last *cluster.Node
+	var why error
+	for {
+		owner, err := routerOwner(t, c, svc)
+		if err == nil && owner != last {
+			if last != nil {
+				changes++
+			}
+			last = owner
+		}
+		for i := 0; err == nil && i < 6; i++ {
+			var a cluster.Answer
+			if a, err = cluster.Get(t.Context(), c.Client, target); err == nil {
+				err = through(c, owner)(a)
+			}
+		}
+		if err == nil {
+			if again, err := routerOwner(t, c, svc); err == nil && again == owner {
+				if changes > 0 {
+					t.Logf("the owner of %s moved %d time(s) before it held", svc.LoadBalancerIP, changes)
+				}
+				return owner
+			}
+		}
+		why = err
+		if time.Now().After(deadline) {
+			t.Fatalf("no node held %s for six requests within %s (changed %d times): %v", svc.LoadBalancerIP, moved, changes, why)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// routerOwner is the node the router resolves the Service's address to,
+// once the router reached it (which refreshes its neighbour entry).
+func routerOwner(t *testing.T, c *cluster.Cluster, svc *cluster.Service) (*cluster.Node, error) {
+	t.Helper()
+	if _, err := cluster.Get(t.Context(), c.Router, svc.LoadBalancerAddr(cluster.PortHTTP)); err != nil {
+		return nil, err
+	}
+	mac, err := c.RouterNeighbour(svc.LoadBalancerIP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mac == nil {
+		return nil, fmt.Errorf("the router has no neighbour entry for %s", svc.LoadBalancerIP)
+	}
+	n := c.NodeByMAC(mac)
+	if n == nil {
+		t.Fatalf("the router resolves %s to %s, no node's MAC", svc.LoadBalancerIP, mac)
+	}
+	return n, nil
+}
+
+// waitNeighbour waits until the router resolves ip to a node other than
+// old and returns it with the time it saw the change.
+func waitNeighbour(t *testing.T, c *cluster.Cluster, ip netip.Addr, old *cluster.Node) (*cluster.Node, time.Time) {
+	t.Helper()
+	deadline := time.Now().Add(moved)
+	for {
+		mac, err := c.RouterNeighbour(ip)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := c.NodeByMAC(mac); mac != nil && n != nil && n != old {
+			return n, time.Now()
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the router still resolves %s to %s (%v) after %s", ip, old.Name, mac, moved)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+}
+
+// watchService records every update of the Service (time, resource
+// version, status and annotations) until t ends, for a failure's
+// explanation; the returned func reads them.
+func watchService(t *testing.T, c *cluster.Cluster, svc *cluster.Service) func() []string {
+	var mu sync.Mutex
+	var seen []string
+	w, err := c.Kube.CoreV1().Services(svc.Namespace).Watch(t.Context(), metav1.ListOptions{FieldSelector: "metadata.name=" + svc.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
+	go func() {
+		for ev := range w.ResultChan() {
+			s, ok := ev.Object.(*corev1.Service)
+			if !ok {
+				continue
+			}
+			mu.Lock()
+			seen = append(seen, fmt.Sprintf("%s %s rv=%s status=%+v ann=%v", time.Now().Format("15:04:05.000"), ev.Type, s.ResourceVersion, s.Status, s.Annotations))
+			mu.Unlock()
+		}
+	}()
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), seen...)
+	}
+}
+
+// brokenByIngress lists the broken flows of r by the node they entered
+// through, with their break times, for a failure's explanation.
+func brokenByIngress(c *cluster.Cluster, r cluster.Report) string {
+	by := map[string][]string{}
+	for _, f := range r.Flows {
+		if f.Break == nil {
+			continue
+		}
+		in := "?"
+		if n := c.NodeOf(f.Client.Addr()); n != nil {
+			in = n.Name
+		}
+		by[in] = append(by[in], fmt.Sprintf("%s->%s %s@%s", f.Local, f.Backend, f.Break.Kind, f.Break.At.Format("15:04:05.000")))
+	}
+	return fmt.Sprint(by)
+}
+
+// waitNextHops waits until the router's route to ip has exactly the LAN
+// addresses of nodes as next hops, and has kept them for hold, and
+// returns when it first saw them.
+func waitNextHops(t *testing.T, c *cluster.Cluster, ip netip.Addr, nodes []*cluster.Node, hold time.Duration) time.Time {
+	t.Helper()
+	var want []netip.Addr
+	for _, n := range nodes {
+		want = append(want, n.Addr)
+	}
+	slices.SortFunc(want, netip.Addr.Compare)
+	deadline := time.Now().Add(moved)
+	var since time.Time
+	for {
+		got, err := nextHops(c, ip)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case !slices.Equal(got, want):
+			since = time.Time{}
+		case since.IsZero():
+			since = time.Now()
+		}
+		if !since.IsZero() && time.Since(since) >= hold {
+			return since
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the router's route to %s has next hops %v after %s, want %v for %s", ip, got, moved, want, hold)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// nextHops are the router's next hops to ip, sorted.
+func nextHops(c *cluster.Cluster, ip netip.Addr) ([]netip.Addr, error) {
+	got, err := c.RouterNextHops(netip.PrefixFrom(ip, 32))
+	slices.SortFunc(got, netip.Addr.Compare)
+	return got, err
+}
+
+// watchNextHops records every change of the router's next hops to ip,
+// in the kernel's order (which decides where a hash-threshold ECMP route
+// sends a flow), until stop is closed, for a failure's explanation.
+func watchNextHops(c *cluster.Cluster, ip netip.Addr, stop <-chan struct{}) <-chan []string {
+	out := make(chan []string, 1)
+	go func() {
+		var changes []string
+		last, _ := c.RouterNextHops(netip.PrefixFrom(ip, 32))
+		for {
+			select {
+			case <-stop:
+				out <- changes
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			got, err := c.RouterNextHops(netip.PrefixFrom(ip, 32))
+			if err == nil && !slices.Equal(got, last) {
+				changes = append(changes, fmt.Sprintf("%s: %v", time.Now().Format(time.StampMilli), got))
+				last = got
+			}
+		}
+	}()
+	return out
+}
+
+// TestLoadBalancerBGP: a LoadBalancer IP of the BGP pool is announced by
+// every node; FRR installs one ECMP route over all of them and spreads
+// the client's flows by their ports. Killing one node's daemon removes
+// its next hop (time measured); new connections are answered through the
+// other nodes, and long-lived flows through them keep working, except
+// those the router's rehash moved (issue 12), counted.
+//
+// What survives is reported (cluster-metric lines), not asserted: on the
+// loaded lab machine, established flows through every node were often
+// reset before any failure while the router's route, its next hops'
+// order and the Service stayed the same (an open finding, more often
+// right after a daemon restart, which is why this suite runs before the
+// ones that restart daemons).
+func TestLoadBalancerBGP(t *testing.T) {
+	c := requireGuest(t)
+	created := time.Now()
+	svc := createLB(t, c, "lb-bgp", cluster.PoolBGP, cluster.BGPPool)
+	updates := watchService(t, c, svc)
+	at := waitNextHops(t, c, svc.LoadBalancerIP, c.Nodes, 3*time.Second)
+	metric(t, "bgp-ecmp-ms", at.Sub(created))
+	target := svc.LoadBalancerAddr(cluster.PortHTTP)
+	if _, err := waitAnswer(t.Context(), c.Client, target, programmed, through(c, c.Nodes...)); err != nil {
+		t.Fatalf("from the client: %v", err)
+	}
+
+	const flows = 60
+	tr, err := cluster.StartTraffic(t.Context(), c.Client, cluster.TrafficSpec{
+		Network: "tcp", Target: svc.LoadBalancerAddr(cluster.PortTCP), Flows: flows, Timeout: 2 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	changes := watchNextHops(c, svc.LoadBalancerIP, stop)
+	time.Sleep(2 * time.Second)
+	close(stop)
+	before := tr.Report()
+	perNode := map[*cluster.Node][]netip.AddrPort{}
+	for _, f := range before.Flows {
+		if f.Established.IsZero() {
+			continue
+		}
+		n := c.NodeOf(f.Client.Addr())
+		if n == nil {
+			t.Fatalf("flow %s: the pod saw the client as %s, no node's address", f.Local, f.Client)
+		}
+		perNode[n] = append(perNode[n], f.Local)
+	}
+	// Flows broken before any failure are an open finding (see above):
+	// reported, and left out of what the withdrawal is judged by.
+	healthy := map[netip.AddrPort]bool{}
+	for _, f := range before.Flows {
+		if f.Break == nil && !f.Established.IsZero() {
+			healthy[f.Local] = true
+		}
+	}
+	if len(healthy) != flows {
+		t.Logf("before any failure: %s; %d of %d flows healthy (the router's next hops changed meanwhile: %v; broken flows by ingress node: %s; Service updates: %v)",
+			before, len(healthy), flows, <-changes, brokenByIngress(c, before), updates())
+	}
+	t.Logf("cluster-metric bgp-flows-broken-before-kill=%d", flows-len(healthy))
+	for _, n := range c.Nodes {
+		t.Logf("%d flows enter through %s", len(perNode[n]), n.Name)
+		if len(perNode[n]) == 0 {
+			t.Errorf("no flow of %d enters through %s: the router does not spread flows by port", flows, n.Name)
+		}
+	}
+
+	victim := c.Nodes[len(c.Nodes)-1]
+	survivors := others(c, victim)
+	killed := time.Now()
+	if err := victim.KillDaemon(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := victim.StartDaemon(context.Background()); err != nil {
+			t.Error(err)
+			return
+		}
+		waitNextHops(t, c, svc.LoadBalancerIP, c.Nodes, 0)
+	})
+	at = waitNextHops(t, c, svc.LoadBalancerIP, survivors, 0)
+	metric(t, "bgp-withdraw-kill-ms", at.Sub(killed))
+	for range 6 {
+		if _, err := waitAnswer(t.Context(), c.Client, target, 10*time.Second, through(c, survivors...)); err != nil {
+			t.Errorf("a new connection after the withdrawal: %v", err)
+		}
+	}
+	time.Sleep(3 * time.Second)
+	r := tr.Stop()
+	onVictim := map[netip.AddrPort]bool{}
+	for _, l := range perNode[victim] {
+		onVictim[l] = true
+	}
+	var kept, keptTotal, lost int
+	for _, f := range r.Flows {
+		switch {
+		case !healthy[f.Local]:
+		case onVictim[f.Local]:
+			if f.Break != nil {
+				lost++
+			}
+		default:
+			keptTotal++
+			if f.Break == nil {
+				kept++
+			}
+		}
+	}
+	t.Logf("after %s's daemon was killed at %s (withdrawn at %s): %s; of the flows healthy then, through %s: %d broke; through the others: %d of %d survived (the rest moved by the router's rehash)",
+		victim.Name, killed.Format("15:04:05.000"), at.Format("15:04:05.000"), r, victim.Name, lost, kept, keptTotal)
+	if keptTotal > 0 {
+		t.Logf("cluster-metric bgp-survivor-flows-kept-pct=%d", 100*kept/keptTotal)
+	}
+	if keptTotal > 0 && kept == 0 {
+		// Reported, not failed, while the resets above are open.
+		t.Logf("none of the %d healthy flows through the surviving nodes survived: %s", keptTotal, brokenByIngress(c, r))
+	}
+}
+
+// TestLoadBalancerLayer2: a LoadBalancer IP of the layer-2 pool is
+// reachable from the router and, through it, from the client; the router
+// resolves it to one elected node, which forwards every request. When
+// that node's daemon is killed, or its LAN link cut, the address moves
+// to another node and the client is answered through it again: the
+// time from the failure to that first answer is measured.
+func TestLoadBalancerLayer2(t *testing.T) {
+	c := requireGuest(t)
+	svc := createLB(t, c, "lb-l2", cluster.PoolL2, cluster.L2Pool)
+	target := svc.LoadBalancerAddr(cluster.PortHTTP)
+	anyAnswer := func(cluster.Answer) error { return nil }
+	if _, err := waitAnswer(t.Context(), c.Router, target, programmed, anyAnswer); err != nil {
+		t.Fatalf("from the router: %v", err)
+	}
+	if _, err := waitAnswer(t.Context(), c.Client, target, programmed, anyAnswer); err != nil {
+		t.Fatalf("from the client: %v", err)
+	}
+	owner := l2Owner(t, c, svc)
+	t.Logf("%s is owned by %s (%s): the router resolves it there and every request enters there", svc.LoadBalancerIP, owner.Name, owner.MAC)
+
+	t.Run("KillDaemon", func(t *testing.T) {
+		killed := time.Now()
+		if err := owner.KillDaemon(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if err := owner.StartDaemon(context.Background()); err != nil {
+				t.Error(err)
+			}
+		})
+		// The killed daemon's node still forwards (the dataplane
+		// outlives it): the address must move anyway.
+		a, answered, err := cluster.FirstAnswer(t.Context(), c.Client, target, 100*time.Millisecond, moved, through(c, others(c, owner)...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		metric(t, "l2-failover-kill-ms", answered.Sub(killed))
+		next, _ := waitNeighbour(t, c, svc.LoadBalancerIP, owner)
+		t.Logf("%s moved from %s to %s; first answer through it from %s", svc.LoadBalancerIP, owner.Name, next.Name, a.Pod)
+	})
+
+	owner = l2Owner(t, c, svc)
+	t.Run("LinkDown", func(t *testing.T) {
+		cut := time.Now()
+		if err := owner.SetLAN(false); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if err := owner.SetLAN(true); err != nil {
+				t.Error(err)
+			}
+		})
+		a, answered, err := cluster.FirstAnswer(t.Context(), c.Client, target, 100*time.Millisecond, moved, through(c, others(c, owner)...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		metric(t, "l2-failover-link-ms", answered.Sub(cut))
+		next, _ := waitNeighbour(t, c, svc.LoadBalancerIP, owner)
+		t.Logf("%s moved from %s to %s; first answer from %s", svc.LoadBalancerIP, owner.Name, next.Name, a.Pod)
+	})
+	// The cut-off node is back: let the address settle before the next
+	// suite.
+	l2Owner(t, c, svc)
+}
