@@ -41,6 +41,13 @@ type weightState struct {
 // weights returns "scheduler addr=weight ..." of the Service's ClusterIP
 // virtual service in the daemon's plan.
 func weights(metricsAddr, service string) (string, error) {
+	return planWeights(metricsAddr, service, func(key string) bool { return strings.HasSuffix(key, "/"+service) })
+}
+
+// planWeights returns "scheduler addr=weight ..." of the ClusterIP
+// virtual service of the first Service in the daemon's plan whose key
+// (namespace/name) match accepts; name is what the error calls it.
+func planWeights(metricsAddr, name string, match func(key string) bool) (string, error) {
 	code, body, err := httpGet("http://" + metricsAddr + "/debug/state")
 	if err != nil || code != 200 {
 		return "", fmt.Errorf("/debug/state: %d %v", code, err)
@@ -51,7 +58,7 @@ func weights(metricsAddr, service string) (string, error) {
 	}
 	for _, s := range st.Desired {
 		for _, vs := range s.VirtualServices {
-			if !strings.HasSuffix(s.Service, "/"+service) || vs.Kind != "ClusterIP" {
+			if !match(s.Service) || vs.Kind != "ClusterIP" {
 				continue
 			}
 			out := vs.Scheduler
@@ -61,7 +68,7 @@ func weights(metricsAddr, service string) (string, error) {
 			return out, nil
 		}
 	}
-	return "", fmt.Errorf("%s is not in the plan", service)
+	return "", fmt.Errorf("%s is not in the plan", name)
 }
 
 func gzipBytes(t *testing.T, b []byte) []byte {

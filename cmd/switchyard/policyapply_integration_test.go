@@ -355,25 +355,5 @@ func yesNoTest(b bool) string {
 // weightsOf returns "scheduler addr=weight ..." of the ClusterIP virtual
 // service of the Service key (namespace/name) in the daemon's plan.
 func weightsOf(metricsAddr, key string) (string, error) {
-	code, body, err := httpGet("http://" + metricsAddr + "/debug/state")
-	if err != nil || code != 200 {
-		return "", fmt.Errorf("/debug/state: %d %v", code, err)
-	}
-	var st weightState
-	if err := json.Unmarshal([]byte(body), &st); err != nil {
-		return "", err
-	}
-	for _, s := range st.Desired {
-		for _, vs := range s.VirtualServices {
-			if s.Service != key || vs.Kind != "ClusterIP" {
-				continue
-			}
-			out := vs.Scheduler
-			for _, d := range vs.Destinations {
-				out += fmt.Sprintf(" %s=%d", d.Address, d.Weight)
-			}
-			return out, nil
-		}
-	}
-	return "", fmt.Errorf("%s is not in the plan", key)
+	return planWeights(metricsAddr, key, func(k string) bool { return k == key })
 }
