@@ -13,8 +13,6 @@ import (
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/switchyard-lb/switchyard/test/apitest"
 )
 
 // md5Router is a TCP listener standing in for a BGP router that wants a
@@ -105,12 +103,9 @@ func (r *md5Router) drain() {
 // peer up with the key; rotating it (router and Secret) re-creates the
 // session with the new key.
 func TestIntegrationBGPPasswordSecret(t *testing.T) {
-	srv := apitest.Start(t)
+	srv, ns := startInPodNamespace(t)
 	ctx := t.Context()
 	client := srv.Client
-	const ns = "switchyard-system"
-	ensureNamespace(t, client, ns)
-	t.Setenv("POD_NAMESPACE", ns)
 	setNodeReady(t, client, "node-a", "127.0.0.1", true)
 
 	// The speaker dials from 127.0.0.1, the source the kernel picks

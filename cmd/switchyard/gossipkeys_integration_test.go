@@ -15,7 +15,6 @@ import (
 
 	"github.com/switchyard-lb/switchyard/announcers/cloud/cloudtest"
 	"github.com/switchyard-lb/switchyard/core/membership"
-	"github.com/switchyard-lb/switchyard/test/apitest"
 )
 
 // TestIntegrationGossipKeySecret runs daemons whose gossip is encrypted
@@ -23,12 +22,9 @@ import (
 // length, a daemon refuses to start and says why; with it, a member with
 // the same key joins the daemon and one with another key is refused.
 func TestIntegrationGossipKeySecret(t *testing.T) {
-	srv := apitest.Start(t)
+	srv, ns := startInPodNamespace(t)
 	ctx := t.Context()
 	client := srv.Client
-	const ns = "switchyard-system"
-	ensureNamespace(t, client, ns)
-	t.Setenv("POD_NAMESPACE", ns)
 	provider := cloudtest.New("")
 	defer provider.Close()
 	addrs := map[string]string{"node-a": "127.0.0.1", "node-b": "127.0.0.2"}

@@ -162,6 +162,18 @@ func startCloudNode(t *testing.T) (*apitest.Server, string, *cloudtest.Server) {
 	return srv, ns, provider
 }
 
+// startInPodNamespace starts the API server for a daemon that reads
+// Secrets of its own namespace: switchyard-system, created and named by
+// POD_NAMESPACE as the DaemonSet names it. It returns the namespace.
+func startInPodNamespace(t *testing.T) (*apitest.Server, string) {
+	t.Helper()
+	srv := apitest.Start(t)
+	const ns = "switchyard-system"
+	ensureNamespace(t, srv.Client, ns)
+	t.Setenv("POD_NAMESPACE", ns)
+	return srv, ns
+}
+
 // ensureNamespace creates the namespace name unless it exists.
 func ensureNamespace(t *testing.T, client kubernetes.Interface, name string) {
 	t.Helper()
