@@ -3,18 +3,14 @@
 package deploy
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -26,6 +22,7 @@ import (
 	"github.com/switchyard-lb/switchyard/core/ipam"
 	"github.com/switchyard-lb/switchyard/core/lbipam"
 	"github.com/switchyard-lb/switchyard/test/apitest"
+	"github.com/switchyard-lb/switchyard/test/harness"
 )
 
 // TestIntegrationDaemonWithDeployRBAC runs the daemon and the address
@@ -69,14 +66,14 @@ func TestIntegrationDaemonWithDeployRBAC(t *testing.T) {
 
 	t.Run("daemon", func(t *testing.T) {
 		bin := buildDaemon(t)
-		metricsAddr, healthAddr := freeAddr(t), freeAddr(t)
+		metricsAddr, healthAddr := harness.FreeAddr(t), harness.FreeAddr(t)
 		cfgPath := filepath.Join(t.TempDir(), "config.yaml")
 		cfg := fmt.Sprintf("apiVersion: switchyard.dev/v1alpha2\nkind: SwitchyardConfig\ndataplane: {mode: dryrun}\n"+
 			"metrics: {bindAddress: %q}\nhealth: {bindAddress: %q}\n", metricsAddr, healthAddr)
 		if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		var logs lockedBuffer
+		var logs harness.Buffer
 		cmd := exec.Command(bin, "--config", cfgPath, "--kubeconfig", s.WriteKubeconfig(t, token),
 			"--hostname-override", "node-a", "--log-format", "text", "--v=2")
 		cmd.Stdout, cmd.Stderr = &logs, &logs
@@ -91,8 +88,8 @@ func TestIntegrationDaemonWithDeployRBAC(t *testing.T) {
 			}
 		}()
 
-		waitFor(t, 60*time.Second, func() error {
-			code, body, err := httpGet("http://" + metricsAddr + "/debug/state")
+		harness.Poll(t, 60*time.Second, func() error {
+			code, body, err := harness.Get("http://" + metricsAddr + "/debug/state")
 			if err != nil || code != http.StatusOK {
 				return fmt.Errorf("/debug/state = %d %v", code, err)
 			}
@@ -101,8 +98,8 @@ func TestIntegrationDaemonWithDeployRBAC(t *testing.T) {
 			}
 			return nil
 		})
-		waitFor(t, 30*time.Second, func() error {
-			if code, body, err := httpGet("http://" + healthAddr + "/readyz"); err != nil || code != http.StatusOK {
+		harness.Poll(t, 30*time.Second, func() error {
+			if code, body, err := harness.Get("http://" + healthAddr + "/readyz"); err != nil || code != http.StatusOK {
 				return fmt.Errorf("/readyz = %d %q %v", code, body, err)
 			}
 			return nil
@@ -113,7 +110,7 @@ func TestIntegrationDaemonWithDeployRBAC(t *testing.T) {
 	})
 
 	t.Run("address allocator", func(t *testing.T) {
-		var logs lockedBuffer
+		var logs harness.Buffer
 		c, err := lbipam.New(lbipam.Config{
 			Client:   kubernetes.NewForConfigOrDie(token),
 			Identity: "node-a",
@@ -134,7 +131,7 @@ func TestIntegrationDaemonWithDeployRBAC(t *testing.T) {
 			}
 		}()
 
-		waitFor(t, 60*time.Second, func() error {
+		harness.Poll(t, 60*time.Second, func() error {
 			got, err := s.Client.CoreV1().Services(app).Get(ctx, "web", metav1.GetOptions{})
 			if err != nil {
 				return err
@@ -172,61 +169,4 @@ func buildDaemon(t *testing.T) string {
 		t.Fatalf("build the daemon: %v\n%s", err, b)
 	}
 	return out
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-func httpGet(url string) (int, string, error) {
-	c := http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get(url)
-	if err != nil {
-		return 0, "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b), err
-}
-
-// waitFor polls fn until it returns nil or timeout passes.
-func waitFor(t *testing.T, timeout time.Duration, fn func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		err := fn()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %v", timeout, err)
-		}
-		<-tick.C
-	}
-}
-
-// lockedBuffer is a bytes.Buffer safe for a writer and a reader at once.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -3,20 +3,16 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 
 	"github.com/switchyard-lb/switchyard/announcers/cloud/cloudtest"
-	"github.com/switchyard-lb/switchyard/core/lbipam"
-	"github.com/switchyard-lb/switchyard/test/apitest"
 )
 
 // TestIntegrationAnnounceFailedEvent runs one daemon whose cloud provider
@@ -25,22 +21,12 @@ import (
 // not one per failed call, and the address is ensured once the provider
 // recovers.
 func TestIntegrationAnnounceFailedEvent(t *testing.T) {
-	srv := apitest.Start(t)
-	ns := srv.Namespace(t)
-	ctx := t.Context()
-	client := srv.Client
-	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{
-		ObjectMeta: metav1.ObjectMeta{Name: lbipam.DefaultLeaseNamespace},
-	}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	provider := cloudtest.New("")
-	defer provider.Close()
+	srv, ns, provider := startCloudNode(t)
+	ctx, client := t.Context(), srv.Client
 	const failures = 3
 	for range failures {
 		provider.FailNext(cloudtest.Fault{Method: "PUT", Status: 503})
 	}
-	setNodeReady(t, client, "node-a", "127.0.0.1", true)
 	tc := writeTestConfig(t, fmt.Sprintf(`pools:
   - name: public
     addresses: [192.0.2.0/28]
@@ -52,33 +38,10 @@ membership:
   bindAddress: 127.0.0.1
   port: %d
 `, provider.URL, freeGossipPort(t)))
-	d := &lbDaemon{node: "node-a", tc: tc, done: make(chan error, 1)}
-	runCtx, cancel := context.WithCancel(ctx)
-	d.cancel = cancel
-	go func() {
-		d.done <- run(runCtx, []string{"--config", tc.path, "--kubeconfig", srv.Kubeconfig,
-			"--hostname-override", "node-a", "--log-format", "text"}, &d.logs, &d.logs)
-	}()
-	defer func() {
-		if t.Failed() {
-			t.Logf("logs:\n%s", d.logs.String())
-		}
-		d.stop(t)
-	}()
-
-	// Using the client while run sets up klog races on klog's globals:
-	// wait until the daemon serves.
-	poll(t, 30*time.Second, func() error {
-		if _, ok := d.metric("switchyard_membership_members "); !ok {
-			return fmt.Errorf("daemon not serving metrics yet")
-		}
-		return nil
-	})
-	svc := testService(ns, "web", "")
-	svc.Spec.Type = corev1.ServiceTypeLoadBalancer
-	svc.Spec.ClusterIP, svc.Spec.ClusterIPs = "", nil
-	svc.Spec.Ports[0].NodePort = 0
-	if _, err := client.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+	d := startMain(t, srv.Kubeconfig, "node-a", tc)
+	defer d.finish(t)
+	d.waitServing(t)
+	if _, err := client.CoreV1().Services(ns).Create(ctx, lbService(ns, "web"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	var ip string

@@ -3,19 +3,12 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/switchyard-lb/switchyard/announcers/cloud/cloudtest"
-	"github.com/switchyard-lb/switchyard/core/lbipam"
-	"github.com/switchyard-lb/switchyard/test/apitest"
 )
 
 // TestIntegrationAnnouncersReload changes a running daemon's announcer
@@ -24,18 +17,8 @@ import (
 // makes it release the address, both without a restart; a change of the
 // cloud settings is left for the next restart and says so.
 func TestIntegrationAnnouncersReload(t *testing.T) {
-	srv := apitest.Start(t)
-	ns := srv.Namespace(t)
-	ctx := t.Context()
-	client := srv.Client
-	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{
-		ObjectMeta: metav1.ObjectMeta{Name: lbipam.DefaultLeaseNamespace},
-	}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	provider := cloudtest.New("")
-	defer provider.Close()
-	setNodeReady(t, client, "node-a", "127.0.0.1", true)
+	srv, ns, provider := startCloudNode(t)
+	ctx, client := t.Context(), srv.Client
 	port := freeGossipPort(t)
 	configWith := func(announcer string) string {
 		return fmt.Sprintf(`pools:
@@ -53,47 +36,16 @@ membership:
 `, announcer, provider.URL, port)
 	}
 	tc := writeTestConfig(t, configWith("    pools: [public]\n"))
-	d := &lbDaemon{node: "node-a", tc: tc, done: make(chan error, 1)}
-	runCtx, cancel := context.WithCancel(ctx)
-	d.cancel = cancel
-	go func() {
-		d.done <- run(runCtx, []string{"--config", tc.path, "--kubeconfig", srv.Kubeconfig,
-			"--hostname-override", "node-a", "--log-format", "text"}, &d.logs, &d.logs)
-	}()
-	defer func() {
-		if t.Failed() {
-			t.Logf("logs:\n%s", d.logs.String())
-		}
-		d.stop(t)
-	}()
-	// Using the client while run sets up klog races on klog's globals.
-	poll(t, 30*time.Second, func() error {
-		if _, ok := d.metric("switchyard_membership_members "); !ok {
-			return fmt.Errorf("daemon not serving metrics yet")
-		}
-		return nil
-	})
+	d := startMain(t, srv.Kubeconfig, "node-a", tc)
+	defer d.finish(t)
+	d.waitServing(t)
 
-	svc := testService(ns, "web", "")
+	svc := lbService(ns, "web")
 	svc.Annotations = map[string]string{"switchyard.dev/address-pool": "extra"}
-	svc.Spec.Type = corev1.ServiceTypeLoadBalancer
-	svc.Spec.ClusterIP, svc.Spec.ClusterIPs = "", nil
-	svc.Spec.Ports[0].NodePort = 0
 	if _, err := client.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	var ip string
-	poll(t, 60*time.Second, func() error {
-		s, err := client.CoreV1().Services(ns).Get(ctx, "web", metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if len(s.Status.LoadBalancer.Ingress) != 1 {
-			return fmt.Errorf("ingress = %+v, want one address", s.Status.LoadBalancer.Ingress)
-		}
-		ip = s.Status.LoadBalancer.Ingress[0].IP
-		return nil
-	})
+	ip := waitIngress(t, client, ns, "web")
 	if !strings.HasPrefix(ip, "198.51.100.") {
 		t.Fatalf("allocated %s, want an address of the extra pool", ip)
 	}
@@ -108,12 +60,7 @@ membership:
 	})
 	// A node selector node-a does not match: it stops announcing.
 	tc.write(t, configWith("    pools: [public, extra]\n    nodeSelector: {edge: \"true\"}\n"))
-	poll(t, 30*time.Second, func() error {
-		if a, ok := provider.Addresses()[ip]; ok {
-			return fmt.Errorf("provider still serves %+v", a)
-		}
-		return nil
-	})
+	waitReleased(t, provider, ip)
 	if l := d.logs.String(); !strings.Contains(l, "applied=announcers") || strings.Contains(l, "fields=announcers") {
 		t.Errorf("the announcers were not reloaded live")
 	}

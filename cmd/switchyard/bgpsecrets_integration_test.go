@@ -3,7 +3,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"net/netip"
@@ -13,10 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/switchyard-lb/switchyard/test/apitest"
 )
 
 // md5Router is a TCP listener standing in for a BGP router that wants a
@@ -107,16 +103,9 @@ func (r *md5Router) drain() {
 // peer up with the key; rotating it (router and Secret) re-creates the
 // session with the new key.
 func TestIntegrationBGPPasswordSecret(t *testing.T) {
-	srv := apitest.Start(t)
+	srv, ns := startInPodNamespace(t)
 	ctx := t.Context()
 	client := srv.Client
-	const ns = "switchyard-system"
-	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{
-		ObjectMeta: metav1.ObjectMeta{Name: ns},
-	}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	t.Setenv("POD_NAMESPACE", ns)
 	setNodeReady(t, client, "node-a", "127.0.0.1", true)
 
 	// The speaker dials from 127.0.0.1, the source the kernel picks
@@ -144,27 +133,9 @@ membership:
   bindAddress: 127.0.0.1
   port: %d
 `, plain.port(), signed.port(), freeGossipPort(t)))
-	var logs syncBuffer
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() {
-		done <- run(runCtx, []string{"--config", tc.path, "--kubeconfig", srv.Kubeconfig,
-			"--hostname-override", "node-a", "--log-format", "text"}, &logs, &logs)
-	}()
-	defer func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("run = %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Error("run did not return after cancel")
-		}
-		if t.Failed() {
-			t.Logf("logs:\n%s", logs.String())
-		}
-	}()
+	d := startMain(t, srv.Kubeconfig, "node-a", tc)
+	defer d.finish(t)
+	logs := d.logs
 
 	plain.waitAccept(t, "the peer without a password while the other's Secret is missing")
 	poll(t, 10*time.Second, func() error {

@@ -64,12 +64,10 @@ func ptr[T any](v T) *T { return &v }
 
 // daemonUnderTest runs runDaemon against a fake clientset.
 type daemonUnderTest struct {
+	*daemonProc
 	tc     *testConfig
-	logs   *syncBuffer
 	dp     *dryrun.Dataplane
 	client *fake.Clientset
-	cancel context.CancelFunc
-	done   chan error
 }
 
 func startDaemon(t *testing.T, extraConfig string) *daemonUnderTest {
@@ -84,7 +82,7 @@ func startDaemon(t *testing.T, extraConfig string) *daemonUnderTest {
 // stays nil).
 func startDaemonWith(t *testing.T, extraConfig string, newDP func(*config.Config, *slog.Logger) (plugin.Dataplane, error)) *daemonUnderTest {
 	t.Helper()
-	d := &daemonUnderTest{tc: writeTestConfig(t, extraConfig), logs: &syncBuffer{}, done: make(chan error, 1)}
+	d := &daemonUnderTest{tc: writeTestConfig(t, extraConfig)}
 	w, err := config.NewWatcher(d.tc.path, checkDataplane)
 	if err != nil {
 		t.Fatal(err)
@@ -95,24 +93,20 @@ func startDaemonWith(t *testing.T, extraConfig string, newDP func(*config.Config
 		testSlice("default", "web", "10.1.0.1", "10.1.0.2"),
 	)
 	d.client = client
-	ctx, cancel := context.WithCancel(t.Context())
-	d.cancel = cancel
-	go func() {
-		d.done <- runDaemon(ctx, daemonConfig{
+	logs := &syncBuffer{}
+	d.daemonProc = goDaemon(t.Context(), "daemon", logs, func(ctx context.Context) error {
+		return runDaemon(ctx, daemonConfig{
 			Watcher:            w,
 			Client:             client,
 			NodeName:           "node-a",
-			Log:                slog.New(slog.NewJSONHandler(d.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+			Log:                slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 			NewDataplane:       newDP,
 			ConfigPollInterval: 10 * time.Millisecond,
 		})
-	}()
+	})
 	t.Cleanup(func() {
-		cancel()
-		<-d.done
-		if t.Failed() {
-			t.Logf("daemon logs:\n%s", d.logs.String())
-		}
+		d.halt()
+		d.logIfFailed(t)
 	})
 	return d
 }
@@ -164,11 +158,7 @@ func TestDaemonServesPlanAndShutsDownWithoutFlushing(t *testing.T) {
 		}
 	}
 
-	d.cancel()
-	if err := <-d.done; err != nil {
-		t.Errorf("runDaemon after cancel = %v, want nil", err)
-	}
-	d.done <- nil // for Cleanup
+	d.stop(t)
 	// Shutting down leaves the dataplane's table as it was.
 	if got := d.dp.String(); !strings.Contains(got, "10.96.0.10:80") {
 		t.Errorf("dataplane table after shutdown lost the service:\n%s", got)

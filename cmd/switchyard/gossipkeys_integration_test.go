@@ -11,12 +11,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/switchyard-lb/switchyard/announcers/cloud/cloudtest"
 	"github.com/switchyard-lb/switchyard/core/membership"
-	"github.com/switchyard-lb/switchyard/test/apitest"
 )
 
 // TestIntegrationGossipKeySecret runs daemons whose gossip is encrypted
@@ -24,16 +22,9 @@ import (
 // length, a daemon refuses to start and says why; with it, a member with
 // the same key joins the daemon and one with another key is refused.
 func TestIntegrationGossipKeySecret(t *testing.T) {
-	srv := apitest.Start(t)
+	srv, ns := startInPodNamespace(t)
 	ctx := t.Context()
 	client := srv.Client
-	const ns = "switchyard-system"
-	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{
-		ObjectMeta: metav1.ObjectMeta{Name: ns},
-	}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	t.Setenv("POD_NAMESPACE", ns)
 	provider := cloudtest.New("")
 	defer provider.Close()
 	addrs := map[string]string{"node-a": "127.0.0.1", "node-b": "127.0.0.2"}
@@ -82,19 +73,8 @@ membership:
 	if _, err := client.CoreV1().Secrets(ns).Update(ctx, secret, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	d := &lbDaemon{node: "node-a", done: make(chan error, 1), tc: configFor("node-a")}
-	runCtx, cancel := context.WithCancel(ctx)
-	d.cancel = cancel
-	go func() {
-		d.done <- run(runCtx, []string{"--config", d.tc.path, "--kubeconfig", srv.Kubeconfig,
-			"--hostname-override", d.node, "--log-format", "text"}, &d.logs, &d.logs)
-	}()
-	defer func() {
-		if t.Failed() {
-			t.Logf("%s logs:\n%s", d.node, d.logs.String())
-		}
-		d.stop(t)
-	}()
+	d := startMain(t, srv.Kubeconfig, "node-a", configFor("node-a"))
+	defer d.finish(t)
 
 	// node-b is a bare gossip member in the test (a second daemon in
 	// this process would race with the first on klog's globals): with
@@ -106,7 +86,7 @@ membership:
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = m.Close(context.Background()) })
-		go m.Run(runCtx)
+		go m.Run(d.ctx)
 		m.SetPeers([]membership.Peer{{Name: "node-a", Addr: fmt.Sprintf("127.0.0.1:%d", port)}})
 		return m
 	}

@@ -88,14 +88,9 @@ func mustAddrPort(s string) netip.AddrPort {
 
 // e2eDaemon is one runDaemon against the test API server.
 type e2eDaemon struct {
-	tc     *testConfig
-	logs   *syncBuffer
-	dp     *recordingDataplane
-	cancel context.CancelFunc
-	done   chan error
-	// stopped is set by the first stop; the test goroutine alone calls
-	// stop (the Cleanup runs on it too).
-	stopped bool
+	*daemonProc
+	tc *testConfig
+	dp *recordingDataplane
 }
 
 // startE2E runs the daemon as node with the client configuration cfg and
@@ -108,51 +103,28 @@ func startE2E(t *testing.T, cfg *rest.Config, node, extraConfig string) *e2eDaem
 		t.Fatal(err)
 	}
 	d := &e2eDaemon{
-		tc:   writeTestConfig(t, extraConfig),
-		logs: &syncBuffer{},
-		dp:   &recordingDataplane{Dataplane: dryrun.New()},
-		done: make(chan error, 1),
+		tc: writeTestConfig(t, extraConfig),
+		dp: &recordingDataplane{Dataplane: dryrun.New()},
 	}
 	w, err := config.NewWatcher(d.tc.path, checkDataplane)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	d.cancel = cancel
-	go func() {
-		d.done <- runDaemon(ctx, daemonConfig{
+	logs := &syncBuffer{}
+	d.daemonProc = goDaemon(context.Background(), "daemon "+node, logs, func(ctx context.Context) error {
+		return runDaemon(ctx, daemonConfig{
 			Watcher:      w,
 			Client:       client,
 			NodeName:     node,
-			Log:          slog.New(slog.NewTextHandler(d.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+			Log:          slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 			NewDataplane: func(*config.Config, *slog.Logger) (plugin.Dataplane, error) { return d.dp, nil },
 		})
-	}()
+	})
 	t.Cleanup(func() {
 		d.stop(t)
-		if t.Failed() {
-			t.Logf("daemon %s logs:\n%s", node, d.logs.String())
-		}
+		d.logIfFailed(t)
 	})
 	return d
-}
-
-// stop cancels the daemon and waits for runDaemon to return nil.
-func (d *e2eDaemon) stop(t *testing.T) {
-	t.Helper()
-	if d.stopped {
-		return
-	}
-	d.stopped = true
-	d.cancel()
-	select {
-	case err := <-d.done:
-		if err != nil {
-			t.Errorf("runDaemon after cancel = %v, want nil", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("runDaemon did not return within 30s of cancel")
-	}
 }
 
 // state returns the daemon's /debug/state.

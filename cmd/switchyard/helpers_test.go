@@ -1,49 +1,28 @@
 package main
 
 import (
-	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/switchyard-lb/switchyard/test/harness"
 )
 
-// syncBuffer is a goroutine-safe log sink.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
+// The parts of the daemon harness every daemon-level suite shares, under
+// this package's names.
+type syncBuffer = harness.Buffer
 
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// freeAddr returns a loopback address with a port that was free a moment
-// ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
+var (
+	freeAddr = harness.FreeAddr
+	httpGet  = harness.Get
+	poll     = harness.Poll
+)
 
 // testConfig is a config with the servers on free loopback ports.
 type testConfig struct {
@@ -92,18 +71,6 @@ health:
 	if err := os.Rename(tmp, tc.path); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// httpGet returns the status and body of a GET, or an error.
-func httpGet(url string) (int, string, error) {
-	c := http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get(url)
-	if err != nil {
-		return 0, "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b), err
 }
 
 // debugState is the part of /debug/state the tests read.
@@ -157,19 +124,62 @@ func vsSummary(st *debugState) []string {
 	return out
 }
 
-// poll calls f until it returns nil or the deadline passes, and returns
-// its last error.
-func poll(t *testing.T, timeout time.Duration, f func() error) {
+// daemonProc is one daemon a test runs in a goroutine (run, as main runs
+// it, or runDaemon): how to stop it and what it logged. Only the test
+// goroutine stops it (Cleanup functions run on it too).
+type daemonProc struct {
+	name   string
+	logs   *syncBuffer
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan error
+	// stopped is set once stop or halt has collected the result.
+	stopped bool
+}
+
+// goDaemon runs daemon in a goroutine on a context of its own, derived
+// from parent, with logs as its log sink.
+func goDaemon(parent context.Context, name string, logs *syncBuffer, daemon func(ctx context.Context) error) *daemonProc {
+	p := &daemonProc{name: name, logs: logs, done: make(chan error, 1)}
+	p.ctx, p.cancel = context.WithCancel(parent)
+	go func() { p.done <- daemon(p.ctx) }()
+	return p
+}
+
+// stop cancels the daemon and waits for it to return nil: an error fails
+// the test, and so does not returning within 30 s.
+func (p *daemonProc) stop(t *testing.T) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var err error
-	for {
-		if err = f(); err == nil {
-			return
+	if p.stopped {
+		return
+	}
+	p.stopped = true
+	p.cancel()
+	select {
+	case err := <-p.done:
+		if err != nil {
+			t.Errorf("%s: daemon after cancel = %v, want nil", p.name, err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up after %s: %v", timeout, err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s: daemon did not return within 30s of cancel", p.name)
+	}
+}
+
+// halt cancels the daemon and waits for it to return, whatever it
+// returns: for the tests that do not check how it ends.
+func (p *daemonProc) halt() {
+	if p.stopped {
+		return
+	}
+	p.stopped = true
+	p.cancel()
+	<-p.done
+}
+
+// logIfFailed logs what the daemon wrote when the test has failed.
+func (p *daemonProc) logIfFailed(t *testing.T) {
+	t.Helper()
+	if t.Failed() {
+		t.Logf("%s logs:\n%s", p.name, p.logs.String())
 	}
 }

@@ -39,20 +39,8 @@ func TestIntegrationDaemon(t *testing.T) {
 	}
 
 	tc := writeTestConfig(t, "")
-	var stdout, stderr syncBuffer
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		done <- run(runCtx, []string{
-			"--config", tc.path, "--kubeconfig", srv.Kubeconfig, "--hostname-override", "node-a", "--log-format", "text", "--v=2",
-		}, &stdout, &stderr)
-	}()
-	defer func() {
-		if t.Failed() {
-			t.Logf("daemon logs:\n%s", stderr.String())
-		}
-	}()
+	d := startMain(t, srv.Kubeconfig, "node-a", tc, "--v=2")
+	defer d.finishUnchecked(t)
 
 	svc := testService(ns, "web", "")
 	svc.Spec.ClusterIP, svc.Spec.ClusterIPs = "", nil
@@ -108,16 +96,8 @@ func TestIntegrationDaemon(t *testing.T) {
 		t.Errorf("/metrics = %d %v, want the network programming histogram", code, err)
 	}
 
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("run after cancel = %v, want nil", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("run did not return after cancel")
-	}
-	if !strings.Contains(stderr.String(), "shutting down") {
+	d.stop(t)
+	if !strings.Contains(d.logs.String(), "shutting down") {
 		t.Errorf("no shutdown logged")
 	}
 }

@@ -3,14 +3,11 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -25,108 +22,6 @@ import (
 	"github.com/switchyard-lb/switchyard/core/lbipam"
 	"github.com/switchyard-lb/switchyard/test/apitest"
 )
-
-// lbDaemon is one daemon of TestIntegrationLoadBalancer, run as main runs it.
-type lbDaemon struct {
-	node   string
-	tc     *testConfig
-	logs   syncBuffer
-	cancel context.CancelFunc
-	done   chan error
-	// stopped is set once stop has collected run's result.
-	stopped bool
-}
-
-func (d *lbDaemon) stop(t *testing.T) {
-	t.Helper()
-	if d.stopped {
-		return
-	}
-	d.stopped = true
-	d.cancel()
-	select {
-	case err := <-d.done:
-		if err != nil {
-			t.Errorf("%s: run = %v, want nil", d.node, err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatalf("%s: run did not return after cancel", d.node)
-	}
-}
-
-// metric returns the value of the sample whose name and labels start
-// with prefix, or false.
-func (d *lbDaemon) metric(prefix string) (float64, bool) {
-	code, body, err := httpGet("http://" + d.tc.metrics + "/metrics")
-	if err != nil || code != 200 {
-		return 0, false
-	}
-	for _, line := range strings.Split(body, "\n") {
-		if rest, ok := strings.CutPrefix(line, prefix); ok {
-			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
-			return v, err == nil
-		}
-	}
-	return 0, false
-}
-
-// setNodeReady creates or updates a Node with an InternalIP and the
-// Ready condition: there is no kubelet to do it.
-func setNodeReady(t *testing.T, client kubernetes.Interface, name, addr string, ready bool) {
-	t.Helper()
-	ctx := t.Context()
-	n, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		n, err = client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	status := corev1.ConditionFalse
-	if ready {
-		status = corev1.ConditionTrue
-	}
-	n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: addr}}
-	n.Status.Conditions = []corev1.NodeCondition{{
-		Type: corev1.NodeReady, Status: status, Reason: "Test",
-		LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now(),
-	}}
-	if _, err := client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// freeGossipPort returns a TCP and UDP port free on 127.0.0.1 and
-// 127.0.0.2, where the two daemons gossip.
-func freeGossipPort(t *testing.T) int {
-	t.Helper()
-	for range 20 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		free := true
-		for _, host := range []string{"127.0.0.1", "127.0.0.2"} {
-			addr := net.JoinHostPort(host, strconv.Itoa(port))
-			tl, terr := net.Listen("tcp", addr)
-			ul, uerr := net.ListenPacket("udp", addr)
-			if terr == nil {
-				tl.Close()
-			}
-			if uerr == nil {
-				ul.Close()
-			}
-			free = free && terr == nil && uerr == nil
-		}
-		if free {
-			return port
-		}
-	}
-	t.Fatal("no free gossip port")
-	return 0
-}
 
 // TestIntegrationLoadBalancer runs two daemons, node-a and node-b, with a
 // pool and a cloud announcer pointed at a provider following
@@ -161,10 +56,9 @@ func TestIntegrationLoadBalancer(t *testing.T) {
 		setNodeReady(t, client, node, addr, true)
 	}
 	port := freeGossipPort(t)
-	daemons := map[string]*lbDaemon{}
+	daemons := map[string]*mainDaemon{}
 	for _, node := range []string{"node-a", "node-b"} {
-		d := &lbDaemon{node: node, done: make(chan error, 1)}
-		d.tc = writeTestConfig(t, fmt.Sprintf(`pools:
+		tc := writeTestConfig(t, fmt.Sprintf(`pools:
   - name: public
     addresses: [192.0.2.0/28]
 announcers:
@@ -178,21 +72,11 @@ membership:
   bindAddress: %s
   port: %d
 `, provider.URL, tokenFile, addrs[node], port))
-		runCtx, cancel := context.WithCancel(ctx)
-		d.cancel = cancel
-		go func() {
-			d.done <- run(runCtx, []string{
-				"--config", d.tc.path, "--kubeconfig", srv.Kubeconfig, "--hostname-override", node, "--log-format", "text", "--v=2",
-			}, &d.logs, &d.logs)
-		}()
-		daemons[node] = d
+		daemons[node] = startMain(t, srv.Kubeconfig, node, tc, "--v=2")
 	}
 	defer func() {
 		for _, d := range daemons {
-			if t.Failed() {
-				t.Logf("%s logs:\n%s", d.node, d.logs.String())
-			}
-			d.stop(t)
+			d.finish(t)
 		}
 	}()
 
@@ -206,11 +90,7 @@ membership:
 		return nil
 	})
 
-	svc := testService(ns, "web", "")
-	svc.Spec.Type = corev1.ServiceTypeLoadBalancer
-	svc.Spec.ClusterIP, svc.Spec.ClusterIPs = "", nil
-	svc.Spec.Ports[0].NodePort = 0
-	if _, err := client.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+	if _, err := client.CoreV1().Services(ns).Create(ctx, lbService(ns, "web"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := client.DiscoveryV1().EndpointSlices(ns).Create(ctx, testSlice(ns, "web", "10.1.0.1"), metav1.CreateOptions{}); err != nil {
@@ -219,18 +99,7 @@ membership:
 
 	// The allocator writes one address of the pool.
 	began := time.Now()
-	var ip string
-	poll(t, 60*time.Second, func() error {
-		s, err := client.CoreV1().Services(ns).Get(ctx, "web", metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if len(s.Status.LoadBalancer.Ingress) != 1 {
-			return fmt.Errorf("ingress = %+v, want one address", s.Status.LoadBalancer.Ingress)
-		}
-		ip = s.Status.LoadBalancer.Ingress[0].IP
-		return nil
-	})
+	ip := waitIngress(t, client, ns, "web")
 	if a, err := netip.ParseAddr(ip); err != nil || !netip.MustParsePrefix("192.0.2.0/28").Contains(a) {
 		t.Fatalf("allocated %q, want an address of 192.0.2.0/28", ip)
 	}
@@ -337,12 +206,7 @@ membership:
 	if err := client.CoreV1().Services(ns).Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, 30*time.Second, func() error {
-		if a, ok := provider.Addresses()[ip]; ok {
-			return fmt.Errorf("provider still serves %+v", a)
-		}
-		return nil
-	})
+	waitReleased(t, provider, ip)
 	poll(t, 30*time.Second, func() error {
 		if v, ok := daemons[other].metric(`switchyard_pool_addresses_used{pool="public"} `); !ok || v != 0 {
 			return fmt.Errorf("%s: switchyard_pool_addresses_used = %v (reported %v), want 0", other, v, ok)
@@ -370,18 +234,7 @@ func localTrafficPolicy(t *testing.T, client kubernetes.Interface, ns string, pr
 	if _, err := client.DiscoveryV1().EndpointSlices(ns).Create(ctx, slice, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	var ip string
-	poll(t, 60*time.Second, func() error {
-		s, err := client.CoreV1().Services(ns).Get(ctx, "local", metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if len(s.Status.LoadBalancer.Ingress) != 1 {
-			return fmt.Errorf("ingress = %+v, want one address", s.Status.LoadBalancer.Ingress)
-		}
-		ip = s.Status.LoadBalancer.Ingress[0].IP
-		return nil
-	})
+	ip := waitIngress(t, client, ns, "local")
 	// Only node-b is eligible: it owns the address and is its only backend.
 	poll(t, 30*time.Second, func() error {
 		if a := provider.Addresses()[ip]; a.Owner != "node-b" || nodeNames(a) != "node-b" {
@@ -414,12 +267,7 @@ func localTrafficPolicy(t *testing.T, client kubernetes.Interface, ns string, pr
 	if err := client.CoreV1().Services(ns).Delete(ctx, "local", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, 30*time.Second, func() error {
-		if a, ok := provider.Addresses()[ip]; ok {
-			return fmt.Errorf("provider still serves %+v", a)
-		}
-		return nil
-	})
+	waitReleased(t, provider, ip)
 }
 
 // nodeNames returns the names of an address's backends, joined by commas.

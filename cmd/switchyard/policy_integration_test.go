@@ -5,7 +5,6 @@ package main
 import (
 	"bytes"
 	"compress/gzip"
-	"context"
 	"encoding/json"
 	"fmt"
 	"path/filepath"
@@ -15,7 +14,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/util/retry"
@@ -43,6 +41,13 @@ type weightState struct {
 // weights returns "scheduler addr=weight ..." of the Service's ClusterIP
 // virtual service in the daemon's plan.
 func weights(metricsAddr, service string) (string, error) {
+	return planWeights(metricsAddr, service, func(key string) bool { return strings.HasSuffix(key, "/"+service) })
+}
+
+// planWeights returns "scheduler addr=weight ..." of the ClusterIP
+// virtual service of the first Service in the daemon's plan whose key
+// (namespace/name) match accepts; name is what the error calls it.
+func planWeights(metricsAddr, name string, match func(key string) bool) (string, error) {
 	code, body, err := httpGet("http://" + metricsAddr + "/debug/state")
 	if err != nil || code != 200 {
 		return "", fmt.Errorf("/debug/state: %d %v", code, err)
@@ -53,7 +58,7 @@ func weights(metricsAddr, service string) (string, error) {
 	}
 	for _, s := range st.Desired {
 		for _, vs := range s.VirtualServices {
-			if !strings.HasSuffix(s.Service, "/"+service) || vs.Kind != "ClusterIP" {
+			if !match(s.Service) || vs.Kind != "ClusterIP" {
 				continue
 			}
 			out := vs.Scheduler
@@ -63,7 +68,7 @@ func weights(metricsAddr, service string) (string, error) {
 			return out, nil
 		}
 	}
-	return "", fmt.Errorf("%s is not in the plan", service)
+	return "", fmt.Errorf("%s is not in the plan", name)
 }
 
 func gzipBytes(t *testing.T, b []byte) []byte {
@@ -75,6 +80,24 @@ func gzipBytes(t *testing.T, b []byte) []byte {
 		t.Fatal(err)
 	}
 	return buf.Bytes()
+}
+
+// startPolicyDaemon runs the daemon of the policy tests as node-a, in
+// zone zone-a, with the extra config lines, after creating the policies'
+// namespace and the Node. Cleanup stops it.
+func startPolicyDaemon(t *testing.T, srv *apitest.Server, extraConfig string) *mainDaemon {
+	t.Helper()
+	ctx, client := t.Context(), srv.Client
+	ensureNamespace(t, client, registry.DefaultNamespace)
+	if _, err := client.CoreV1().Nodes().Create(ctx, &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "node-a", Labels: map[string]string{corev1.LabelTopologyZone: "zone-a"}},
+		Status:     corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.168.0.10"}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	d := startMain(t, srv.Kubeconfig, "node-a", writeTestConfig(t, extraConfig), "--v=2")
+	t.Cleanup(func() { d.finishUnchecked(t) })
+	return d
 }
 
 // TestIntegrationPolicies runs the daemon against a real API server with
@@ -96,30 +119,7 @@ func TestIntegrationPolicies(t *testing.T) {
 	ns := srv.Namespace(t)
 	ctx := t.Context()
 	client := srv.Client
-	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: registry.DefaultNamespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	if _, err := client.CoreV1().Nodes().Create(ctx, &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: "node-a", Labels: map[string]string{corev1.LabelTopologyZone: "zone-a"}},
-		Status:     corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.168.0.10"}}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-
-	tc := writeTestConfig(t, "policies:\n  statisticsInterval: 1h\n")
-	var stdout, stderr syncBuffer
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() {
-		done <- run(runCtx, []string{"--config", tc.path, "--kubeconfig", srv.Kubeconfig, "--hostname-override", "node-a", "--log-format", "text", "--v=2"}, &stdout, &stderr)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		if t.Failed() {
-			t.Logf("daemon logs:\n%s", stderr.String())
-		}
-	})
+	tc := startPolicyDaemon(t, srv, "policies:\n  statisticsInterval: 1h\n").tc
 
 	// web uses policy "zone"; other uses builtin:local-first throughout.
 	zoneA, zoneB := "zone-a", "zone-b"

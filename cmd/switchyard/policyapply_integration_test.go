@@ -4,7 +4,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,8 +15,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
@@ -132,29 +129,7 @@ func TestIntegrationPolicyApply(t *testing.T) {
 	yardctl := b.path
 	ctx := t.Context()
 	client := srv.Client
-	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: registry.DefaultNamespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	if _, err := client.CoreV1().Nodes().Create(ctx, &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: "node-a", Labels: map[string]string{corev1.LabelTopologyZone: "zone-a"}},
-		Status:     corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.168.0.10"}}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	tc := writeTestConfig(t, "policies:\n  statisticsInterval: 1h\n  evaluationDeadline: 10s\n")
-	var stdout, stderr syncBuffer
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() {
-		done <- run(runCtx, []string{"--config", tc.path, "--kubeconfig", srv.Kubeconfig, "--hostname-override", "node-a", "--log-format", "text", "--v=2"}, &stdout, &stderr)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		if t.Failed() {
-			t.Logf("daemon logs:\n%s", stderr.String())
-		}
-	})
+	tc := startPolicyDaemon(t, srv, "policies:\n  statisticsInterval: 1h\n  evaluationDeadline: 10s\n").tc
 
 	// yardctlRun runs the binary; the deadline is generous, as the
 	// machine may be loaded.
@@ -380,25 +355,5 @@ func yesNoTest(b bool) string {
 // weightsOf returns "scheduler addr=weight ..." of the ClusterIP virtual
 // service of the Service key (namespace/name) in the daemon's plan.
 func weightsOf(metricsAddr, key string) (string, error) {
-	code, body, err := httpGet("http://" + metricsAddr + "/debug/state")
-	if err != nil || code != 200 {
-		return "", fmt.Errorf("/debug/state: %d %v", code, err)
-	}
-	var st weightState
-	if err := json.Unmarshal([]byte(body), &st); err != nil {
-		return "", err
-	}
-	for _, s := range st.Desired {
-		for _, vs := range s.VirtualServices {
-			if s.Service != key || vs.Kind != "ClusterIP" {
-				continue
-			}
-			out := vs.Scheduler
-			for _, d := range vs.Destinations {
-				out += fmt.Sprintf(" %s=%d", d.Address, d.Weight)
-			}
-			return out, nil
-		}
-	}
-	return "", fmt.Errorf("%s is not in the plan", key)
+	return planWeights(metricsAddr, key, func(k string) bool { return k == key })
 }

@@ -3,7 +3,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -26,22 +25,8 @@ func TestIntegrationDaemonServiceProxyName(t *testing.T) {
 	srv := apitest.Start(t)
 	ns, ctx, client := srv.Namespace(t), t.Context(), srv.Client
 	tc := writeTestConfig(t, "serviceProxyName: edge\n")
-	var stdout, stderr syncBuffer
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		done <- run(runCtx, []string{
-			"--config", tc.path, "--kubeconfig", srv.Kubeconfig, "--hostname-override", "node-a", "--log-format", "text",
-		}, &stdout, &stderr)
-	}()
-	defer func() {
-		cancel()
-		<-done
-		if t.Failed() {
-			t.Logf("daemon logs:\n%s", stderr.String())
-		}
-	}()
+	d := startMain(t, srv.Kubeconfig, "node-a", tc)
+	defer d.finishUnchecked(t)
 
 	ips := map[string]string{}
 	for name, proxy := range map[string]string{"plain": "", "mine": "edge", "theirs": "kube-proxy", "hl": ""} {
@@ -103,8 +88,8 @@ func TestIntegrationDaemonServiceProxyName(t *testing.T) {
 
 	tc.write(t, "serviceProxyName: other\n")
 	poll(t, 2*time.Minute, func() error {
-		if !strings.Contains(stderr.String(), "take effect at the next restart") ||
-			!strings.Contains(stderr.String(), "serviceProxyName") {
+		if !strings.Contains(d.logs.String(), "take effect at the next restart") ||
+			!strings.Contains(d.logs.String(), "serviceProxyName") {
 			return fmt.Errorf("no restart-needed log for serviceProxyName")
 		}
 		return nil

@@ -16,25 +16,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-)
 
-// eventually polls fn until it returns nil or the deadline passes.
-func eventually(t *testing.T, timeout time.Duration, fn func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		err := fn()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %v", timeout, err)
-		}
-		<-tick.C
-	}
-}
+	"github.com/switchyard-lb/switchyard/test/harness"
+)
 
 func clientFor(t *testing.T, cfg *rest.Config) kubernetes.Interface {
 	t.Helper()
@@ -96,7 +80,7 @@ func TestIntegrationServer(t *testing.T) {
 			t.Fatalf("alice lists services before any grant: err = %v, want Forbidden", err)
 		}
 		grant(t, s.Client, ns, "team-a", rbacv1.GroupKind)
-		eventually(t, 10*time.Second, func() error {
+		harness.Poll(t, 10*time.Second, func() error {
 			_, err := alice.CoreV1().Services(ns).List(ctx, metav1.ListOptions{})
 			return err
 		})
@@ -116,7 +100,7 @@ func TestIntegrationServer(t *testing.T) {
 			t.Fatalf("ServiceAccount lists services before any grant: err = %v, want Forbidden", err)
 		}
 		grant(t, s.Client, "sa-ns", "reader", rbacv1.ServiceAccountKind)
-		eventually(t, 10*time.Second, func() error {
+		harness.Poll(t, 10*time.Second, func() error {
 			_, err := sa.CoreV1().Services("sa-ns").List(ctx, metav1.ListOptions{})
 			return err
 		})

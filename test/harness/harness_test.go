@@ -1,0 +1,88 @@
+package harness
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestPollReturnsOnceTheConditionHolds(t *testing.T) {
+	calls := 0
+	Poll(t, time.Minute, func() error {
+		calls++
+		if calls < 3 {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	if calls != 3 {
+		t.Errorf("f called %d times, want 3", calls)
+	}
+}
+
+// failRecorder records a Fatalf instead of stopping the test.
+type failRecorder struct {
+	testing.TB
+	msg string
+}
+
+func (r *failRecorder) Helper() {}
+func (r *failRecorder) Fatalf(format string, args ...any) {
+	r.msg = fmt.Sprintf(format, args...)
+	panic(r)
+}
+
+func TestPollFailsWithTheLastError(t *testing.T) {
+	r := &failRecorder{TB: t}
+	func() {
+		defer func() {
+			if p := recover(); p != r {
+				t.Fatalf("Poll did not fail through Fatalf (recovered %v)", p)
+			}
+		}()
+		n := 0
+		Poll(r, 50*time.Millisecond, func() error { n++; return fmt.Errorf("attempt %d", n) })
+	}()
+	if want := "gave up after 50ms: attempt "; len(r.msg) < len(want) || r.msg[:len(want)] != want {
+		t.Errorf("Fatalf message = %q, want it to start %q", r.msg, want)
+	}
+}
+
+func TestBufferIsSafeForConcurrentUse(t *testing.T) {
+	var b Buffer
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 100 {
+				fmt.Fprint(&b, "x")
+				_ = b.String()
+			}
+		}()
+	}
+	wg.Wait()
+	if n := len(b.String()); n != 800 {
+		t.Errorf("buffer holds %d bytes, want 800", n)
+	}
+}
+
+func TestGetAndFreeAddr(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusTeapot)
+		fmt.Fprint(w, "short and stout")
+	}))
+	defer srv.Close()
+	code, body, err := Get(srv.URL)
+	if err != nil || code != http.StatusTeapot || body != "short and stout" {
+		t.Errorf("Get = %d %q %v, want 418 %q", code, body, err, "short and stout")
+	}
+	addr := FreeAddr(t)
+	if _, _, err := Get("http://" + addr + "/"); err == nil {
+		t.Errorf("Get of the free address %s answered", addr)
+	}
+}
