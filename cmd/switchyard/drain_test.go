@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"net/netip"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	"github.com/switchyard-lb/switchyard/core/config"
 	"github.com/switchyard-lb/switchyard/core/model"
 	"github.com/switchyard-lb/switchyard/core/plugin"
+	"github.com/switchyard-lb/switchyard/core/runner/runnertest"
 	"github.com/switchyard-lb/switchyard/ipvs"
 	"github.com/switchyard-lb/switchyard/ipvs/ipvstest"
 )
@@ -26,31 +26,13 @@ func TestDrainTimeoutDefaultsAgree(t *testing.T) {
 	}
 }
 
-// settableClock is a clock the test moves.
-type settableClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *settableClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *settableClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 // TestDaemonReloadsDrainTimeout runs the daemon on the IPVS dataplane
 // over the ipvs fakes: the real server of a removed endpoint that still
 // has connections drains for the configured drainTimeout, and a reload
 // that shortens it lets the next Drain delete the real server.
 func TestDaemonReloadsDrainTimeout(t *testing.T) {
 	kernel := ipvstest.NewFake()
-	clock := &settableClock{now: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)}
+	clock := runnertest.NewClock(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
 	dps := make(chan *ipvs.Dataplane, 1)
 	const yaml = "dataplane:\n  mode: ipvs\n  ipvs:\n    drainTimeout: 20m\n"
 	d := startDaemonWith(t, yaml, func(cfg *config.Config, log *slog.Logger) (plugin.Dataplane, error) {
@@ -99,7 +81,7 @@ func TestDaemonReloadsDrainTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitDests("10.1.0.1:8080/0 10.1.0.2:8080/1")
-	clock.Advance(16 * time.Minute)
+	clock.Step(16 * time.Minute)
 	if err := dp.Drain(); err != nil {
 		t.Fatal(err)
 	}
