@@ -53,10 +53,12 @@ test-unit:
 	$(GO) test -count=1 -run '^TestApplyWatch$$' $(GOTEST_FLAGS) ./cmd/yardctl/
 
 # Integration tests run against a real etcd and kube-apiserver built from the
-# Go module proxy at pinned versions (test/tools/kube-binaries.sh).
+# Go module proxy at pinned versions (test/tools/kube-binaries.sh), with
+# every SDK's toolchain installed (wasm-sdk/wasm.mk): SWITCHYARD_WASM_TOOLCHAINS
+# makes a missing one fail the tests that build modules instead of skipping.
 test-integration:
 	@bin=$$(test/tools/kube-binaries.sh) && \
-	SWITCHYARD_KUBE_BIN=$$bin $(GO) test -tags integration -count=1 -run '^TestIntegration' $(GOTEST_FLAGS) ./...
+	SWITCHYARD_KUBE_BIN=$$bin SWITCHYARD_WASM_TOOLCHAINS=1 $(GO) test -tags integration -count=1 -run '^TestIntegration' $(GOTEST_FLAGS) ./...
 
 # fuzz: every Go fuzz target in the repository (grep `func Fuzz`), one at a
 # time, FUZZTIME each (test/tools/fuzz.sh); not part of `make test`. A

@@ -80,6 +80,10 @@ wasm-rust-toolchain:
 		{ $(SUDO) apt-get update && $(SUDO) apt-get install -y rustc libstd-rust-dev-wasm32; }; \
 	fi
 
+# TestIntegrationPolicyApply builds its modules with every SDK's toolchain:
+# make test-integration installs them first, so no language skips there.
+test-integration: | wasm-rust-toolchain $(ASC)
+
 $(ASC): $(WASM_AS)/package.json $(WASM_AS)/package-lock.json
 	cd $(WASM_AS) && npm ci --no-audit --no-fund --cache "$(CACHE)/npm"
 	@touch $@

@@ -219,6 +219,9 @@ func TestIntegrationPolicyApply(t *testing.T) {
 			for i, example := range []string{"zoneaware", "canary"} {
 				b, err := sdkModule(root, yardctl, lang, example)
 				if errors.Is(err, errNoToolchain) {
+					if os.Getenv("SWITCHYARD_WASM_TOOLCHAINS") == "1" {
+						t.Fatalf("no %s module, and make test-integration installs the toolchains: %v", lang, err)
+					}
 					t.Skipf("no %s module: %v", lang, err)
 				}
 				if err != nil {
