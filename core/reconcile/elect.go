@@ -35,8 +35,8 @@ func (info electionInfo) weight(node string) int {
 // through ea: those of addresses ea serves and self wins among nodes.
 // Services missing from infos elect as Cluster Services without ready
 // endpoints. With ea.WithNodes each announcement carries the nodes that
-// serve its address and their weights. It is pure: the same inputs give the same set on
-// every node.
+// serve its address and their weights. It is pure: the same inputs give
+// the same set on every node.
 func elect(ea *plugin.ElectedAnnouncer, self string, nodes map[string]*model.Node, infos map[model.ServiceKey]electionInfo, alive election.AliveFunc, want []model.Announcement) []model.Announcement {
 	names := make([]string, 0, len(nodes))
 	for name := range nodes {
