@@ -116,17 +116,18 @@ func permutation(name string, size uint64, seed []byte) (offset, skip uint64) {
 // Size returns the number of slots.
 func (t *Table) Size() uint64 { return t.size }
 
-// At returns the backend owning slot, "" when the table is empty.
+// At returns the backend owning slot, which must be below Size; "" when
+// the table is empty.
 func (t *Table) At(slot uint64) string {
 	if t.slots == nil {
 		return ""
 	}
-	return t.names[t.slots[slot%t.size]]
+	return t.names[t.slots[slot]]
 }
 
 // Lookup returns the backend for a flow's hash: the owner of slot
 // hash mod Size. "" when the table is empty.
-func (t *Table) Lookup(hash uint64) string { return t.At(hash) }
+func (t *Table) Lookup(hash uint64) string { return t.At(hash % t.size) }
 
 // Shares returns how many slots each backend owns; backends of weight 0
 // are absent.
