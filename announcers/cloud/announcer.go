@@ -129,10 +129,10 @@ type rejection struct {
 // target is the desired state of one address.
 type target struct {
 	services []model.ServiceKey // sorted, without duplicates
-	// only, when non-nil, are the names of the nodes that serve the
-	// address (model.Announcement.Nodes), sorted: the address goes to
-	// these of SetNodes' nodes. Nil: to all of them.
-	only []string
+	// only, when non-nil, holds the nodes that serve the address
+	// (model.Announcement.Nodes) with their weights: the address goes to
+	// these of SetNodes' nodes. Nil: to all of them, each of weight 1.
+	only map[string]int
 }
 
 var (
@@ -191,8 +191,10 @@ func (a *Announcer) Name() string { return Name }
 // the Announcer's goroutine (see Synced and Healthy).
 //
 // An address whose announcements carry Nodes goes only to those of
-// SetNodes' nodes (the union over its announcements); one announcement
-// without Nodes sends it to all of them.
+// SetNodes' nodes (the union over its announcements), each with its
+// weight from Weights (1 when Weights is nil; the largest when
+// announcements differ); one announcement without Nodes sends it to all
+// of them, each of weight 1.
 func (a *Announcer) Announce(ctx context.Context, set []model.Announcement) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("cloud announce: %w", err)
@@ -203,13 +205,26 @@ func (a *Announcer) Announce(ctx context.Context, set []model.Announcement) erro
 		if !an.Addr.IsValid() {
 			return fmt.Errorf("cloud announce: invalid address for %s", an.Service)
 		}
+		if an.Weights != nil && len(an.Weights) != len(an.Nodes) {
+			return fmt.Errorf("cloud announce: %s of %s: %d weights for %d nodes", an.Addr, an.Service, len(an.Weights), len(an.Nodes))
+		}
 		addr := an.Addr.WithZone("").Unmap()
 		t := desired[addr]
 		t.services = append(t.services, an.Service)
 		if an.Nodes == nil {
 			all[addr] = true
-		} else {
-			t.only = append(t.only, an.Nodes...)
+		} else if t.only == nil {
+			t.only = make(map[string]int, len(an.Nodes))
+		}
+		for i, name := range an.Nodes {
+			w := 1
+			if an.Weights != nil {
+				w = an.Weights[i]
+			}
+			if w < 0 {
+				return fmt.Errorf("cloud announce: %s of %s: node %s has negative weight %d", an.Addr, an.Service, name, w)
+			}
+			t.only[name] = max(t.only[name], w)
 		}
 		desired[addr] = t
 	}
@@ -218,11 +233,6 @@ func (a *Announcer) Announce(ctx context.Context, set []model.Announcement) erro
 		t.services = slices.Compact(t.services)
 		if all[addr] {
 			t.only = nil
-		} else {
-			slices.Sort(t.only)
-			if t.only = slices.Compact(t.only); t.only == nil {
-				t.only = []string{}
-			}
 		}
 		desired[addr] = t
 	}
@@ -432,17 +442,19 @@ func (a *Announcer) planLocked() []op {
 }
 
 // bodyLocked returns the ensure body of a desired address: its Services
-// and the nodes it goes to.
+// and the nodes it goes to, with their weights.
 func (a *Announcer) bodyLocked(addr netip.Addr) []byte {
 	t := a.desired[addr]
 	nodes := a.nodes
+	weight := func(string) int { return 1 }
 	if t.only != nil {
 		nodes = slices.DeleteFunc(slices.Clone(a.nodes), func(n Node) bool {
-			_, found := slices.BinarySearch(t.only, n.Name)
+			_, found := t.only[n.Name]
 			return !found
 		})
+		weight = func(name string) int { return t.only[name] }
 	}
-	return encodeEnsure(addr, a.opts.NodeName, t.services, nodes)
+	return encodeEnsure(addr, a.opts.NodeName, t.services, nodes, weight)
 }
 
 // pass makes the calls the desired state needs. ok is false when one

@@ -34,8 +34,8 @@ var (
 	nodeB = cloud.Node{Name: "node-b", Addrs: []netip.Addr{netip.MustParseAddr("10.0.0.2")}}
 
 	// The same nodes as the contract spells them.
-	wireA = cloudtest.Node{Name: "node-a", Addresses: []string{"10.0.0.1", "fd00::1"}}
-	wireB = cloudtest.Node{Name: "node-b", Addresses: []string{"10.0.0.2"}}
+	wireA = cloudtest.Node{Name: "node-a", Addresses: []string{"10.0.0.1", "fd00::1"}, Weight: 1}
+	wireB = cloudtest.Node{Name: "node-b", Addresses: []string{"10.0.0.2"}, Weight: 1}
 )
 
 // recorder collects OnCall hooks.
@@ -633,5 +633,96 @@ func TestNodesOfAnnouncement(t *testing.T) {
 		if diff := cmp.Diff(s.wantReqs, methods(e.srv.Requests()[before:])); diff != "" {
 			t.Errorf("%s: requests (-want +got):\n%s", s.name, diff)
 		}
+	}
+}
+
+// TestWeightsFollowLocalEndpoints: each node of an ensure carries its
+// weight (model.Announcement.Weights: a node's ready endpoints of an
+// externalTrafficPolicy Local Service), a change of a weight alone
+// ensures that address again and only it, the same weights send nothing,
+// and an address without Nodes weighs every node 1.
+func TestWeightsFollowLocalEndpoints(t *testing.T) {
+	e := setup(t)
+	if err := e.a.SetNodes([]cloud.Node{nodeA, nodeB}); err != nil {
+		t.Fatal(err)
+	}
+	weighed := func(ip netip.Addr, svc model.ServiceKey, aw, bw int) model.Announcement {
+		a := an(ip, svc)
+		a.Nodes, a.Weights = []string{"node-a", "node-b"}, []int{aw, bw}
+		return a
+	}
+	w := func(n cloudtest.Node, weight int) cloudtest.Node { n.Weight = weight; return n }
+	steps := []struct {
+		name      string
+		set       []model.Announcement
+		wantNodes map[string][]cloudtest.Node
+		wantReqs  []string
+	}{
+		{
+			name: "weights by node; an address without Nodes weighs 1",
+			set:  []model.Announcement{weighed(ip4, web, 1, 3), an(ip6, api)},
+			wantNodes: map[string][]cloudtest.Node{
+				"203.0.113.10": {w(wireA, 1), w(wireB, 3)}, "2001:db8::10": {w(wireA, 1), w(wireB, 1)},
+			},
+			wantReqs: []string{"PUT /v1/addresses/203.0.113.10 Created", "PUT /v1/addresses/2001:db8::10 Created"},
+		},
+		{
+			name: "the same weights send nothing",
+			set:  []model.Announcement{weighed(ip4, web, 1, 3), an(ip6, api)},
+			wantNodes: map[string][]cloudtest.Node{
+				"203.0.113.10": {w(wireA, 1), w(wireB, 3)}, "2001:db8::10": {w(wireA, 1), w(wireB, 1)},
+			},
+		},
+		{
+			name: "node-a gains two endpoints: that address only is ensured again",
+			set:  []model.Announcement{weighed(ip4, web, 3, 3), an(ip6, api)},
+			wantNodes: map[string][]cloudtest.Node{
+				"203.0.113.10": {w(wireA, 3), w(wireB, 3)}, "2001:db8::10": {w(wireA, 1), w(wireB, 1)},
+			},
+			wantReqs: []string{"PUT /v1/addresses/203.0.113.10 OK"},
+		},
+		{
+			name: "Services sharing the address: each node's largest weight",
+			set:  []model.Announcement{weighed(ip4, web, 3, 3), weighed(ip4, api, 2, 5), an(ip6, api)},
+			wantNodes: map[string][]cloudtest.Node{
+				"203.0.113.10": {w(wireA, 3), w(wireB, 5)}, "2001:db8::10": {w(wireA, 1), w(wireB, 1)},
+			},
+			wantReqs: []string{"PUT /v1/addresses/203.0.113.10 OK"},
+		},
+	}
+	for _, s := range steps {
+		before := len(e.srv.Requests())
+		announce(t, e.a, s.set...)
+		if err := synced(t, e.a); err != nil {
+			t.Fatalf("%s: Synced: %v", s.name, err)
+		}
+		got := map[string][]cloudtest.Node{}
+		for addr, a := range e.srv.Addresses() {
+			got[addr] = a.Nodes
+		}
+		if diff := cmp.Diff(s.wantNodes, got); diff != "" {
+			t.Errorf("%s: nodes at the provider (-want +got):\n%s", s.name, diff)
+		}
+		if diff := cmp.Diff(s.wantReqs, methods(e.srv.Requests()[before:])); diff != "" {
+			t.Errorf("%s: requests (-want +got):\n%s", s.name, diff)
+		}
+	}
+
+	// Weights that do not match the nodes are refused, and the last
+	// good state stays.
+	before := len(e.srv.Requests())
+	bad := weighed(ip4, web, 1, 1)
+	bad.Weights = []int{1}
+	negative := weighed(ip4, web, -1, 1)
+	for _, set := range [][]model.Announcement{{bad}, {negative}} {
+		if err := e.a.Announce(context.Background(), set); err == nil || !strings.Contains(err.Error(), "weight") {
+			t.Errorf("Announce(%v) = %v, want an error about weights", set, err)
+		}
+	}
+	if err := synced(t, e.a); err != nil {
+		t.Fatal(err)
+	}
+	if got := methods(e.srv.Requests()[before:]); len(got) != 0 {
+		t.Errorf("refused announcements sent %v", got)
 	}
 }

@@ -22,7 +22,11 @@
 // mistake. An announcement that carries Nodes (model.Announcement.Nodes:
 // with externalTrafficPolicy Local, the nodes running a ready endpoint)
 // narrows its address to those of SetNodes' nodes; a change of them
-// ensures that address again.
+// ensures that address again. Each node goes with its weight
+// (model.Announcement.Weights: its ready endpoints with
+// externalTrafficPolicy Local, else 1), so that a provider able to weigh
+// backends sends each node its share; a change of weights alone ensures
+// that address again.
 //
 // The daemon should elect the cloud announcer like layer 2 (one owner per
 // address), so that one node calls per address; the owner field of the

@@ -55,9 +55,10 @@ func TestEncodeEnsureIsCanonical(t *testing.T) {
 	n2 := Node{Name: "a"}
 	web := model.ServiceKey{Namespace: "default", Name: "web"}
 	api := model.ServiceKey{Namespace: "shop", Name: "api"}
-	got := string(encodeEnsure(ip, "a", []model.ServiceKey{api, web, api}, []Node{n1, n2}))
+	weight := map[string]int{"a": 3, "b": 1}
+	got := string(encodeEnsure(ip, "a", []model.ServiceKey{api, web, api}, []Node{n1, n2}, func(n string) int { return weight[n] }))
 	want := `{"address":"2001:db8::10","owner":"a","services":["default/web","shop/api"],` +
-		`"nodes":[{"name":"a","addresses":[]},{"name":"b","addresses":["10.0.0.1","10.0.0.2"]}]}`
+		`"nodes":[{"name":"a","addresses":[],"weight":3},{"name":"b","addresses":["10.0.0.1","10.0.0.2"],"weight":1}]}`
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("body (-want +got):\n%s", diff)
 	}

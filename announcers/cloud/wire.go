@@ -29,6 +29,7 @@ type ensureBody struct {
 type wireNode struct {
 	Name      string   `json:"name"`
 	Addresses []string `json:"addresses"`
+	Weight    int      `json:"weight"`
 }
 
 // errorBody is the optional JSON body of an error response.
@@ -36,9 +37,9 @@ type errorBody struct {
 	Error string `json:"error"`
 }
 
-// encodeEnsure returns the canonical body for addr: sorted, so that
-// equal desired states give equal bytes.
-func encodeEnsure(addr netip.Addr, owner string, services []model.ServiceKey, nodes []Node) []byte {
+// encodeEnsure returns the canonical body for addr, each node with its
+// weight: sorted, so that equal desired states give equal bytes.
+func encodeEnsure(addr netip.Addr, owner string, services []model.ServiceKey, nodes []Node, weight func(node string) int) []byte {
 	b := ensureBody{Address: addr.String(), Owner: owner, Services: []string{}, Nodes: []wireNode{}}
 	for _, s := range services {
 		b.Services = append(b.Services, s.String())
@@ -46,7 +47,7 @@ func encodeEnsure(addr netip.Addr, owner string, services []model.ServiceKey, no
 	slices.Sort(b.Services)
 	b.Services = slices.Compact(b.Services)
 	for _, n := range nodes {
-		w := wireNode{Name: n.Name, Addresses: []string{}}
+		w := wireNode{Name: n.Name, Addresses: []string{}, Weight: weight(n.Name)}
 		for _, a := range n.Addrs {
 			w.Addresses = append(w.Addresses, a.String())
 		}

@@ -217,8 +217,8 @@ membership:
 
 // localTrafficPolicy checks, with both daemons running, that a
 // LoadBalancer Service with externalTrafficPolicy Local is ensured
-// towards the nodes running a ready endpoint only, following its
-// endpoints, then deletes it.
+// towards the nodes running a ready endpoint only, each weighed by its
+// ready endpoints, following its endpoints, then deletes it.
 func localTrafficPolicy(t *testing.T, client kubernetes.Interface, ns string, provider *cloudtest.Server) {
 	t.Helper()
 	ctx := t.Context()
@@ -237,8 +237,8 @@ func localTrafficPolicy(t *testing.T, client kubernetes.Interface, ns string, pr
 	ip := waitIngress(t, client, ns, "local")
 	// Only node-b is eligible: it owns the address and is its only backend.
 	poll(t, 30*time.Second, func() error {
-		if a := provider.Addresses()[ip]; a.Owner != "node-b" || nodeNames(a) != "node-b" {
-			return fmt.Errorf("provider's %s = %+v, want owner node-b fronting node-b only", ip, a)
+		if a := provider.Addresses()[ip]; a.Owner != "node-b" || nodeWeights(a) != "node-b=1" {
+			return fmt.Errorf("provider's %s = %+v, want owner node-b fronting node-b only, weight 1", ip, a)
 		}
 		return nil
 	})
@@ -257,17 +257,64 @@ func localTrafficPolicy(t *testing.T, client kubernetes.Interface, ns string, pr
 	}
 	moved := time.Now()
 	poll(t, 30*time.Second, func() error {
-		if a, ok := provider.Addresses()[ip]; !ok || nodeNames(a) != "node-a,node-b" {
-			return fmt.Errorf("provider's %s = %+v (present %v), want node-a and node-b", ip, a, ok)
+		if a, ok := provider.Addresses()[ip]; !ok || nodeWeights(a) != "node-a=1,node-b=1" {
+			return fmt.Errorf("provider's %s = %+v (present %v), want node-a and node-b, weight 1 each", ip, a, ok)
 		}
 		return nil
 	})
 	t.Logf("endpoint on node-a reached the provider's backends of %s after %s", ip, time.Since(moved).Round(time.Millisecond))
 
+	// Two more ready endpoints on node-b, and an unready one: node-b's
+	// weight alone changes, in one more ensure.
+	before := countPuts(provider, ip)
+	slice.Endpoints = append(slice.Endpoints,
+		discoveryv1.Endpoint{Addresses: []string{"10.1.1.3"}, NodeName: ptr("node-b"), Conditions: discoveryv1.EndpointConditions{Ready: ptr(true)}},
+		discoveryv1.Endpoint{Addresses: []string{"10.1.1.4"}, NodeName: ptr("node-b"), Conditions: discoveryv1.EndpointConditions{Ready: ptr(true)}},
+		discoveryv1.Endpoint{Addresses: []string{"10.1.1.5"}, NodeName: ptr("node-b"), Conditions: discoveryv1.EndpointConditions{Ready: ptr(false)}},
+	)
+	if _, err := client.DiscoveryV1().EndpointSlices(ns).Update(ctx, slice, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	grown := time.Now()
+	poll(t, 30*time.Second, func() error {
+		if a := provider.Addresses()[ip]; nodeWeights(a) != "node-a=1,node-b=3" {
+			return fmt.Errorf("provider's %s = %+v, want node-a weight 1, node-b weight 3", ip, a)
+		}
+		return nil
+	})
+	t.Logf("node-b's new endpoints reached the provider's weights of %s after %s", ip, time.Since(grown).Round(time.Millisecond))
+	// Nothing else changes: no more ensures than the one, even across the
+	// daemons' syncs that follow.
+	time.Sleep(2 * time.Second)
+	if n := countPuts(provider, ip) - before; n != 1 {
+		t.Errorf("%d ensures of %s for one change of weights, want 1", n, ip)
+	}
+
 	if err := client.CoreV1().Services(ns).Delete(ctx, "local", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitReleased(t, provider, ip)
+}
+
+// nodeWeights returns an address's backends as name=weight, joined by
+// commas.
+func nodeWeights(a cloudtest.Address) string {
+	var out []string
+	for _, n := range a.Nodes {
+		out = append(out, fmt.Sprintf("%s=%d", n.Name, n.Weight))
+	}
+	return strings.Join(out, ",")
+}
+
+// countPuts returns how many ensures of ip the provider received.
+func countPuts(p *cloudtest.Server, ip string) int {
+	n := 0
+	for _, r := range p.Requests() {
+		if r.Method == "PUT" && strings.HasSuffix(r.Path, "/"+ip) {
+			n++
+		}
+	}
+	return n
 }
 
 // nodeNames returns the names of an address's backends, joined by commas.

@@ -17,6 +17,12 @@ import (
 	"github.com/switchyard-lb/switchyard/core/model"
 )
 
+// MaxWeight caps the X-Load-Balancing-Endpoint-Weight header: Google
+// Cloud's weighted load balancing reads integers from 0 to 1000, and while
+// one backend reports a weight it cannot read it weighs every backend
+// equally.
+const MaxWeight = 1000
+
 // Port is what one Service's health check serves.
 type Port struct {
 	Port           uint16
@@ -223,8 +229,9 @@ func (h handler) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
-	// As kube-proxy: load balancers that weigh nodes read the count here.
-	w.Header().Set("X-Load-Balancing-Endpoint-Weight", strconv.Itoa(count))
+	// As kube-proxy (v1.28+): load balancers that weigh nodes read the
+	// count here, within the range they accept.
+	w.Header().Set("X-Load-Balancing-Endpoint-Weight", strconv.Itoa(min(count, MaxWeight)))
 	w.WriteHeader(statusFor(count, r.ServiceProxyHealthy))
 	_, _ = w.Write(body)
 }

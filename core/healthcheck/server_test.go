@@ -76,6 +76,13 @@ func ok(key model.ServiceKey, n int) answer {
 	return answer{200, "application/json", "nosniff", strconv.Itoa(n), body(key, n, true)}
 }
 
+// capped is ok with more endpoints than the weight header carries.
+func capped(key model.ServiceKey, n int) answer {
+	a := ok(key, n)
+	a.Weight = strconv.Itoa(healthcheck.MaxWeight)
+	return a
+}
+
 func unavailable(key model.ServiceKey, n int, healthy bool) answer {
 	return answer{503, "application/json", "nosniff", strconv.Itoa(n), body(key, n, healthy)}
 }
@@ -110,6 +117,16 @@ func TestSyncScenario(t *testing.T) {
 		}, []probe{
 			{p1, "/", unavailable(web, 0, true)},
 			{p2, "/", refused},
+		}},
+		{"endpoints come and go: the count and weight follow", map[model.ServiceKey]healthcheck.Port{
+			web: {Port: p1, LocalEndpoints: 3},
+		}, []probe{
+			{p1, "/", ok(web, 3)},
+		}},
+		{"more endpoints than Google Cloud's weights reach: the weight is capped, the count is not", map[model.ServiceKey]healthcheck.Port{
+			web: {Port: p1, LocalEndpoints: 1500},
+		}, []probe{
+			{p1, "/", capped(web, 1500)},
 		}},
 		{"port changes", map[model.ServiceKey]healthcheck.Port{
 			web: {Port: p3, LocalEndpoints: 1},

@@ -12,10 +12,11 @@ import (
 // Cloud is the cloud announcer type: a provider's load balancer driven
 // through a webhook (announcers/cloud). The load balancer sends traffic
 // to other nodes, so each address goes only to the nodes serving it
-// (with externalTrafficPolicy Local, those with a ready endpoint), among
-// the ready nodes its node selector picks. The webhook calls happen in
-// the background: their failures reach the Events through Env.Result.
-// It never makes the pod unready (see announcerHealth).
+// (with externalTrafficPolicy Local, those with a ready endpoint, each
+// weighed by its ready endpoints), among the ready nodes its node
+// selector picks. The webhook calls happen in the background: their
+// failures reach the Events through Env.Result. It never makes the pod
+// unready (see announcerHealth).
 var Cloud = Type{Mode: election.Layer2, WithNodes: true, Async: true, New: newCloud}
 
 func newCloud(_ context.Context, env Env, ac config.Announcer) (*Instance, error) {

@@ -179,10 +179,20 @@ type Announcement struct {
 	// announcer, which sends traffic to other nodes; nil leaves the
 	// choice of nodes to the announcer.
 	Nodes []string
+	// Weights, set with Nodes, holds each node's weight toward the
+	// external balancer (Weights[i] is Nodes[i]'s): the share of new
+	// connections it should get, over every Service sharing the address
+	// like Nodes. For a Service with externalTrafficPolicy Local it is the
+	// node's ready endpoints of it (ReadyPerNode, the count its health
+	// check reports); for a Cluster Service, where every node spreads
+	// over all endpoints anyway, 1. A node the Services weigh differently
+	// gets the largest weight.
+	Weights []int
 }
 
 // Equal reports whether two announcements ask for the same thing.
 func (a Announcement) Equal(o Announcement) bool {
 	return a.Addr == o.Addr && a.Service == o.Service &&
-		(a.Nodes == nil) == (o.Nodes == nil) && slices.Equal(a.Nodes, o.Nodes)
+		(a.Nodes == nil) == (o.Nodes == nil) && slices.Equal(a.Nodes, o.Nodes) &&
+		slices.Equal(a.Weights, o.Weights)
 }

@@ -1,6 +1,7 @@
 package reconcile
 
 import (
+	"maps"
 	"net/netip"
 	"slices"
 
@@ -10,32 +11,32 @@ import (
 )
 
 // electionInfo is what election needs of a Service beyond its plan:
-// its externalTrafficPolicy and the nodes running a ready endpoint.
+// its externalTrafficPolicy and the ready endpoints on each node.
 type electionInfo struct {
-	policy     model.TrafficPolicy
-	readyNodes map[string]bool
+	policy model.TrafficPolicy
+	ready  map[string]int // model.ReadyPerNode
 }
 
 // electionInfoOf derives a Service's electionInfo from the watch's view.
 func electionInfoOf(st model.ServiceState) electionInfo {
-	info := electionInfo{policy: st.Service.ExternalTrafficPolicy}
-	for _, e := range st.Endpoints {
-		if e.Ready && e.NodeName != "" {
-			if info.readyNodes == nil {
-				info.readyNodes = make(map[string]bool)
-			}
-			info.readyNodes[e.NodeName] = true
-		}
+	return electionInfo{policy: st.Service.ExternalTrafficPolicy, ready: model.ReadyPerNode(st.Endpoints)}
+}
+
+// weight is node's weight toward an external balancer for the Service,
+// when the node is eligible for it (model.Announcement.Weights).
+func (info electionInfo) weight(node string) int {
+	if info.policy == model.PolicyLocal {
+		return info.ready[node]
 	}
-	return info
+	return 1
 }
 
 // elect returns the announcements of want (sorted) that self makes
 // through ea: those of addresses ea serves and self wins among nodes.
 // Services missing from infos elect as Cluster Services without ready
 // endpoints. With ea.WithNodes each announcement carries the nodes that
-// serve its address. It is pure: the same inputs give the same set on
-// every node.
+// serve its address and their weights. It is pure: the same inputs give
+// the same set on every node.
 func elect(ea *plugin.ElectedAnnouncer, self string, nodes map[string]*model.Node, infos map[model.ServiceKey]electionInfo, alive election.AliveFunc, want []model.Announcement) []model.Announcement {
 	names := make([]string, 0, len(nodes))
 	for name := range nodes {
@@ -50,7 +51,7 @@ func elect(ea *plugin.ElectedAnnouncer, self string, nodes map[string]*model.Nod
 		info := infos[k]
 		in := &election.Input{Selector: ea.Selector, TrafficPolicy: info.policy, Alive: alive}
 		for _, name := range names {
-			in.Nodes = append(in.Nodes, election.CandidateFrom(nodes[name], info.readyNodes[name]))
+			in.Nodes = append(in.Nodes, election.CandidateFrom(nodes[name], info.ready[name] > 0))
 		}
 		inputs[k] = in
 		return in
@@ -65,33 +66,52 @@ func elect(ea *plugin.ElectedAnnouncer, self string, nodes map[string]*model.Nod
 		}
 	}
 	if ea.WithNodes && len(out) > 0 {
-		serving := servingNodes(out, want, input)
+		serving := servingNodes(out, want, infos, input)
 		for i := range out {
-			out[i].Nodes = serving[out[i].Addr]
+			s := serving[out[i].Addr]
+			out[i].Nodes, out[i].Weights = s.nodes, s.weights
 		}
 	}
 	return out
 }
 
+// serving is the nodes an address's traffic goes to, sorted, and their
+// weights (model.Announcement's Nodes and Weights).
+type serving struct {
+	nodes   []string
+	weights []int
+}
+
 // servingNodes returns, for each address announced, the union of the
-// nodes eligible for the Services of want sharing it, sorted and never
-// nil. The announcements share these slices: they are read-only.
-func servingNodes(announced, want []model.Announcement, input func(model.ServiceKey) *election.Input) map[netip.Addr][]string {
-	out := make(map[netip.Addr][]string)
+// nodes eligible for the Services of want sharing it, never nil, each
+// with the largest weight a Service gives it. The announcements share
+// these slices: they are read-only.
+func servingNodes(announced, want []model.Announcement, infos map[model.ServiceKey]electionInfo, input func(model.ServiceKey) *election.Input) map[netip.Addr]serving {
+	weights := make(map[netip.Addr]map[string]int)
 	for _, a := range announced {
-		out[a.Addr] = nil
+		weights[a.Addr] = map[string]int{}
 	}
 	for _, a := range want {
-		if names, ok := out[a.Addr]; ok {
-			out[a.Addr] = append(names, election.Eligible(input(a.Service))...)
+		w, ok := weights[a.Addr]
+		if !ok {
+			continue
+		}
+		info := infos[a.Service]
+		for _, name := range election.Eligible(input(a.Service)) {
+			w[name] = max(w[name], info.weight(name))
 		}
 	}
-	for addr, names := range out {
-		slices.Sort(names)
-		if names = slices.Compact(names); names == nil {
-			names = []string{} // asked for, and none: not "unset"
+	out := make(map[netip.Addr]serving, len(weights))
+	for addr, w := range weights {
+		s := serving{nodes: slices.Sorted(maps.Keys(w))}
+		if s.nodes == nil {
+			s.nodes = []string{} // asked for, and none: not "unset"
 		}
-		out[addr] = names
+		s.weights = make([]int, len(s.nodes))
+		for i, name := range s.nodes {
+			s.weights[i] = w[name]
+		}
+		out[addr] = s
 	}
 	return out
 }

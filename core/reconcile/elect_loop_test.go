@@ -155,9 +155,10 @@ func TestLoopElectsOneLayer2Owner(t *testing.T) {
 }
 
 // TestLoopReannouncesWhenServingNodesChange: with WithNodes, an
-// announcement carries the nodes serving its address, and the announcer
-// is called again when only they change (an endpoint of an
-// externalTrafficPolicy Local Service appears on another node).
+// announcement carries the nodes serving its address and their weights,
+// and the announcer is called again when only they change (an endpoint of
+// an externalTrafficPolicy Local Service appears on another node, or a
+// node's count of ready endpoints changes), and not when nothing did.
 func TestLoopReannouncesWhenServingNodesChange(t *testing.T) {
 	nodes := map[string]*model.Node{
 		"node-a": {Name: "node-a", Ready: true},
@@ -185,6 +186,9 @@ func TestLoopReannouncesWhenServingNodesChange(t *testing.T) {
 			Announcer: ann, Mode: election.Layer2, WithNodes: true,
 		}},
 	})
+	to := func(nodes []string, weights ...int) [][]model.Announcement {
+		return [][]model.Announcement{{{Addr: addr, Service: lbKey, Nodes: nodes, Weights: weights}}}
+	}
 	steps := []struct {
 		name      string
 		push      model.Delta
@@ -194,16 +198,26 @@ func TestLoopReannouncesWhenServingNodesChange(t *testing.T) {
 			model.Delta{Nodes: nodes, Services: map[model.ServiceKey]model.ServiceState{
 				lbKey: lbLocal(lbKey, "10.96.0.20", addr.String(), ep("10.1.0.2:8080", "node-b")),
 			}},
-			[][]model.Announcement{{{Addr: addr, Service: lbKey, Nodes: []string{"node-b"}}}}},
+			to([]string{"node-b"}, 1)},
 		{"an endpoint appears on node-a",
 			model.Delta{Services: map[model.ServiceKey]model.ServiceState{
 				lbKey: lbLocal(lbKey, "10.96.0.20", addr.String(), ep("10.1.0.1:8080", "node-a"), ep("10.1.0.2:8080", "node-b")),
 			}},
-			[][]model.Announcement{{{Addr: addr, Service: lbKey, Nodes: []string{"node-a", "node-b"}}}}},
+			to([]string{"node-a", "node-b"}, 1, 1)},
 		{"nothing changes: no call", model.Delta{}, [][]model.Announcement{}},
+		{"a second endpoint on node-b: only its weight changes",
+			model.Delta{Services: map[model.ServiceKey]model.ServiceState{
+				lbKey: lbLocal(lbKey, "10.96.0.20", addr.String(), ep("10.1.0.1:8080", "node-a"), ep("10.1.0.2:8080", "node-b"), ep("10.1.0.3:8080", "node-b")),
+			}},
+			to([]string{"node-a", "node-b"}, 1, 2)},
+		{"the same endpoints again (a resync): no call",
+			model.Delta{Services: map[model.ServiceKey]model.ServiceState{
+				lbKey: lbLocal(lbKey, "10.96.0.20", addr.String(), ep("10.1.0.1:8080", "node-a"), ep("10.1.0.2:8080", "node-b"), ep("10.1.0.3:8080", "node-b")),
+			}},
+			[][]model.Announcement{}},
 		{"node-a NotReady",
 			model.Delta{Nodes: map[string]*model.Node{"node-a": {Name: "node-a"}}},
-			[][]model.Announcement{{{Addr: addr, Service: lbKey, Nodes: []string{"node-b"}}}}},
+			to([]string{"node-b"}, 2)},
 	}
 	for _, s := range steps {
 		before := len(ann.Calls())

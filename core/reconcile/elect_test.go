@@ -9,6 +9,7 @@ import (
 
 	"github.com/switchyard-lb/switchyard/core/election"
 	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/core/plan"
 	"github.com/switchyard-lb/switchyard/core/plugin"
 )
 
@@ -42,7 +43,7 @@ func TestElect(t *testing.T) {
 	two := map[string]*model.Node{"node-a": node("node-a", true), "node-b": node("node-b", true)}
 	infos := map[model.ServiceKey]electionInfo{
 		web:   {},
-		local: {policy: model.PolicyLocal, readyNodes: map[string]bool{"node-b": true}},
+		local: {policy: model.PolicyLocal, ready: map[string]int{"node-b": 1}},
 	}
 	inPool := func(a netip.Addr) bool { return netip.MustParsePrefix("192.0.2.0/24").Contains(a) }
 	// The owners the pure election picks among two ready nodes.
@@ -106,12 +107,14 @@ func TestElect(t *testing.T) {
 
 func TestElectionInfoOf(t *testing.T) {
 	svc := &model.Service{ExternalTrafficPolicy: model.PolicyLocal}
+	ip := netip.MustParseAddr
 	got := electionInfoOf(model.ServiceState{Service: svc, Endpoints: []model.Endpoint{
-		{NodeName: "node-a", Ready: true},
-		{NodeName: "node-b", Ready: false, Serving: true, Terminating: true},
-		{NodeName: "", Ready: true},
+		{Addr: ip("10.0.0.1"), NodeName: "node-a", Ready: true},
+		{Addr: ip("10.0.0.2"), NodeName: "node-a", Ready: true},
+		{Addr: ip("10.0.0.3"), NodeName: "node-b", Ready: false, Serving: true, Terminating: true},
+		{Addr: ip("10.0.0.4"), NodeName: "", Ready: true},
 	}})
-	want := electionInfo{policy: model.PolicyLocal, readyNodes: map[string]bool{"node-a": true}}
+	want := electionInfo{policy: model.PolicyLocal, ready: map[string]int{"node-a": 2}}
 	if diff := cmp.Diff(want, got, cmp.AllowUnexported(electionInfo{})); diff != "" {
 		t.Errorf("electionInfoOf (-want +got):\n%s", diff)
 	}
@@ -132,16 +135,26 @@ func TestElectWithNodes(t *testing.T) {
 	}
 	three := map[string]*model.Node{"node-a": node("node-a"), "node-b": node("node-b"), "node-c": node("node-c", "edge", "false")}
 	infos := map[model.ServiceKey]electionInfo{
-		web:    {readyNodes: map[string]bool{"node-c": true}},
-		local:  {policy: model.PolicyLocal, readyNodes: map[string]bool{"node-b": true}},
-		shared: {policy: model.PolicyLocal, readyNodes: map[string]bool{"node-a": true, "node-b": true}},
+		web:    {ready: map[string]int{"node-c": 1}},
+		local:  {policy: model.PolicyLocal, ready: map[string]int{"node-b": 3}},
+		shared: {policy: model.PolicyLocal, ready: map[string]int{"node-a": 2, "node-b": 1}},
 	}
 	// BGP makes every eligible node announce, so self's winning does not
 	// depend on the hash; Layer2 is covered by the Local cases, where
 	// self is the only eligible node.
 	bgp := plugin.ElectedAnnouncer{Mode: election.BGP, WithNodes: true}
-	an := func(a netip.Addr, k model.ServiceKey, nodes ...string) model.Announcement {
-		return model.Announcement{Addr: a, Service: k, Nodes: nodes}
+	an := func(a netip.Addr, k model.ServiceKey) model.Announcement {
+		return model.Announcement{Addr: a, Service: k}
+	}
+	// to returns the announcement of a to nodes given as name, weight,
+	// name, weight...
+	to := func(a netip.Addr, k model.ServiceKey, nodes ...any) model.Announcement {
+		out := model.Announcement{Addr: a, Service: k, Nodes: []string{}, Weights: []int{}}
+		for i := 0; i < len(nodes); i += 2 {
+			out.Nodes = append(out.Nodes, nodes[i].(string))
+			out.Weights = append(out.Weights, nodes[i+1].(int))
+		}
+		return out
 	}
 	tests := []struct {
 		name  string
@@ -154,27 +167,30 @@ func TestElectWithNodes(t *testing.T) {
 	}{
 		{"without WithNodes, Nodes stays nil", plugin.ElectedAnnouncer{Mode: election.BGP}, "node-a", three, nil,
 			[]model.Announcement{an(addr, web)}, []model.Announcement{an(addr, web)}},
-		{"Cluster: every eligible node", bgp, "node-a", three, nil,
-			[]model.Announcement{an(addr, web, "node-a", "node-b", "node-c")}, []model.Announcement{an(addr, web)}},
+		{"Cluster: every eligible node, weight 1", bgp, "node-a", three, nil,
+			[]model.Announcement{to(addr, web, "node-a", 1, "node-b", 1, "node-c", 1)}, []model.Announcement{an(addr, web)}},
 		{"Cluster: a node dead by gossip is left out", bgp, "node-a", three,
 			func(n string) (bool, bool) { return n != "node-b", true },
-			[]model.Announcement{an(addr, web, "node-a", "node-c")}, []model.Announcement{an(addr, web)}},
+			[]model.Announcement{to(addr, web, "node-a", 1, "node-c", 1)}, []model.Announcement{an(addr, web)}},
 		{"Cluster: the node selector limits the nodes", plugin.ElectedAnnouncer{Mode: election.BGP, WithNodes: true, Selector: labels{"edge": "false"}},
 			"node-c", three, nil,
-			[]model.Announcement{an(addr, web, "node-c")}, []model.Announcement{an(addr, web)}},
-		{"Local: only nodes with a ready endpoint", plugin.ElectedAnnouncer{Mode: election.Layer2, WithNodes: true}, "node-b", three, nil,
-			[]model.Announcement{an(addr, local, "node-b")}, []model.Announcement{an(addr, local)}},
+			[]model.Announcement{to(addr, web, "node-c", 1)}, []model.Announcement{an(addr, web)}},
+		{"Local: only nodes with a ready endpoint, weighed by their ready endpoints", plugin.ElectedAnnouncer{Mode: election.Layer2, WithNodes: true}, "node-b", three, nil,
+			[]model.Announcement{to(addr, local, "node-b", 3)}, []model.Announcement{an(addr, local)}},
 		{"Local: a node without endpoint announces nothing", plugin.ElectedAnnouncer{Mode: election.Layer2, WithNodes: true}, "node-a", three, nil,
 			[]model.Announcement{}, []model.Announcement{an(addr, local)}},
-		{"shared address: the union over its Services, on each announcement", bgp, "node-b", three, nil,
-			[]model.Announcement{an(addr, local, "node-a", "node-b"), an(addr, shared, "node-a", "node-b")},
+		{"Local: a node dead by gossip is left out", bgp, "node-b", three,
+			func(n string) (bool, bool) { return n != "node-a", true },
+			[]model.Announcement{to(addr, shared, "node-b", 1)}, []model.Announcement{an(addr, shared)}},
+		{"shared address: the union over its Services, each node's largest weight, on each announcement", bgp, "node-b", three, nil,
+			[]model.Announcement{to(addr, local, "node-a", 2, "node-b", 3), to(addr, shared, "node-a", 2, "node-b", 3)},
 			[]model.Announcement{an(addr, local), an(addr, shared)}},
 		{"shared address: a Cluster Service brings every eligible node", bgp, "node-b", three, nil,
-			[]model.Announcement{an(addr, local, "node-a", "node-b", "node-c"), an(addr, web, "node-a", "node-b", "node-c")},
+			[]model.Announcement{to(addr, local, "node-a", 1, "node-b", 3, "node-c", 1), to(addr, web, "node-a", 1, "node-b", 3, "node-c", 1)},
 			[]model.Announcement{an(addr, local), an(addr, web)}},
 		{"addresses are unioned separately; unserved ones do not count", plugin.ElectedAnnouncer{Mode: election.BGP, WithNodes: true, Serves: netip.MustParsePrefix("192.0.2.0/24").Contains},
 			"node-b", three, nil,
-			[]model.Announcement{an(addr, local, "node-b")},
+			[]model.Announcement{to(addr, local, "node-b", 3)},
 			[]model.Announcement{an(addr, local), an(outside, web)}},
 	}
 	for _, tt := range tests {
@@ -188,5 +204,41 @@ func TestElectWithNodes(t *testing.T) {
 				t.Errorf("a second election gave %v, the first %v", again, got)
 			}
 		})
+	}
+}
+
+// TestWeightIsTheHealthCheckCount: the weight the owner sends for a node
+// of an externalTrafficPolicy Local Service is the count that node's own
+// health check reports (its plan's LocalEndpoints), whatever the
+// endpoints: the webhook and the health check header never disagree.
+func TestWeightIsTheHealthCheckCount(t *testing.T) {
+	key := model.ServiceKey{Namespace: "default", Name: "lb"}
+	ip := netip.MustParseAddr
+	e := func(addr string, port uint16, node string, ready bool) model.Endpoint {
+		return model.Endpoint{Addr: ip(addr), Port: port, PortName: "http", Protocol: model.TCP, NodeName: node, Ready: ready, Serving: true}
+	}
+	sets := map[string][]model.Endpoint{
+		"none":                     nil,
+		"spread":                   {e("10.1.0.1", 8080, "node-a", true), e("10.1.0.2", 8080, "node-b", true), e("10.1.0.3", 8080, "node-b", true)},
+		"not ready and nodeless":   {e("10.1.0.1", 8080, "node-a", false), e("10.1.0.2", 8080, "", true), e("10.1.0.3", 8080, "node-b", true)},
+		"one address on two ports": {e("10.1.0.1", 8080, "node-a", true), e("10.1.0.1", 8081, "node-a", true)},
+		"dual-stack":               {e("10.1.0.1", 8080, "node-a", true), e("fd00::1", 8080, "node-a", true), e("fd00::2", 8080, "node-a", true)},
+	}
+	for name, eps := range sets {
+		st := model.ServiceState{
+			Service: &model.Service{Key: key, Type: model.LoadBalancer,
+				ClusterIPs:            []netip.Addr{ip("10.96.0.1"), ip("fd00:96::1")},
+				Ports:                 []model.ServicePort{{Name: "http", Protocol: model.TCP, Port: 80, NodePort: 30080}},
+				ExternalTrafficPolicy: model.PolicyLocal, HealthCheckNodePort: 32000},
+			Endpoints: eps,
+		}
+		info := electionInfoOf(st)
+		for _, node := range []string{"node-a", "node-b", "node-c"} {
+			p := plan.New(plan.Options{})
+			p.Update(&model.Node{Name: node, Ready: true}, map[model.ServiceKey]model.ServiceState{key: st})
+			if got, want := info.weight(node), p.Plan().Services[key].LocalEndpoints; got != want {
+				t.Errorf("%s: %s weighs %d, its health check counts %d", name, node, got, want)
+			}
+		}
 	}
 }

@@ -23,6 +23,8 @@ type Address struct {
 type Node struct {
 	Name      string   `json:"name"`
 	Addresses []string `json:"addresses"`
+	// Weight is the node's share of the address's new connections.
+	Weight int `json:"weight"`
 }
 
 // Request is a request the server received.
@@ -207,6 +209,11 @@ func (s *Server) apply(r *http.Request, body []byte) (int, string) {
 		}
 		if a.Address != raw || a.Owner == "" || a.Services == nil || a.Nodes == nil {
 			return http.StatusUnprocessableEntity, "address, owner, services and nodes are required"
+		}
+		for _, n := range a.Nodes {
+			if n.Weight < 0 {
+				return http.StatusUnprocessableEntity, "node " + n.Name + ": negative weight"
+			}
 		}
 		_, existed := s.addresses[raw]
 		s.addresses[raw] = a
