@@ -522,9 +522,9 @@ func (s *Stage) evaluate(ctx context.Context, now time.Time, node *model.Node, j
 				continue
 			}
 			if out.failure == nil {
-				out.failure, out.failReason = fmt.Errorf("port %s: %w", portLabel(vs), err), s.classify(err)
+				out.failure, out.failReason = fmt.Errorf("port %s: %w", portLabel(vs), err), plugin.FailureReason(err)
 			}
-			s.m.Failures.WithLabelValues(j.name, s.classify(err)).Inc()
+			s.m.Failures.WithLabelValues(j.name, plugin.FailureReason(err)).Inc()
 		}
 		// Fall back: the last good decision when it covers the same
 		// endpoints, else the planner's uniform weights.
@@ -589,7 +589,7 @@ func (s *Stage) evaluateGroup(ctx context.Context, name string, pol plugin.Polic
 	res, err := safeEvaluate(ctx, pol, in)
 	s.m.Duration.WithLabelValues(name).Observe(time.Since(start).Seconds())
 	if err == nil {
-		err = checkResult(in, res, s.schedulers)
+		err = plugin.CheckResult(res, len(in.Endpoints), s.schedulers)
 	}
 	if err == nil && ctx.Err() != nil {
 		err = fmt.Errorf("policy returned after its deadline of %v: %w", s.deadline, context.DeadlineExceeded)
@@ -615,37 +615,6 @@ func safeEvaluate(ctx context.Context, pol plugin.Policy, in *plugin.PolicyInput
 		}
 	}()
 	return pol.Evaluate(ctx, in)
-}
-
-// errInvalidResult marks a result the stage refuses.
-var errInvalidResult = errors.New("invalid policy result")
-
-// maxWeight is the largest weight IPVS accepts (a signed 32-bit value).
-const maxWeight = 1<<31 - 1
-
-func checkResult(in *plugin.PolicyInput, res plugin.PolicyResult, schedulers plugin.SchedulerSet) error {
-	if len(res.Weights) != len(in.Endpoints) {
-		return fmt.Errorf("%w: %d weights for %d endpoints", errInvalidResult, len(res.Weights), len(in.Endpoints))
-	}
-	for i, w := range res.Weights {
-		if w > maxWeight {
-			return fmt.Errorf("%w: weight %d of endpoint %d is above %d", errInvalidResult, w, i, maxWeight)
-		}
-	}
-	if res.Scheduler != "" && !schedulers.SupportsScheduler(res.Scheduler) {
-		return fmt.Errorf("%w: scheduler %q is not one the dataplane supports", errInvalidResult, res.Scheduler)
-	}
-	if res.Reevaluate < 0 {
-		return fmt.Errorf("%w: negative re-evaluation interval %v", errInvalidResult, res.Reevaluate)
-	}
-	return nil
-}
-
-func (s *Stage) classify(err error) string {
-	if errors.Is(err, errInvalidResult) {
-		return plugin.FailureInvalidOutput
-	}
-	return plugin.FailureReason(err)
 }
 
 // report updates k's PolicyReady condition and sends Events when it

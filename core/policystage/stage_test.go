@@ -332,6 +332,26 @@ func TestPolicyFailures(t *testing.T) {
 	}
 }
 
+// TestPolicyInvalidResultAllProblems: an in-process policy's invalid
+// result is reported with every problem at once, behind one "invalid
+// policy output" prefix, as a WebAssembly module's invalid output is.
+func TestPolicyInvalidResultAllProblems(t *testing.T) {
+	h := newPolicyHarness(t, 0)
+	h.pols.Set("weights", plugintest.NewFunc("weights", func(context.Context, *plugin.PolicyInput) (plugin.PolicyResult, error) {
+		return plugin.PolicyResult{Weights: []uint32{1 << 31, 1, 2}, Scheduler: "fastest", Reevaluate: -time.Second}, nil
+	}), nil, nil)
+	h.start(t)
+	c := h.rep.Conditions()[webKey]
+	want := "policy weights: port http/TCP: invalid policy output: 3 weights for 2 endpoints; weight 2147483648 of endpoint 0 above 2147483647; " +
+		`scheduler "fastest" is not one the dataplane supports; negative re-evaluation interval -1s`
+	if c.Ready || c.Reason != "InvalidOutput" || c.Message != want {
+		t.Errorf("web's PolicyReady = %+v, want False, InvalidOutput, message\n%s", c, want)
+	}
+	if got := testutil.ToFloat64(h.pm.Failures.WithLabelValues("weights", plugin.FailureInvalidOutput)); got != 1 {
+		t.Errorf("failures{weights,invalid_output} = %v, want 1", got)
+	}
+}
+
 // TestPolicyReevaluation checks the statistics tick and a policy's
 // Reevaluate interval.
 func TestPolicyReevaluation(t *testing.T) {
