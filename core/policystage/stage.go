@@ -165,6 +165,11 @@ type Stage struct {
 	// stats is the last read of cfg.Stats, taken on the statistics tick.
 	stats        map[model.VirtualServiceKey]map[netip.AddrPort]plugin.EndpointStats
 	statsFailing bool // the last read failed
+	// loadCounted holds the policies whose current load failure has been
+	// counted: a failure is counted once per policy and outcome (a new
+	// version that fails too is a new outcome, Policies.Changed), not
+	// at every evaluation of every Service that uses the policy.
+	loadCounted map[string]bool
 	// weighted is the plan Weigh hands out: the planner's plans, with
 	// the policies' weights and schedulers. It is the map of the
 	// returned model.Plan, so it stays apart from services.
@@ -181,6 +186,8 @@ func New(cfg Config) *Stage {
 		workers:  cfg.Workers,
 		services: make(map[model.ServiceKey]*service),
 		weighted: make(map[model.ServiceKey]*model.ServicePlan),
+
+		loadCounted: make(map[string]bool),
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -272,6 +279,9 @@ func (s *Stage) Weigh(ctx context.Context, r Round) ([]model.ServiceKey, *model.
 	}
 	s.touched = s.touched[:0]
 	if names := s.cfg.Policies.Changed(); len(names) > 0 {
+		for _, n := range names {
+			delete(s.loadCounted, n)
+		}
 		for k, sv := range s.services {
 			if sv.policy != "" && slices.Contains(names, sv.policy) {
 				dirty[k] = true
@@ -491,9 +501,8 @@ func (s *Stage) evaluate(ctx context.Context, now time.Time, node *model.Node, j
 				fallbacks: []string{"every port: uniform weights"}}
 		}
 	}()
-	if j.err != nil {
+	if j.err != nil { // counted by commit, once per failure
 		out.failure, out.failReason = j.err, plugin.FailureLoad
-		s.m.Failures.WithLabelValues(j.name, plugin.FailureLoad).Inc()
 	}
 	decisions := make(map[groupKey]decision)
 	good := j.good
@@ -566,6 +575,13 @@ func (s *Stage) commit(now time.Time, j *evalJob) *model.ServicePlan {
 	}
 	if errors.Is(j.err, plugin.ErrNoPolicy) {
 		sv.lastGood = nil
+	}
+	switch {
+	case j.err == nil:
+		delete(s.loadCounted, j.name)
+	case !s.loadCounted[j.name]:
+		s.loadCounted[j.name] = true
+		s.m.Failures.WithLabelValues(j.name, plugin.FailureLoad).Inc()
 	}
 	b, ok := j.pol.(plugin.StatsBlind)
 	sv.blind = ok && j.err == nil && b.IgnoresStats()
