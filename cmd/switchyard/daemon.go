@@ -138,6 +138,7 @@ func openIPVS(cfg *config.Config, log *slog.Logger) (plugin.Dataplane, error) {
 func runDaemon(ctx context.Context, dc daemonConfig) (err error) {
 	log := dc.Log
 	cfg := dc.Watcher.Config()
+	warnDeprecated(log, dc.Watcher)
 	dpCfg := cfg.Dataplane
 	if dc.NewDataplane == nil {
 		dc.NewDataplane = newDataplane
@@ -306,7 +307,12 @@ func runDaemon(ctx context.Context, dc daemonConfig) (err error) {
 	wg.Go(func() { policies.Run(ctx) })
 	wg.Go(func() { reporter.Run(ctx) })
 	wg.Go(func() { tick(ctx, cfg.Policies.StatisticsInterval.Std(), r.Trigger) })
-	wg.Go(func() { dc.Watcher.Run(ctx, dc.ConfigPollInterval, reload.apply, reload.reject) })
+	wg.Go(func() {
+		dc.Watcher.Run(ctx, dc.ConfigPollInterval, func(next *config.Config) {
+			warnDeprecated(log, dc.Watcher)
+			reload.apply(next)
+		}, reload.reject)
+	})
 
 	select {
 	case <-ctx.Done():
@@ -433,6 +439,14 @@ func withLive(cur, next *config.Config) *config.Config {
 	c.Policies.Default = next.Policies.Default
 	c.Pools = next.Pools
 	return &c
+}
+
+// warnDeprecated logs the deprecation warning the config file w last
+// read deserves, if any: once per read, at start and on each reload.
+func warnDeprecated(log *slog.Logger, w *config.Watcher) {
+	if d := w.Deprecation(); d != "" {
+		log.Warn("config file in a deprecated format", "warning", d)
+	}
 }
 
 func (rl *reloader) reject(err error) {
