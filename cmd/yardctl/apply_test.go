@@ -272,6 +272,10 @@ func TestApplyNeedsACluster(t *testing.T) {
 	if code != exitUsage || !strings.Contains(errOut, "not a valid ConfigMap name") {
 		t.Errorf("apply --name Zone_A = %d, stderr %q, want the name refused first", code, errOut)
 	}
+	code, _, errOut = yardctl(t, "policy", "apply", zoneAware, "--name", "zone", "--lang", "go")
+	if code != exitUsage || !strings.Contains(errOut, "build a policy's source; "+zoneAware+" is a module") {
+		t.Errorf("apply MODULE --lang go = %d, stderr %q, want the build flag refused", code, errOut)
+	}
 	code, out, _ := yardctl(t, "policy", "apply", zoneAware, "--name", "zone", "-o", "json")
 	var res struct {
 		Error    string `json:"error"`
@@ -285,3 +289,127 @@ func TestApplyNeedsACluster(t *testing.T) {
 // generousTestDeadline is the evaluation deadline of the tests that call
 // packFile directly: a loaded machine must not fail them.
 const generousTestDeadline = 2 * time.Minute
+
+// TestApplyWatchSource checks the edit loop from a policy's source: apply
+// --watch builds the Go source with policy build's own code, checks the
+// module against the example's expectation scenarios and applies it; an
+// edit that misses the expectations, and one that does not compile, are
+// reported and nothing is applied; the next good edit is built, checked
+// and applied. Each round says what it did. It runs the Go compiler four
+// times, too slow under the race detector: make test-unit runs it
+// without.
+func TestApplyWatchSource(t *testing.T) {
+	if raceEnabled {
+		t.Skip("builds and packs a Go module four times, too slow under the race detector; make test-unit runs it without")
+	}
+	if testing.Short() {
+		t.Skip("runs the Go compiler")
+	}
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A policy of its own, outside the repository, as the walkthrough in
+	// wasm-sdk/README.md makes it: the zone-aware example, with a go.mod
+	// that replaces the SDK's module with this checkout.
+	dir := t.TempDir()
+	src := string(mustRead(t, filepath.Join(root, "wasm-sdk/go/examples/zoneaware/main.go")))
+	gomod := "module example.com/mypolicy\n\ngo 1.26.0\n\nrequire github.com/switchyard-lb/switchyard v0.0.0\n\n" +
+		"replace github.com/switchyard-lb/switchyard => " + root + "\n"
+	edit := func(name, content string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	edit("go.mod", gomod)
+	edit("go.sum", string(mustRead(t, filepath.Join(root, "go.sum"))))
+	edit("main.go", src)
+	scenarios := filepath.Join(root, "wasm-sdk/scenarios/zoneaware")
+
+	client := fake.NewClientset()
+	var out, errw lockedBuffer
+	opts := &packOptions{name: "zone", namespace: registry.DefaultNamespace, scenario: scenarios, gzipOver: DefaultGzipOver, deadline: generousTestDeadline}
+	b, err := newBuilder(dir, &buildOptions{}, &errw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &applier{client: client, path: dir, build: b, opts: opts, out: &out}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.watch(ctx, &errw, 20*time.Millisecond) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("watch returned %v after cancel, want nil", err)
+		}
+	})
+	cms := client.CoreV1().ConfigMaps(registry.DefaultNamespace)
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Minute) // four Go builds on a loaded machine
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s; output:\n%s\nerrors:\n%s", what, out.String(), errw.String())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	applied := func() string {
+		t.Helper()
+		cm, err := cms.Get(ctx, "zone", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cm.Data[registry.KeyPin]
+	}
+
+	waitFor("the first build applied", func() bool { return strings.Contains(out.String(), "configmap switchyard-system/zone created") })
+	module := filepath.Join(dir, "policy.wasm")
+	for _, want := range []string{
+		"built " + dir + " (go): " + module + ", ",
+		"checked with the expectations of " + scenarios + ": passed\n",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("the first round does not say %q:\n%s", want, out.String())
+		}
+	}
+	first := applied()
+	if first != registry.Digest(mustRead(t, module)) {
+		t.Errorf("the ConfigMap pins %s, not the module built", first)
+	}
+
+	// An edit whose decisions miss the expectations.
+	edit("main.go", strings.Replace(src, "out.SetReevaluate(10000)", "out.SetReevaluate(20000)", 1))
+	waitFor("the missed expectations reported", func() bool {
+		return strings.Contains(errw.String(), "not applied: "+module+" loads but misses the expectations of "+filepath.Join(scenarios, "busy.yaml"))
+	})
+	if !strings.Contains(errw.String(), "(waiting for "+filepath.Base(dir)+" to change)") {
+		t.Errorf("the report does not say what watch waits for:\n%s", errw.String())
+	}
+	if got := applied(); got != first {
+		t.Errorf("a module that misses its expectations was applied: pin %s, want %s", got, first)
+	}
+
+	// An edit that does not compile.
+	edit("main.go", src+"\nfunc broken() { undefined() }\n")
+	waitFor("the failed build reported", func() bool { return strings.Contains(errw.String(), "not applied: go build for wasip1 in "+dir) })
+	if !strings.Contains(errw.String(), "undefined: undefined") {
+		t.Errorf("the compiler's message is not shown:\n%s", errw.String())
+	}
+	if got := applied(); got != first {
+		t.Errorf("a failed build changed the ConfigMap: pin %s, want %s", got, first)
+	}
+
+	// A good edit: built, checked and applied.
+	edit("main.go", strings.Replace(src, `"spillAt", 100`, `"spillAt", 101`, 1))
+	waitFor("the good edit applied", func() bool {
+		return strings.Contains(out.String(), "module sha256 "+registry.ShortDigest(first)+" -> ")
+	})
+	if got := applied(); got == first || got != registry.Digest(mustRead(t, module)) {
+		t.Errorf("after the good edit the ConfigMap pins %s, want the new module's %s", got, registry.Digest(mustRead(t, module)))
+	}
+	if n := strings.Count(out.String(), "built "+dir); n != 2 {
+		t.Errorf("%d rounds say what they built, want the 2 that applied:\n%s", n, out.String())
+	}
+}

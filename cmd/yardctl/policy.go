@@ -78,7 +78,7 @@ func policyLong() string {
 		{"test FILE --scenario S|DIR", "run a module against scenarios, check their expectations (--update records them)"},
 		{"bench FILE", "measure evaluations (percentiles, allocations) with every guard on"},
 		{"pack FILE --name N", "validate, then print the policy ConfigMap, compressed when large, with its sha256 pin"},
-		{"apply FILE --name N", "check as pack does, then create or update the ConfigMap in the cluster (--watch: on every change)"},
+		{"apply FILE|SOURCE --name N", "(build a source,) check as pack does, then create or update the ConfigMap (--watch: on every edit)"},
 	} {
 		fmt.Fprintf(&b, "  %-28s %s\n", c.name, c.short)
 	}
@@ -300,7 +300,7 @@ var policyPack = &command{
 			}
 			cm, err := packFile(ctx, path, opts)
 			if err != nil {
-				return err
+				return fmt.Errorf("not packed: %w", err)
 			}
 			var out []byte
 			if *output == "json" {
@@ -355,7 +355,8 @@ func (o *packOptions) check() error {
 
 // packFile checks the module at path as validate does, with the
 // parameters it packs, and returns its policy ConfigMap: what pack
-// prints and apply applies. o must have passed check.
+// prints and apply applies. o must have passed check. Its error is
+// why the module was refused.
 func packFile(ctx context.Context, path string, o *packOptions) (*corev1.ConfigMap, error) {
 	mod, err := readModule(path)
 	if err != nil {
@@ -368,7 +369,7 @@ func packFile(ctx context.Context, path string, o *packOptions) (*corev1.ConfigM
 	}
 	params, err := validateModule(ctx, path, o.params, o.scenario, o.deadline)
 	if err != nil {
-		return nil, fmt.Errorf("not packed: %w", err)
+		return nil, err
 	}
 	return packPolicy(mod, o.name, o.namespace, params, o.gzipOver)
 }

@@ -447,7 +447,7 @@ func TestPolicyHelp(t *testing.T) {
 			t.Errorf("policy %s --help: exit %d, %q", sub, code, stderr)
 		}
 	}
-	if code, stdout, _ := yardctl(t, "help", "policy"); code != exitOK || !strings.Contains(stdout, "pack FILE --name N") || !strings.Contains(stdout, "apply FILE --name N") {
+	if code, stdout, _ := yardctl(t, "help", "policy"); code != exitOK || !strings.Contains(stdout, "pack FILE --name N") || !strings.Contains(stdout, "apply FILE|SOURCE --name N") {
 		t.Errorf("help policy: exit %d, %q", code, stdout)
 	}
 	if code, _, stderr := yardctl(t, "policy", "frobnicate"); code != exitUsage || !strings.Contains(stderr, `unknown subcommand "frobnicate"`) {
