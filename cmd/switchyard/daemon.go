@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -33,6 +34,7 @@ import (
 	"github.com/switchyard-lb/switchyard/core/runner"
 	"github.com/switchyard-lb/switchyard/ipvs"
 	"github.com/switchyard-lb/switchyard/ipvs/dryrun"
+	"github.com/switchyard-lb/switchyard/plugins/lastgood"
 	"github.com/switchyard-lb/switchyard/plugins/registry"
 	"github.com/switchyard-lb/switchyard/plugins/wasm"
 )
@@ -475,15 +477,24 @@ func newPolicies(ctx context.Context, dc daemonConfig, cfg *config.Config, trigg
 	}
 	rt, err := wasm.NewRuntime(ctx, wcfg)
 	if errors.Is(err, wasm.ErrCacheDir) {
-		log.Warn("policies.cacheDir unusable; WebAssembly policies are compiled at every start", "err", err)
+		log.Warn("policies.cacheDir unusable; WebAssembly policies are compiled at every start, and their last good versions kept in memory only", "err", err)
 		wcfg.CacheDir = ""
 		rt, err = wasm.NewRuntime(ctx, wcfg)
 	}
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("start the WebAssembly runtime: %w", err)
 	}
+	// The last good version of each policy, kept next to the compiled
+	// modules, outlives a restart while its ConfigMap is broken.
+	var kept *lastgood.Dir
+	if wcfg.CacheDir != "" {
+		if kept, err = lastgood.New(filepath.Join(wcfg.CacheDir, "last-good"), registry.DefaultMaxModuleSize); err != nil {
+			log.Warn("policies.cacheDir/last-good unusable; the policies' last good versions are kept in memory only", "err", err)
+		}
+	}
 	policies := registry.New(dc.Client, registry.Options{
-		Default: cfg.Policies.Default,
+		Default:  cfg.Policies.Default,
+		LastGood: kept,
 		Load: func(ctx context.Context, name string, module []byte) (registry.Module, error) {
 			p, err := rt.Load(ctx, name, module)
 			if err != nil {
