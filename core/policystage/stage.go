@@ -20,7 +20,8 @@ import (
 )
 
 // DefaultDeadline bounds one policy evaluation when Config.Deadline is
-// zero.
+// zero: the daemon's default (config.DefaultEvaluationDeadline, which the
+// tests keep it equal to).
 const DefaultDeadline = 50 * time.Millisecond
 
 // Config is what a Stage drives. Policies is required; the rest may be

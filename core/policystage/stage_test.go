@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/switchyard-lb/switchyard/core/config"
 	"github.com/switchyard-lb/switchyard/core/model"
 	"github.com/switchyard-lb/switchyard/core/plugin"
 	"github.com/switchyard-lb/switchyard/core/plugin/plugintest"
@@ -617,5 +618,13 @@ func TestPolicyLoadFailuresCountedOnce(t *testing.T) {
 		if got := loadFailures(); got != s.want {
 			t.Errorf("%s: failures{weights,load} = %v, want %v", s.name, got, s.want)
 		}
+	}
+}
+
+// The stage's default deadline is the daemon's (and so the WebAssembly
+// host's and yardctl's): one deadline everywhere.
+func TestDefaultDeadlineIsTheDaemons(t *testing.T) {
+	if policystage.DefaultDeadline != config.DefaultEvaluationDeadline {
+		t.Errorf("policystage.DefaultDeadline %v, config.DefaultEvaluationDeadline %v: keep them equal", policystage.DefaultDeadline, config.DefaultEvaluationDeadline)
 	}
 }
