@@ -4,7 +4,6 @@ package main
 
 import (
 	"fmt"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -14,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/switchyard-lb/switchyard/plugins/registry"
-	"github.com/switchyard-lb/switchyard/plugins/wasm/wasmtest"
 	"github.com/switchyard-lb/switchyard/test/apitest"
 )
 
@@ -23,33 +21,14 @@ import (
 // good version it kept in policies.cacheDir, and says so on the Service;
 // without it, the Service would fall back to uniform weights.
 func TestIntegrationPolicyLastGoodAcrossRestart(t *testing.T) {
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	module, err := wasmtest.BuildGo(root, filepath.Join(root, "wasm-sdk/go/examples/zoneaware"), filepath.Join(root, "wasm-sdk/go/policy"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	module := zoneAwareModule(t)
 	srv := apitest.Start(t)
 	ns := srv.Namespace(t)
 	ctx, client := t.Context(), srv.Client
 	first := startPolicyDaemon(t, srv, "policies:\n  statisticsInterval: 1h\n  cacheDir: "+t.TempDir()+"\n")
 	tc := first.tc
 
-	zoneA, zoneB := "zone-a", "zone-b"
-	svc := testService(ns, "web", "")
-	svc.Spec.ClusterIP, svc.Spec.ClusterIPs = "", nil
-	svc.Annotations = map[string]string{"switchyard.dev/policy": "zone"}
-	if _, err := client.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	slice := testSlice(ns, "web", "10.1.0.1", "10.1.0.2")
-	slice.Endpoints[0].Zone, slice.Endpoints[0].NodeName = &zoneA, ptr("node-a")
-	slice.Endpoints[1].Zone, slice.Endpoints[1].NodeName = &zoneB, ptr("node-b")
-	if _, err := client.DiscoveryV1().EndpointSlices(ns).Create(ctx, slice, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	createZonedService(t, client, ns, "web", "zone")
 	cms := client.CoreV1().ConfigMaps(registry.DefaultNamespace)
 	cm, err := cms.Create(ctx, &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: "zone", Labels: map[string]string{registry.Label: "true"}},

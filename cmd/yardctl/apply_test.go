@@ -181,6 +181,40 @@ func (b *lockedBuffer) String() string {
 	return b.b.String()
 }
 
+// watchRun runs an applier's watch until the test ends, with its output
+// and errors in out and errw.
+type watchRun struct {
+	out, errw lockedBuffer
+	// limit bounds each waitFor.
+	limit time.Duration
+}
+
+// start runs a.watch, printing to w.out and w.errw, until the test ends.
+func (w *watchRun) start(t *testing.T, a *applier) {
+	a.out = &w.out
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.watch(ctx, &w.errw, 20*time.Millisecond) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("watch returned %v after cancel, want nil", err)
+		}
+	})
+}
+
+// waitFor polls cond until it holds, failing the test after w.limit.
+func (w *watchRun) waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(w.limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s; output:\n%s\nerrors:\n%s", what, w.out.String(), w.errw.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // TestApplyWatch checks the hot-reload loop: the module is applied at
 // start, a rebuild that fails the checks is reported and not applied,
 // and the next good one (and a change of the parameters file) is. It
@@ -208,29 +242,13 @@ func TestApplyWatch(t *testing.T) {
 	write(params, []byte(`{"localWeight": 5}`))
 
 	client := fake.NewClientset()
-	var out, errw lockedBuffer
 	opts := &packOptions{name: "zone", namespace: registry.DefaultNamespace, params: params, gzipOver: DefaultGzipOver, deadline: generousTestDeadline}
-	a := &applier{client: client, path: module, opts: opts, out: &out}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.watch(ctx, &errw, 20*time.Millisecond) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("watch returned %v after cancel, want nil", err)
-		}
-	})
+	w := &watchRun{limit: 2 * time.Minute}
+	w.start(t, &applier{client: client, path: module, opts: opts})
+	ctx := context.Background()
 	cms := client.CoreV1().ConfigMaps(registry.DefaultNamespace)
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(2 * time.Minute)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s; output:\n%s\nerrors:\n%s", what, out.String(), errw.String())
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
+	waitFor := func(what string, cond func() bool) { t.Helper(); w.waitFor(t, what, cond) }
+	out, errw := &w.out, &w.errw
 	params7 := func() bool {
 		cm, err := cms.Get(ctx, "zone", metav1.GetOptions{})
 		return err == nil && cm.Data[registry.KeyParams] == `{"localWeight": 7}`
@@ -328,33 +346,17 @@ func TestApplyWatchSource(t *testing.T) {
 	scenarios := filepath.Join(root, "wasm-sdk/scenarios/zoneaware")
 
 	client := fake.NewClientset()
-	var out, errw lockedBuffer
 	opts := &packOptions{name: "zone", namespace: registry.DefaultNamespace, scenario: scenarios, gzipOver: DefaultGzipOver, deadline: generousTestDeadline}
-	b, err := newBuilder(dir, &buildOptions{}, &errw)
+	w := &watchRun{limit: 5 * time.Minute} // four Go builds on a loaded machine
+	b, err := newBuilder(dir, &buildOptions{}, &w.errw)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &applier{client: client, path: dir, build: b, opts: opts, out: &out}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.watch(ctx, &errw, 20*time.Millisecond) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("watch returned %v after cancel, want nil", err)
-		}
-	})
+	w.start(t, &applier{client: client, path: dir, build: b, opts: opts})
+	ctx := context.Background()
 	cms := client.CoreV1().ConfigMaps(registry.DefaultNamespace)
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(5 * time.Minute) // four Go builds on a loaded machine
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s; output:\n%s\nerrors:\n%s", what, out.String(), errw.String())
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
+	waitFor := func(what string, cond func() bool) { t.Helper(); w.waitFor(t, what, cond) }
+	out, errw := &w.out, &w.errw
 	applied := func() string {
 		t.Helper()
 		cm, err := cms.Get(ctx, "zone", metav1.GetOptions{})
