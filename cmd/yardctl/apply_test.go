@@ -308,14 +308,65 @@ func TestApplyNeedsACluster(t *testing.T) {
 // packFile directly: a loaded machine must not fail them.
 const generousTestDeadline = 2 * time.Minute
 
-// TestApplyWatchSource checks the edit loop from a policy's source: apply
-// --watch builds the Go source with policy build's own code, checks the
-// module against the example's expectation scenarios and applies it; an
-// edit that misses the expectations, and one that does not compile, are
-// reported and nothing is applied; the next good edit is built, checked
-// and applied. Each round says what it did. It runs the Go compiler four
-// times, too slow under the race detector: make test-unit runs it
-// without.
+// leastZone is a new policy with a list parameter, as a user writes it
+// from wasm-sdk/README.md: least-loaded, excluding the zones listed.
+const leastZone = `//go:build wasip1
+
+package main
+
+import "github.com/switchyard-lb/switchyard/wasm-sdk/go/policy"
+
+func evaluate(in *policy.Input, out *policy.Output) error {
+	exclude, _, err := policy.ParamStrings(in.Params(), "excludeZones")
+	if err != nil {
+		return err
+	}
+	for i := range in.Len() {
+		if e := in.Endpoint(i); in.Usable(i) && !exclude.Contains(e.Zone()) {
+			out.SetWeight(i, 1000/(1+e.ActiveConns()))
+		}
+	}
+	out.SetScheduler("wrr")
+	return nil
+}
+
+func init() { policy.Register(evaluate) }
+
+func main() {}
+`
+
+// leastZoneScenarios are its scenarios, with expectations.
+var leastZoneScenarios = map[string]string{
+	"spread.yaml": `service: {namespace: default, name: web, port: {protocol: TCP, port: 80}, params: {excludeZones: [zone-c]}}
+node: {name: node-a, zone: zone-a}
+endpoints:
+- {address: 10.0.0.1, port: 8080, node: node-a, zone: zone-a}
+- {address: 10.0.1.1, port: 8080, node: node-b, zone: zone-b, stats: {activeConns: 9}}
+- {address: 10.0.2.1, port: 8080, node: node-c, zone: zone-c}
+expect:
+  weights: [1000, 100, 0]
+  scheduler: wrr
+`,
+	"bad-params.yaml": `service: {namespace: default, name: web, port: {protocol: TCP, port: 80}, params: {excludeZones: zone-c}}
+node: {name: node-a, zone: zone-a}
+endpoints:
+- {address: 10.0.0.1, port: 8080, node: node-a, zone: zone-a}
+expect:
+  decline: "params: excludeZones is not a list of strings without escapes"
+`,
+}
+
+// TestApplyWatchSource checks the edit loop from a policy's source: a new
+// policy with a list parameter, in a directory of its own outside the
+// repository as the walkthrough in wasm-sdk/README.md makes it (a go.mod
+// that replaces the SDK's module with this checkout), with its
+// expectation scenarios. apply --watch builds the source with policy
+// build's own code, checks the module against the expectations and
+// applies it; an edit that misses the expectations, and one that does not
+// compile, are reported and nothing is applied; the next good edit is
+// built, checked and applied. Each round says what it did. It runs the Go
+// compiler four times, too slow under the race detector: make test-unit
+// runs it without.
 func TestApplyWatchSource(t *testing.T) {
 	if raceEnabled {
 		t.Skip("builds and packs a Go module four times, too slow under the race detector; make test-unit runs it without")
@@ -327,46 +378,42 @@ func TestApplyWatchSource(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A policy of its own, outside the repository, as the walkthrough in
-	// wasm-sdk/README.md makes it: the zone-aware example, with a go.mod
-	// that replaces the SDK's module with this checkout.
-	dir := t.TempDir()
-	src := string(mustRead(t, filepath.Join(root, "wasm-sdk/go/examples/zoneaware/main.go")))
-	gomod := "module example.com/mypolicy\n\ngo 1.26.0\n\nrequire github.com/switchyard-lb/switchyard v0.0.0\n\n" +
-		"replace github.com/switchyard-lb/switchyard => " + root + "\n"
-	edit := func(name, content string) {
+	dir, scenarios := t.TempDir(), t.TempDir()
+	write := func(dir, name, content string) {
 		t.Helper()
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	edit("go.mod", gomod)
-	edit("go.sum", string(mustRead(t, filepath.Join(root, "go.sum"))))
-	edit("main.go", src)
-	scenarios := filepath.Join(root, "wasm-sdk/scenarios/zoneaware")
+	write(dir, "go.mod", "module example.com/mypolicy\n\ngo 1.26.0\n\nrequire github.com/switchyard-lb/switchyard v0.0.0\n\n"+
+		"replace github.com/switchyard-lb/switchyard => "+root+"\n")
+	write(dir, "go.sum", string(mustRead(t, filepath.Join(root, "go.sum"))))
+	write(dir, "main.go", leastZone)
+	for name, content := range leastZoneScenarios {
+		write(scenarios, name, content)
+	}
 
 	client := fake.NewClientset()
-	opts := &packOptions{name: "zone", namespace: registry.DefaultNamespace, scenario: scenarios, gzipOver: DefaultGzipOver, deadline: generousTestDeadline}
+	opts := &packOptions{name: "least-zone", namespace: registry.DefaultNamespace, scenario: scenarios, gzipOver: DefaultGzipOver, deadline: generousTestDeadline}
 	w := &watchRun{limit: 5 * time.Minute} // four Go builds on a loaded machine
 	b, err := newBuilder(dir, &buildOptions{}, &w.errw)
 	if err != nil {
 		t.Fatal(err)
 	}
 	w.start(t, &applier{client: client, path: dir, build: b, opts: opts})
-	ctx := context.Background()
 	cms := client.CoreV1().ConfigMaps(registry.DefaultNamespace)
 	waitFor := func(what string, cond func() bool) { t.Helper(); w.waitFor(t, what, cond) }
 	out, errw := &w.out, &w.errw
 	applied := func() string {
 		t.Helper()
-		cm, err := cms.Get(ctx, "zone", metav1.GetOptions{})
+		cm, err := cms.Get(context.Background(), "least-zone", metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return cm.Data[registry.KeyPin]
 	}
 
-	waitFor("the first build applied", func() bool { return strings.Contains(out.String(), "configmap switchyard-system/zone created") })
+	waitFor("the first build applied", func() bool { return strings.Contains(out.String(), "configmap switchyard-system/least-zone created") })
 	module := filepath.Join(dir, "policy.wasm")
 	for _, want := range []string{
 		"built " + dir + " (go): " + module + ", ",
@@ -382,9 +429,10 @@ func TestApplyWatchSource(t *testing.T) {
 	}
 
 	// An edit whose decisions miss the expectations.
-	edit("main.go", strings.Replace(src, "out.SetReevaluate(10000)", "out.SetReevaluate(20000)", 1))
+	write(dir, "main.go", strings.Replace(leastZone, "1000/", "2000/", 1))
 	waitFor("the missed expectations reported", func() bool {
-		return strings.Contains(errw.String(), "not applied: "+module+" loads but misses the expectations of "+filepath.Join(scenarios, "busy.yaml"))
+		return strings.Contains(errw.String(), "not applied: "+module+" loads but misses the expectations of "+filepath.Join(scenarios, "spread.yaml")+
+			":\n  10.0.0.1:8080 (node-a, zone-a): weight 2000, want 1000\n")
 	})
 	if !strings.Contains(errw.String(), "(waiting for "+filepath.Base(dir)+" to change)") {
 		t.Errorf("the report does not say what watch waits for:\n%s", errw.String())
@@ -394,7 +442,7 @@ func TestApplyWatchSource(t *testing.T) {
 	}
 
 	// An edit that does not compile.
-	edit("main.go", src+"\nfunc broken() { undefined() }\n")
+	write(dir, "main.go", leastZone+"\nfunc broken() { undefined() }\n")
 	waitFor("the failed build reported", func() bool { return strings.Contains(errw.String(), "not applied: go build for wasip1 in "+dir) })
 	if !strings.Contains(errw.String(), "undefined: undefined") {
 		t.Errorf("the compiler's message is not shown:\n%s", errw.String())
@@ -403,8 +451,8 @@ func TestApplyWatchSource(t *testing.T) {
 		t.Errorf("a failed build changed the ConfigMap: pin %s, want %s", got, first)
 	}
 
-	// A good edit: built, checked and applied.
-	edit("main.go", strings.Replace(src, `"spillAt", 100`, `"spillAt", 101`, 1))
+	// A good edit (a cap no scenario reaches): built, checked and applied.
+	write(dir, "main.go", strings.Replace(leastZone, "out.SetScheduler", "_ = min(in.Len(), 1<<16)\n\tout.SetScheduler", 1))
 	waitFor("the good edit applied", func() bool {
 		return strings.Contains(out.String(), "module sha256 "+registry.ShortDigest(first)+" -> ")
 	})
