@@ -395,6 +395,9 @@ func TestRegistryLastGoodOnDisk(t *testing.T) {
 
 	// A daemon loads v1, and keeps it.
 	r, _, stop := run()
+	if got := resolve(r); got.Policy != "v1" || got.Err != "" {
+		t.Errorf("the first daemon resolves %+v, want v1", got)
+	}
 	cm, err := cms.Get(ctx, "canary", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
