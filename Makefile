@@ -50,7 +50,7 @@ test-unit:
 	@# Too slow under the race detector (a cold wasm compile; checking and packing a Go module
 	@# again and again), so run once without it.
 	$(GO) test -count=1 -run '^TestCompilationCacheDir$$' $(GOTEST_FLAGS) ./plugins/wasm/
-	$(GO) test -count=1 -run '^TestApplyWatch$$' $(GOTEST_FLAGS) ./cmd/yardctl/
+	$(GO) test -count=1 -run '^TestApplyWatch(Source)?$$' $(GOTEST_FLAGS) ./cmd/yardctl/
 
 # Integration tests run against a real etcd and kube-apiserver built from the
 # Go module proxy at pinned versions (test/tools/kube-binaries.sh), with

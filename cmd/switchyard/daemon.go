@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -33,6 +34,7 @@ import (
 	"github.com/switchyard-lb/switchyard/core/runner"
 	"github.com/switchyard-lb/switchyard/ipvs"
 	"github.com/switchyard-lb/switchyard/ipvs/dryrun"
+	"github.com/switchyard-lb/switchyard/plugins/lastgood"
 	"github.com/switchyard-lb/switchyard/plugins/registry"
 	"github.com/switchyard-lb/switchyard/plugins/wasm"
 )
@@ -138,6 +140,7 @@ func openIPVS(cfg *config.Config, log *slog.Logger) (plugin.Dataplane, error) {
 func runDaemon(ctx context.Context, dc daemonConfig) (err error) {
 	log := dc.Log
 	cfg := dc.Watcher.Config()
+	warnDeprecated(log, dc.Watcher)
 	dpCfg := cfg.Dataplane
 	if dc.NewDataplane == nil {
 		dc.NewDataplane = newDataplane
@@ -306,7 +309,12 @@ func runDaemon(ctx context.Context, dc daemonConfig) (err error) {
 	wg.Go(func() { policies.Run(ctx) })
 	wg.Go(func() { reporter.Run(ctx) })
 	wg.Go(func() { tick(ctx, cfg.Policies.StatisticsInterval.Std(), r.Trigger) })
-	wg.Go(func() { dc.Watcher.Run(ctx, dc.ConfigPollInterval, reload.apply, reload.reject) })
+	wg.Go(func() {
+		dc.Watcher.Run(ctx, dc.ConfigPollInterval, func(next *config.Config) {
+			warnDeprecated(log, dc.Watcher)
+			reload.apply(next)
+		}, reload.reject)
+	})
 
 	select {
 	case <-ctx.Done():
@@ -435,6 +443,14 @@ func withLive(cur, next *config.Config) *config.Config {
 	return &c
 }
 
+// warnDeprecated logs the deprecation warning the config file w last
+// read deserves, if any: once per read, at start and on each reload.
+func warnDeprecated(log *slog.Logger, w *config.Watcher) {
+	if d := w.Deprecation(); d != "" {
+		log.Warn("config file in a deprecated format", "warning", d)
+	}
+}
+
 func (rl *reloader) reject(err error) {
 	rl.successful.Set(0)
 	rl.log.Error("config rejected; keeping the last good config", "err", err)
@@ -461,15 +477,24 @@ func newPolicies(ctx context.Context, dc daemonConfig, cfg *config.Config, trigg
 	}
 	rt, err := wasm.NewRuntime(ctx, wcfg)
 	if errors.Is(err, wasm.ErrCacheDir) {
-		log.Warn("policies.cacheDir unusable; WebAssembly policies are compiled at every start", "err", err)
+		log.Warn("policies.cacheDir unusable; WebAssembly policies are compiled at every start, and their last good versions kept in memory only", "err", err)
 		wcfg.CacheDir = ""
 		rt, err = wasm.NewRuntime(ctx, wcfg)
 	}
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("start the WebAssembly runtime: %w", err)
 	}
+	// The last good version of each policy, kept next to the compiled
+	// modules, outlives a restart while its ConfigMap is broken.
+	var kept *lastgood.Dir
+	if wcfg.CacheDir != "" {
+		if kept, err = lastgood.New(filepath.Join(wcfg.CacheDir, "last-good"), registry.DefaultMaxModuleSize); err != nil {
+			log.Warn("policies.cacheDir/last-good unusable; the policies' last good versions are kept in memory only", "err", err)
+		}
+	}
 	policies := registry.New(dc.Client, registry.Options{
-		Default: cfg.Policies.Default,
+		Default:  cfg.Policies.Default,
+		LastGood: kept,
 		Load: func(ctx context.Context, name string, module []byte) (registry.Module, error) {
 			p, err := rt.Load(ctx, name, module)
 			if err != nil {

@@ -228,6 +228,36 @@ func TestDaemonReloadsConfig(t *testing.T) {
 	d.waitMetric(t, "switchyard_config_last_reload_successful 1")
 }
 
+// TestDaemonWarnsV1alpha1Config: a v1alpha1 config file is read and
+// converted, with one deprecation warning each time the daemon reads
+// one, at start and on reload; a v1alpha2 file gets none.
+func TestDaemonWarnsV1alpha1Config(t *testing.T) {
+	const v1alpha1 = "apiVersion: switchyard.dev/v1alpha1\n"
+	d := startDaemon(t, v1alpha1+"dataplane:\n  mode: dryrun\n  ipvs:\n    scheduler: rr\n    syncPeriod: 40s\n")
+	d.waitPlan(t, []string{"default/web ClusterIP TCP 10.96.0.10:80 rr -> 10.1.0.1:8080 10.1.0.2:8080"})
+	warnings := func() int { return strings.Count(d.logs.String(), `"msg":"config file in a deprecated format"`) }
+	if n := warnings(); n != 1 {
+		t.Errorf("at start: %d deprecation warnings, want 1; logs:\n%s", n, d.logs.String())
+	}
+	if !strings.Contains(d.logs.String(), "move dataplane.ipvs.syncPeriod, minSyncPeriod") {
+		t.Errorf("the warning does not say what to move; logs:\n%s", d.logs.String())
+	}
+
+	// A reload of another v1alpha1 file: one more warning, and it applies.
+	d.tc.write(t, v1alpha1+"dataplane:\n  mode: dryrun\n  ipvs:\n    scheduler: wlc\n    syncPeriod: 40s\n")
+	d.waitPlan(t, []string{"default/web ClusterIP TCP 10.96.0.10:80 wlc -> 10.1.0.1:8080 10.1.0.2:8080"})
+	if n := warnings(); n != 2 {
+		t.Errorf("after a v1alpha1 reload: %d deprecation warnings, want 2", n)
+	}
+
+	// The same settings in v1alpha2: no warning.
+	d.tc.write(t, "dataplane:\n  mode: dryrun\n  syncPeriod: 40s\n  ipvs:\n    scheduler: lc\n")
+	d.waitPlan(t, []string{"default/web ClusterIP TCP 10.96.0.10:80 lc -> 10.1.0.1:8080 10.1.0.2:8080"})
+	if n := warnings(); n != 2 {
+		t.Errorf("after a v1alpha2 reload: %d deprecation warnings, want still 2", n)
+	}
+}
+
 // waitMetric polls /metrics until it holds the line want.
 func (d *daemonUnderTest) waitMetric(t *testing.T, want string) {
 	t.Helper()

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchyard-lb/switchyard/core/config"
 	"github.com/switchyard-lb/switchyard/test/harness"
 )
 
@@ -56,13 +57,18 @@ func (tc *testConfig) write(t *testing.T, extra string) {
 			extra += "policies:\n  cacheDir: \"\"\n"
 		}
 	}
-	body := fmt.Sprintf(`apiVersion: switchyard.dev/v1alpha2
+	// extra may start with an apiVersion line of its own.
+	apiVersion := "apiVersion: " + config.APIVersion
+	if first, rest, ok := strings.Cut(extra, "\n"); ok && strings.HasPrefix(first, "apiVersion: ") {
+		apiVersion, extra = first, rest
+	}
+	body := fmt.Sprintf(`%s
 kind: SwitchyardConfig
 metrics:
   bindAddress: %q
 health:
   bindAddress: %q
-%s`, tc.metrics, tc.health, extra)
+%s`, apiVersion, tc.metrics, tc.health, extra)
 	// Write then rename, as a ConfigMap update replaces the file whole.
 	tmp := tc.path + ".tmp"
 	if err := os.WriteFile(tmp, []byte(body), 0o600); err != nil {

@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 
 	"github.com/switchyard-lb/switchyard/plugins/registry"
@@ -100,13 +101,9 @@ func startPolicyDaemon(t *testing.T, srv *apitest.Server, extraConfig string) *m
 	return d
 }
 
-// TestIntegrationPolicies runs the daemon against a real API server with
-// the SDK's zone-aware policy delivered as a ConfigMap: creating,
-// updating, and deleting the ConfigMap and switching a Service's
-// annotation change the plan's weights; a garbage module gives PolicyFailed
-// Events and a False PolicyReady condition while the Service keeps its
-// last good weights and another Service is untouched.
-func TestIntegrationPolicies(t *testing.T) {
+// zoneAwareModule is the Go SDK's zone-aware example, built (cached).
+func zoneAwareModule(t *testing.T) []byte {
+	t.Helper()
 	root, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
@@ -115,6 +112,37 @@ func TestIntegrationPolicies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return module
+}
+
+// createZonedService creates the Service name in ns on policy, with two
+// endpoints: 10.1.0.1 on node-a in zone-a, 10.1.0.2 on node-b in zone-b.
+func createZonedService(t *testing.T, client kubernetes.Interface, ns, name, policy string) {
+	t.Helper()
+	ctx := t.Context()
+	svc := testService(ns, name, "")
+	svc.Spec.ClusterIP, svc.Spec.ClusterIPs = "", nil
+	svc.Annotations = map[string]string{"switchyard.dev/policy": policy}
+	if _, err := client.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	zoneA, zoneB := "zone-a", "zone-b"
+	slice := testSlice(ns, name, "10.1.0.1", "10.1.0.2")
+	slice.Endpoints[0].Zone, slice.Endpoints[0].NodeName = &zoneA, ptr("node-a")
+	slice.Endpoints[1].Zone, slice.Endpoints[1].NodeName = &zoneB, ptr("node-b")
+	if _, err := client.DiscoveryV1().EndpointSlices(ns).Create(ctx, slice, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestIntegrationPolicies runs the daemon against a real API server with
+// the SDK's zone-aware policy delivered as a ConfigMap: creating,
+// updating, and deleting the ConfigMap and switching a Service's
+// annotation change the plan's weights; a garbage module gives PolicyFailed
+// Events and a False PolicyReady condition while the Service keeps its
+// last good weights and another Service is untouched.
+func TestIntegrationPolicies(t *testing.T) {
+	module := zoneAwareModule(t)
 	srv := apitest.Start(t)
 	ns := srv.Namespace(t)
 	ctx := t.Context()
@@ -122,21 +150,8 @@ func TestIntegrationPolicies(t *testing.T) {
 	tc := startPolicyDaemon(t, srv, "policies:\n  statisticsInterval: 1h\n").tc
 
 	// web uses policy "zone"; other uses builtin:local-first throughout.
-	zoneA, zoneB := "zone-a", "zone-b"
-	for name, policy := range map[string]string{"web": "zone", "other": "builtin:local-first"} {
-		svc := testService(ns, name, "")
-		svc.Spec.ClusterIP, svc.Spec.ClusterIPs = "", nil
-		svc.Annotations = map[string]string{"switchyard.dev/policy": policy}
-		if _, err := client.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		slice := testSlice(ns, name, "10.1.0.1", "10.1.0.2")
-		slice.Endpoints[0].Zone, slice.Endpoints[0].NodeName = &zoneA, ptr("node-a")
-		slice.Endpoints[1].Zone, slice.Endpoints[1].NodeName = &zoneB, ptr("node-b")
-		if _, err := client.DiscoveryV1().EndpointSlices(ns).Create(ctx, slice, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	createZonedService(t, client, ns, "web", "zone")
+	createZonedService(t, client, ns, "other", "builtin:local-first")
 	const otherWant = "rr 10.1.0.1:8080=1 10.1.0.2:8080=0"
 	waitWeights := func(step, service, want string) {
 		t.Helper()
@@ -201,7 +216,7 @@ func TestIntegrationPolicies(t *testing.T) {
 		BinaryData: map[string][]byte{registry.KeyModuleGzip: gzipBytes(t, module)},
 		Data:       map[string]string{registry.KeyPin: registry.Digest(module)},
 	}
-	cm, err = cms.Create(ctx, cm, metav1.CreateOptions{})
+	cm, err := cms.Create(ctx, cm, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -295,7 +295,7 @@ func TestIntegrationPolicyApply(t *testing.T) {
 				t.Fatal(err)
 			}
 			args := []string{"policy", "apply", broken, "--name", name, "--kubeconfig", srv.Kubeconfig}
-			if out, errOut, err := yardctlRun("", args...); err == nil || !strings.Contains(errOut, "not packed") {
+			if out, errOut, err := yardctlRun("", args...); err == nil || !strings.Contains(errOut, "not applied") {
 				t.Errorf("yardctl %s = %v, stdout %q, stderr %q; want it refused", strings.Join(args, " "), err, out, errOut)
 			}
 			cms := client.CoreV1().ConfigMaps(registry.DefaultNamespace)

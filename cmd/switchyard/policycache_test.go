@@ -12,14 +12,16 @@ const webPlan = "default/web ClusterIP TCP 10.96.0.10:80 rr -> 10.1.0.1:8080 10.
 
 // TestDaemonPolicyCacheDir: the daemon's WebAssembly runtime keeps its
 // compiled code in policies.cacheDir, creating it (plugins/wasm's tests
-// show a second runtime loading from it).
+// show a second runtime loading from it), and the policies' last good
+// versions in its last-good directory (plugins/registry's tests show a
+// registry running them).
 func TestDaemonPolicyCacheDir(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "cache", "wasm")
 	d := startDaemon(t, fmt.Sprintf("policies:\n  cacheDir: %s\n", dir))
 	d.waitPlan(t, []string{webPlan})
 	entries, err := os.ReadDir(dir)
-	if err != nil || len(entries) != 1 || !strings.HasPrefix(entries[0].Name(), "wazero-") {
-		t.Errorf("policies.cacheDir holds %v (%v), want wazero's directory", entries, err)
+	if err != nil || len(entries) != 2 || entries[0].Name() != "last-good" || !strings.HasPrefix(entries[1].Name(), "wazero-") {
+		t.Errorf("policies.cacheDir holds %v (%v), want last-good and wazero's directory", entries, err)
 	}
 	if strings.Contains(d.logs.String(), "policies.cacheDir unusable") {
 		t.Errorf("warned about a usable cache directory; logs:\n%s", d.logs.String())

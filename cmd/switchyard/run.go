@@ -88,11 +88,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cleanupNode(ctx, f.cleanup, f.cleanupKubeProxy, log)
 	}
 	if f.setSysctls {
-		cfg, err := config.Load(f.configPath, checkDataplane)
+		w, err := config.NewWatcher(f.configPath, checkDataplane) // read once
 		if err != nil {
 			return err
 		}
-		return setSysctls(cfg, tuning.RunningHost(), log)
+		warnDeprecated(log, w)
+		return setSysctls(w.Config(), tuning.RunningHost(), log)
 	}
 	watcher, err := config.NewWatcher(f.configPath, checkDataplane)
 	if err != nil {

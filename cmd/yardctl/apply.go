@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
@@ -33,29 +34,35 @@ const apiTimeout = 30 * time.Second
 
 var policyApply = &command{
 	name:  "policy apply",
-	usage: " FILE --name N [--params P.json] [--scenario S.yaml|DIR] [--kubeconfig F] [--watch]",
+	usage: " FILE|SOURCE --name N [--params P.json] [--scenario S.yaml|DIR] [--kubeconfig F] [--watch]",
 	long: "Checks FILE exactly as pack does (it must load, decide the built-in sample scenario or\n" +
-		"--scenario within the deadline, with the parameters it packs, and --name must be a\n" +
-		"valid ConfigMap name), then creates or updates the policy ConfigMap in the cluster:\n" +
-		"its label, module (policy.wasm, or policy.wasm.gz over --gzip-over bytes), sha256 pin\n" +
-		"and params.json become what pack prints (params.json is removed without --params);\n" +
+		"meet the expectations of --scenario within the deadline, with the parameters it packs, and\n" +
+		"--name must be a valid ConfigMap name), then creates or updates the policy ConfigMap in the\n" +
+		"cluster: its label, module (policy.wasm, or policy.wasm.gz over --gzip-over bytes), sha256\n" +
+		"pin and params.json become what pack prints (params.json is removed without --params);\n" +
 		"other keys, labels and annotations are kept. It prints what changed and the new\n" +
 		"resourceVersion. The daemons load the new version within seconds and re-evaluate the\n" +
 		"Services that use it; `yardctl state` on a node shows the version each Service runs.\n" +
 		"A version that fails to load there leaves the last good one running, and the Service\n" +
 		"says why (its PolicyReady condition, PolicyFailed Events, yardctl state).\n" +
+		"Given a policy's SOURCE instead of a module (a Go package directory, a .rs or .ts file, or\n" +
+		"a directory holding one), apply first builds it exactly as `yardctl policy build` does\n" +
+		"(--lang, --out, --strip, --sdk), then checks and applies the module it built.\n" +
 		"The cluster is the one of --kubeconfig, else KUBECONFIG or ~/.kube/config, else the\n" +
 		"in-cluster config.\n" +
-		"--watch keeps running: whenever FILE (or the --params or --scenario files) changes, it\n" +
-		"checks and applies it again; a module that fails the checks is reported and not\n" +
-		"applied. Rebuild in another terminal (yardctl policy build DIR) and each good build\n" +
-		"reaches the cluster. Ctrl-C stops it.",
+		"--watch keeps running, the edit loop: whenever the source (every .go, go.mod, go.sum, .rs\n" +
+		"and .ts file under its directory, node_modules and hidden directories aside) or the\n" +
+		"module FILE, or the --params or --scenario files, change, it builds again (a source),\n" +
+		"runs the checks (the scenarios' expectations) and applies only when they pass, printing\n" +
+		"each time what it built, checked and changed; a build or check that fails is reported\n" +
+		"and nothing is applied until the next change. Ctrl-C stops it.",
 	setup: func(fs *flag.FlagSet) func(context.Context, ioStreams, []string) error {
 		output := outputFlag(fs)
 		opts := packFlags(fs)
+		bopts := buildFlags(fs)
 		kubeconfig := fs.String("kubeconfig", "", "kubeconfig file; default KUBECONFIG, ~/.kube/config, else the in-cluster config")
 		kubecontext := fs.String("context", "", "kubeconfig context to use; default its current context")
-		watch := fs.Bool("watch", false, "keep running, applying FILE again whenever it (or --params, --scenario) changes")
+		watch := fs.Bool("watch", false, "keep running: build (a source), check and apply again whenever the source or FILE, --params or --scenario change")
 		interval := fs.Duration("interval", DefaultWatchInterval, "with --watch, how often to look at the files")
 		return func(ctx context.Context, s ioStreams, args []string) error {
 			path, err := fileArg(*output, args)
@@ -68,11 +75,18 @@ var policyApply = &command{
 			if *interval <= 0 {
 				return usageError{fmt.Sprintf("--interval %v: want a positive duration", *interval)}
 			}
-			client, err := kubeClient(*kubeconfig, *kubecontext)
-			if err != nil {
+			a := &applier{path: path, opts: opts, json: *output == "json", out: s.out}
+			switch {
+			case isSource(path):
+				if a.build, err = newBuilder(path, bopts, s.err); err != nil {
+					return err
+				}
+			case *bopts != buildOptions{}:
+				return usageError{fmt.Sprintf("--lang, --out, --strip and --sdk build a policy's source; %s is a module", path)}
+			}
+			if a.client, err = kubeClient(*kubeconfig, *kubecontext); err != nil {
 				return err
 			}
-			a := &applier{client: client, path: path, opts: opts, json: *output == "json", out: s.out}
 			if !*watch {
 				return a.once(ctx)
 			}
@@ -101,17 +115,23 @@ func kubeClient(kubeconfig, kubecontext string) (kubernetes.Interface, error) {
 	return client, nil
 }
 
-// applier checks and applies one module file.
+// applier builds (a source), checks and applies one policy.
 type applier struct {
 	client kubernetes.Interface
-	path   string
-	opts   *packOptions
-	json   bool
-	out    io.Writer
+	// path is the module, or the source when build is set.
+	path  string
+	build *builder
+	opts  *packOptions
+	json  bool
+	out   io.Writer
 }
 
 // applyResult is what one apply did; -o json prints it.
 type applyResult struct {
+	// Built is the module built from the source, when given one.
+	Built *builtModule `json:"built,omitempty"`
+	// Checked says what the module was checked with before applying.
+	Checked   string `json:"checked,omitempty"`
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
 	// Action is created, updated or unchanged.
@@ -123,25 +143,56 @@ type applyResult struct {
 	Changes []string `json:"changes,omitempty"`
 }
 
-// once checks and applies the module, and prints the result.
+// builtModule is a module apply built.
+type builtModule struct {
+	Source   string `json:"source"`
+	Language string `json:"language"`
+	Module   string `json:"module"`
+	Size     int64  `json:"size"`
+}
+
+// once builds the source (when given one), checks and applies the
+// module, and prints the result.
 func (a *applier) once(ctx context.Context) error {
-	cm, err := packFile(ctx, a.path, a.opts)
+	module := a.path
+	var built *builtModule
+	if b := a.build; b != nil {
+		size, err := b.build(ctx)
+		if err != nil {
+			return fmt.Errorf("not applied: %w", err)
+		}
+		module, built = b.out, &builtModule{Source: b.src, Language: b.lang, Module: b.outName, Size: size}
+	}
+	cm, err := packFile(ctx, module, a.opts)
 	if err != nil {
-		return err
+		return fmt.Errorf("not applied: %w", err)
 	}
 	res, err := applyConfigMap(ctx, a.client, cm)
 	if err != nil {
 		return err
 	}
+	res.Built, res.Checked = built, checkedWith(a.opts)
 	if a.json {
 		return writeJSON(a.out, res)
 	}
 	return printApply(a.out, res)
 }
 
-// watch applies the module, then again whenever its files change, until
-// ctx is done. A failed check or apply is reported on errw (as JSON on
-// out with -o json) and waits for the next change.
+// checkedWith says what packFile checked a module with.
+func checkedWith(o *packOptions) string {
+	what := "the built-in sample scenario"
+	if o.scenario != "" {
+		what = "the expectations of " + o.scenario
+	}
+	if o.params != "" {
+		what += ", with --params"
+	}
+	return what
+}
+
+// watch applies the policy, then again whenever its files change, until
+// ctx is done. A failed build, check or apply is reported on errw (as
+// JSON on out with -o json) and waits for the next change.
 func (a *applier) watch(ctx context.Context, errw io.Writer, interval time.Duration) error {
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -150,7 +201,7 @@ func (a *applier) watch(ctx context.Context, errw io.Writer, interval time.Durat
 	for {
 		fp := a.fingerprint()
 		// Act on a change once it has held for one interval, so that a
-		// module still being written is not read half-done (the first
+		// file still being written is not read half-done (the first
 		// apply does not wait).
 		if first || (fp == seen && fp != tried) {
 			first, tried = false, fp
@@ -186,8 +237,9 @@ func (a *applier) report(errw io.Writer, err error) {
 }
 
 // fingerprint hashes the contents of the files an apply reads: the
-// module, the --params file and the --scenario file or directory. A file
-// that cannot be read hashes as its error.
+// source files (sourceFiles) or the module, the --params file and the
+// --scenario file or directory. A file that cannot be read hashes as its
+// error.
 func (a *applier) fingerprint() [sha256.Size]byte {
 	h := sha256.New()
 	add := func(path string) {
@@ -198,7 +250,17 @@ func (a *applier) fingerprint() [sha256.Size]byte {
 		fmt.Fprintf(h, "%s %d\n", path, len(b))
 		h.Write(b)
 	}
-	add(a.path)
+	if a.build != nil {
+		files, err := sourceFiles(a.build.dir())
+		if err != nil {
+			fmt.Fprintln(h, err)
+		}
+		for _, f := range files {
+			add(f)
+		}
+	} else {
+		add(a.path)
+	}
 	if p := a.opts.params; p != "" && !strings.HasPrefix(strings.TrimSpace(p), "{") {
 		add(p)
 	}
@@ -214,6 +276,39 @@ func (a *applier) fingerprint() [sha256.Size]byte {
 	var out [sha256.Size]byte
 	h.Sum(out[:0])
 	return out
+}
+
+// maxSourceFiles bounds what sourceFiles returns: a policy is a few files,
+// and apply --watch run from a home directory must not hash it all.
+const maxSourceFiles = 1000
+
+// sourceFiles lists the policy source files under dir, in a stable order:
+// .go, go.mod, go.sum, .rs and .ts files, outside node_modules and hidden
+// directories, at most maxSourceFiles of them.
+func sourceFiles(dir string) ([]string, error) {
+	var out []string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		switch {
+		case err != nil:
+			return err
+		case d.IsDir():
+			if p != dir && (d.Name() == "node_modules" || strings.HasPrefix(d.Name(), ".")) {
+				return filepath.SkipDir
+			}
+			return nil
+		case len(out) == maxSourceFiles:
+			return fs.SkipAll
+		}
+		switch n := d.Name(); {
+		case n == "go.mod", n == "go.sum", filepath.Ext(n) == ".go", filepath.Ext(n) == ".rs", filepath.Ext(n) == ".ts":
+			out = append(out, p)
+		}
+		return nil
+	})
+	if err != nil {
+		return out, fmt.Errorf("list the policy's source files: %w", err)
+	}
+	return out, nil
 }
 
 // applyConfigMap creates want, or updates the ConfigMap of its name so
@@ -346,6 +441,12 @@ func policyChanges(cur, next *corev1.ConfigMap, curDigest string) []string {
 }
 
 func printApply(w io.Writer, r *applyResult) error {
+	if b := r.Built; b != nil {
+		fmt.Fprintf(w, "built %s (%s): %s, %d bytes\n", b.Source, b.Language, b.Module, b.Size)
+	}
+	if r.Checked != "" {
+		fmt.Fprintf(w, "checked with %s: passed\n", r.Checked)
+	}
 	line := fmt.Sprintf("configmap %s/%s %s: sha256 %s, resourceVersion %s", r.Namespace, r.Name, r.Action, registry.ShortDigest(r.SHA256), r.ResourceVersion)
 	if len(r.Changes) > 0 {
 		line += "\n  " + strings.Join(r.Changes, "\n  ")

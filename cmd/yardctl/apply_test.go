@@ -181,6 +181,40 @@ func (b *lockedBuffer) String() string {
 	return b.b.String()
 }
 
+// watchRun runs an applier's watch until the test ends, with its output
+// and errors in out and errw.
+type watchRun struct {
+	out, errw lockedBuffer
+	// limit bounds each waitFor.
+	limit time.Duration
+}
+
+// start runs a.watch, printing to w.out and w.errw, until the test ends.
+func (w *watchRun) start(t *testing.T, a *applier) {
+	a.out = &w.out
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.watch(ctx, &w.errw, 20*time.Millisecond) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("watch returned %v after cancel, want nil", err)
+		}
+	})
+}
+
+// waitFor polls cond until it holds, failing the test after w.limit.
+func (w *watchRun) waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(w.limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s; output:\n%s\nerrors:\n%s", what, w.out.String(), w.errw.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // TestApplyWatch checks the hot-reload loop: the module is applied at
 // start, a rebuild that fails the checks is reported and not applied,
 // and the next good one (and a change of the parameters file) is. It
@@ -208,29 +242,13 @@ func TestApplyWatch(t *testing.T) {
 	write(params, []byte(`{"localWeight": 5}`))
 
 	client := fake.NewClientset()
-	var out, errw lockedBuffer
 	opts := &packOptions{name: "zone", namespace: registry.DefaultNamespace, params: params, gzipOver: DefaultGzipOver, deadline: generousTestDeadline}
-	a := &applier{client: client, path: module, opts: opts, out: &out}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.watch(ctx, &errw, 20*time.Millisecond) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("watch returned %v after cancel, want nil", err)
-		}
-	})
+	w := &watchRun{limit: 2 * time.Minute}
+	w.start(t, &applier{client: client, path: module, opts: opts})
+	ctx := context.Background()
 	cms := client.CoreV1().ConfigMaps(registry.DefaultNamespace)
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(2 * time.Minute)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s; output:\n%s\nerrors:\n%s", what, out.String(), errw.String())
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
+	waitFor := func(what string, cond func() bool) { t.Helper(); w.waitFor(t, what, cond) }
+	out, errw := &w.out, &w.errw
 	params7 := func() bool {
 		cm, err := cms.Get(ctx, "zone", metav1.GetOptions{})
 		return err == nil && cm.Data[registry.KeyParams] == `{"localWeight": 7}`
@@ -272,6 +290,10 @@ func TestApplyNeedsACluster(t *testing.T) {
 	if code != exitUsage || !strings.Contains(errOut, "not a valid ConfigMap name") {
 		t.Errorf("apply --name Zone_A = %d, stderr %q, want the name refused first", code, errOut)
 	}
+	code, _, errOut = yardctl(t, "policy", "apply", zoneAware, "--name", "zone", "--lang", "go")
+	if code != exitUsage || !strings.Contains(errOut, "build a policy's source; "+zoneAware+" is a module") {
+		t.Errorf("apply MODULE --lang go = %d, stderr %q, want the build flag refused", code, errOut)
+	}
 	code, out, _ := yardctl(t, "policy", "apply", zoneAware, "--name", "zone", "-o", "json")
 	var res struct {
 		Error    string `json:"error"`
@@ -285,3 +307,159 @@ func TestApplyNeedsACluster(t *testing.T) {
 // generousTestDeadline is the evaluation deadline of the tests that call
 // packFile directly: a loaded machine must not fail them.
 const generousTestDeadline = 2 * time.Minute
+
+// leastZone is a new policy with a list parameter, as a user writes it
+// from wasm-sdk/README.md: least-loaded, excluding the zones listed.
+const leastZone = `//go:build wasip1
+
+package main
+
+import "github.com/switchyard-lb/switchyard/wasm-sdk/go/policy"
+
+func evaluate(in *policy.Input, out *policy.Output) error {
+	exclude, _, err := policy.ParamStrings(in.Params(), "excludeZones")
+	if err != nil {
+		return err
+	}
+	for i := range in.Len() {
+		if e := in.Endpoint(i); in.Usable(i) && !exclude.Contains(e.Zone()) {
+			out.SetWeight(i, 1000/(1+e.ActiveConns()))
+		}
+	}
+	out.SetScheduler("wrr")
+	return nil
+}
+
+func init() { policy.Register(evaluate) }
+
+func main() {}
+`
+
+// leastZoneScenarios are its scenarios, with expectations.
+var leastZoneScenarios = map[string]string{
+	"spread.yaml": `service: {namespace: default, name: web, port: {protocol: TCP, port: 80}, params: {excludeZones: [zone-c]}}
+node: {name: node-a, zone: zone-a}
+endpoints:
+- {address: 10.0.0.1, port: 8080, node: node-a, zone: zone-a}
+- {address: 10.0.1.1, port: 8080, node: node-b, zone: zone-b, stats: {activeConns: 9}}
+- {address: 10.0.2.1, port: 8080, node: node-c, zone: zone-c}
+expect:
+  weights: [1000, 100, 0]
+  scheduler: wrr
+`,
+	"bad-params.yaml": `service: {namespace: default, name: web, port: {protocol: TCP, port: 80}, params: {excludeZones: zone-c}}
+node: {name: node-a, zone: zone-a}
+endpoints:
+- {address: 10.0.0.1, port: 8080, node: node-a, zone: zone-a}
+expect:
+  decline: "params: excludeZones is not a list of strings without escapes"
+`,
+}
+
+// TestApplyWatchSource checks the edit loop from a policy's source: a new
+// policy with a list parameter, in a directory of its own outside the
+// repository as the walkthrough in wasm-sdk/README.md makes it (a go.mod
+// that replaces the SDK's module with this checkout), with its
+// expectation scenarios. apply --watch builds the source with policy
+// build's own code, checks the module against the expectations and
+// applies it; an edit that misses the expectations, and one that does not
+// compile, are reported and nothing is applied; the next good edit is
+// built, checked and applied. Each round says what it did. It runs the Go
+// compiler four times, too slow under the race detector: make test-unit
+// runs it without.
+func TestApplyWatchSource(t *testing.T) {
+	if raceEnabled {
+		t.Skip("builds and packs a Go module four times, too slow under the race detector; make test-unit runs it without")
+	}
+	if testing.Short() {
+		t.Skip("runs the Go compiler")
+	}
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, scenarios := t.TempDir(), t.TempDir()
+	write := func(dir, name, content string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(dir, "go.mod", "module example.com/mypolicy\n\ngo 1.26.0\n\nrequire github.com/switchyard-lb/switchyard v0.0.0\n\n"+
+		"replace github.com/switchyard-lb/switchyard => "+root+"\n")
+	write(dir, "go.sum", string(mustRead(t, filepath.Join(root, "go.sum"))))
+	write(dir, "main.go", leastZone)
+	for name, content := range leastZoneScenarios {
+		write(scenarios, name, content)
+	}
+
+	client := fake.NewClientset()
+	opts := &packOptions{name: "least-zone", namespace: registry.DefaultNamespace, scenario: scenarios, gzipOver: DefaultGzipOver, deadline: generousTestDeadline}
+	w := &watchRun{limit: 5 * time.Minute} // four Go builds on a loaded machine
+	b, err := newBuilder(dir, &buildOptions{}, &w.errw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.start(t, &applier{client: client, path: dir, build: b, opts: opts})
+	cms := client.CoreV1().ConfigMaps(registry.DefaultNamespace)
+	waitFor := func(what string, cond func() bool) { t.Helper(); w.waitFor(t, what, cond) }
+	out, errw := &w.out, &w.errw
+	applied := func() string {
+		t.Helper()
+		cm, err := cms.Get(context.Background(), "least-zone", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cm.Data[registry.KeyPin]
+	}
+
+	waitFor("the first build applied", func() bool { return strings.Contains(out.String(), "configmap switchyard-system/least-zone created") })
+	module := filepath.Join(dir, "policy.wasm")
+	for _, want := range []string{
+		"built " + dir + " (go): " + module + ", ",
+		"checked with the expectations of " + scenarios + ": passed\n",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("the first round does not say %q:\n%s", want, out.String())
+		}
+	}
+	first := applied()
+	if first != registry.Digest(mustRead(t, module)) {
+		t.Errorf("the ConfigMap pins %s, not the module built", first)
+	}
+
+	// An edit whose decisions miss the expectations.
+	write(dir, "main.go", strings.Replace(leastZone, "1000/", "2000/", 1))
+	waitFor("the missed expectations reported", func() bool {
+		return strings.Contains(errw.String(), "not applied: "+module+" loads but misses the expectations of "+filepath.Join(scenarios, "spread.yaml")+
+			":\n  10.0.0.1:8080 (node-a, zone-a): weight 2000, want 1000\n")
+	})
+	if !strings.Contains(errw.String(), "(waiting for "+filepath.Base(dir)+" to change)") {
+		t.Errorf("the report does not say what watch waits for:\n%s", errw.String())
+	}
+	if got := applied(); got != first {
+		t.Errorf("a module that misses its expectations was applied: pin %s, want %s", got, first)
+	}
+
+	// An edit that does not compile.
+	write(dir, "main.go", leastZone+"\nfunc broken() { undefined() }\n")
+	waitFor("the failed build reported", func() bool { return strings.Contains(errw.String(), "not applied: go build for wasip1 in "+dir) })
+	if !strings.Contains(errw.String(), "undefined: undefined") {
+		t.Errorf("the compiler's message is not shown:\n%s", errw.String())
+	}
+	if got := applied(); got != first {
+		t.Errorf("a failed build changed the ConfigMap: pin %s, want %s", got, first)
+	}
+
+	// A good edit (a cap no scenario reaches): built, checked and applied.
+	write(dir, "main.go", strings.Replace(leastZone, "out.SetScheduler", "_ = min(in.Len(), 1<<16)\n\tout.SetScheduler", 1))
+	waitFor("the good edit applied", func() bool {
+		return strings.Contains(out.String(), "module sha256 "+registry.ShortDigest(first)+" -> ")
+	})
+	if got := applied(); got == first || got != registry.Digest(mustRead(t, module)) {
+		t.Errorf("after the good edit the ConfigMap pins %s, want the new module's %s", got, registry.Digest(mustRead(t, module)))
+	}
+	if n := strings.Count(out.String(), "built "+dir); n != 2 {
+		t.Errorf("%d rounds say what they built, want the 2 that applied:\n%s", n, out.String())
+	}
+}

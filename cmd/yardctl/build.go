@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,43 +28,74 @@ var policyBuild = &command{
 		"Function names are kept (a trap's wasm stack trace names the functions); --strip drops them\n" +
 		"for a smaller module. Prints the module's path and size; validate it next.",
 	setup: func(fs *flag.FlagSet) func(context.Context, ioStreams, []string) error {
-		out := fs.String("out", "", "output file; default policy.wasm next to the source")
-		lang := fs.String("lang", "", "go, rust or assemblyscript; default: detected from the source")
-		strip := fs.Bool("strip", false, "drop function names and debug information (smaller, unreadable stack traces)")
-		sdk := fs.String("sdk", "", "Rust only: the SDK crate's directory (wasm-sdk/rust/policy); default: found above the source")
+		opts := buildFlags(fs)
 		return func(ctx context.Context, s ioStreams, args []string) error {
 			src, err := oneArg(args, "DIR or FILE")
 			if err != nil {
 				return err
 			}
-			b := builder{src: src, strip: *strip, sdk: *sdk, log: s.err}
-			if b.lang, b.file, err = detectLanguage(src, *lang); err != nil {
-				return err
-			}
-			if *out == "" {
-				dir := src
-				if b.file != "" {
-					dir = filepath.Dir(b.file)
-				}
-				*out = filepath.Join(dir, "policy.wasm")
-			}
-			if b.out, err = filepath.Abs(*out); err != nil {
-				return fmt.Errorf("output path: %w", err)
-			}
-			if err := os.MkdirAll(filepath.Dir(b.out), 0o755); err != nil {
-				return fmt.Errorf("output directory: %w", err)
-			}
-			if err := b.build(ctx); err != nil {
-				return err
-			}
-			info, err := os.Stat(b.out)
+			b, err := newBuilder(src, opts, s.err)
 			if err != nil {
-				return fmt.Errorf("built module: %w", err)
+				return err
 			}
-			_, err = fmt.Fprintf(s.out, "%s: %d bytes (%s)\n", *out, info.Size(), b.lang)
+			size, err := b.build(ctx)
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintf(s.out, "%s: %d bytes (%s)\n", b.outName, size, b.lang)
 			return err
 		}
 	},
+}
+
+// buildOptions are the flags of build, which apply shares to build a
+// source it is given.
+type buildOptions struct {
+	out, lang, sdk string
+	strip          bool
+}
+
+func buildFlags(fs *flag.FlagSet) *buildOptions {
+	o := &buildOptions{}
+	fs.StringVar(&o.out, "out", "", "output file; default policy.wasm next to the source")
+	fs.StringVar(&o.lang, "lang", "", "go, rust or assemblyscript; default: detected from the source")
+	fs.BoolVar(&o.strip, "strip", false, "drop function names and debug information (smaller, unreadable stack traces)")
+	fs.StringVar(&o.sdk, "sdk", "", "Rust only: the SDK crate's directory (wasm-sdk/rust/policy); default: found above the source")
+	return o
+}
+
+// isSource reports whether path names a policy's source rather than a
+// module: a directory, or a .go, .rs or .ts file.
+func isSource(path string) bool {
+	if info, err := os.Stat(path); err == nil && info.IsDir() {
+		return true
+	}
+	switch filepath.Ext(path) {
+	case ".go", ".rs", ".ts":
+		return true
+	}
+	return false
+}
+
+// newBuilder returns the builder of the policy source src (a directory
+// or a file): its language detected unless o names it, its output o.out
+// or policy.wasm next to the source, whose directory it creates.
+func newBuilder(src string, o *buildOptions, log io.Writer) (*builder, error) {
+	b := &builder{src: src, strip: o.strip, sdk: o.sdk, log: log, outName: o.out}
+	var err error
+	if b.lang, b.file, err = detectLanguage(src, o.lang); err != nil {
+		return nil, err
+	}
+	if b.outName == "" {
+		b.outName = filepath.Join(b.dir(), "policy.wasm")
+	}
+	if b.out, err = filepath.Abs(b.outName); err != nil {
+		return nil, fmt.Errorf("output path: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(b.out), 0o755); err != nil {
+		return nil, fmt.Errorf("output directory: %w", err)
+	}
+	return b, nil
 }
 
 // Languages policy build knows.
@@ -140,19 +172,44 @@ func detectLanguage(src, lang string) (string, string, error) {
 
 // builder runs one language's compiler.
 type builder struct {
-	src, file, lang, out, sdk string
-	strip                     bool
-	log                       interface{ Write([]byte) (int, error) }
+	// src is the source as given, file the one file to compile (Rust,
+	// AssemblyScript), lang its language.
+	src, file, lang string
+	// out is the module's absolute path, outName as the user gave it (or
+	// its default).
+	out, outName string
+	sdk          string
+	strip        bool
+	log          io.Writer // the compiler's output
 }
 
-func (b *builder) build(ctx context.Context) error {
+// dir is the source's directory.
+func (b *builder) dir() string {
+	if b.file != "" {
+		return filepath.Dir(b.file)
+	}
+	return b.src
+}
+
+// build compiles the source and returns the size of the module written.
+func (b *builder) build(ctx context.Context) (int64, error) {
+	var err error
 	switch b.lang {
 	case langGo:
-		return b.goBuild(ctx)
+		err = b.goBuild(ctx)
 	case langRust:
-		return b.rustBuild(ctx)
+		err = b.rustBuild(ctx)
+	default:
+		err = b.asBuild(ctx)
 	}
-	return b.asBuild(ctx)
+	if err != nil {
+		return 0, err
+	}
+	info, err := os.Stat(b.out)
+	if err != nil {
+		return 0, fmt.Errorf("built module: %w", err)
+	}
+	return info.Size(), nil
 }
 
 func (b *builder) run(ctx context.Context, dir string, env []string, name string, args ...string) error {

@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -78,7 +79,7 @@ func policyLong() string {
 		{"test FILE --scenario S|DIR", "run a module against scenarios, check their expectations (--update records them)"},
 		{"bench FILE", "measure evaluations (percentiles, allocations) with every guard on"},
 		{"pack FILE --name N", "validate, then print the policy ConfigMap, compressed when large, with its sha256 pin"},
-		{"apply FILE --name N", "check as pack does, then create or update the ConfigMap in the cluster (--watch: on every change)"},
+		{"apply FILE|SOURCE --name N", "(build a source,) check as pack does, then create or update the ConfigMap (--watch: on every edit)"},
 	} {
 		fmt.Fprintf(&b, "  %-28s %s\n", c.name, c.short)
 	}
@@ -183,7 +184,9 @@ var policyValidate = &command{
 		"follow ABI v1 (wasm-sdk/ABI.md), import nothing else, and answer a scenario within the\n" +
 		"daemon's deadline: by default a small built-in one (two endpoints, no parameters);\n" +
 		"--params gives the parameters (a JSON file, or inline JSON), --scenario your own\n" +
-		"scenarios, whose expectations must hold. Prints the module's sha256 (the ConfigMap pin).",
+		"scenarios, whose expectations must hold. A scenario that gives its own parameters keeps\n" +
+		"them; --params goes to those that give none (or, when all do, to the built-in scenario,\n" +
+		"checked too). Prints the module's sha256 (the ConfigMap pin).",
 	setup: func(fs *flag.FlagSet) func(context.Context, ioStreams, []string) error {
 		output := outputFlag(fs)
 		deadline := deadlineFlag(fs)
@@ -230,6 +233,13 @@ func validateModule(ctx context.Context, path, paramsArg, scenarioPath string, d
 		if scs, err = loadScenarios(scenarioPath); err != nil {
 			return nil, err
 		}
+		// A scenario's own parameters are part of it (the decline it
+		// expects may be about them): params fill in those of the
+		// scenarios without; when every scenario has its own, the
+		// built-in sample scenario checks params.
+		if params != nil && !slices.ContainsFunc(scs, func(sc *scenario.Scenario) bool { return len(sc.Service.Params) == 0 }) {
+			scs = append(scs, scenario.Default())
+		}
 	}
 	p, done, err := loadModule(ctx, path, deadline)
 	if err != nil {
@@ -242,12 +252,12 @@ func validateModule(ctx context.Context, path, paramsArg, scenarioPath string, d
 	return params, nil
 }
 
-// checkScenarios evaluates p on each scenario, with params instead of the
-// scenario's own when given, and fails on the first that fails or misses
-// its expectations.
+// checkScenarios evaluates p on each scenario, with params (when given)
+// for the scenarios that have none of their own, and fails on the first
+// that fails or misses its expectations.
 func checkScenarios(ctx context.Context, p *wasm.Policy, path string, scs []*scenario.Scenario, params []byte) error {
 	for _, sc := range scs {
-		if params != nil {
+		if params != nil && len(sc.Service.Params) == 0 {
 			sc.Service.Params = params
 		}
 		o := evaluate(ctx, p, sc)
@@ -300,7 +310,7 @@ var policyPack = &command{
 			}
 			cm, err := packFile(ctx, path, opts)
 			if err != nil {
-				return err
+				return fmt.Errorf("not packed: %w", err)
 			}
 			var out []byte
 			if *output == "json" {
@@ -355,7 +365,8 @@ func (o *packOptions) check() error {
 
 // packFile checks the module at path as validate does, with the
 // parameters it packs, and returns its policy ConfigMap: what pack
-// prints and apply applies. o must have passed check.
+// prints and apply applies. o must have passed check. Its error is
+// why the module was refused.
 func packFile(ctx context.Context, path string, o *packOptions) (*corev1.ConfigMap, error) {
 	mod, err := readModule(path)
 	if err != nil {
@@ -368,7 +379,7 @@ func packFile(ctx context.Context, path string, o *packOptions) (*corev1.ConfigM
 	}
 	params, err := validateModule(ctx, path, o.params, o.scenario, o.deadline)
 	if err != nil {
-		return nil, fmt.Errorf("not packed: %w", err)
+		return nil, err
 	}
 	return packPolicy(mod, o.name, o.namespace, params, o.gzipOver)
 }

@@ -160,6 +160,12 @@ endpoints:
 - {address: 10.0.1.1, zone: zone-b}
 expect: {shares: [0.8, 0.2]}
 `)
+	noParams := writeFile(t, "n.yaml", `node: {name: node-a, zone: zone-a}
+endpoints:
+- {address: 10.0.0.1, zone: zone-a}
+- {address: 10.0.1.1, zone: zone-b}
+expect: {shares: [0.8, 0.2]}
+`)
 	for _, tc := range []struct {
 		name     string
 		args     []string
@@ -172,8 +178,11 @@ expect: {shares: [0.8, 0.2]}
 		{"params file", []string{"--params", writeFile(t, "p.json", `{"canary": "node=node-b", "percent": 5}`)}, exitOK, "valid ABI v1 policy"},
 		{"params rejected", []string{"--params", `{"canary": "rack=1"}`}, exitError, "params: canary must be zone=<zone>"},
 		{"scenario with its params and expectations", []string{"--scenario", sc}, exitOK, "valid ABI v1 policy"},
-		{"--params replaces the scenario's", []string{"--scenario", sc, "--params", `{"canary": "zone=zone-b", "percent": 50}`}, exitError,
-			"misses the expectations of " + sc + ":\n  10.0.0.1:0 (zone-a): share 0.500 (weight 5000 of 10000), want 0.8 ± 0.01\n  10.0.1.1:0 (zone-b): share 0.500 (weight 5000 of 10000), want 0.2 ± 0.01\n"},
+		{"a scenario keeps its own params", []string{"--scenario", sc, "--params", `{"canary": "zone=zone-b", "percent": 50}`}, exitOK, "valid ABI v1 policy"},
+		{"then --params go to the built-in scenario", []string{"--scenario", sc, "--params", `{"canary": "rack=1"}`}, exitError,
+			`fails on the built-in sample scenario (two endpoints, parameters {"canary": "rack=1"}): policy declined: params: canary must be zone=<zone>`},
+		{"--params go to a scenario without its own", []string{"--scenario", noParams, "--params", `{"canary": "zone=zone-b", "percent": 50}`}, exitError,
+			"misses the expectations of " + noParams + ":\n  10.0.0.1:0 (zone-a): share 0.500 (weight 5000 of 10000), want 0.8 ± 0.01\n  10.0.1.1:0 (zone-b): share 0.500 (weight 5000 of 10000), want 0.2 ± 0.01\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, stdout, stderr := yardctl(t, append([]string{"policy", "validate", canary}, tc.args...)...)
@@ -447,7 +456,7 @@ func TestPolicyHelp(t *testing.T) {
 			t.Errorf("policy %s --help: exit %d, %q", sub, code, stderr)
 		}
 	}
-	if code, stdout, _ := yardctl(t, "help", "policy"); code != exitOK || !strings.Contains(stdout, "pack FILE --name N") || !strings.Contains(stdout, "apply FILE --name N") {
+	if code, stdout, _ := yardctl(t, "help", "policy"); code != exitOK || !strings.Contains(stdout, "pack FILE --name N") || !strings.Contains(stdout, "apply FILE|SOURCE --name N") {
 		t.Errorf("help policy: exit %d, %q", code, stdout)
 	}
 	if code, _, stderr := yardctl(t, "policy", "frobnicate"); code != exitUsage || !strings.Contains(stderr, `unknown subcommand "frobnicate"`) {

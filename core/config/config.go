@@ -164,11 +164,15 @@ type Policies struct {
 	Workers int `yaml:"workers"`
 	// CacheDir is the directory where compiled WebAssembly policies are
 	// kept across restarts, so a restarted daemon does not compile them
-	// again (about 1s for a Go guest). An empty string disables the
-	// cache; a directory the daemon cannot create or write is logged and
-	// the daemon runs without it (so is a cache that fails later: a
-	// damaged entry is dropped, a module it cannot store is compiled
-	// without it). Default "/var/cache/switchyard/wasm".
+	// again (about 1s for a Go guest), and, in its last-good
+	// subdirectory, the last good version of each policy, so a daemon
+	// restarted while a policy's ConfigMap is broken keeps running it
+	// (its sha256 is checked when read back; a damaged file is ignored).
+	// An empty string disables both; a directory the daemon cannot
+	// create or write is logged and the daemon runs without it (so is a
+	// cache that fails later: a damaged entry is dropped, a module it
+	// cannot store is compiled without it). Default
+	// "/var/cache/switchyard/wasm".
 	CacheDir *string `yaml:"cacheDir"`
 }
 

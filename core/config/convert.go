@@ -3,6 +3,8 @@ package config
 import (
 	"context"
 	"strings"
+
+	"github.com/goccy/go-yaml"
 )
 
 // switchyard.dev/v1alpha1 differs from v1alpha2 in one place: the
@@ -94,4 +96,23 @@ func movedHint(version, path string) string {
 		}
 	}
 	return ""
+}
+
+// Deprecation returns the warning a config file in a deprecated format
+// deserves (data is the file's content), "" when its format is current or
+// unknown. A v1alpha1 file is still read and converted; the daemon logs
+// this once each time it reads one, at start and on each reload.
+func Deprecation(data []byte) string {
+	var head struct {
+		APIVersion string `yaml:"apiVersion"`
+	}
+	if yaml.Unmarshal(data, &head) != nil || head.APIVersion != APIVersionV1alpha1 {
+		return ""
+	}
+	moved := make([]string, len(v1alpha1Moves))
+	for i, m := range v1alpha1Moves {
+		moved[i] = strings.TrimPrefix(m.v1alpha1, "dataplane.ipvs.")
+	}
+	return "apiVersion " + APIVersionV1alpha1 + " is deprecated (read and converted): set apiVersion " + APIVersion +
+		" and move dataplane.ipvs." + strings.Join(moved, ", ") + " up to dataplane, as deploy/config.yaml shows"
 }

@@ -8,7 +8,9 @@
 // (dataplane.ipvs: scheduler, connection timeouts, strictARP). A file in
 // the older switchyard.dev/v1alpha1, where the shared settings sat under
 // dataplane.ipvs, is still read and converted (convert.go); every other
-// section is the same in both versions.
+// section is the same in both versions. It is deprecated: Deprecation
+// (and a Watcher's, for the file it last read) is the warning the daemon
+// logs each time it reads one.
 //
 // Parse is strict: an unknown field, a wrong type, a duplicate key or a
 // second YAML document is an error naming the field and its line (a field

@@ -20,6 +20,8 @@ type Watcher struct {
 
 	mu      sync.Mutex
 	current *Config
+	// deprecation is Deprecation of current's file.
+	deprecation string
 	// seen is the hash of the content last looked at, good or bad, so that
 	// a bad file is reported once rather than on every poll.
 	seen [sha256.Size]byte
@@ -39,7 +41,15 @@ func NewWatcher(path string, checks ...Check) (*Watcher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
-	return &Watcher{path: path, checks: checks, current: c, seen: sha256.Sum256(data)}, nil
+	return &Watcher{path: path, checks: checks, current: c, deprecation: Deprecation(data), seen: sha256.Sum256(data)}, nil
+}
+
+// Deprecation returns the warning the file of the last good config
+// deserves (the package's Deprecation), "" when its format is current.
+func (w *Watcher) Deprecation() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.deprecation
 }
 
 // Config returns the last good config.
@@ -75,7 +85,7 @@ func (w *Watcher) Poll() (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("config %s: %w", w.path, err)
 	}
-	w.current = c
+	w.current, w.deprecation = c, Deprecation(data)
 	return c, nil
 }
 

@@ -200,3 +200,43 @@ func TestWatcherRun(t *testing.T) {
 	cancel()
 	<-done
 }
+
+// TestWatcherDeprecation: a v1alpha1 file is read, and the Watcher says
+// it deserves a deprecation warning, at start and for each reload that
+// reads one; a v1alpha2 file, or a bad file that is refused, deserves
+// none (the last good config's warning stays).
+func TestWatcherDeprecation(t *testing.T) {
+	old := headerV1alpha1 + "dataplane:\n  ipvs:\n    syncPeriod: 20s\n"
+	d := newConfigMapDir(t, old)
+	w, err := NewWatcher(d.path(), watchSchedulers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "apiVersion switchyard.dev/v1alpha1 is deprecated (read and converted): set apiVersion switchyard.dev/v1alpha2 and move " +
+		"dataplane.ipvs.syncPeriod, minSyncPeriod, masqueradeAll, clusterCIDRs, nodePortAddresses up to dataplane, as deploy/config.yaml shows"
+	if got := w.Deprecation(); got != want {
+		t.Errorf("at start: Deprecation() = %q, want %q", got, want)
+	}
+	steps := []struct {
+		name, content string
+		want          string
+	}{
+		{"v1alpha2", header + "dataplane:\n  syncPeriod: 20s\n", ""},
+		{"v1alpha1 again", old, want},
+		{"a bad v1alpha2 file is refused", header + "dataplane:\n  nope: 1\n", want},
+		{"another v1alpha1 file", headerV1alpha1 + "dataplane:\n  ipvs:\n    syncPeriod: 30s\n", want},
+		{"v1alpha2 again", header, ""},
+	}
+	for _, s := range steps {
+		d.update(s.content)
+		if _, err := w.Poll(); (err != nil) != strings.Contains(s.name, "refused") {
+			t.Errorf("%s: Poll() error = %v", s.name, err)
+		}
+		if got := w.Deprecation(); got != s.want {
+			t.Errorf("%s: Deprecation() = %q, want %q", s.name, got, s.want)
+		}
+	}
+	if got := Deprecation([]byte("{not yaml")); got != "" {
+		t.Errorf("Deprecation(garbage) = %q, want none", got)
+	}
+}

@@ -13,11 +13,14 @@
 //     PolicyReporter, which tells the user about it;
 //   - the values they exchange: the reasons of policy Events and
 //     conditions, the policy failure reasons and the errors that carry
-//     them (FailureReason), announcers' AddrErrors.
+//     them (FailureReason), announcers' AddrErrors;
+//   - CheckResult, the check every policy result passes, whose
+//     OutputError names all of a result's problems at once.
 //
-// It holds interfaces, their value types and errors only, and imports
-// nothing but core/model and the pure core/election (for an elected
-// announcer's mode and node selector), so plugins never import the loop.
+// It holds interfaces, their value types, errors and that check only,
+// and imports nothing but core/model and the pure core/election (for an
+// elected announcer's mode and node selector), so plugins never import
+// the loop.
 package plugin
 
 import (

@@ -18,7 +18,9 @@ type Metrics struct {
 	Evaluations *prometheus.CounterVec
 	// Duration observes how long one evaluation took, by policy.
 	Duration *prometheus.HistogramVec
-	// Failures counts failed loads and evaluations by policy and reason.
+	// Failures counts failures by policy and reason: a failed load once
+	// per policy and failure (not per Service or evaluation), a failed
+	// evaluation each time.
 	Failures *prometheus.CounterVec
 	// StatsReadFailures counts failed reads of the dataplane's live
 	// statistics (one read per statistics tick).
@@ -40,7 +42,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"policy"}),
 		Failures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: metrics.Namespace, Name: "policy_failures_total",
-			Help: "Balancing policy failures, by policy and reason (load, deadline, trap, declined, invalid_output, error); the Service fell back each time.",
+			Help: "Balancing policy failures, by policy and reason (load, deadline, trap, declined, invalid_output, error): a policy version that fails to load (or a policy not found) counts once, a failed evaluation each time; the Services fell back.",
 		}, []string{"policy", "reason"}),
 		StatsReadFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: metrics.Namespace, Name: "policy_stats_read_failures_total",

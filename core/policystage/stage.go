@@ -20,7 +20,8 @@ import (
 )
 
 // DefaultDeadline bounds one policy evaluation when Config.Deadline is
-// zero.
+// zero: the daemon's default (config.DefaultEvaluationDeadline, which the
+// tests keep it equal to).
 const DefaultDeadline = 50 * time.Millisecond
 
 // Config is what a Stage drives. Policies is required; the rest may be
@@ -165,6 +166,11 @@ type Stage struct {
 	// stats is the last read of cfg.Stats, taken on the statistics tick.
 	stats        map[model.VirtualServiceKey]map[netip.AddrPort]plugin.EndpointStats
 	statsFailing bool // the last read failed
+	// loadCounted holds the policies whose current load failure has been
+	// counted: a failure is counted once per policy and outcome (a new
+	// version that fails too is a new outcome, Policies.Changed), not
+	// at every evaluation of every Service that uses the policy.
+	loadCounted map[string]bool
 	// weighted is the plan Weigh hands out: the planner's plans, with
 	// the policies' weights and schedulers. It is the map of the
 	// returned model.Plan, so it stays apart from services.
@@ -181,6 +187,8 @@ func New(cfg Config) *Stage {
 		workers:  cfg.Workers,
 		services: make(map[model.ServiceKey]*service),
 		weighted: make(map[model.ServiceKey]*model.ServicePlan),
+
+		loadCounted: make(map[string]bool),
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -272,6 +280,9 @@ func (s *Stage) Weigh(ctx context.Context, r Round) ([]model.ServiceKey, *model.
 	}
 	s.touched = s.touched[:0]
 	if names := s.cfg.Policies.Changed(); len(names) > 0 {
+		for _, n := range names {
+			delete(s.loadCounted, n)
+		}
 		for k, sv := range s.services {
 			if sv.policy != "" && slices.Contains(names, sv.policy) {
 				dirty[k] = true
@@ -491,9 +502,8 @@ func (s *Stage) evaluate(ctx context.Context, now time.Time, node *model.Node, j
 				fallbacks: []string{"every port: uniform weights"}}
 		}
 	}()
-	if j.err != nil {
+	if j.err != nil { // counted by commit, once per failure
 		out.failure, out.failReason = j.err, plugin.FailureLoad
-		s.m.Failures.WithLabelValues(j.name, plugin.FailureLoad).Inc()
 	}
 	decisions := make(map[groupKey]decision)
 	good := j.good
@@ -522,9 +532,9 @@ func (s *Stage) evaluate(ctx context.Context, now time.Time, node *model.Node, j
 				continue
 			}
 			if out.failure == nil {
-				out.failure, out.failReason = fmt.Errorf("port %s: %w", portLabel(vs), err), s.classify(err)
+				out.failure, out.failReason = fmt.Errorf("port %s: %w", portLabel(vs), err), plugin.FailureReason(err)
 			}
-			s.m.Failures.WithLabelValues(j.name, s.classify(err)).Inc()
+			s.m.Failures.WithLabelValues(j.name, plugin.FailureReason(err)).Inc()
 		}
 		// Fall back: the last good decision when it covers the same
 		// endpoints, else the planner's uniform weights.
@@ -567,6 +577,13 @@ func (s *Stage) commit(now time.Time, j *evalJob) *model.ServicePlan {
 	if errors.Is(j.err, plugin.ErrNoPolicy) {
 		sv.lastGood = nil
 	}
+	switch {
+	case j.err == nil:
+		delete(s.loadCounted, j.name)
+	case !s.loadCounted[j.name]:
+		s.loadCounted[j.name] = true
+		s.m.Failures.WithLabelValues(j.name, plugin.FailureLoad).Inc()
+	}
 	b, ok := j.pol.(plugin.StatsBlind)
 	sv.blind = ok && j.err == nil && b.IgnoresStats()
 	if j.out.good != nil {
@@ -589,7 +606,7 @@ func (s *Stage) evaluateGroup(ctx context.Context, name string, pol plugin.Polic
 	res, err := safeEvaluate(ctx, pol, in)
 	s.m.Duration.WithLabelValues(name).Observe(time.Since(start).Seconds())
 	if err == nil {
-		err = checkResult(in, res, s.schedulers)
+		err = plugin.CheckResult(res, len(in.Endpoints), s.schedulers)
 	}
 	if err == nil && ctx.Err() != nil {
 		err = fmt.Errorf("policy returned after its deadline of %v: %w", s.deadline, context.DeadlineExceeded)
@@ -615,37 +632,6 @@ func safeEvaluate(ctx context.Context, pol plugin.Policy, in *plugin.PolicyInput
 		}
 	}()
 	return pol.Evaluate(ctx, in)
-}
-
-// errInvalidResult marks a result the stage refuses.
-var errInvalidResult = errors.New("invalid policy result")
-
-// maxWeight is the largest weight IPVS accepts (a signed 32-bit value).
-const maxWeight = 1<<31 - 1
-
-func checkResult(in *plugin.PolicyInput, res plugin.PolicyResult, schedulers plugin.SchedulerSet) error {
-	if len(res.Weights) != len(in.Endpoints) {
-		return fmt.Errorf("%w: %d weights for %d endpoints", errInvalidResult, len(res.Weights), len(in.Endpoints))
-	}
-	for i, w := range res.Weights {
-		if w > maxWeight {
-			return fmt.Errorf("%w: weight %d of endpoint %d is above %d", errInvalidResult, w, i, maxWeight)
-		}
-	}
-	if res.Scheduler != "" && !schedulers.SupportsScheduler(res.Scheduler) {
-		return fmt.Errorf("%w: scheduler %q is not one the dataplane supports", errInvalidResult, res.Scheduler)
-	}
-	if res.Reevaluate < 0 {
-		return fmt.Errorf("%w: negative re-evaluation interval %v", errInvalidResult, res.Reevaluate)
-	}
-	return nil
-}
-
-func (s *Stage) classify(err error) string {
-	if errors.Is(err, errInvalidResult) {
-		return plugin.FailureInvalidOutput
-	}
-	return plugin.FailureReason(err)
 }
 
 // report updates k's PolicyReady condition and sends Events when it

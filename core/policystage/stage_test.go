@@ -3,6 +3,7 @@ package policystage_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/switchyard-lb/switchyard/core/config"
 	"github.com/switchyard-lb/switchyard/core/model"
 	"github.com/switchyard-lb/switchyard/core/plugin"
 	"github.com/switchyard-lb/switchyard/core/plugin/plugintest"
@@ -332,6 +334,26 @@ func TestPolicyFailures(t *testing.T) {
 	}
 }
 
+// TestPolicyInvalidResultAllProblems: an in-process policy's invalid
+// result is reported with every problem at once, behind one "invalid
+// policy output" prefix, as a WebAssembly module's invalid output is.
+func TestPolicyInvalidResultAllProblems(t *testing.T) {
+	h := newPolicyHarness(t, 0)
+	h.pols.Set("weights", plugintest.NewFunc("weights", func(context.Context, *plugin.PolicyInput) (plugin.PolicyResult, error) {
+		return plugin.PolicyResult{Weights: []uint32{1 << 31, 1, 2}, Scheduler: "fastest", Reevaluate: -time.Second}, nil
+	}), nil, nil)
+	h.start(t)
+	c := h.rep.Conditions()[webKey]
+	want := "policy weights: port http/TCP: invalid policy output: 3 weights for 2 endpoints; weight 2147483648 of endpoint 0 above 2147483647; " +
+		`scheduler "fastest" is not one the dataplane supports; negative re-evaluation interval -1s`
+	if c.Ready || c.Reason != "InvalidOutput" || c.Message != want {
+		t.Errorf("web's PolicyReady = %+v, want False, InvalidOutput, message\n%s", c, want)
+	}
+	if got := testutil.ToFloat64(h.pm.Failures.WithLabelValues("weights", plugin.FailureInvalidOutput)); got != 1 {
+		t.Errorf("failures{weights,invalid_output} = %v, want 1", got)
+	}
+}
+
 // TestPolicyReevaluation checks the statistics tick and a policy's
 // Reevaluate interval.
 func TestPolicyReevaluation(t *testing.T) {
@@ -533,5 +555,76 @@ func TestPolicyStandIn(t *testing.T) {
 	mustSync(t, h.loop)
 	if diff := cmp.Diff(status(v3.v, true, plugin.ReasonPolicyEvaluated, "policy weights evaluated"), h.loop.status); diff != "" {
 		t.Errorf("status after v3 (-want +got):\n%s", diff)
+	}
+}
+
+// TestPolicyLoadFailuresCountedOnce: a policy that stays broken counts
+// one load failure, however many Services use it and however many
+// statistics ticks re-evaluate them; a new version that fails too
+// counts again, and so does a failure after the policy worked again.
+func TestPolicyLoadFailuresCountedOnce(t *testing.T) {
+	h := newPolicyHarness(t, 10*time.Second)
+	v1 := versioned{plugintest.NewFunc("weights", weights(3, 1)), plugin.PolicyVersion{Digest: strings.Repeat("a1", 32), Revision: "10"}}
+	h.pols.Set("weights", v1, nil, nil)
+	h.start(t)
+	// A second Service on the policy.
+	api := clusterIP(apiKey, "10.96.0.30", ep("10.244.1.9:8080", "node-a"), ep("10.244.2.9:8080", "node-b"))
+	api.Service.Policy = "weights"
+	h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{apiKey: api}})
+	mustSync(t, h.loop)
+
+	loadFailures := func() float64 {
+		return testutil.ToFloat64(h.pm.Failures.WithLabelValues("weights", plugin.FailureLoad))
+	}
+	ticks := func(n int) {
+		for range n {
+			h.now = h.now.Add(10 * time.Second)
+			mustSync(t, h.loop)
+		}
+	}
+	steps := []struct {
+		name string
+		do   func()
+		want float64
+	}{
+		{"v2 fails to load, v1 stands in, five ticks", func() {
+			h.pols.Set("weights", v1, nil, errors.New("v2: garbage (running its last good version)"))
+			ticks(5)
+		}, 1},
+		{"an endpoint change re-evaluates both Services", func() {
+			api.Endpoints = api.Endpoints[:1]
+			web := clusterIP(webKey, "10.96.0.1", webEndpoints[:1]...)
+			web.Service.Policy = "weights"
+			h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{apiKey: api, webKey: web}})
+			mustSync(t, h.loop)
+		}, 1},
+		{"v3 fails too", func() {
+			h.pols.Set("weights", v1, nil, errors.New("v3: garbage (running its last good version)"))
+			ticks(3)
+		}, 2},
+		{"v4 loads, v5 fails", func() {
+			h.pols.Set("weights", v1, nil, nil)
+			ticks(1)
+			h.pols.Set("weights", v1, nil, errors.New("v5: garbage (running its last good version)"))
+			ticks(3)
+		}, 3},
+		{"deleted: not found, five ticks", func() {
+			h.pols.Set("weights", nil, nil, fmt.Errorf("no ConfigMap: %w", plugin.ErrNoPolicy))
+			ticks(5)
+		}, 4},
+	}
+	for _, s := range steps {
+		s.do()
+		if got := loadFailures(); got != s.want {
+			t.Errorf("%s: failures{weights,load} = %v, want %v", s.name, got, s.want)
+		}
+	}
+}
+
+// The stage's default deadline is the daemon's (and so the WebAssembly
+// host's and yardctl's): one deadline everywhere.
+func TestDefaultDeadlineIsTheDaemons(t *testing.T) {
+	if policystage.DefaultDeadline != config.DefaultEvaluationDeadline {
+		t.Errorf("policystage.DefaultDeadline %v, config.DefaultEvaluationDeadline %v: keep them equal", policystage.DefaultDeadline, config.DefaultEvaluationDeadline)
 	}
 }

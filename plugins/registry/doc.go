@@ -28,8 +28,12 @@
 // A new version that cannot be used (it does not decode, misses its pin,
 // or fails to load) does not replace the last good one: Resolve keeps
 // returning that version, with its parameters and an error naming both,
-// so the Services keep being balanced by it and are told (until the
-// daemon restarts: the last good version lives in memory only). Resolve's
+// so the Services keep being balanced by it and are told. With
+// Options.LastGood the last good version is also kept on disk
+// (plugins/lastgood), so a registry started while the ConfigMap is broken
+// (a restarted daemon) runs it too; a damaged file is ignored, and a
+// policy's ConfigMap gone (deleted, or absent from the first list) takes
+// its kept version with it. Resolve's
 // ConfigMap policies are plugin.Versioned: the module's digest and the
 // resourceVersion it was loaded from, which /debug/state shows.
 //

@@ -24,6 +24,7 @@ import (
 	"github.com/switchyard-lb/switchyard/core/model"
 	"github.com/switchyard-lb/switchyard/core/plugin"
 	"github.com/switchyard-lb/switchyard/plugins/builtin"
+	"github.com/switchyard-lb/switchyard/plugins/lastgood"
 	"github.com/switchyard-lb/switchyard/plugins/wasm"
 )
 
@@ -82,6 +83,11 @@ type Options struct {
 	RetireAfter time.Duration
 	// OnChange is called, without blocking, after policies changed.
 	OnChange func()
+	// LastGood, when set, keeps each policy's last good version on disk,
+	// so that a registry started while a policy's ConfigMap is broken
+	// (the daemon restarted) runs the version that last worked; nil
+	// keeps it in memory only.
+	LastGood *lastgood.Dir
 }
 
 // Registry resolves Services' policies and keeps policy ConfigMaps
@@ -124,6 +130,8 @@ type version struct {
 	Module
 	params []byte
 	id     plugin.PolicyVersion
+	// kept is set for a version read back from Options.LastGood.
+	kept bool
 }
 
 // PolicyVersion returns the module's digest and the resourceVersion of
@@ -241,6 +249,9 @@ func (r *Registry) loadPending(ctx context.Context) {
 			r.entries[name] = next
 		}
 		r.mu.Unlock()
+		if next == nil {
+			r.forgetKept(name)
+		}
 		if m := runModule(old); m != nil && m != runModule(next) {
 			r.retire(m)
 		}
@@ -265,6 +276,9 @@ func (r *Registry) loadPending(ctx context.Context) {
 	becameSynced := !r.synced
 	r.synced = true
 	r.mu.Unlock()
+	if becameSynced {
+		r.pruneKept()
+	}
 	if (len(changed) > 0 || becameSynced) && r.opts.OnChange != nil {
 		r.opts.OnChange()
 	}
@@ -295,7 +309,9 @@ func errString(err error) string {
 // load decodes, checks and loads cm; it reuses old's module when the
 // module's digest did not change, and old's version when neither the
 // module nor the parameters did. When cm cannot be used, the entry keeps
-// old's running version (the last good one) with the error.
+// old's running version (the last good one), or, when this registry has
+// none, the one kept on disk (Options.LastGood), with the error. A new
+// good version is kept on disk.
 func (r *Registry) load(ctx context.Context, cm *corev1.ConfigMap, old *entry) *entry {
 	e := &entry{resourceVersion: cm.ResourceVersion}
 	var last *version
@@ -303,8 +319,15 @@ func (r *Registry) load(ctx context.Context, cm *corev1.ConfigMap, old *entry) *
 		last = old.run
 	}
 	fail := func(err error) *entry {
+		if last == nil {
+			last = r.kept(ctx, cm.Name, e.digest)
+		}
 		e.err, e.run = err, last
-		if last != nil {
+		switch {
+		case last != nil && last.kept:
+			e.stale = fmt.Errorf("%w (running its last good version, sha256 %s, kept on this node's disk from revision %s, instead)",
+				err, ShortDigest(last.id.Digest), last.id.Revision)
+		case last != nil:
 			e.stale = fmt.Errorf("%w (running its last good version, sha256 %s, instead)", err, ShortDigest(last.id.Digest))
 		}
 		return e
@@ -320,6 +343,7 @@ func (r *Registry) load(ctx context.Context, cm *corev1.ConfigMap, old *entry) *
 			e.run = last
 		} else {
 			e.run = &version{Module: last.Module, params: params, id: plugin.PolicyVersion{Digest: e.digest, Revision: cm.ResourceVersion}}
+			r.keep(cm.Name, e.run, module)
 		}
 		return e
 	}
@@ -331,7 +355,89 @@ func (r *Registry) load(ctx context.Context, cm *corev1.ConfigMap, old *entry) *
 		return fail(err)
 	}
 	e.run = &version{Module: m, params: params, id: plugin.PolicyVersion{Digest: e.digest, Revision: cm.ResourceVersion}}
+	r.keep(cm.Name, e.run, module)
 	return e
+}
+
+// keep saves v, loaded from module, as name's last good version on disk.
+// A failure is logged: the version runs all the same.
+func (r *Registry) keep(name string, v *version, module []byte) {
+	if r.opts.LastGood == nil {
+		return
+	}
+	err := r.opts.LastGood.Save(name, lastgood.Version{Digest: v.id.Digest, Revision: v.id.Revision, Params: v.params, Module: module})
+	if err != nil {
+		r.log.Warn("keeping the policy's last good version on disk; it is kept in memory only", "policy", name, "err", err)
+	}
+}
+
+// kept loads name's last good version from disk, for a policy that
+// fails before any version of it loaded here: nil when there is none,
+// when it is damaged (logged, and removed), when it is the failing
+// module itself (failing: digest) or when it no longer loads.
+func (r *Registry) kept(ctx context.Context, name, failing string) *version {
+	if r.opts.LastGood == nil || r.opts.Load == nil {
+		return nil
+	}
+	k, err := r.opts.LastGood.Load(name)
+	switch {
+	case errors.Is(err, lastgood.ErrNone):
+		return nil
+	case err != nil:
+		r.log.Warn("ignoring the policy's last good version kept on disk", "policy", name, "err", err)
+		if errors.Is(err, lastgood.ErrDamaged) {
+			r.forgetKept(name)
+		}
+		return nil
+	case k.Digest == failing:
+		return nil
+	}
+	m, err := r.opts.Load(ctx, name, k.Module)
+	if err != nil {
+		r.log.Warn("the policy's last good version kept on disk does not load; ignoring it", "policy", name, "sha256", k.Digest, "err", err)
+		return nil
+	}
+	var params []byte
+	if len(k.Params) > 0 {
+		params = k.Params
+	}
+	return &version{Module: m, params: params, id: plugin.PolicyVersion{Digest: k.Digest, Revision: k.Revision}, kept: true}
+}
+
+// forgetKept removes name's last good version from disk: its ConfigMap
+// is gone.
+func (r *Registry) forgetKept(name string) {
+	if r.opts.LastGood == nil {
+		return
+	}
+	if err := r.opts.LastGood.Remove(name); err != nil {
+		r.log.Warn("removing the policy's last good version from disk", "policy", name, "err", err)
+	}
+}
+
+// pruneKept removes the last good versions of the policies whose
+// ConfigMap no longer exists (deleted while the daemon was down): it
+// runs once the first list of ConfigMaps is loaded.
+func (r *Registry) pruneKept() {
+	if r.opts.LastGood == nil {
+		return
+	}
+	names, err := r.opts.LastGood.Names()
+	if err != nil {
+		r.log.Warn("listing the policies' last good versions on disk", "err", err)
+		return
+	}
+	r.mu.Lock()
+	var gone []string
+	for _, n := range names {
+		if _, ok := r.entries[n]; !ok {
+			gone = append(gone, n)
+		}
+	}
+	r.mu.Unlock()
+	for _, n := range gone {
+		r.forgetKept(n)
+	}
 }
 
 // ShortDigest is the first 12 hex digits of a digest, as yardctl shows it.

@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"context"
 	"errors"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/switchyard-lb/switchyard/core/model"
 	"github.com/switchyard-lb/switchyard/core/plugin"
+	"github.com/switchyard-lb/switchyard/plugins/lastgood"
 	"github.com/switchyard-lb/switchyard/plugins/registry"
 )
 
@@ -329,5 +331,164 @@ func TestRegistry(t *testing.T) {
 		if p := resolve("canary"); p.Policy != "" && closed(p.Policy) {
 			t.Errorf("%s: canary resolves to module %s, which is closed", s.name, p.Policy)
 		}
+	}
+}
+
+// TestRegistryLastGoodOnDisk: the last good version of a policy outlives
+// the registry (a daemon restart): a registry started while the
+// ConfigMap is broken runs the version kept on disk, says so, and keeps
+// the next good version instead; a damaged file is ignored and removed;
+// the ConfigMap's deletion, while running or while no registry ran,
+// removes what is kept.
+func TestRegistryLastGoodOnDisk(t *testing.T) {
+	ctx := context.Background()
+	dir, err := lastgood.New(filepath.Join(t.TempDir(), "last-good"), registry.DefaultMaxModuleSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := fake.NewClientset(policyCM("canary", map[string][]byte{registry.KeyModule: []byte("v1")}, map[string]string{registry.KeyParams: `{"w":1}`}))
+	cms := client.CoreV1().ConfigMaps(registry.DefaultNamespace)
+	type resolved struct {
+		Policy, Digest, Revision, Params, Err string
+	}
+	// run runs a registry (a daemon) until the returned stop is called.
+	run := func() (*registry.Registry, *loader, func()) {
+		ld := &loader{}
+		r := registry.New(client, registry.Options{Load: ld.load, RetireAfter: time.Millisecond, LastGood: dir}, nil)
+		rctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); r.Run(rctx) }()
+		eventually(t, "HasSynced", r.HasSynced)
+		return r, ld, func() { cancel(); <-done }
+	}
+	resolve := func(r *registry.Registry) resolved {
+		_, p, params, err := r.Resolve(&model.Service{Policy: "canary"})
+		var out resolved
+		if p != nil {
+			out.Policy, out.Params = p.Name(), string(params)
+			v := p.(plugin.Versioned).PolicyVersion()
+			out.Digest, out.Revision = v.Digest, v.Revision
+		}
+		if err != nil {
+			out.Err = err.Error()
+		}
+		return out
+	}
+	kept := func() string {
+		v, err := dir.Load("canary")
+		if err != nil {
+			return err.Error()
+		}
+		return string(v.Module) + " " + string(v.Params)
+	}
+	update := func(data string, module string) {
+		t.Helper()
+		cm := policyCM("canary", map[string][]byte{registry.KeyModule: []byte(module)}, nil)
+		if data != "" {
+			cm.Data = map[string]string{registry.KeyParams: data}
+		}
+		if _, err := cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	digest := func(module string) string { return registry.Digest([]byte(module)) }
+
+	// A daemon loads v1, and keeps it.
+	r, _, stop := run()
+	if got := resolve(r); got.Policy != "v1" || got.Err != "" {
+		t.Errorf("the first daemon resolves %+v, want v1", got)
+	}
+	cm, err := cms.Get(ctx, "canary", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v1Revision := cm.ResourceVersion
+	if got := kept(); got != `v1 {"w":1}` {
+		t.Errorf("kept after v1 loaded: %s", got)
+	}
+	stop()
+
+	// While it is down, the ConfigMap breaks; the restarted daemon runs
+	// v1, from disk, with its parameters.
+	update("", "garbage")
+	r, ld, stop := run()
+	want := resolved{Policy: "v1", Digest: digest("v1"), Revision: v1Revision, Params: `{"w":1}`,
+		Err: "invalid policy module: garbage (running its last good version, sha256 " + digest("v1")[:12] +
+			", kept on this node's disk from revision " + v1Revision + ", instead)"}
+	if diff := cmp.Diff(want, resolve(r)); diff != "" {
+		t.Errorf("restarted on a broken ConfigMap (-want +got):\n%s", diff)
+	}
+
+	// A new good version replaces it, on disk too.
+	update(`{"w":2}`, "v2")
+	eventually(t, "v2 loaded", func() bool { return resolve(r).Policy == "v2" })
+	if got := kept(); got != `v2 {"w":2}` {
+		t.Errorf("kept after v2 loaded: %s", got)
+	}
+	update(`{"w":3}`, "v2")
+	eventually(t, "v2's new parameters", func() bool { return resolve(r).Params == `{"w":3}` })
+	if got := kept(); got != `v2 {"w":3}` {
+		t.Errorf("kept after new parameters: %s", got)
+	}
+	ld.mu.Lock()
+	if diff := cmp.Diff([]string{"garbage", "v1", "v2"}, ld.loads); diff != "" {
+		t.Errorf("loads: the broken module, v1 from disk, v2 (-want +got):\n%s", diff)
+	}
+	ld.mu.Unlock()
+	stop()
+
+	// A damaged file is ignored (and removed): the restarted daemon has no
+	// last good version.
+	update("", "garbage")
+	names, _ := dir.Names()
+	if diff := cmp.Diff([]string{"canary"}, names); diff != "" {
+		t.Fatalf("kept (-want +got):\n%s", diff)
+	}
+	damage(t, dir, "canary")
+	r, _, stop = run()
+	if diff := cmp.Diff(resolved{Err: "invalid policy module: garbage"}, resolve(r)); diff != "" {
+		t.Errorf("restarted with a damaged file (-want +got):\n%s", diff)
+	}
+	if _, err := dir.Load("canary"); !errors.Is(err, lastgood.ErrNone) {
+		t.Errorf("the damaged file is still kept: %v", err)
+	}
+
+	// Deleted while running: forgotten.
+	update("", "v3")
+	eventually(t, "v3 loaded", func() bool { return resolve(r).Policy == "v3" })
+	if err := cms.Delete(ctx, "canary", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the deletion seen", func() bool { return resolve(r).Policy == "" })
+	if _, err := dir.Load("canary"); !errors.Is(err, lastgood.ErrNone) {
+		t.Errorf("kept after the ConfigMap was deleted: %v", err)
+	}
+	stop()
+
+	// Deleted while no daemon ran: pruned at the next start.
+	if err := dir.Save("gone", lastgood.Version{Digest: digest("g"), Module: []byte("g")}); err != nil {
+		t.Fatal(err)
+	}
+	_, _, stop = run()
+	stop()
+	if names, err := dir.Names(); err != nil || len(names) != 0 {
+		t.Errorf("kept after a start without their ConfigMaps: %v, %v", names, err)
+	}
+}
+
+// damage flips the last byte of name's kept module.
+func damage(t *testing.T, dir *lastgood.Dir, name string) {
+	t.Helper()
+	v, err := dir.Load(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := v.Digest
+	v.Module[len(v.Module)-1] ^= 0xff
+	if err := dir.Save(name, v); err != nil { // a record whose digest no longer matches
+		t.Fatal(err)
+	}
+	if v.Digest != want {
+		t.Fatal("damage changed the record")
 	}
 }

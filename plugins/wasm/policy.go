@@ -170,7 +170,7 @@ func (p *Policy) call(ctx context.Context, inst *instance, in *plugin.PolicyInpu
 	}
 	res, err := abi.Decode(out, len(in.Endpoints))
 	if err != nil {
-		return plugin.PolicyResult{}, false, layoutError{err}
+		return plugin.PolicyResult{}, false, err // an *abi.OutputError: ErrInvalidOutput
 	}
 
 	inst.evals++
@@ -277,11 +277,3 @@ func (p *Policy) instantiate(ctx context.Context) (*instance, error) {
 	}
 	return inst, nil
 }
-
-// layoutError is an abi.Decode error, which names itself "invalid policy
-// output": it is also ErrInvalidOutput, without saying so twice.
-type layoutError struct{ err error }
-
-func (e layoutError) Error() string        { return e.err.Error() }
-func (e layoutError) Unwrap() error        { return e.err }
-func (e layoutError) Is(target error) bool { return target == ErrInvalidOutput }
