@@ -367,6 +367,27 @@ type Membership struct {
 	// false there trades partition safety for sub-second failover, as
 	// MetalLB's layer 2 does. Default true.
 	QuorumGuard *bool `yaml:"quorumGuard"`
+	// ProbeInterval, ProbeTimeout and SuspicionMult time the failure
+	// detector (memberlist's SWIM with Lifeguard; Consul calls them
+	// probe_interval, probe_timeout and suspicion_mult). Every
+	// ProbeInterval a daemon probes another and waits ProbeTimeout for
+	// its ack before asking others to probe it; a node that still does
+	// not answer is suspected, and declared dead (its layer-2 addresses
+	// move) unless it refutes within SuspicionMult x ProbeInterval (x
+	// log10 of the cluster size from 10 nodes on; up to three times
+	// that without another daemon confirming). Expected detection is
+	// about ProbeTimeout + ProbeInterval x (1 + SuspicionMult): 0.45 s
+	// with the defaults (100ms, 50ms, 3). Shorter timings detect faster
+	// but declare a starved daemon (CPU throttling, a long GC pause, an
+	// overloaded node) dead when it merely answered late, which moves
+	// its addresses away and back; a loaded or virtualised cluster
+	// wants longer ones (such as 1s, 500ms, 4: about 5.5 s). All
+	// daemons should use the same values. Read at start (a change
+	// takes effect at the next restart). ProbeTimeout must be shorter
+	// than ProbeInterval.
+	ProbeInterval Duration `yaml:"probeInterval"`
+	ProbeTimeout  Duration `yaml:"probeTimeout"`
+	SuspicionMult int      `yaml:"suspicionMult"`
 }
 
 // Metrics configures the metrics server (/metrics and /debug/state).
