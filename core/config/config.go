@@ -358,14 +358,19 @@ type Membership struct {
 	// SecretKeyFile is a file with the same content (a mounted Secret),
 	// read at start. Default none. At most one of the two may be set.
 	SecretKeyFile string `yaml:"secretKeyFile"`
-	// QuorumGuard, when true, makes a daemon that sees no strict majority
-	// of its members alive stop trusting gossip: it moves no address on
-	// its own and waits for Kubernetes node readiness instead. That keeps
-	// both sides of a partition from announcing the same addresses. In a
-	// two-node cluster the survivor of a crash never has a majority, so
-	// failover waits for NotReady (about 40 s with Kubernetes defaults);
-	// false there trades partition safety for sub-second failover, as
-	// MetalLB's layer 2 does. Default true.
+	// QuorumGuard, when true, keeps both sides of a partition from
+	// answering for the same layer-2 address: a daemon that has not heard
+	// from members that could form a majority without it announces no
+	// layer-2 address (its BGP routes stay), a majority moves the
+	// addresses of a node it finds dead only after a short fence (2 x
+	// max(suspicionMult, nodes) probe intervals: 0.6 s for three nodes
+	// with the defaults), and with exactly half alive every daemon waits
+	// for Kubernetes readiness instead of gossip. A node dead to gossip
+	// and NotReady in Kubernetes no longer counts, so the survivors of a
+	// crash of most nodes (and of one of two) take over once Kubernetes
+	// marks them NotReady (about 40 s with Kubernetes defaults); false
+	// gives sub-second failover there, at the price of partition
+	// safety, as MetalLB's layer 2 does. Default true.
 	QuorumGuard *bool `yaml:"quorumGuard"`
 	// ProbeInterval, ProbeTimeout and SuspicionMult time the failure
 	// detector (memberlist's SWIM with Lifeguard; Consul calls them

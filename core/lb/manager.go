@@ -250,7 +250,7 @@ func (m *Manager) SetNodes(nodes map[string]*model.Node) {
 			// Every NodePort address (InternalIP and ExternalIP) is a
 			// peer address; joining needs one to answer.
 			for _, a := range nodes[name].Addresses {
-				peers = append(peers, membership.Peer{Name: name, Addr: a.String()})
+				peers = append(peers, membership.Peer{Name: name, Addr: a.String(), NotReady: !nodes[name].Ready})
 			}
 		}
 		m.members.SetPeers(peers)
