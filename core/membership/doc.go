@@ -18,7 +18,9 @@
 //     itself, so it answers for no layer-2 address, and has no opinion
 //     of the others (Kubernetes readiness decides for them; the BGP
 //     election ignores gossip about the node itself, so its routes
-//     stay);
+//     stay); back from the cut, it waits a window more, so that the
+//     members that took its addresses, which see it back at once, have
+//     given them up before it answers for them again;
 //   - a daemon with a strict majority alive trusts gossip, but reports a
 //     member declared dead still alive for a fence as long as that
 //     window, so that a member merely cut off has stopped answering

@@ -13,6 +13,11 @@ type guardView struct {
 	// one cut off by a partition, and that majority may have moved its
 	// layer-2 addresses: it must not answer for them.
 	cutOff bool
+	// rejoining: this daemon was cut off less than a window ago. It
+	// still announces nothing, so that the members that took its
+	// addresses meanwhile, which see it back at once, have given them
+	// up before it answers for them again.
+	rejoining bool
 	// fenced are the members declared dead less than the fence ago:
 	// Alive still reports them alive, so that their addresses move only
 	// once a member that is merely cut off has surely noticed (cutOff)
@@ -29,6 +34,8 @@ type guardInput struct {
 	// notReady are the members whose Kubernetes Node is not Ready: dead
 	// and NotReady, a member is gone for good and no longer counts.
 	notReady map[string]bool
+	// cutOffAt is when this daemon was last found cut off (zero: never).
+	cutOffAt time.Time
 	// probeInterval and suspicionMult are the failure detector's
 	// (Timing): they give the window (window).
 	probeInterval time.Duration
@@ -85,12 +92,13 @@ func judge(members map[string]Member, in guardInput, now time.Time) guardView {
 	}
 	v.quorum = 2*alive > counted
 	v.cutOff = 2*(counted-heard) > counted
+	v.rejoining = !v.cutOff && !in.cutOffAt.IsZero() && now.Sub(in.cutOffAt) < window
 	return v
 }
 
 // equal reports whether two views would answer Alive alike.
 func (v guardView) equal(o guardView) bool {
-	if v.quorum != o.quorum || v.cutOff != o.cutOff || len(v.fenced) != len(o.fenced) {
+	if v.quorum != o.quorum || v.cutOff != o.cutOff || v.rejoining != o.rejoining || len(v.fenced) != len(o.fenced) {
 		return false
 	}
 	for name := range v.fenced {
@@ -114,6 +122,8 @@ func (v guardView) alive(guard bool, self, node string, m Member, ok bool) (aliv
 			return false, true
 		}
 		return false, false
+	case v.rejoining && node == self:
+		return false, true
 	case !v.quorum:
 		// Exactly half alive: neither side of a partition can have a
 		// majority, so every node falls back to Kubernetes readiness and

@@ -22,9 +22,10 @@ func TestJudge(t *testing.T) {
 		notReady bool
 	}
 	tests := []struct {
-		name    string
-		members map[string]member // "a" is this daemon
-		want    guardView
+		name     string
+		members  map[string]member // "a" is this daemon
+		cutOffAt time.Duration     // how long ago a was last cut off (0: never)
+		want     guardView
 	}{
 		{
 			name:    "all alive and heard",
@@ -64,6 +65,18 @@ func TestJudge(t *testing.T) {
 			want:    guardView{quorum: true},
 		},
 		{
+			name:     "back from a cut: a waits the window before it answers again",
+			members:  map[string]member{"a": {StateAlive, long, 0, false}, "b": {StateAlive, 100 * time.Millisecond, 0, false}, "c": {StateAlive, 100 * time.Millisecond, 0, false}},
+			cutOffAt: 500 * time.Millisecond,
+			want:     guardView{quorum: true, rejoining: true},
+		},
+		{
+			name:     "back from a cut, the window passed",
+			members:  map[string]member{"a": {StateAlive, long, 0, false}, "b": {StateAlive, time.Second, 0, false}, "c": {StateAlive, time.Second, 0, false}},
+			cutOffAt: 600 * time.Millisecond,
+			want:     guardView{quorum: true},
+		},
+		{
 			name:    "two of four: exactly half, neither side can have a majority",
 			members: map[string]member{"a": {StateAlive, long, 0, false}, "b": {StateAlive, long, 0, false}, "c": {StateDead, long, long, false}, "d": {StateDead, long, long, false}},
 			want:    guardView{},
@@ -101,6 +114,9 @@ func TestJudge(t *testing.T) {
 				self: "a", heard: map[string]time.Time{}, notReady: map[string]bool{},
 				probeInterval: 100 * time.Millisecond, suspicionMult: 3,
 			}
+			if tt.cutOffAt > 0 {
+				in.cutOffAt = ago(tt.cutOffAt)
+			}
 			for name, m := range tt.members {
 				members[name] = Member{Name: name, State: m.state, Since: ago(m.since)}
 				in.heard[name] = ago(m.heard)
@@ -119,10 +135,11 @@ func TestGuardAlive(t *testing.T) {
 	alive := Member{Name: "b", State: StateAlive}
 	dead := Member{Name: "c", State: StateDead}
 	views := map[string]guardView{
-		"quorum":  {quorum: true},
-		"fenced":  {quorum: true, fenced: map[string]bool{"c": true}},
-		"cut off": {cutOff: true},
-		"half":    {},
+		"quorum":    {quorum: true},
+		"fenced":    {quorum: true, fenced: map[string]bool{"c": true}},
+		"cut off":   {cutOff: true},
+		"rejoining": {quorum: true, rejoining: true},
+		"half":      {},
 	}
 	type ask struct {
 		node string
@@ -131,10 +148,11 @@ func TestGuardAlive(t *testing.T) {
 	}
 	asks := []ask{{"a", Member{Name: "a", State: StateAlive}, true}, {"b", alive, true}, {"c", dead, true}, {"x", Member{}, false}}
 	want := map[string]map[string]string{
-		"quorum":  {"a": "true/true", "b": "true/true", "c": "false/true", "x": "false/false"},
-		"fenced":  {"a": "true/true", "b": "true/true", "c": "true/true", "x": "false/false"},
-		"cut off": {"a": "false/true", "b": "false/false", "c": "false/false", "x": "false/false"},
-		"half":    {"a": "false/false", "b": "false/false", "c": "false/false", "x": "false/false"},
+		"quorum":    {"a": "true/true", "b": "true/true", "c": "false/true", "x": "false/false"},
+		"fenced":    {"a": "true/true", "b": "true/true", "c": "true/true", "x": "false/false"},
+		"cut off":   {"a": "false/true", "b": "false/false", "c": "false/false", "x": "false/false"},
+		"rejoining": {"a": "false/true", "b": "true/true", "c": "false/true", "x": "false/false"},
+		"half":      {"a": "false/false", "b": "false/false", "c": "false/false", "x": "false/false"},
 	}
 	unguarded := map[string]string{"a": "true/true", "b": "true/true", "c": "false/true", "x": "false/false"}
 	for name, v := range views {

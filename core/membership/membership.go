@@ -94,11 +94,12 @@ type Membership struct {
 	// view caches judge, recomputed whenever members or heard change
 	// and on Run's tick: Alive runs for every node and address in each
 	// election.
-	view    guardView
-	peers   []Peer
-	joinErr error
-	closed  bool
-	leaving bool
+	view     guardView
+	cutOffAt time.Time
+	peers    []Peer
+	joinErr  error
+	closed   bool
+	leaving  bool
 }
 
 // New starts gossiping on cfg's address; it joins nobody until SetPeers
@@ -278,9 +279,12 @@ func (m *Membership) record(n *memberlist.Node, s State) {
 // Alive's answers changed. m.mu must be held.
 func (m *Membership) refreshLocked(now time.Time) bool {
 	v := judge(m.members, guardInput{
-		self: m.self, heard: m.heard, notReady: m.notReady,
+		self: m.self, heard: m.heard, notReady: m.notReady, cutOffAt: m.cutOffAt,
 		probeInterval: m.timing.ProbeInterval, suspicionMult: m.timing.SuspicionMult,
 	}, now)
+	if v.cutOff {
+		m.cutOffAt = now
+	}
 	changed := !v.equal(m.view)
 	m.view = v
 	return changed
