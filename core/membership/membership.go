@@ -254,9 +254,6 @@ func (m *Membership) record(n *memberlist.Node, s State) {
 		mem.Since = old.Since // a metadata update changes no state
 	}
 	m.members[n.Name] = mem
-	if had && old.Addr.Addr() != mem.Addr.Addr() && m.byAddr[old.Addr.Addr()] == n.Name {
-		delete(m.byAddr, old.Addr.Addr())
-	}
 	m.byAddr[mem.Addr.Addr()] = n.Name
 	if s == StateAlive && moved {
 		m.heard[n.Name] = now
