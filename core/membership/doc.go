@@ -20,7 +20,9 @@
 //     election ignores gossip about the node itself, so its routes
 //     stay); back from the cut, it waits a window more, so that the
 //     members that took its addresses, which see it back at once, have
-//     given them up before it answers for them again;
+//     given them up before it answers for them again (a daemon that
+//     just started waits the same, since it may have been dead a
+//     moment ago);
 //   - a daemon with a strict majority alive trusts gossip, but reports a
 //     member declared dead still alive for a fence as long as that
 //     window, so that a member merely cut off has stopped answering

@@ -173,6 +173,10 @@ func New(cfg Config) (*Membership, error) {
 		m.rejoin = 10 * time.Second
 	}
 	m.timing = t
+	// A daemon that just started may have been dead a moment ago, its
+	// addresses taken by others that have not yet seen it back: it waits
+	// a window, as one back from a cut does.
+	m.cutOffAt = time.Now()
 	m.heard = map[string]time.Time{}
 	m.byAddr = map[netip.Addr]string{}
 	m.notReady = map[string]bool{}

@@ -340,3 +340,21 @@ func TestAdvertiseAddr(t *testing.T) {
 	b.SetPeers(peersOf(a))
 	eventually(t, "join through the advertised address", func() bool { return a.Size() == 2 && b.Size() == 2 })
 }
+
+// TestStartWaitsAWindow: a daemon that just started may have been dead a
+// moment ago, its addresses taken by others: it reports itself not
+// alive (announcing no layer-2 address) for the guard's window, 2 x 4
+// probe intervals of 1s here, alone.
+func TestStartWaitsAWindow(t *testing.T) {
+	slow := membership.LANTiming()
+	slow.ProbeInterval, slow.ProbeTimeout, slow.SuspicionMult = time.Second, 500*time.Millisecond, 4
+	m := start(t, 0, func(c *membership.Config) { c.Timing = slow })
+	if diff := cmp.Diff(map[string]string{"node-0": "alive=false known=true"}, view(m, "node-0")); diff != "" {
+		t.Errorf("right after start (-want +got):\n%s", diff)
+	}
+	waited := eventually(t, "node-0 counts itself alive", func() bool {
+		alive, _ := m.Alive("node-0")
+		return alive
+	})
+	t.Logf("node-0 counted itself alive after %v", waited)
+}
