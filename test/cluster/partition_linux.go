@@ -20,133 +20,62 @@ import (
 const partitionTable = "cluster-partition"
 
 // Partition cuts the nodes of cut off from the other nodes on the LAN:
-// every frame between a node of cut and a node not in it is dropped,
-// gossip, ARP and forwarded traffic alike, while every node still
-// reaches the router (and the client beyond it). A later Partition
-// replaces it; Heal ends it. It drops at the router's bridge (nftables,
-// bridge family) where the kernel has it; otherwise every packet between
-// the two sides' LAN addresses, in the nodes' own namespaces (inet
-// family; ARP then still passes). How is the description it returns.
-func (t *Topology) Partition(cut ...*Node) (how string, err error) {
-	var in, out []*Node
+// the router's bridge drops every frame between a node of cut and a node
+// not in it (nftables, bridge family), gossip, ARP and forwarded traffic
+// alike, while every node still reaches the router (and the client
+// beyond it). A later Partition replaces it; Heal ends it.
+func (t *Topology) Partition(cut ...*Node) error {
+	var in, out []string
 	for _, n := range t.Nodes {
 		if slices.Contains(cut, n) {
-			in = append(in, n)
+			in = append(in, "lan-"+n.Name)
 		} else {
-			out = append(out, n)
+			out = append(out, "lan-"+n.Name)
 		}
 	}
-	bridgeErr := t.Router.Do(func() error {
-		return nftFlush(func(c *nftables.Conn) {
-			table, chain := freshChain(c, nftables.TableFamilyBridge, nftables.ChainHookForward)
-			for _, a := range in {
-				for _, b := range out {
-					c.AddRule(dropBetween(table, chain, "lan-"+a.Name, "lan-"+b.Name))
-					c.AddRule(dropBetween(table, chain, "lan-"+b.Name, "lan-"+a.Name))
-				}
-			}
+	err := t.Router.Do(func() error {
+		c, err := nftables.New()
+		if err != nil {
+			return err
+		}
+		table := &nftables.Table{Name: partitionTable, Family: nftables.TableFamilyBridge}
+		c.AddTable(table)
+		c.DelTable(table) // a fresh one: replaces an earlier partition
+		c.AddTable(table)
+		chain := c.AddChain(&nftables.Chain{
+			Name: "forward", Table: table, Type: nftables.ChainTypeFilter,
+			Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter,
 		})
-	})
-	if bridgeErr == nil {
-		return "frames dropped at the router's bridge", nil
-	}
-	for _, side := range [][2][]*Node{{in, out}, {out, in}} {
-		for _, n := range side[0] {
-			if err := n.NS.Do(func() error { return nftFlush(func(c *nftables.Conn) { dropPeers(c, side[1]) }) }); err != nil {
-				return "", fmt.Errorf("cluster: partition %s: at the bridge: %w; in the nodes: %w", names(in), bridgeErr, err)
+		for _, a := range in {
+			for _, b := range out {
+				c.AddRule(dropBetween(table, chain, a, b))
+				c.AddRule(dropBetween(table, chain, b, a))
 			}
 		}
-	}
-	return fmt.Sprintf("packets between the sides' LAN addresses dropped in the nodes (the bridge could not: %v)", bridgeErr), nil
-}
-
-// Heal ends a Partition.
-func (t *Topology) Heal() error {
-	var errs []error
-	for _, ns := range append([]*Namespace{t.Router}, t.nodeNamespaces()...) {
-		errs = append(errs, ns.Do(func() error {
-			return nftFlush(func(c *nftables.Conn) {
-				for _, f := range []nftables.TableFamily{nftables.TableFamilyBridge, nftables.TableFamilyINet} {
-					if ns != t.Router && f == nftables.TableFamilyBridge {
-						continue
-					}
-					table := &nftables.Table{Name: partitionTable, Family: f}
-					c.AddTable(table)
-					c.DelTable(table)
-				}
-			})
-		}))
-	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("cluster: heal: %w", err)
+		return c.Flush()
+	})
+	if err != nil {
+		return fmt.Errorf("cluster: partition %v from %v: %w", in, out, err)
 	}
 	return nil
 }
 
-func (t *Topology) nodeNamespaces() []*Namespace {
-	var out []*Namespace
-	for _, n := range t.Nodes {
-		out = append(out, n.NS)
-	}
-	return out
-}
-
-func names(nodes []*Node) []string {
-	var out []string
-	for _, n := range nodes {
-		out = append(out, n.Name)
-	}
-	return out
-}
-
-// nftFlush sends what fill adds in one batch, in the calling thread's
-// namespace.
-func nftFlush(fill func(c *nftables.Conn)) error {
-	c, err := nftables.New()
-	if err != nil {
-		return err
-	}
-	fill(c)
-	return c.Flush()
-}
-
-// freshChain replaces the partition table of family with one holding an
-// empty filter chain on hook.
-func freshChain(c *nftables.Conn, family nftables.TableFamily, hook *nftables.ChainHook) (*nftables.Table, *nftables.Chain) {
-	table := &nftables.Table{Name: partitionTable, Family: family}
-	c.AddTable(table)
-	c.DelTable(table)
-	c.AddTable(table)
-	chain := c.AddChain(&nftables.Chain{
-		Name: "filter", Table: table, Type: nftables.ChainTypeFilter,
-		Hooknum: hook, Priority: nftables.ChainPriorityFilter,
-	})
-	return table, chain
-}
-
-// dropPeers drops, in a node's namespace, every IPv4 packet to or from
-// the LAN addresses of peers.
-func dropPeers(c *nftables.Conn, peers []*Node) {
-	table, input := freshChain(c, nftables.TableFamilyINet, nftables.ChainHookInput)
-	output := c.AddChain(&nftables.Chain{
-		Name: "output", Table: table, Type: nftables.ChainTypeFilter,
-		Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityFilter,
-	})
-	for _, p := range peers {
-		a := p.Addr.As4()
-		for _, r := range []struct {
-			chain  *nftables.Chain
-			offset uint32 // of the source or destination address
-		}{{input, 12}, {output, 16}} {
-			c.AddRule(&nftables.Rule{Table: table, Chain: r.chain, Exprs: []expr.Any{
-				&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
-				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}},
-				&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: r.offset, Len: 4},
-				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: a[:]},
-				&expr.Verdict{Kind: expr.VerdictDrop},
-			}})
+// Heal ends a Partition.
+func (t *Topology) Heal() error {
+	err := t.Router.Do(func() error {
+		c, err := nftables.New()
+		if err != nil {
+			return err
 		}
+		table := &nftables.Table{Name: partitionTable, Family: nftables.TableFamilyBridge}
+		c.AddTable(table)
+		c.DelTable(table)
+		return c.Flush()
+	})
+	if err != nil {
+		return fmt.Errorf("cluster: heal the partition: %w", err)
 	}
+	return nil
 }
 
 // dropBetween drops frames the bridge forwards from port from to port to.
