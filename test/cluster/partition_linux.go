@@ -33,15 +33,8 @@ func (t *Topology) Partition(cut ...*Node) error {
 			out = append(out, "lan-"+n.Name)
 		}
 	}
-	err := t.Router.Do(func() error {
-		c, err := nftables.New()
-		if err != nil {
-			return err
-		}
-		table := &nftables.Table{Name: partitionTable, Family: nftables.TableFamilyBridge}
-		c.AddTable(table)
-		c.DelTable(table) // a fresh one: replaces an earlier partition
-		c.AddTable(table)
+	err := t.onPartitionTable(func(c *nftables.Conn, table *nftables.Table) {
+		c.AddTable(table) // a fresh one: replaces an earlier partition
 		chain := c.AddChain(&nftables.Chain{
 			Name: "forward", Table: table, Type: nftables.ChainTypeFilter,
 			Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter,
@@ -52,7 +45,6 @@ func (t *Topology) Partition(cut ...*Node) error {
 				c.AddRule(dropBetween(table, chain, b, a))
 			}
 		}
-		return c.Flush()
 	})
 	if err != nil {
 		return fmt.Errorf("cluster: partition %v from %v: %w", in, out, err)
@@ -62,20 +54,26 @@ func (t *Topology) Partition(cut ...*Node) error {
 
 // Heal ends a Partition.
 func (t *Topology) Heal() error {
-	err := t.Router.Do(func() error {
+	if err := t.onPartitionTable(func(*nftables.Conn, *nftables.Table) {}); err != nil {
+		return fmt.Errorf("cluster: heal the partition: %w", err)
+	}
+	return nil
+}
+
+// onPartitionTable deletes the router's partition table, lets fill
+// recreate it, and commits both in one batch.
+func (t *Topology) onPartitionTable(fill func(*nftables.Conn, *nftables.Table)) error {
+	return t.Router.Do(func() error {
 		c, err := nftables.New()
 		if err != nil {
 			return err
 		}
 		table := &nftables.Table{Name: partitionTable, Family: nftables.TableFamilyBridge}
-		c.AddTable(table)
+		c.AddTable(table) // so that deleting it cannot fail
 		c.DelTable(table)
+		fill(c, table)
 		return c.Flush()
 	})
-	if err != nil {
-		return fmt.Errorf("cluster: heal the partition: %w", err)
-	}
-	return nil
 }
 
 // dropBetween drops frames the bridge forwards from port from to port to.
