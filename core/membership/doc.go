@@ -38,6 +38,13 @@
 // for three daemons with LANTiming), which the fence adds to failover.
 // A member falsely declared dead (it answered too late on a starved
 // machine) is dialled at once, so that it learns of it and refutes.
+// "Heard" is any packet from a member's address (the transport notes
+// each one's source, late acks included), and Run refreshes the view on
+// a tick, since silence and fences change it without an event. Not
+// covered: a one-way partition, where a member hears the others but they
+// do not hear it (it keeps its addresses while they move them after the
+// fence); and with the window growing with the cluster, large clusters
+// fail over more slowly.
 //
 // Handlers record, one consumer acts: memberlist's callbacks only update
 // a map under a mutex and poke a one-slot channel (Changes), so they never
