@@ -2,8 +2,9 @@
 # router and a client in one kernel lab guest, the real switchyard daemon
 # (ipvs mode) on every node against a real kube-apiserver on this host, and
 # suites that send traffic across them. Included by the top Makefile and
-# part of `make test` (one guest; warm about 2 min at load ~5 on 2 cores,
-# 4 min at load ~20). Needs root (qemu user networking does not, the
+# part of `make test` (one guest; warm 7m20s at load ~20 on 2 cores, of
+# which the layer-2 suites, with the lab's tolerant gossip timing and the
+# partition suite, take about 2m15s). Needs root (qemu user networking does not, the
 # guest is root). It installs and builds what it needs:
 #
 #   1. test/lab/deps.sh: qemu, busybox and the guest kernel;
