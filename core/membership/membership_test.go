@@ -154,7 +154,10 @@ func TestPeersRejoinAndForget(t *testing.T) {
 }
 
 // TestQuorumGuard: with two of four members dead, no survivor sees a
-// majority; a guarded one abstains, an unguarded one trusts its view.
+// majority; a guarded one abstains (exactly half: no opinion at all),
+// an unguarded one trusts its view. The guarded views are awaited, not
+// read once: on a loaded machine a member may count itself cut off for
+// a moment (no packet from the other survivor within the window).
 func TestQuorumGuard(t *testing.T) {
 	ms := make([]*membership.Membership, 4)
 	for i := range ms {
@@ -178,10 +181,9 @@ func TestQuorumGuard(t *testing.T) {
 		}
 	}
 	names := []string{"node-0", "node-2"}
-	if diff := cmp.Diff(map[string]string{"node-0": "alive=false known=false", "node-2": "alive=false known=false"},
-		view(ms[0], names...)); diff != "" {
-		t.Errorf("guarded member (-want +got):\n%s", diff)
-	}
+	eventually(t, "the guarded member has no opinion", func() bool {
+		return cmp.Equal(map[string]string{"node-0": "alive=false known=false", "node-2": "alive=false known=false"}, view(ms[0], names...))
+	})
 	if diff := cmp.Diff(map[string]string{"node-0": "alive=true known=true", "node-2": "alive=false known=true"},
 		view(ms[1], names...)); diff != "" {
 		t.Errorf("unguarded member (-want +got):\n%s", diff)
@@ -192,10 +194,9 @@ func TestQuorumGuard(t *testing.T) {
 	if !ms[0].HasQuorum() {
 		t.Errorf("node-0: no quorum after forgetting the dead members")
 	}
-	if diff := cmp.Diff(map[string]string{"node-0": "alive=true known=true", "node-2": "alive=false known=false"},
-		view(ms[0], names...)); diff != "" {
-		t.Errorf("guarded member after forgetting the dead (-want +got):\n%s", diff)
-	}
+	eventually(t, "the guarded member trusts gossip again", func() bool {
+		return cmp.Equal(map[string]string{"node-0": "alive=true known=true", "node-2": "alive=false known=false"}, view(ms[0], names...))
+	})
 }
 
 func TestEncryption(t *testing.T) {
