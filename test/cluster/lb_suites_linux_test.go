@@ -491,46 +491,43 @@ func TestLoadBalancerLayer2(t *testing.T) {
 	settleOwner(t, c, svc, owner)
 }
 
-// settleOwner waits until the address is back with owner, whose daemon
-// was restarted or link restored (the same node wins the election again
-// once the others see it and its guard's window has passed), and
-// returns it; if it is not back within settle, it returns the node that
-// holds the address then. With the shipped gossip timing on the loaded
-// lab, a restarted daemon's gossip can keep flapping for minutes: it is
-// then cut off again and again and leaves the address where it is.
+// waitOwnerBack waits until the address is back with owner, whose link
+// was restored (the same node wins the election again once the others
+// see it and its guard's window has passed), bounded by moved.
+func waitOwnerBack(t *testing.T, c *cluster.Cluster, svc *cluster.Service, owner *cluster.Node) {
+	t.Helper()
+	if got := ownerBack(t, c, svc, owner, moved); got != owner {
+		t.Fatalf("%s did not move back to %s within %s: %s holds it", svc.LoadBalancerIP, owner.Name, moved, got.Name)
+	}
+}
+
+// settleOwner is ownerBack within settle, for failures in a row: with
+// the shipped gossip timing on the loaded lab, a restarted daemon's
+// gossip can keep flapping for minutes, cut off again and again, and
+// leave the address where it is; the next failure then starts from the
+// node that holds it.
 func settleOwner(t *testing.T, c *cluster.Cluster, svc *cluster.Service, owner *cluster.Node) *cluster.Node {
 	t.Helper()
-	deadline := time.Now().Add(settle)
-	for {
-		got := l2Owner(t, c, svc)
-		if got == owner {
-			return got
-		}
-		if time.Now().After(deadline) {
-			t.Logf("%s stayed with %s: %s did not win it back within %s", svc.LoadBalancerIP, got.Name, owner.Name, settle)
-			return got
-		}
-		time.Sleep(time.Second)
+	got := ownerBack(t, c, svc, owner, settle)
+	if got != owner {
+		t.Logf("%s stayed with %s: %s did not win it back within %s", svc.LoadBalancerIP, got.Name, owner.Name, settle)
 	}
+	return got
 }
 
 // settle bounds settleOwner: three times the guard's window with the
 // lab's tolerant timing (8 s), plus detection.
 const settle = 30 * time.Second
 
-// waitOwnerBack waits until owner, whose daemon was restarted or link
-// restored, owns the address again: it is the same node, so it wins the
-// election again once the others see it alive and its own guard's
-// window after its return has passed.
-func waitOwnerBack(t *testing.T, c *cluster.Cluster, svc *cluster.Service, owner *cluster.Node) {
+// ownerBack waits until owner holds the address (l2Owner) and returns
+// it, or returns the node holding it once within has passed.
+func ownerBack(t *testing.T, c *cluster.Cluster, svc *cluster.Service, owner *cluster.Node, within time.Duration) *cluster.Node {
 	t.Helper()
-	deadline := time.Now().Add(moved)
+	deadline := time.Now().Add(within)
 	for {
-		if l2Owner(t, c, svc) == owner {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s did not move back to %s within %s", svc.LoadBalancerIP, owner.Name, moved)
+		got := l2Owner(t, c, svc)
+		if got == owner || time.Now().After(deadline) {
+			return got
 		}
 		time.Sleep(time.Second)
 	}
