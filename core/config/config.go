@@ -358,15 +358,41 @@ type Membership struct {
 	// SecretKeyFile is a file with the same content (a mounted Secret),
 	// read at start. Default none. At most one of the two may be set.
 	SecretKeyFile string `yaml:"secretKeyFile"`
-	// QuorumGuard, when true, makes a daemon that sees no strict majority
-	// of its members alive stop trusting gossip: it moves no address on
-	// its own and waits for Kubernetes node readiness instead. That keeps
-	// both sides of a partition from announcing the same addresses. In a
-	// two-node cluster the survivor of a crash never has a majority, so
-	// failover waits for NotReady (about 40 s with Kubernetes defaults);
-	// false there trades partition safety for sub-second failover, as
-	// MetalLB's layer 2 does. Default true.
+	// QuorumGuard, when true, keeps both sides of a partition from
+	// answering for the same layer-2 address: a daemon that has not heard
+	// from members that could form a majority without it announces no
+	// layer-2 address (its BGP routes stay), a majority moves the
+	// addresses of a node it finds dead only after a short fence (2 x
+	// max(suspicionMult, nodes) probe intervals: 0.6 s for three nodes
+	// with the defaults), and with exactly half alive every daemon waits
+	// for Kubernetes readiness instead of gossip. A node dead to gossip
+	// and NotReady in Kubernetes no longer counts, so the survivors of a
+	// crash of most nodes (and of one of two) take over once Kubernetes
+	// marks them NotReady (about 40 s with Kubernetes defaults); false
+	// gives sub-second failover there, at the price of partition
+	// safety, as MetalLB's layer 2 does. Default true.
 	QuorumGuard *bool `yaml:"quorumGuard"`
+	// ProbeInterval, ProbeTimeout and SuspicionMult time the failure
+	// detector (memberlist's SWIM with Lifeguard; Consul calls them
+	// probe_interval, probe_timeout and suspicion_mult). Every
+	// ProbeInterval a daemon probes another and waits ProbeTimeout for
+	// its ack before asking others to probe it; a node that still does
+	// not answer is suspected, and declared dead (its layer-2 addresses
+	// move) unless it refutes within SuspicionMult x ProbeInterval (x
+	// log10 of the cluster size from 10 nodes on; up to three times
+	// that without another daemon confirming). Expected detection is
+	// about ProbeTimeout + ProbeInterval x (1 + SuspicionMult): 0.45 s
+	// with the defaults (100ms, 50ms, 3). Shorter timings detect faster
+	// but declare a starved daemon (CPU throttling, a long GC pause, an
+	// overloaded node) dead when it merely answered late, which moves
+	// its addresses away and back; a loaded or virtualised cluster
+	// wants longer ones (such as 1s, 500ms, 4: about 5.5 s). All
+	// daemons should use the same values. Read at start (a change
+	// takes effect at the next restart). ProbeTimeout must be shorter
+	// than ProbeInterval.
+	ProbeInterval Duration `yaml:"probeInterval"`
+	ProbeTimeout  Duration `yaml:"probeTimeout"`
+	SuspicionMult int      `yaml:"suspicionMult"`
 }
 
 // Metrics configures the metrics server (/metrics and /debug/state).

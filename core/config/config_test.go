@@ -58,7 +58,10 @@ func defaults() *Config {
 			StatisticsInterval: Duration(10 * time.Second),
 			CacheDir:           ptr("/var/cache/switchyard/wasm"),
 		},
-		Membership:        Membership{BindAddress: "0.0.0.0", Port: 7946, QuorumGuard: ptr(true)},
+		Membership: Membership{
+			BindAddress: "0.0.0.0", Port: 7946, QuorumGuard: ptr(true),
+			ProbeInterval: Duration(100 * time.Millisecond), ProbeTimeout: Duration(50 * time.Millisecond), SuspicionMult: 3,
+		},
 		Metrics:           Metrics{BindAddress: "127.0.0.1:10249"},
 		Health:            Health{BindAddress: "0.0.0.0:10256"},
 		LoadBalancerClass: "switchyard.dev/lb",
@@ -187,7 +190,10 @@ announcers:
 						Cloud: &CloudAnnouncer{URL: "https://lb.example.internal/v1", Timeout: Duration(3 * time.Second)},
 					},
 				},
-				Membership:        Membership{BindAddress: "10.0.0.1", Port: 7947, QuorumGuard: ptr(false)},
+				Membership: Membership{
+					BindAddress: "10.0.0.1", Port: 7947, QuorumGuard: ptr(false),
+					ProbeInterval: Duration(time.Second), ProbeTimeout: Duration(500 * time.Millisecond), SuspicionMult: 4,
+				},
 				Metrics:           Metrics{BindAddress: "0.0.0.0:9249"},
 				Health:            Health{BindAddress: "[::]:9256"},
 				LoadBalancerClass: "example.com/lb",
@@ -551,6 +557,25 @@ announcers:
 				{Path: "membership.secretKeySecret.name", Line: 4, Msg: `invalid Secret name "Bad_Name"`},
 				{Path: "membership.secretKeySecret.key", Line: 4, Msg: "required"},
 				{Path: "membership.secretKeyFile", Line: 5, Msg: "set secretKeySecret or secretKeyFile, not both"},
+			},
+		},
+		{
+			name: "membership timing",
+			in: header + `membership: {probeInterval: 5ms, probeTimeout: -1s, suspicionMult: 21}
+`,
+			want: []FieldError{
+				{Path: "membership.probeInterval", Line: 3, Msg: "5ms is out of range (want 10ms to 1m0s)"},
+				{Path: "membership.probeTimeout", Line: 3, Msg: "-1s is not positive"},
+				{Path: "membership.suspicionMult", Line: 3, Msg: "21 is out of range (want 1 to 20)"},
+			},
+		},
+		{
+			name: "membership probe timeout not shorter than the interval",
+			in: header + `membership: {probeInterval: 200ms, probeTimeout: 200ms, suspicionMult: -1}
+`,
+			want: []FieldError{
+				{Path: "membership.probeTimeout", Line: 3, Msg: "200ms is not shorter than probeInterval 200ms"},
+				{Path: "membership.suspicionMult", Line: 3, Msg: "-1 is out of range (want 1 to 20)"},
 			},
 		},
 		{

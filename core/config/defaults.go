@@ -20,6 +20,9 @@ const (
 	DefaultCloudTimeout       = 10 * time.Second
 	DefaultMembershipAddress  = "0.0.0.0"
 	DefaultMembershipPort     = 7946
+	DefaultProbeInterval      = 100 * time.Millisecond
+	DefaultProbeTimeout       = 50 * time.Millisecond
+	DefaultSuspicionMult      = 3
 	DefaultMetricsAddress     = "127.0.0.1:10249"
 	DefaultHealthAddress      = "0.0.0.0:10256"
 	DefaultLoadBalancerClass  = "switchyard.dev/lb"
@@ -100,6 +103,11 @@ func (c *Config) SetDefaults() {
 	setBool(&c.Membership.QuorumGuard, true)
 	if c.Membership.Port == 0 {
 		c.Membership.Port = DefaultMembershipPort
+	}
+	setDuration(&c.Membership.ProbeInterval, DefaultProbeInterval)
+	setDuration(&c.Membership.ProbeTimeout, DefaultProbeTimeout)
+	if c.Membership.SuspicionMult == 0 {
+		c.Membership.SuspicionMult = DefaultSuspicionMult
 	}
 	setString(&c.Metrics.BindAddress, DefaultMetricsAddress)
 	setString(&c.Health.BindAddress, DefaultHealthAddress)

@@ -37,14 +37,7 @@ func (c *Config) Validate() error {
 	v.policies("policies", &c.Policies)
 	pools := v.pools("pools", c.Pools)
 	v.announcers("announcers", c.Announcers, pools)
-	v.ipAddr("membership.bindAddress", c.Membership.BindAddress)
-	v.port("membership.port", c.Membership.Port)
-	if ref := c.Membership.SecretKeySecret; ref != nil {
-		v.secretRef("membership.secretKeySecret", ref)
-		if c.Membership.SecretKeyFile != "" {
-			v.add("membership.secretKeyFile", "set secretKeySecret or secretKeyFile, not both")
-		}
-	}
+	v.membership("membership", &c.Membership)
 	v.hostPort("metrics.bindAddress", c.Metrics.BindAddress, DefaultMetricsAddress)
 	v.hostPort("health.bindAddress", c.Health.BindAddress, DefaultHealthAddress)
 	v.qualifiedName("loadBalancerClass", c.LoadBalancerClass)
@@ -295,6 +288,40 @@ func (v *validator) bgp(path string, b *BGPAnnouncer) {
 		}
 	}
 }
+
+func (v *validator) membership(path string, m *Membership) {
+	v.ipAddr(path+".bindAddress", m.BindAddress)
+	v.port(path+".port", m.Port)
+	if ref := m.SecretKeySecret; ref != nil {
+		v.secretRef(path+".secretKeySecret", ref)
+		if m.SecretKeyFile != "" {
+			v.add(path+".secretKeyFile", "set secretKeySecret or secretKeyFile, not both")
+		}
+	}
+	if m.ProbeInterval < minProbeInterval || m.ProbeInterval > maxProbeInterval {
+		v.add(path+".probeInterval", "%s is out of range (want %s to %s)", m.ProbeInterval, minProbeInterval, maxProbeInterval)
+	}
+	switch {
+	case m.ProbeTimeout <= 0:
+		v.add(path+".probeTimeout", "%s is not positive", m.ProbeTimeout)
+	case m.ProbeTimeout >= m.ProbeInterval:
+		// The rest of the interval is the indirect probes' time.
+		v.add(path+".probeTimeout", "%s is not shorter than probeInterval %s", m.ProbeTimeout, m.ProbeInterval)
+	}
+	if m.SuspicionMult < 1 || m.SuspicionMult > maxSuspicionMult {
+		v.add(path+".suspicionMult", "%d is out of range (want 1 to %d)", m.SuspicionMult, maxSuspicionMult)
+	}
+}
+
+// Failure detector limits: below 10ms a probe is mostly scheduling
+// noise; above a minute, or a suspicion of 20 intervals, a dead node
+// keeps its addresses for longer than Kubernetes takes to mark it
+// NotReady, the fallback.
+const (
+	minProbeInterval = Duration(10 * time.Millisecond)
+	maxProbeInterval = Duration(time.Minute)
+	maxSuspicionMult = 20
+)
 
 // BFD interval limits: below 10ms no software implementation keeps up;
 // intervals travel in whole microseconds.

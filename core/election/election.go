@@ -161,9 +161,29 @@ func Announced(m Mode, self string, in *Input, ips []netip.Addr) []netip.Addr {
 			}
 		}
 	case BGP:
-		if slices.Contains(BGPAnnouncers(in), self) {
+		if slices.Contains(BGPAnnouncers(withoutGossipOn(in, self)), self) {
 			out = append(out, ips...)
 		}
 	}
 	return out
+}
+
+// withoutGossipOn returns in with Alive having no opinion of node. Gossip
+// about this node itself matters to layer 2 only: a node cut off from
+// the other daemons stops answering ARP for addresses they may have
+// moved (core/membership), but its BGP routes, which the router spreads
+// over every announcer, may stay.
+func withoutGossipOn(in *Input, node string) *Input {
+	if in.Alive == nil {
+		return in
+	}
+	alive := in.Alive
+	out := *in
+	out.Alive = func(n string) (bool, bool) {
+		if n == node {
+			return false, false
+		}
+		return alive(n)
+	}
+	return &out
 }

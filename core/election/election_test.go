@@ -343,6 +343,32 @@ func TestAnnouncedBGP(t *testing.T) {
 	}
 }
 
+// TestAnnouncedCutOff: a node gossip reports not alive about itself
+// (membership's guard, when it may be cut off from a majority) answers
+// for no layer-2 address, but keeps its BGP routes, which every eligible
+// node announces anyway; the others still elect it by Kubernetes
+// readiness when gossip has no opinion of it.
+func TestAnnouncedCutOff(t *testing.T) {
+	ips := []netip.Addr{netip.MustParseAddr("192.0.2.10"), netip.MustParseAddr("192.0.2.11"), netip.MustParseAddr("192.0.2.12")}
+	in := Input{Nodes: nodes("a", "b", "c"), Alive: func(n string) (bool, bool) {
+		if n == "a" {
+			return false, true // a's gossip: "I am cut off"
+		}
+		return false, false // no opinion of the others
+	}}
+	if got := Announced(Layer2, "a", &in, ips); got != nil {
+		t.Errorf("layer 2: a announces %v while cut off, want nothing", got)
+	}
+	if diff := cmp.Diff(ips, Announced(BGP, "a", &in, ips), equateAddr); diff != "" {
+		t.Errorf("BGP: a's announcements while cut off (-want +got):\n%s", diff)
+	}
+	// Without gossip's opinion, a owns its share again.
+	in.Alive = nil
+	if got := Announced(Layer2, "a", &in, ips); len(got) == 0 {
+		t.Errorf("layer 2: a owns none of %v by readiness alone; pick addresses it owns", ips)
+	}
+}
+
 func TestCandidateFrom(t *testing.T) {
 	n := &model.Node{Name: "n1", Ready: true, Labels: map[string]string{"a": "b"}}
 	want := Candidate{Name: "n1", Ready: true, Labels: map[string]string{"a": "b"}, LocalEndpoint: true}

@@ -13,6 +13,22 @@ import (
 	"github.com/switchyard-lb/switchyard/core/membership"
 )
 
+// gossipTiming is membership's LAN timing with the failure detector's
+// knobs the config sets (core/config fills their defaults).
+func gossipTiming(mc config.Membership) membership.Timing {
+	t := membership.LANTiming()
+	if mc.ProbeInterval > 0 {
+		t.ProbeInterval = mc.ProbeInterval.Std()
+	}
+	if mc.ProbeTimeout > 0 {
+		t.ProbeTimeout = mc.ProbeTimeout.Std()
+	}
+	if mc.SuspicionMult > 0 {
+		t.SuspicionMult = mc.SuspicionMult
+	}
+	return t
+}
+
 // gossipKeys reads the gossip encryption keys membership's config names:
 // nil when it names none. A missing or invalid Secret, key or file is an
 // error naming it: the daemon does not gossip in clear when told to

@@ -10,11 +10,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/switchyard-lb/switchyard/core/config"
+	"github.com/switchyard-lb/switchyard/core/membership"
 )
 
 func TestGossipKeys(t *testing.T) {
@@ -123,5 +125,23 @@ func TestGossipRotation(t *testing.T) {
 	m.err = nil
 	if err := g.apply(valid); err != nil {
 		t.Errorf("failure after a later success = %v, want nil", err)
+	}
+}
+
+// TestGossipTiming: the config's defaults are membership's LAN timing,
+// and the failure detector's knobs the config sets reach membership.
+func TestGossipTiming(t *testing.T) {
+	defaults := config.Default().Membership
+	if diff := cmp.Diff(membership.LANTiming(), gossipTiming(defaults)); diff != "" {
+		t.Errorf("the config's defaults are not membership's LAN timing (-want +got):\n%s", diff)
+	}
+	tolerant := defaults
+	tolerant.ProbeInterval = config.Duration(time.Second)
+	tolerant.ProbeTimeout = config.Duration(500 * time.Millisecond)
+	tolerant.SuspicionMult = 4
+	want := membership.LANTiming()
+	want.ProbeInterval, want.ProbeTimeout, want.SuspicionMult = time.Second, 500*time.Millisecond, 4
+	if diff := cmp.Diff(want, gossipTiming(tolerant)); diff != "" {
+		t.Errorf("tolerant timing (-want +got):\n%s", diff)
 	}
 }

@@ -141,6 +141,7 @@ func (m *Manager) startMembership(ctx context.Context, mc config.Membership) err
 		BindAddr: mc.BindAddress,
 		BindPort: mc.Port,
 		Keys:     keys,
+		Timing:   gossipTiming(mc),
 		Logger:   m.cfg.Log.With("component", "membership"),
 		// core/config documents the trade; unset means on.
 		DisableQuorumGuard: mc.QuorumGuard != nil && !*mc.QuorumGuard,
@@ -249,7 +250,7 @@ func (m *Manager) SetNodes(nodes map[string]*model.Node) {
 			// Every NodePort address (InternalIP and ExternalIP) is a
 			// peer address; joining needs one to answer.
 			for _, a := range nodes[name].Addresses {
-				peers = append(peers, membership.Peer{Name: name, Addr: a.String()})
+				peers = append(peers, membership.Peer{Name: name, Addr: a.String(), NotReady: !nodes[name].Ready})
 			}
 		}
 		m.members.SetPeers(peers)

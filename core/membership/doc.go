@@ -8,13 +8,43 @@
 // as its owner stops answering gossip. Nodes it has never seen are
 // unknown, and Kubernetes readiness decides for them.
 //
-// Split-brain guard: a daemon that sees no strict majority of the
-// members it knows alive (it is probably the one cut off) abstains,
-// answering known=false for every node, so that it does not grab the
-// addresses of nodes it merely cannot hear; Kubernetes readiness, judged
-// centrally by the API server, decides for it instead. The cost is that a
-// two-node cluster never fails over through gossip (one of two alive is
-// no majority). Config.DisableQuorumGuard turns the guard off.
+// Split-brain guard (Config.DisableQuorumGuard turns it off). From one
+// side of a partition, the others look dead; the other side, if it holds
+// a majority, moves this side's layer-2 addresses. So:
+//
+//   - a daemon whose silent members could form a strict majority without
+//     it (no packet from them within a window, or gossip
+//     declared them dead) is cut off: Alive reports it not alive to
+//     itself, so it answers for no layer-2 address, and has no opinion
+//     of the others (Kubernetes readiness decides for them; the BGP
+//     election ignores gossip about the node itself, so its routes
+//     stay); back from the cut, it waits a window more, so that the
+//     members that took its addresses, which see it back at once, have
+//     given them up before it answers for them again (a daemon that
+//     just started waits the same, since it may have been dead a
+//     moment ago);
+//   - a daemon with a strict majority alive trusts gossip, but reports a
+//     member declared dead still alive for a fence as long as that
+//     window, so that a member merely cut off has stopped answering
+//     before its addresses move: at every moment one node answers;
+//   - with exactly half alive, neither side can hold a majority, and
+//     every daemon falls back to Kubernetes readiness, alike on both
+//     sides;
+//   - a member dead to gossip and NotReady in Kubernetes (Peer.NotReady)
+//     is gone and no longer counts, so the survivor of a crash of most
+//     of the cluster takes over once Kubernetes agrees (about 40 s).
+//
+// The window is 2 x max(SuspicionMult, members) probe intervals (600ms
+// for three daemons with LANTiming), which the fence adds to failover.
+// A member falsely declared dead (it answered too late on a starved
+// machine) is dialled at once, so that it learns of it and refutes.
+// "Heard" is any packet from a member's address (the transport notes
+// each one's source, late acks included), and Run refreshes the view on
+// a tick, since silence and fences change it without an event. Not
+// covered: a one-way partition, where a member hears the others but they
+// do not hear it (it keeps its addresses while they move them after the
+// fence); and with the window growing with the cluster, large clusters
+// fail over more slowly.
 //
 // Handlers record, one consumer acts: memberlist's callbacks only update
 // a map under a mutex and poke a one-slot channel (Changes), so they never

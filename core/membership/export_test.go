@@ -7,5 +7,7 @@ func (m *Membership) Crash() error {
 	m.closed = true
 	m.mu.Unlock()
 	close(m.done)
-	return m.ml.Shutdown()
+	err := m.ml.Shutdown()
+	m.transport.close()
+	return err
 }

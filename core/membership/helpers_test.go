@@ -100,6 +100,12 @@ func cluster(t *testing.T, n int, opts ...option) []*membership.Membership {
 	}
 	for i, m := range ms {
 		eventually(t, fmt.Sprintf("%s sees %d alive", name(i), n), func() bool { return m.Size() == n })
+		// A daemon that just started waits a window before it counts
+		// itself alive (the guard).
+		eventually(t, fmt.Sprintf("%s counts itself alive", name(i)), func() bool {
+			alive, _ := m.Alive(name(i))
+			return alive
+		})
 	}
 	return ms
 }

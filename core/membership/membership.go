@@ -58,6 +58,10 @@ type Member struct {
 type Peer struct {
 	Name string
 	Addr string
+	// NotReady is set when Kubernetes says the node is not Ready: once
+	// gossip finds it dead too, the quorum guard stops counting it (it
+	// is gone, not on the other side of a partition).
+	NotReady bool
 }
 
 // leaveTimeout bounds Close's graceful leave when ctx has no deadline.
@@ -66,26 +70,36 @@ const leaveTimeout = time.Second
 // Membership is this daemon's view of the gossip cluster. Its methods are
 // safe for concurrent use.
 type Membership struct {
-	ml      *memberlist.Memberlist
-	keyring *memberlist.Keyring // nil: gossip in clear
-	self    string
-	port    int
-	guard   bool
-	rejoin  time.Duration
-	changes chan struct{}
-	poke    chan struct{}
-	done    chan struct{}
+	ml        *memberlist.Memberlist
+	keyring   *memberlist.Keyring // nil: gossip in clear
+	self      string
+	port      int
+	guard     bool
+	rejoin    time.Duration
+	timing    Timing
+	transport *hearing
+	changes   chan struct{}
+	poke      chan struct{}
+	done      chan struct{}
 
 	mu      sync.Mutex
 	members map[string]Member
-	// quorum caches quorumLocked, recomputed whenever members changes:
-	// Alive runs for every node and address in each election, members
-	// change only on gossip events.
-	quorum  bool
-	peers   []Peer
-	joinErr error
-	closed  bool
-	leaving bool
+	// heard is when each member last sent this daemon a packet, or
+	// became alive; byAddr names the senders (members' gossip addresses
+	// and peers' addresses); notReady the peers Kubernetes says are not
+	// Ready.
+	heard    map[string]time.Time
+	byAddr   map[netip.Addr]string
+	notReady map[string]bool
+	// view caches judge, recomputed whenever members or heard change
+	// and on Run's tick: Alive runs for every node and address in each
+	// election.
+	view     guardView
+	cutOffAt time.Time
+	peers    []Peer
+	joinErr  error
+	closed   bool
+	leaving  bool
 }
 
 // New starts gossiping on cfg's address; it joins nobody until SetPeers
@@ -158,12 +172,28 @@ func New(cfg Config) (*Membership, error) {
 	if m.rejoin <= 0 {
 		m.rejoin = 10 * time.Second
 	}
+	m.timing = t
+	// A daemon that just started may have been dead a moment ago, its
+	// addresses taken by others that have not yet seen it back: it waits
+	// a window, as one back from a cut does.
+	m.cutOffAt = time.Now()
+	m.heard = map[string]time.Time{}
+	m.byAddr = map[netip.Addr]string{}
+	m.notReady = map[string]bool{}
 	mc.Events = events{m}
 	mc.Delegate = meta{m}
+	where := net.JoinHostPort(mc.BindAddr, strconv.Itoa(mc.BindPort))
+	tr, err := newHearing(mc, m.heardFrom)
+	if err != nil {
+		return nil, fmt.Errorf("membership: start gossip on %s: %w", where, err)
+	}
+	m.transport = tr
+	mc.Transport = tr
 	ml, err := memberlist.Create(mc)
 	if err != nil {
-		return nil, fmt.Errorf("membership: start gossip on %s: %w",
-			net.JoinHostPort(mc.BindAddr, strconv.Itoa(mc.BindPort)), err)
+		_ = tr.Shutdown()
+		tr.close()
+		return nil, fmt.Errorf("membership: start gossip on %s: %w", where, err)
 	}
 	m.ml = ml
 	m.port = int(ml.LocalNode().Port)
@@ -219,14 +249,63 @@ func (meta) MergeRemoteState(_ []byte, _ bool) {}
 
 func (m *Membership) record(n *memberlist.Node, s State) {
 	ip, _ := netip.AddrFromSlice(n.Addr)
-	mem := Member{Name: n.Name, Addr: netip.AddrPortFrom(ip.Unmap(), n.Port), State: s, Since: time.Now()}
+	now := time.Now()
+	mem := Member{Name: n.Name, Addr: netip.AddrPortFrom(ip.Unmap(), n.Port), State: s, Since: now}
 	m.mu.Lock()
 	old, had := m.members[n.Name]
+	moved := !had || old.State != s || old.Addr != mem.Addr
+	if !moved {
+		mem.Since = old.Since // a metadata update changes no state
+	}
 	m.members[n.Name] = mem
-	m.quorum = m.quorumLocked()
+	m.byAddr[mem.Addr.Addr()] = n.Name
+	if s == StateAlive && moved {
+		m.heard[n.Name] = now
+	}
+	changed := m.refreshLocked(now)
 	m.mu.Unlock()
-	if !had || old.State != s || old.Addr != mem.Addr {
+	if moved || changed {
 		m.notify()
+	}
+	if s == StateDead && moved {
+		// Dial it at once: a member falsely declared dead (it answered
+		// too late, on a starved machine) learns it from our state and
+		// refutes within a gossip round, instead of staying dead to us
+		// until the next rejoin or push-pull, 10 to 15 s later.
+		m.pokeRun()
+	}
+}
+
+// refreshLocked recomputes the guard's view at now and reports whether
+// Alive's answers changed. m.mu must be held.
+func (m *Membership) refreshLocked(now time.Time) bool {
+	v := judge(m.members, guardInput{
+		self: m.self, heard: m.heard, notReady: m.notReady, cutOffAt: m.cutOffAt,
+		probeInterval: m.timing.ProbeInterval, suspicionMult: m.timing.SuspicionMult,
+	}, now)
+	if v.cutOff {
+		m.cutOffAt = now
+	}
+	changed := !v.equal(m.view)
+	m.view = v
+	return changed
+}
+
+// refresh is refreshLocked on Run's tick: a member's silence or a fence's
+// end changes the view with no event.
+func (m *Membership) refresh() {
+	m.mu.Lock()
+	changed := m.refreshLocked(time.Now())
+	m.mu.Unlock()
+	if changed {
+		m.notify()
+	}
+}
+
+func (m *Membership) pokeRun() {
+	select {
+	case m.poke <- struct{}{}:
+	default:
 	}
 }
 
@@ -278,43 +357,34 @@ func (m *Membership) Changes() <-chan struct{} { return m.changes }
 
 // Alive reports what gossip knows of node, with the signature
 // election.AliveFunc wants: known is false for a node that never
-// gossiped, and for every node while this daemon sees no majority of its
-// members alive (the quorum guard).
+// gossiped. With the quorum guard (see the package documentation): a
+// daemon cut off from a possible majority reports itself not alive and
+// has no opinion of the others; with exactly half alive it has no
+// opinion at all; a member declared dead is still reported alive for a
+// short fence.
 func (m *Membership) Alive(node string) (alive, known bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.guard && !m.quorum {
-		return false, false
-	}
 	mem, ok := m.members[node]
-	if !ok {
-		return false, false
-	}
-	return mem.State == StateAlive, true
-}
-
-// quorumLocked reports whether a strict majority of the members that did
-// not leave are alive. m.mu must be held; readers use m.quorum.
-func (m *Membership) quorumLocked() bool {
-	alive, total := 0, 0
-	for _, mem := range m.members {
-		switch mem.State {
-		case StateAlive:
-			alive++
-			total++
-		case StateDead:
-			total++
-		}
-	}
-	return 2*alive > total
+	return m.view.alive(m.guard, m.self, node, mem, ok)
 }
 
 // HasQuorum reports whether this daemon sees a strict majority of its
-// members alive; without it Alive abstains (unless the guard is off).
+// members alive (members dead and NotReady in Kubernetes, or departed,
+// do not count).
 func (m *Membership) HasQuorum() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.quorum
+	return m.view.quorum
+}
+
+// CutOff reports whether the members this daemon has not heard from
+// recently could form a strict majority without it: with the guard, it
+// then announces no layer-2 address.
+func (m *Membership) CutOff() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.view.cutOff
 }
 
 // Members returns every member known, this daemon included, sorted by
@@ -357,27 +427,43 @@ func (m *Membership) LocalAddr() netip.AddrPort {
 // in peers (deleted nodes) are forgotten. It never blocks on the network.
 func (m *Membership) SetPeers(peers []Peer) {
 	names := map[string]bool{}
+	notReady := map[string]bool{}
 	for _, p := range peers {
 		names[p.Name] = true
+		if p.NotReady {
+			notReady[p.Name] = true
+		}
 	}
 	m.mu.Lock()
 	m.peers = slices.Clone(peers)
+	m.notReady = notReady
 	forgot := false
 	for name, mem := range m.members {
 		if name != m.self && mem.State != StateAlive && !names[name] {
 			delete(m.members, name)
+			delete(m.heard, name)
 			forgot = true
 		}
 	}
-	m.quorum = m.quorumLocked()
+	m.byAddr = map[netip.Addr]string{}
+	for _, p := range peers {
+		host := p.Addr
+		if h, _, err := net.SplitHostPort(p.Addr); err == nil {
+			host = h
+		}
+		if ip, err := netip.ParseAddr(strings.Trim(host, "[]")); err == nil {
+			m.byAddr[ip.Unmap()] = p.Name
+		}
+	}
+	for name, mem := range m.members {
+		m.byAddr[mem.Addr.Addr()] = name
+	}
+	changed := m.refreshLocked(time.Now())
 	m.mu.Unlock()
-	if forgot {
+	if forgot || changed {
 		m.notify()
 	}
-	select {
-	case m.poke <- struct{}{}:
-	default:
-	}
+	m.pokeRun()
 }
 
 // JoinErr returns the error of the last join attempt that reached no
@@ -392,6 +478,27 @@ func (m *Membership) JoinErr() error {
 // every RejoinInterval, until ctx is done or Close is called. Joining is
 // a TCP state exchange bounded by Timing.TCPTimeout per peer.
 func (m *Membership) Run(ctx context.Context) error {
+	// The guard's view ages without events (silent members, fences
+	// ending): refresh it every half probe interval, apart from joins,
+	// which may wait on TCP for seconds.
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	wg.Go(func() {
+		tick := time.NewTicker(max(m.timing.ProbeInterval/2, time.Millisecond))
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-m.done:
+				return
+			case <-tick.C:
+				m.refresh()
+			}
+		}
+	})
 	t := time.NewTicker(m.rejoin)
 	defer t.Stop()
 	for {
@@ -475,5 +582,6 @@ func (m *Membership) Close(ctx context.Context) error {
 	if err := m.ml.Shutdown(); err != nil {
 		errs = append(errs, fmt.Errorf("membership: shut down gossip: %w", err))
 	}
+	m.transport.close()
 	return errors.Join(errs...)
 }

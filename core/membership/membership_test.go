@@ -139,11 +139,12 @@ func TestPeersRejoinAndForget(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "node-0 sees node-3 dead", func() bool { return states(ms[0])["node-3"] == "dead" })
-	// node-3 still exists in Kubernetes: still known, and dead.
+	// node-3 still exists in Kubernetes: still known, and dead once its
+	// fence ended.
 	ms[0].SetPeers(peersOf(ms[1], ms[2], ms[3]))
-	if diff := cmp.Diff(map[string]string{"node-3": "alive=false known=true"}, view(ms[0], "node-3")); diff != "" {
-		t.Errorf("while node-3 is a peer, Alive (-want +got):\n%s", diff)
-	}
+	eventually(t, "node-0 reports node-3 dead after the fence", func() bool {
+		return cmp.Equal(map[string]string{"node-3": "alive=false known=true"}, view(ms[0], "node-3"))
+	})
 	// node-3 is deleted from Kubernetes: forgotten.
 	ms[0].SetPeers(peersOf(ms[1], ms[2]))
 	if diff := cmp.Diff(map[string]string{"node-1": "alive=true known=true", "node-3": "alive=false known=false"},
@@ -153,7 +154,10 @@ func TestPeersRejoinAndForget(t *testing.T) {
 }
 
 // TestQuorumGuard: with two of four members dead, no survivor sees a
-// majority; a guarded one abstains, an unguarded one trusts its view.
+// majority; a guarded one abstains (exactly half: no opinion at all),
+// an unguarded one trusts its view. The guarded views are awaited, not
+// read once: on a loaded machine a member may count itself cut off for
+// a moment (no packet from the other survivor within the window).
 func TestQuorumGuard(t *testing.T) {
 	ms := make([]*membership.Membership, 4)
 	for i := range ms {
@@ -177,10 +181,9 @@ func TestQuorumGuard(t *testing.T) {
 		}
 	}
 	names := []string{"node-0", "node-2"}
-	if diff := cmp.Diff(map[string]string{"node-0": "alive=false known=false", "node-2": "alive=false known=false"},
-		view(ms[0], names...)); diff != "" {
-		t.Errorf("guarded member (-want +got):\n%s", diff)
-	}
+	eventually(t, "the guarded member has no opinion", func() bool {
+		return cmp.Equal(map[string]string{"node-0": "alive=false known=false", "node-2": "alive=false known=false"}, view(ms[0], names...))
+	})
 	if diff := cmp.Diff(map[string]string{"node-0": "alive=true known=true", "node-2": "alive=false known=true"},
 		view(ms[1], names...)); diff != "" {
 		t.Errorf("unguarded member (-want +got):\n%s", diff)
@@ -191,10 +194,9 @@ func TestQuorumGuard(t *testing.T) {
 	if !ms[0].HasQuorum() {
 		t.Errorf("node-0: no quorum after forgetting the dead members")
 	}
-	if diff := cmp.Diff(map[string]string{"node-0": "alive=true known=true", "node-2": "alive=false known=false"},
-		view(ms[0], names...)); diff != "" {
-		t.Errorf("guarded member after forgetting the dead (-want +got):\n%s", diff)
-	}
+	eventually(t, "the guarded member trusts gossip again", func() bool {
+		return cmp.Equal(map[string]string{"node-0": "alive=true known=true", "node-2": "alive=false known=false"}, view(ms[0], names...))
+	})
 }
 
 func TestEncryption(t *testing.T) {
@@ -338,4 +340,22 @@ func TestAdvertiseAddr(t *testing.T) {
 	b := start(t, 1)
 	b.SetPeers(peersOf(a))
 	eventually(t, "join through the advertised address", func() bool { return a.Size() == 2 && b.Size() == 2 })
+}
+
+// TestStartWaitsAWindow: a daemon that just started may have been dead a
+// moment ago, its addresses taken by others: it reports itself not
+// alive (announcing no layer-2 address) for the guard's window, 2 x 4
+// probe intervals of 1s here, alone.
+func TestStartWaitsAWindow(t *testing.T) {
+	slow := membership.LANTiming()
+	slow.ProbeInterval, slow.ProbeTimeout, slow.SuspicionMult = time.Second, 500*time.Millisecond, 4
+	m := start(t, 0, func(c *membership.Config) { c.Timing = slow })
+	if diff := cmp.Diff(map[string]string{"node-0": "alive=false known=true"}, view(m, "node-0")); diff != "" {
+		t.Errorf("right after start (-want +got):\n%s", diff)
+	}
+	waited := eventually(t, "node-0 counts itself alive", func() bool {
+		alive, _ := m.Alive("node-0")
+		return alive
+	})
+	t.Logf("node-0 counted itself alive after %v", waited)
 }

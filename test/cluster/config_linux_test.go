@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -14,6 +15,24 @@ func TestDefaultDaemonConfig(t *testing.T) {
 	c, err := config.Parse([]byte(DefaultDaemonConfig))
 	if err != nil {
 		t.Fatal(err)
+	}
+	shipped, err := config.Parse([]byte(ShippedGossipDaemonConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(config.Default().Membership, shipped.Membership); diff != "" {
+		t.Errorf("ShippedGossipDaemonConfig's membership is not the shipped one (-want +got):\n%s", diff)
+	}
+	tolerant := config.Default().Membership
+	tolerant.ProbeInterval = config.Duration(time.Second)
+	tolerant.ProbeTimeout = config.Duration(500 * time.Millisecond)
+	tolerant.SuspicionMult = 4
+	if diff := cmp.Diff(tolerant, c.Membership); diff != "" {
+		t.Errorf("DefaultDaemonConfig's membership (-want +got):\n%s", diff)
+	}
+	shipped.Membership = c.Membership
+	if diff := cmp.Diff(c, shipped); diff != "" {
+		t.Errorf("the two configs differ beyond gossip timing (-default +shipped):\n%s", diff)
 	}
 	pools := map[string][]string{}
 	for _, p := range c.Pools {

@@ -23,9 +23,9 @@ import (
 )
 
 // ClusterModules are the kernel modules the guest loads: the lab's
-// defaults, the user-network NIC's, and the bridges of the LAN and of
-// every node's pods.
-var clusterModules = append(append(append([]string{}, lab.DefaultModules...), lab.UserNetModules...), "bridge")
+// defaults, the user-network NIC's, the bridges of the LAN and of every
+// node's pods, and nftables' bridge meta (Partition).
+var clusterModules = append(append(append([]string{}, lab.DefaultModules...), lab.UserNetModules...), "bridge", "nft_meta_bridge")
 
 // TestCluster is the host side of the cluster lab (`make test-cluster`):
 // a real etcd and kube-apiserver here, deploy/'s RBAC and ServiceAccount
@@ -33,7 +33,8 @@ var clusterModules = append(append(append([]string{}, lab.DefaultModules...), la
 // guest that runs the guest suites against them. Settings:
 // CLUSTER_RUN (the guest's -test.run, default all), CLUSTER_COUNT (the
 // guest's -test.count, default 1), CLUSTER_MEM (guest MiB, default
-// 1536), CLUSTER_TIMEOUT (the guest's -test.timeout, default 30m).
+// 1536), CLUSTER_TIMEOUT (the guest's -test.timeout, default 30m), and
+// the guest suites' own (guestEnv), passed on.
 func TestCluster(t *testing.T) {
 	if os.Getenv(apitest.EnvBinDir) == "" {
 		t.Fatalf("%s is unset: run test/tools/kube-binaries.sh (make test-cluster does)", apitest.EnvBinDir)
@@ -118,7 +119,7 @@ func TestCluster(t *testing.T) {
 	res, err := lab.Run(t.Context(), assets, lab.Job{
 		Binary:   guestBin,
 		Args:     args,
-		Env:      []string{envSwitchyard + "=" + switchyard},
+		Env:      append([]string{envSwitchyard + "=" + switchyard}, passedEnv()...),
 		MemoryMB: mem,
 		Timeout:  timeout + 2*time.Minute,
 		Output:   io.MultiWriter(&out, prefixWriter{w: os.Stdout}),
@@ -139,6 +140,17 @@ func TestCluster(t *testing.T) {
 	if strings.Contains(out.String(), "--- SKIP") {
 		t.Fatal("a guest suite skipped; under make test-cluster every one must run")
 	}
+}
+
+// passedEnv are the guest suites' settings set here (see guestEnv).
+func passedEnv() []string {
+	var out []string
+	for _, k := range guestEnv {
+		if v, ok := os.LookupEnv(k); ok {
+			out = append(out, k+"="+v)
+		}
+	}
+	return out
 }
 
 func goBuild(t *testing.T, args ...string) {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"os"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -418,9 +420,13 @@ func TestLoadBalancerBGP(t *testing.T) {
 // TestLoadBalancerLayer2: a LoadBalancer IP of the layer-2 pool is
 // reachable from the router and, through it, from the client; the router
 // resolves it to one elected node, which forwards every request. When
-// that node's daemon is killed, or its LAN link cut, the address moves
-// to another node and the client is answered through it again: the
-// time from the failure to that first answer is measured.
+// that node's daemon is killed (CLUSTER_L2_KILLS times in a row), or its
+// LAN link cut, the address moves to another node and the client is
+// answered through it again: the time from the failure to that first
+// answer is measured, and bounded by moved (2 minutes: with the lab's
+// tolerant gossip the expected time is about 13.5 s, and 21.5 s when no
+// second daemon confirms the suspicion; the bound is there for failures,
+// not speed).
 func TestLoadBalancerLayer2(t *testing.T) {
 	c := requireGuest(t)
 	svc := createLB(t, c, "lb-l2", cluster.PoolL2, cluster.L2Pool)
@@ -435,25 +441,30 @@ func TestLoadBalancerLayer2(t *testing.T) {
 	owner := l2Owner(t, c, svc)
 	t.Logf("%s is owned by %s (%s): the router resolves it there and every request enters there", svc.LoadBalancerIP, owner.Name, owner.MAC)
 
+	// CLUSTER_L2_KILLS failovers in a row (make bench-cluster), each from
+	// the owner of the moment, restarted before the next.
+	kills := envCount(t, envL2Kills, 1)
 	t.Run("KillDaemon", func(t *testing.T) {
-		killed := time.Now()
-		if err := owner.KillDaemon(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			if err := owner.StartDaemon(context.Background()); err != nil {
-				t.Error(err)
+		for i := range kills {
+			killed := time.Now()
+			if err := owner.KillDaemon(); err != nil {
+				t.Fatal(err)
 			}
-		})
-		// The killed daemon's node still forwards (the dataplane
-		// outlives it): the address must move anyway.
-		a, answered, err := cluster.FirstAnswer(t.Context(), c.Client, target, 100*time.Millisecond, moved, through(c, others(c, owner)...))
-		if err != nil {
-			t.Fatal(err)
+			// The killed daemon's node still forwards (the dataplane
+			// outlives it): the address must move anyway.
+			a, answered, err := cluster.FirstAnswer(t.Context(), c.Client, target, 100*time.Millisecond, moved, through(c, others(c, owner)...))
+			if err != nil {
+				_ = owner.StartDaemon(context.Background())
+				t.Fatalf("kill %d of %d: %v", i+1, kills, err)
+			}
+			metric(t, "l2-failover-kill-ms", answered.Sub(killed))
+			next, _ := waitNeighbour(t, c, svc.LoadBalancerIP, owner)
+			t.Logf("kill %d of %d: %s moved from %s to %s; first answer through it from %s", i+1, kills, svc.LoadBalancerIP, owner.Name, next.Name, a.Pod)
+			if err := owner.StartDaemon(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			owner = settleOwner(t, c, svc, owner)
 		}
-		metric(t, "l2-failover-kill-ms", answered.Sub(killed))
-		next, _ := waitNeighbour(t, c, svc.LoadBalancerIP, owner)
-		t.Logf("%s moved from %s to %s; first answer through it from %s", svc.LoadBalancerIP, owner.Name, next.Name, a.Pod)
 	})
 
 	owner = l2Owner(t, c, svc)
@@ -477,5 +488,224 @@ func TestLoadBalancerLayer2(t *testing.T) {
 	})
 	// The cut-off node is back: let the address settle before the next
 	// suite.
-	l2Owner(t, c, svc)
+	settleOwner(t, c, svc, owner)
+}
+
+// waitOwnerBack waits until the address is back with owner, whose link
+// was restored (the same node wins the election again once the others
+// see it and its guard's window has passed), bounded by moved.
+func waitOwnerBack(t *testing.T, c *cluster.Cluster, svc *cluster.Service, owner *cluster.Node) {
+	t.Helper()
+	if got := ownerBack(t, c, svc, owner, moved); got != owner {
+		t.Fatalf("%s did not move back to %s within %s: %s holds it", svc.LoadBalancerIP, owner.Name, moved, got.Name)
+	}
+}
+
+// settleOwner is ownerBack within settle, for failures in a row: with
+// the shipped gossip timing on the loaded lab, a restarted daemon's
+// gossip can keep flapping for minutes, cut off again and again, and
+// leave the address where it is; the next failure then starts from the
+// node that holds it.
+func settleOwner(t *testing.T, c *cluster.Cluster, svc *cluster.Service, owner *cluster.Node) *cluster.Node {
+	t.Helper()
+	got := ownerBack(t, c, svc, owner, settle)
+	if got != owner {
+		t.Logf("%s stayed with %s: %s did not win it back within %s", svc.LoadBalancerIP, got.Name, owner.Name, settle)
+	}
+	return got
+}
+
+// settle bounds settleOwner: three times the guard's window with the
+// lab's tolerant timing (8 s), plus detection.
+const settle = 30 * time.Second
+
+// ownerBack waits until owner holds the address (l2Owner) and returns
+// it, or returns the node holding it once within has passed.
+func ownerBack(t *testing.T, c *cluster.Cluster, svc *cluster.Service, owner *cluster.Node, within time.Duration) *cluster.Node {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		got := l2Owner(t, c, svc)
+		if got == owner || time.Now().After(deadline) {
+			return got
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// stableARPOwner waits until the ARP samples of the last hold all have
+// one answer, from the same node, and returns it.
+func stableARPOwner(t *testing.T, c *cluster.Cluster, s *cluster.ARPSampler, hold time.Duration) *cluster.Node {
+	t.Helper()
+	deadline := time.Now().Add(moved)
+	for {
+		samples := s.Samples()
+		var owner *cluster.Node
+		stable := len(samples) > 1 && time.Since(samples[0].At) > hold
+		for i := len(samples) - 2; stable && i >= 0 && time.Since(samples[i].At) <= hold; i-- { // the last one is still open
+			if len(samples[i].Answers) != 1 {
+				stable = false
+				break
+			}
+			n := c.NodeByMAC(samples[i].Answers[0])
+			if owner == nil {
+				owner = n
+			}
+			stable = n != nil && n == owner
+		}
+		if stable && owner != nil {
+			return owner
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no one node answered ARP alone for %s within %s", hold, moved)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// envCount reads a positive count from the environment, def when unset.
+func envCount(t *testing.T, name string, def int) int {
+	t.Helper()
+	s := os.Getenv(name)
+	if s == "" {
+		return def
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n <= 0 {
+		t.Fatalf("%s=%q: want a positive integer", name, s)
+	}
+	return n
+}
+
+// partitionHold is how long TestLoadBalancerLayer2Partition keeps the
+// partition after the address moved: longer than the quorum guard's
+// window with the lab's timing (8 s), so that a minority that would
+// answer again does so within it.
+const partitionHold = 15 * time.Second
+
+// TestLoadBalancerLayer2Partition (issue 13's layer-2 partition safety):
+// the owner of a layer-2 address is cut off from the other nodes on the
+// LAN, not killed, its link to the router kept (Partition): its daemon
+// runs on and the router still hears it. The majority moves the address;
+// once healed, it moves back. The router, asking who has it every 50 ms
+// from before the partition until after the address moved back, hears
+// at most one node answer each time, and never the cut-off node once
+// another answered, until the partition heals. (Before the quorum guard
+// stopped a cut-off daemon from answering, it kept the address while
+// the majority moved it: two nodes answered.)
+func TestLoadBalancerLayer2Partition(t *testing.T) {
+	c := requireGuest(t)
+	svc := createLB(t, c, "lb-l2-partition", cluster.PoolL2, cluster.L2Pool)
+	target := svc.LoadBalancerAddr(cluster.PortHTTP)
+	if _, err := waitAnswer(t.Context(), c.Client, target, programmed, func(cluster.Answer) error { return nil }); err != nil {
+		t.Fatalf("from the client: %v", err)
+	}
+	sampler, err := c.SampleARP(svc.LoadBalancerIP, 50*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	stop := func() []cluster.ARPSample {
+		stopped = true
+		samples, err := sampler.Stop()
+		if err != nil {
+			t.Errorf("ARP sampling: %v", err)
+		}
+		return samples
+	}
+	defer func() {
+		if !stopped {
+			stop()
+		}
+	}()
+	// The owner: the one node that has answered ARP for 3 s (the
+	// router's neighbour entry may lag behind), through which requests
+	// enter.
+	owner := stableARPOwner(t, c, sampler, 3*time.Second)
+	if got := l2Owner(t, c, svc); got != owner {
+		t.Fatalf("%s answers ARP for %s but requests enter through %s", owner.Name, svc.LoadBalancerIP, got.Name)
+	}
+	t.Logf("%s is owned by %s (%s)", svc.LoadBalancerIP, owner.Name, owner.MAC)
+
+	cut := time.Now()
+	if err := c.Partition(owner); err != nil {
+		t.Fatal(err)
+	}
+	healed := false
+	t.Cleanup(func() {
+		if !healed {
+			if err := c.Heal(); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	// The majority moves the address: the client is answered through
+	// another node.
+	a, answered, err := cluster.FirstAnswer(t.Context(), c.Client, target, 100*time.Millisecond, moved, through(c, others(c, owner)...))
+	if err != nil {
+		t.Fatalf("after cutting %s off the other nodes: %v", owner.Name, err)
+	}
+	metric(t, "l2-failover-partition-ms", answered.Sub(cut))
+	next, _ := waitNeighbour(t, c, svc.LoadBalancerIP, owner)
+	t.Logf("%s moved from %s to %s; first answer through it from %s", svc.LoadBalancerIP, owner.Name, next.Name, a.Pod)
+	time.Sleep(partitionHold)
+
+	heal := time.Now()
+	if err := c.Heal(); err != nil {
+		t.Fatal(err)
+	}
+	healed = true
+	// Healed, the node moves back to the cut-off node (the election's
+	// ranking), once it has waited its guard's window: judged too.
+	waitOwnerBack(t, c, svc, owner)
+	t.Logf("healed: %s is owned by %s again after %s", svc.LoadBalancerIP, owner.Name, time.Since(heal).Round(time.Millisecond))
+	time.Sleep(3 * time.Second)
+	samples := stop()
+
+	// Judge every question the router asked.
+	var moves, silent, answeredN int
+	var last *cluster.Node
+	movedAt := time.Time{}
+	for _, s := range samples {
+		var who []string
+		var nodes []*cluster.Node
+		for _, mac := range s.Answers {
+			n := c.NodeByMAC(mac)
+			if n == nil {
+				t.Errorf("%s: %s answered for %s, no node's MAC", s.At.Format("15:04:05.000"), mac, svc.LoadBalancerIP)
+				continue
+			}
+			who = append(who, n.Name)
+			nodes = append(nodes, n)
+		}
+		switch len(nodes) {
+		case 0:
+			if s.At.After(cut) {
+				silent++
+			}
+			continue
+		case 1:
+		default:
+			t.Errorf("%s: %d nodes answered for %s at once: %v", s.At.Format("15:04:05.000"), len(nodes), svc.LoadBalancerIP, who)
+		}
+		answeredN++
+		n := nodes[0]
+		if s.At.After(cut) && s.At.Before(heal) {
+			if movedAt.IsZero() && n != owner {
+				movedAt = s.At
+			}
+			if !movedAt.IsZero() && slices.Contains(nodes, owner) {
+				t.Errorf("%s: the cut-off %s answered for %s, which %s took over at %s", s.At.Format("15:04:05.000"), owner.Name, svc.LoadBalancerIP, next.Name, movedAt.Format("15:04:05.000"))
+			}
+		}
+		if last != nil && n != last {
+			moves++
+		}
+		last = n
+	}
+	if movedAt.IsZero() {
+		t.Errorf("no ARP answer from a node other than %s during the partition (%d samples)", owner.Name, len(samples))
+	}
+	t.Logf("%d ARP questions from the router, %d answered, %d unanswered after the cut; the answering node changed %d times", len(samples), answeredN, silent, moves)
+	t.Logf("cluster-metric l2-partition-unanswered-arp=%d", silent)
 }

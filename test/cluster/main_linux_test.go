@@ -23,6 +23,18 @@ const (
 	daemonKubeconfig = "testdata/daemon.kubeconfig"
 )
 
+// The guest suites' settings, which the host side passes on:
+// CLUSTER_GOSSIP=shipped runs the daemons with the shipped gossip timing
+// (cluster.ShippedGossipDaemonConfig) instead of the lab's tolerant one;
+// CLUSTER_L2_KILLS is how many layer-2 failovers on a daemon kill
+// TestLoadBalancerLayer2 measures in a row (default 1).
+const (
+	envGossip  = "CLUSTER_GOSSIP"
+	envL2Kills = "CLUSTER_L2_KILLS"
+)
+
+var guestEnv = []string{envGossip, envL2Kills}
+
 // lc is the guest's cluster, built once by TestMain with every daemon
 // running.
 var lc *cluster.Cluster
@@ -59,6 +71,14 @@ func runGuest(m *testing.M) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	daemonConfig := cluster.DefaultDaemonConfig
+	switch g := os.Getenv(envGossip); g {
+	case "", "tolerant":
+	case "shipped":
+		daemonConfig = cluster.ShippedGossipDaemonConfig
+	default:
+		return 0, fmt.Errorf("%s=%q: want tolerant or shipped", envGossip, g)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	began := time.Now()
@@ -66,6 +86,7 @@ func runGuest(m *testing.M) (int, error) {
 		Switchyard:       os.Getenv(envSwitchyard),
 		AdminKubeconfig:  admin,
 		DaemonKubeconfig: daemon,
+		DaemonConfig:     daemonConfig,
 		FRR:              true,
 	})
 	if err != nil {

@@ -93,7 +93,7 @@ func arpingMACs(t *testing.T, client *netns.NS, vip netip.Addr) string {
 // marks the node NotReady (TestPeersDaemonARPTwoNodes), unless the guard
 // is off (TestPeersDaemonARPTwoNodesNoQuorumGuard).
 // With three daemons, two of three alive is a majority and gossip decides
-// within a second.
+// within a second or two (detection, then the guard's fence of 0.6 s).
 func TestPeersDaemonARP(t *testing.T) { testDaemonL2(t, l2Witness) }
 
 // TestPeersDaemonARPTwoNodes is TestPeersDaemonARP without the witness:
