@@ -33,8 +33,6 @@ const (
 	envL2Kills = "CLUSTER_L2_KILLS"
 )
 
-var guestEnv = []string{envGossip, envL2Kills}
-
 // lc is the guest's cluster, built once by TestMain with every daemon
 // running.
 var lc *cluster.Cluster
