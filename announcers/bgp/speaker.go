@@ -36,12 +36,18 @@ var startMu sync.Mutex
 type Speaker struct {
 	cfg Config
 	srv *server.BgpServer
+	// peers are the configured peers' addresses, sorted.
+	peers []netip.Addr
 
 	bfd *bfdLink // nil without BFD peers
 
 	mu      sync.Mutex
 	sent    map[netip.Addr]struct{} // routes GoBGP currently advertises for us
 	closed  bool
+	// peersAdded is set once every peer is in GoBGP (added holds those
+	// that are): at New, or with graceful restart at the first Announce.
+	peersAdded bool
+	added      map[netip.Addr]bool
 	bfdHeld map[netip.Addr]bool   // peers disabled by a BFD failure
 	bfdGen  map[netip.Addr]uint64 // counts the failures, to match hold-time fallbacks
 }
@@ -51,11 +57,13 @@ var (
 	_ plugin.HealthReporter = (*Speaker)(nil)
 )
 
-// New validates cfg, starts the speaker and adds its peers. Sessions come
-// up in the background (GoBGP waits a random 1-2 s before its first
-// connection attempt). log receives GoBGP's own logging and the BFD
-// sessions' effects on peers; nil discards it. Peers with BFD get their
-// sessions over the host's UDP sockets unless an Option says otherwise.
+// New validates cfg, starts the speaker and adds its peers; with
+// graceful restart enabled, it adds them at the first Announce (see
+// Config.GracefulRestart). Sessions come up in the background (GoBGP
+// waits a random 1-2 s before its first connection attempt). log
+// receives GoBGP's own logging and the BFD sessions' effects on peers;
+// nil discards it. Peers with BFD get their sessions over the host's UDP
+// sockets unless an Option says otherwise.
 func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (*Speaker, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
@@ -68,7 +76,12 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (*Sp
 	// Serve runs GoBGP's management loop; GoBGP v3 has no way to end it,
 	// so after Close it idles with no peers and no listeners.
 	go srv.Serve()
-	s := &Speaker{cfg: cfg, srv: srv, sent: map[netip.Addr]struct{}{}, bfdHeld: map[netip.Addr]bool{}, bfdGen: map[netip.Addr]uint64{}}
+	var peers []netip.Addr
+	for _, p := range cfg.Peers {
+		peers = append(peers, p.Address)
+	}
+	slices.SortFunc(peers, netip.Addr.Compare)
+	s := &Speaker{peers: peers, cfg: cfg, srv: srv, sent: map[netip.Addr]struct{}{}, added: map[netip.Addr]bool{}, bfdHeld: map[netip.Addr]bool{}, bfdGen: map[netip.Addr]uint64{}}
 	var o options
 	for _, opt := range opts {
 		opt(&o)
@@ -105,11 +118,40 @@ func (s *Speaker) start(ctx context.Context) error {
 	if err := s.installExportPolicy(ctx); err != nil {
 		return err
 	}
-	for _, p := range c.Peers {
-		if err := s.srv.AddPeer(ctx, &api.AddPeerRequest{Peer: c.apiPeer(p)}); err != nil {
-			return fmt.Errorf("adding bgp peer %s AS %d: %w", p.Address, p.ASN, err)
-		}
+	if c.GracefulRestart.Enabled {
+		return nil // added by the first Announce
 	}
+	return s.addPeers(ctx)
+}
+
+// addPeers adds the configured peers to GoBGP, each once. With graceful
+// restart they say they restart with their forwarding state kept (the
+// dataplane is left in place across a restart; RFC 4724 R and F bits):
+// peers then keep this node's stale routes until its End-of-RIB, instead
+// of flushing them when the new session opens, and GoBGP sends its
+// routes once the peers have sent theirs. A peer held down by BFD is
+// added disabled. Callers hold s.mu, or own s alone (New).
+func (s *Speaker) addPeers(ctx context.Context) error {
+	var errs []error
+	for _, p := range s.cfg.Peers {
+		if s.added[p.Address] {
+			continue
+		}
+		ap := s.cfg.apiPeer(p)
+		ap.Conf.AdminDown = ap.Conf.AdminDown || s.bfdHeld[p.Address]
+		if ap.GracefulRestart != nil {
+			ap.GracefulRestart.LocalRestarting = true
+		}
+		if err := s.srv.AddPeer(ctx, &api.AddPeerRequest{Peer: ap}); err != nil {
+			errs = append(errs, fmt.Errorf("adding bgp peer %s AS %d: %w", p.Address, p.ASN, err))
+			continue
+		}
+		s.added[p.Address] = true
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	s.peersAdded = true
 	return nil
 }
 
@@ -223,6 +265,10 @@ func (s *Speaker) SetPassword(ctx context.Context, addr netip.Addr, password str
 		return nil
 	}
 	p.Password, p.AdminDown = password, false
+	if !s.added[addr] {
+		s.cfg.Peers[i] = p // added with it
+		return nil
+	}
 	ap := s.cfg.apiPeer(p)
 	ap.Conf.AdminDown = s.bfdHeld[addr] // a BFD failure still holds it down
 	if _, err := s.srv.UpdatePeer(ctx, &api.UpdatePeerRequest{Peer: ap}); err != nil {
@@ -239,7 +285,11 @@ func (s *Speaker) Name() string { return s.cfg.Name }
 // routes for addresses no longer in set are withdrawn first, then new ones
 // added. An unchanged set costs a map comparison and sends nothing. Routes
 // that failed are retried by the next call. It needs no established
-// session: GoBGP sends the routes when a session comes up.
+// session: GoBGP sends the routes when a session comes up. With graceful
+// restart the first call adds the peers, after the routes: a session's
+// first End-of-RIB then follows the complete set, and peers keeping
+// stale routes of this node from before a restart drop none that are
+// still announced.
 func (s *Speaker) Announce(ctx context.Context, set []model.Announcement) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -268,6 +318,9 @@ func (s *Speaker) Announce(ctx context.Context, set []model.Announcement) error 
 			continue
 		}
 		s.sent[a] = struct{}{}
+	}
+	if !s.peersAdded {
+		errs = append(errs, s.addPeers(ctx))
 	}
 	return errors.Join(errs...)
 }
@@ -310,6 +363,87 @@ func (s *Speaker) Close() error {
 }
 
 var errAlreadyClosed = errors.New("already closed")
+
+// CloseForRestart ends the speaker for a restart of the daemon. With
+// graceful restart it withdraws nothing and ends every session without a
+// NOTIFICATION: the TCP connection is shut down, as when the process
+// dies, so peers that negotiated graceful restart keep this node's
+// routes, marked stale, for RestartTime, until the restarted speaker
+// has sent them again and its End-of-RIB. A session it could not end
+// that way ends with a Cease, as Close does, and is reported. Without
+// graceful restart the peers would drop the routes when the sessions
+// end anyway, so it is Close: they are withdrawn first. BFD sessions
+// end with AdminDown either way. Later calls, and Close after it, do
+// nothing.
+func (s *Speaker) CloseForRestart() error {
+	if !s.cfg.GracefulRestart.Enabled {
+		return s.Close()
+	}
+	err := s.drop()
+	if s.bfd != nil && err != errAlreadyClosed {
+		s.bfd.stop()
+	}
+	if err == errAlreadyClosed {
+		return nil
+	}
+	return err
+}
+
+// dropWait bounds how long drop waits for GoBGP to see its dropped
+// sessions end before it deletes the peers (which would send a Cease on
+// a session it still holds).
+const dropWait = 5 * time.Second
+
+func (s *Speaker) drop() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errAlreadyClosed
+	}
+	s.closed = true
+	remote := map[netip.AddrPort]bool{}
+	addrs := map[netip.Addr]bool{}
+	for _, p := range s.cfg.Peers {
+		remote[netip.AddrPortFrom(p.Address, p.Port)] = true
+		addrs[p.Address] = true
+	}
+	var errs []error
+	if _, err := dropConnections(remote, addrs, uint16(s.cfg.ListenPort)); err != nil {
+		errs = append(errs, err)
+	}
+	// GoBGP reads the end of each connection and turns the session
+	// idle; its next attempt waits 5 s (its idle hold time).
+	ctx, cancel := context.WithTimeout(context.Background(), dropWait)
+	defer cancel()
+	for {
+		up, err := s.established(ctx)
+		if err == nil && len(up) == 0 {
+			break
+		}
+		if ctx.Err() != nil {
+			errs = append(errs, fmt.Errorf("sessions with %v still established after dropping their connections: they end with a Cease", up))
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), closeTimeout)
+	defer cancel()
+	if err := shutdown(ctx, s.srv); err != nil {
+		errs = append(errs, fmt.Errorf("stopping bgp speaker: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+// established lists the peers whose session GoBGP has established.
+func (s *Speaker) established(ctx context.Context) ([]string, error) {
+	var up []string
+	err := s.srv.ListPeer(ctx, &api.ListPeerRequest{}, func(p *api.Peer) {
+		if p.GetState().GetSessionState() == api.PeerState_ESTABLISHED {
+			up = append(up, p.GetConf().GetNeighborAddress())
+		}
+	})
+	return up, err
+}
 
 func (s *Speaker) close() error {
 	s.mu.Lock()
@@ -401,25 +535,26 @@ type Session struct {
 }
 
 // Sessions reports the session state of every configured peer, sorted by
-// address, e.g. for switchyard_bgp_session_up{peer}.
+// address, e.g. for switchyard_bgp_session_up{peer}. A peer not added
+// yet (graceful restart, before the first Announce) is idle.
 func (s *Speaker) Sessions(ctx context.Context) ([]Session, error) {
-	var out []Session
+	got := map[netip.Addr]api.PeerState_SessionState{}
 	err := s.srv.ListPeer(ctx, &api.ListPeerRequest{}, func(p *api.Peer) {
-		addr, err := netip.ParseAddr(p.GetConf().GetNeighborAddress())
-		if err != nil {
-			return
+		if addr, err := netip.ParseAddr(p.GetConf().GetNeighborAddress()); err == nil {
+			got[addr] = p.GetState().GetSessionState()
 		}
-		st := p.GetState().GetSessionState()
-		out = append(out, Session{
-			Peer:  addr,
-			State: strings.ToLower(st.String()),
-			Up:    st == api.PeerState_ESTABLISHED,
-		})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("listing bgp peers: %w", err)
 	}
-	slices.SortFunc(out, func(a, b Session) int { return a.Peer.Compare(b.Peer) })
+	out := make([]Session, 0, len(s.peers))
+	for _, addr := range s.peers {
+		st, ok := got[addr]
+		if !ok {
+			st = api.PeerState_IDLE
+		}
+		out = append(out, Session{Peer: addr, State: strings.ToLower(st.String()), Up: st == api.PeerState_ESTABLISHED})
+	}
 	return out, nil
 }
 

@@ -154,6 +154,19 @@ func TestBGPConfig(t *testing.T) {
 			}}},
 		},
 		{
+			name: "graceful restart",
+			ac: ann(config.BGPAnnouncer{ASN: 64512, RouterID: "192.0.2.1",
+				GracefulRestart: &config.BGPGracefulRestart{Enabled: true, RestartTime: config.Duration(30 * time.Second)}}),
+			want: bgp.Config{Name: "tor", LocalASN: 64512, RouterID: netip.MustParseAddr("192.0.2.1"),
+				GracefulRestart: bgp.GracefulRestart{Enabled: true, RestartTime: 30 * time.Second}},
+		},
+		{
+			name: "graceful restart configured but not enabled",
+			ac: ann(config.BGPAnnouncer{ASN: 64512, RouterID: "192.0.2.1",
+				GracefulRestart: &config.BGPGracefulRestart{RestartTime: config.Duration(30 * time.Second)}}),
+			want: bgp.Config{Name: "tor", LocalASN: 64512, RouterID: netip.MustParseAddr("192.0.2.1")},
+		},
+		{
 			name:    "missing password file",
 			ac:      ann(config.BGPAnnouncer{ASN: 64512, Peers: []config.BGPPeer{{Address: "10.0.0.254", ASN: 1, PasswordFile: pwFile + ".missing"}}}),
 			wantErr: true,
