@@ -104,8 +104,8 @@ func startTestPeer(t *testing.T, addr netip.Addr, asn uint32, speakerAddr netip.
 	}
 	err = srv.AddPeer(ctx, &api.AddPeerRequest{Peer: &api.Peer{
 		GracefulRestart: gr,
-		Conf:      &api.PeerConf{NeighborAddress: speakerAddr.String(), PeerAsn: speakerASN, AuthPassword: password},
-		Transport: &api.Transport{PassiveMode: true},
+		Conf:            &api.PeerConf{NeighborAddress: speakerAddr.String(), PeerAsn: speakerASN, AuthPassword: password},
+		Transport:       &api.Transport{PassiveMode: true},
 		// GoBGP's default keeps a reset session idle for 30 s.
 		Timers:   &api.Timers{Config: &api.TimersConfig{IdleHoldTimeAfterReset: 1}},
 		AfiSafis: fams,

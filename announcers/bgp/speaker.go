@@ -41,15 +41,15 @@ type Speaker struct {
 
 	bfd *bfdLink // nil without BFD peers
 
-	mu      sync.Mutex
-	sent    map[netip.Addr]struct{} // routes GoBGP currently advertises for us
-	closed  bool
+	mu     sync.Mutex
+	sent   map[netip.Addr]struct{} // routes GoBGP currently advertises for us
+	closed bool
 	// peersAdded is set once every peer is in GoBGP (added holds those
 	// that are): at New, or with graceful restart at the first Announce.
 	peersAdded bool
 	added      map[netip.Addr]bool
-	bfdHeld map[netip.Addr]bool   // peers disabled by a BFD failure
-	bfdGen  map[netip.Addr]uint64 // counts the failures, to match hold-time fallbacks
+	bfdHeld    map[netip.Addr]bool   // peers disabled by a BFD failure
+	bfdGen     map[netip.Addr]uint64 // counts the failures, to match hold-time fallbacks
 }
 
 var (
