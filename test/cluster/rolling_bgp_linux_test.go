@@ -1,0 +1,191 @@
+package cluster_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/switchyard-lb/switchyard/test/cluster"
+)
+
+// gracefulRestartConfig is the cluster's daemon config with BGP graceful
+// restart enabled on the bgp announcer (restart time 60 s).
+var gracefulRestartConfig = strings.Replace(cluster.DefaultDaemonConfig,
+	"      asn: 64512\n", "      asn: 64512\n      gracefulRestart: {enabled: true, restartTime: 60s}\n", 1)
+
+// TestLoadBalancerBGPRollingRestart: a rolling restart of every daemon in
+// BGP mode (SIGTERM, as the DaemonSet's update does; each daemon's path
+// back at the router before the next one stops) under long-lived TCP
+// flows through FRR's ECMP route to a LoadBalancer IP and a steady
+// request rate, first with the default config (no graceful restart:
+// each daemon withdraws, the router's next-hop set changes twice per
+// node and rehashes flows, today's loss), then with graceful restart
+// (the daemons end their sessions without a NOTIFICATION, FRR keeps
+// their paths stale until the restarted daemons refresh them: the
+// next-hop set never changes). It reports, for each, the flows lost and
+// requests failed and how often the router's next hops changed:
+//
+//	cluster-metric bgp-rolling-restart-flows-lost=N
+//	cluster-metric bgp-rolling-restart-requests-failed=N
+//	cluster-metric bgp-rolling-restart-flows-lost-gr=N
+//	cluster-metric bgp-rolling-restart-requests-failed-gr=N
+//
+// With graceful restart the router's next hops must not change; the
+// losses are reported, not asserted (flows through the router's ECMP
+// route were seen reset on the loaded lab machine with nothing
+// changing: TestLoadBalancerBGP's open finding).
+func TestLoadBalancerBGPRollingRestart(t *testing.T) {
+	c := requireGuest(t)
+	svc := createLB(t, c, "lb-rolling", cluster.PoolBGP, cluster.BGPPool)
+	waitNextHops(t, c, svc.LoadBalancerIP, c.Nodes, 3*time.Second)
+	if _, err := waitAnswer(t.Context(), c.Client, svc.LoadBalancerAddr(cluster.PortHTTP), programmed, through(c, c.Nodes...)); err != nil {
+		t.Fatalf("from the client: %v", err)
+	}
+	t.Cleanup(func() {
+		// The next suites get the cluster's config back.
+		reconfigure(t, c, svc, "")
+	})
+
+	for _, gr := range []bool{false, true} {
+		suffix, what := "", "without graceful restart"
+		if gr {
+			suffix, what = "-gr", "with graceful restart"
+			reconfigure(t, c, svc, gracefulRestartConfig)
+		}
+		lost, established, failed, sent, changes := rollBGP(t, c, svc)
+		t.Logf("rolling restart %s: %d of %d established flows lost, %d of %d requests failed; the router's next hops changed %d times: %v",
+			what, lost, established, len(failed), sent, len(changes), changes)
+		if len(failed) > 0 {
+			t.Logf("first failed requests %s: %v", what, failed[:min(5, len(failed))])
+		}
+		t.Logf("cluster-metric bgp-rolling-restart-flows-lost%s=%d", suffix, lost)
+		t.Logf("cluster-metric bgp-rolling-restart-requests-failed%s=%d", suffix, len(failed))
+		if gr && len(changes) > 0 {
+			t.Errorf("with graceful restart the router's next hops changed during the rolling restart: %v", changes)
+		}
+	}
+}
+
+// rollBGP restarts every node's daemon, one after another, under flows
+// and requests to svc's LoadBalancer IP from the client, and returns the
+// flows lost of those established, the failed and sent requests, and
+// every change of the router's next hops meanwhile.
+func rollBGP(t *testing.T, c *cluster.Cluster, svc *cluster.Service) (lost, established int, failed []string, sent int, changes []string) {
+	t.Helper()
+	tr, err := cluster.StartTraffic(t.Context(), c.Client, cluster.TrafficSpec{
+		Network: "tcp", Target: svc.LoadBalancerAddr(cluster.PortTCP), Flows: 100, Interval: time.Second, Timeout: stallTimeout,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs := startRequests(t.Context(), 100*time.Millisecond, []target{{c.Client, svc.LoadBalancerAddr(cluster.PortHTTP)}})
+	stop := make(chan struct{})
+	watched := watchNextHops(c, svc.LoadBalancerIP, stop)
+	time.Sleep(2 * time.Second)
+	for _, n := range c.Nodes {
+		stopped := time.Now()
+		if err := n.StopDaemon(); err != nil {
+			t.Fatal(err)
+		}
+		if err := n.StartDaemon(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		ready := time.Since(stopped)
+		waitRefreshed(t, c, svc.LoadBalancerIP, n)
+		t.Logf("%s's daemon ready in %s, its path refreshed at the router in %s", n.Name, ready.Round(time.Millisecond), time.Since(stopped).Round(time.Millisecond))
+	}
+	time.Sleep(2 * time.Second)
+	close(stop)
+	changes = <-watched
+	sent, failed = reqs.stop()
+	r := tr.Stop()
+	t.Logf("flows: %s", r)
+	if r.Established() != len(r.Flows) {
+		t.Errorf("%d of %d flows never established", len(r.Flows)-r.Established(), len(r.Flows))
+	}
+	return r.Established() - r.Survived(), r.Established(), failed, sent, changes
+}
+
+// reconfigure restarts every daemon with cfg ("" the cluster's), each
+// one's path back at the router before the next, with no traffic
+// measured.
+func reconfigure(t *testing.T, c *cluster.Cluster, svc *cluster.Service, cfg string) {
+	t.Helper()
+	for _, n := range c.Nodes {
+		n.SetDaemonConfig(cfg)
+		if err := n.StopDaemon(); err != nil {
+			t.Fatal(err)
+		}
+		if err := n.StartDaemon(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		waitRefreshed(t, c, svc.LoadBalancerIP, n)
+	}
+}
+
+// waitRefreshed waits until the router's BGP table has a path to ip
+// from every node, none of them stale, and n's session is established:
+// n's restarted daemon has sent its routes and its End-of-RIB.
+func waitRefreshed(t *testing.T, c *cluster.Cluster, ip netip.Addr, n *cluster.Node) {
+	t.Helper()
+	deadline := time.Now().Add(moved)
+	for {
+		err := refreshed(t.Context(), c, ip, n)
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s's daemon restarted: %v after %s", n.Name, err, moved)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func refreshed(ctx context.Context, c *cluster.Cluster, ip netip.Addr, n *cluster.Node) error {
+	out, err := c.FRR.Vtysh(ctx, "show bgp ipv4 unicast "+ip.String()+"/32 json")
+	if err != nil {
+		return err
+	}
+	var route struct {
+		Paths []struct {
+			Stale    bool `json:"stale"`
+			Nexthops []struct {
+				IP string `json:"ip"`
+			} `json:"nexthops"`
+		} `json:"paths"`
+	}
+	if err := json.Unmarshal([]byte(out), &route); err != nil {
+		return fmt.Errorf("decoding FRR's route %q: %w", out, err)
+	}
+	var hops, stale []string
+	for _, p := range route.Paths {
+		for _, h := range p.Nexthops {
+			hops = append(hops, h.IP)
+			if p.Stale {
+				stale = append(stale, h.IP)
+			}
+		}
+	}
+	slices.Sort(hops)
+	var want []string
+	for _, x := range c.Nodes {
+		want = append(want, x.Addr.String())
+	}
+	slices.Sort(want)
+	if !slices.Equal(hops, want) || len(stale) > 0 {
+		return fmt.Errorf("FRR's paths to %s via %v (stale: %v), want fresh ones via %v", ip, hops, stale, want)
+	}
+	neighbor, err := c.FRR.Vtysh(ctx, "show bgp neighbor "+n.Addr.String()+" json")
+	if err != nil {
+		return err
+	}
+	if !strings.Contains(neighbor, `"bgpState":"Established"`) {
+		return fmt.Errorf("FRR's session with %s is not established", n.Name)
+	}
+	return nil
+}
