@@ -79,7 +79,7 @@ func startTestPeer(t *testing.T, addr netip.Addr, asn uint32, speakerAddr netip.
 	srv := server.NewBgpServer(server.LoggerOption(slogAdapter{testLog}))
 	go srv.Serve()
 	t.Cleanup(func() {
-		if err := shutdown(context.Background(), srv); err != nil {
+		if err := shutdown(context.Background(), srv, nil); err != nil {
 			t.Errorf("stopping test peer: %v", err)
 		}
 	})

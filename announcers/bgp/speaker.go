@@ -93,7 +93,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (*Sp
 	if err != nil {
 		stopCtx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 		defer cancel()
-		_ = shutdown(stopCtx, srv)
+		_ = shutdown(stopCtx, srv, nil)
 		return nil, err
 	}
 	return s, nil
@@ -389,11 +389,6 @@ func (s *Speaker) CloseForRestart() error {
 	return err
 }
 
-// dropWait bounds how long drop waits for GoBGP to see its dropped
-// sessions end before it deletes the peers (which would send a Cease on
-// a session it still holds).
-const dropWait = 5 * time.Second
-
 func (s *Speaker) drop() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -407,42 +402,19 @@ func (s *Speaker) drop() error {
 		remote[netip.AddrPortFrom(p.Address, p.Port)] = true
 		addrs[p.Address] = true
 	}
-	var errs []error
-	if _, err := dropConnections(remote, addrs, uint16(s.cfg.ListenPort)); err != nil {
-		errs = append(errs, err)
-	}
-	// GoBGP reads the end of each connection and turns the session
-	// idle; its next attempt waits 5 s (its idle hold time).
-	ctx, cancel := context.WithTimeout(context.Background(), dropWait)
+	var dropErr error
+	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 	defer cancel()
-	for {
-		up, err := s.established(ctx)
-		if err == nil && len(up) == 0 {
-			break
-		}
-		if ctx.Err() != nil {
-			errs = append(errs, fmt.Errorf("sessions with %v still established after dropping their connections: they end with a Cease", up))
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	ctx, cancel = context.WithTimeout(context.Background(), closeTimeout)
-	defer cancel()
-	if err := shutdown(ctx, s.srv); err != nil {
-		errs = append(errs, fmt.Errorf("stopping bgp speaker: %w", err))
-	}
-	return errors.Join(errs...)
-}
-
-// established lists the peers whose session GoBGP has established.
-func (s *Speaker) established(ctx context.Context) ([]string, error) {
-	var up []string
-	err := s.srv.ListPeer(ctx, &api.ListPeerRequest{}, func(p *api.Peer) {
-		if p.GetState().GetSessionState() == api.PeerState_ESTABLISHED {
-			up = append(up, p.GetConf().GetNeighborAddress())
-		}
+	// The connections are shut down once shutdown watches the sessions
+	// and before it deletes the peers: the Cease GoBGP then writes to a
+	// session it still holds fails (EPIPE), and its end is seen.
+	err := shutdown(ctx, s.srv, func() {
+		_, dropErr = dropConnections(remote, addrs, uint16(s.cfg.ListenPort))
 	})
-	return up, err
+	if err != nil {
+		err = fmt.Errorf("stopping bgp speaker: %w", err)
+	}
+	return errors.Join(dropErr, err)
 }
 
 func (s *Speaker) close() error {
@@ -461,7 +433,7 @@ func (s *Speaker) close() error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, closeTimeout)
 	defer cancel()
-	if err := shutdown(ctx, s.srv); err != nil {
+	if err := shutdown(ctx, s.srv, nil); err != nil {
 		errs = append(errs, fmt.Errorf("stopping bgp speaker: %w", err))
 	}
 	return errors.Join(errs...)
@@ -470,28 +442,18 @@ func (s *Speaker) close() error {
 // closeTimeout bounds how long Close waits for sessions to wind down.
 const closeTimeout = 10 * time.Second
 
-// shutdown ends every session with a Cease and stops srv. GoBGP v3.37's
-// StopBgp clears the global config while the goroutines of sessions it has
-// just cancelled may still read it (a data race inside GoBGP), so the peers
-// are deleted first, and StopBgp runs once every established session has
-// reported its goroutines gone (GoBGP emits a final idle event then).
-func shutdown(ctx context.Context, srv *server.BgpServer) error {
-	established := map[string]bool{}
-	var addrs []string
-	err := srv.ListPeer(ctx, &api.ListPeerRequest{}, func(p *api.Peer) {
-		a := p.GetConf().GetNeighborAddress()
-		addrs = append(addrs, a)
-		if p.GetState().GetSessionState() == api.PeerState_ESTABLISHED {
-			established[a] = true
-		}
-	})
-	if err != nil {
-		return fmt.Errorf("listing peers: %w", err)
-	}
+// shutdown ends every session with a Cease and stops srv; beforeDelete,
+// when set, runs once the sessions are watched, before the peers are
+// deleted. GoBGP v3.37's StopBgp clears the global config while the
+// goroutines of sessions it has just cancelled may still read it (a data
+// race inside GoBGP), so the peers are deleted first, and StopBgp runs
+// once every established session has reported its goroutines gone
+// (GoBGP emits a final idle event then), or has gone idle by itself.
+func shutdown(ctx context.Context, srv *server.BgpServer, beforeDelete func()) error {
 	idle := make(chan string, 64)
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
-	err = srv.WatchEvent(watchCtx, &api.WatchEventRequest{Peer: &api.WatchEventRequest_Peer{}}, func(r *api.WatchEventResponse) {
+	err := srv.WatchEvent(watchCtx, &api.WatchEventRequest{Peer: &api.WatchEventRequest_Peer{}}, func(r *api.WatchEventResponse) {
 		st := r.GetPeer().GetPeer().GetState()
 		if st.GetSessionState() == api.PeerState_IDLE {
 			select {
@@ -502,6 +464,21 @@ func shutdown(ctx context.Context, srv *server.BgpServer) error {
 	})
 	if err != nil {
 		return fmt.Errorf("watching peers: %w", err)
+	}
+	established := map[string]bool{}
+	var addrs []string
+	err = srv.ListPeer(ctx, &api.ListPeerRequest{}, func(p *api.Peer) {
+		a := p.GetConf().GetNeighborAddress()
+		addrs = append(addrs, a)
+		if p.GetState().GetSessionState() == api.PeerState_ESTABLISHED {
+			established[a] = true
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("listing peers: %w", err)
+	}
+	if beforeDelete != nil {
+		beforeDelete()
 	}
 	var errs []error
 	for _, a := range addrs {
