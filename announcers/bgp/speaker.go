@@ -44,12 +44,11 @@ type Speaker struct {
 	mu     sync.Mutex
 	sent   map[netip.Addr]struct{} // routes GoBGP currently advertises for us
 	closed bool
-	// peersAdded is set once every peer is in GoBGP (added holds those
-	// that are): at New, or with graceful restart at the first Announce.
-	peersAdded bool
-	added      map[netip.Addr]bool
-	bfdHeld    map[netip.Addr]bool   // peers disabled by a BFD failure
-	bfdGen     map[netip.Addr]uint64 // counts the failures, to match hold-time fallbacks
+	// added are the peers in GoBGP: all from New, or with graceful
+	// restart from the first Announce.
+	added   map[netip.Addr]bool
+	bfdHeld map[netip.Addr]bool   // peers disabled by a BFD failure
+	bfdGen  map[netip.Addr]uint64 // counts the failures, to match hold-time fallbacks
 }
 
 var (
@@ -148,11 +147,7 @@ func (s *Speaker) addPeers(ctx context.Context) error {
 		}
 		s.added[p.Address] = true
 	}
-	if len(errs) > 0 {
-		return errors.Join(errs...)
-	}
-	s.peersAdded = true
-	return nil
+	return errors.Join(errs...)
 }
 
 // apiPeer translates a defaulted Peer into GoBGP's form.
@@ -319,7 +314,7 @@ func (s *Speaker) Announce(ctx context.Context, set []model.Announcement) error 
 		}
 		s.sent[a] = struct{}{}
 	}
-	if !s.peersAdded {
+	if len(s.added) < len(s.cfg.Peers) {
 		errs = append(errs, s.addPeers(ctx))
 	}
 	return errors.Join(errs...)
