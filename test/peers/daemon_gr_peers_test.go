@@ -109,10 +109,16 @@ announcers:
 	a.beingDeleted(t)
 	poll(t, 30*time.Second, "node-a's /healthz reports the node ineligible", func() error {
 		body, err := a.healthz()
-		if err == nil && !strings.Contains(body, `"nodeEligible":false`) {
-			err = fmt.Errorf("/healthz: %s", body)
+		if err != nil {
+			return err
 		}
-		return err
+		var h struct {
+			NodeEligible *bool `json:"nodeEligible"`
+		}
+		if err := json.Unmarshal([]byte(body), &h); err != nil || h.NodeEligible == nil || *h.NodeEligible {
+			return fmt.Errorf("/healthz: %s", body)
+		}
+		return nil
 	})
 	stopped = time.Now()
 	a.stop(t)
