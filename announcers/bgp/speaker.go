@@ -346,13 +346,16 @@ func (s *Speaker) nextHop(a netip.Addr) netip.Addr {
 // NOTIFICATION (peers drop this node's routes at once; graceful restart
 // does not apply), then ends the BFD sessions with AdminDown. Later
 // calls do nothing.
-func (s *Speaker) Close() error {
-	err := s.close()
-	if s.bfd != nil && err != errAlreadyClosed {
-		s.bfd.stop()
-	}
+func (s *Speaker) Close() error { return s.end(s.close) }
+
+// end runs stop, the first time, then ends the BFD sessions.
+func (s *Speaker) end(stop func() error) error {
+	err := stop()
 	if err == errAlreadyClosed {
 		return nil
+	}
+	if s.bfd != nil {
+		s.bfd.stop()
 	}
 	return err
 }
@@ -374,14 +377,7 @@ func (s *Speaker) CloseForRestart() error {
 	if !s.cfg.GracefulRestart.Enabled {
 		return s.Close()
 	}
-	err := s.drop()
-	if s.bfd != nil && err != errAlreadyClosed {
-		s.bfd.stop()
-	}
-	if err == errAlreadyClosed {
-		return nil
-	}
-	return err
+	return s.end(s.drop)
 }
 
 func (s *Speaker) drop() error {
@@ -403,8 +399,12 @@ func (s *Speaker) drop() error {
 	// The connections are shut down once shutdown watches the sessions
 	// and before it deletes the peers: the Cease GoBGP then writes to a
 	// session it still holds fails (EPIPE), and its end is seen.
-	err := shutdown(ctx, s.srv, func() {
-		_, dropErr = dropConnections(remote, addrs, uint16(s.cfg.ListenPort))
+	err := shutdown(ctx, s.srv, func(established int) {
+		n, err := dropConnections(remote, addrs, uint16(s.cfg.ListenPort))
+		if err == nil && n < established {
+			err = fmt.Errorf("%d of %d established sessions not found among the process's connections: they end with a Cease", established-n, established)
+		}
+		dropErr = err
 	})
 	if err != nil {
 		err = fmt.Errorf("stopping bgp speaker: %w", err)
@@ -439,12 +439,12 @@ const closeTimeout = 10 * time.Second
 
 // shutdown ends every session with a Cease and stops srv; beforeDelete,
 // when set, runs once the sessions are watched, before the peers are
-// deleted. GoBGP v3.37's StopBgp clears the global config while the
+// deleted, with the number of established sessions. GoBGP v3.37's StopBgp clears the global config while the
 // goroutines of sessions it has just cancelled may still read it (a data
 // race inside GoBGP), so the peers are deleted first, and StopBgp runs
 // once every established session has reported its goroutines gone
 // (GoBGP emits a final idle event then), or has gone idle by itself.
-func shutdown(ctx context.Context, srv *server.BgpServer, beforeDelete func()) error {
+func shutdown(ctx context.Context, srv *server.BgpServer, beforeDelete func(established int)) error {
 	idle := make(chan string, 64)
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
@@ -473,7 +473,7 @@ func shutdown(ctx context.Context, srv *server.BgpServer, beforeDelete func()) e
 		return fmt.Errorf("listing peers: %w", err)
 	}
 	if beforeDelete != nil {
-		beforeDelete()
+		beforeDelete(len(established))
 	}
 	var errs []error
 	for _, a := range addrs {
