@@ -27,7 +27,9 @@ var gracefulRestartConfig = strings.Replace(cluster.DefaultDaemonConfig,
 // node and rehashes flows, today's loss), then with graceful restart
 // (the daemons end their sessions without a NOTIFICATION, FRR keeps
 // their paths stale until the restarted daemons refresh them: the
-// next-hop set never changes). It reports, for each, the flows lost (of
+// next-hop set never changes), then with graceful restart again but
+// every daemon SIGKILLed (a crash loop: no withdrawal, no gossip leave,
+// the kernel closes the sessions). It reports, for each, the flows lost (of
 // those healthy when the restarts began), the requests failed and how
 // often the router's next hops changed:
 //
@@ -35,6 +37,8 @@ var gracefulRestartConfig = strings.Replace(cluster.DefaultDaemonConfig,
 //	cluster-metric bgp-rolling-restart-requests-failed=N
 //	cluster-metric bgp-rolling-restart-flows-lost-gr=N
 //	cluster-metric bgp-rolling-restart-requests-failed-gr=N
+//	cluster-metric bgp-rolling-restart-flows-lost-gr-crash=N
+//	cluster-metric bgp-rolling-restart-requests-failed-gr-crash=N
 //
 // With graceful restart the router's next hops must not change; the
 // losses are reported, not asserted (flows through the router's ECMP
@@ -52,13 +56,19 @@ func TestLoadBalancerBGPRollingRestart(t *testing.T) {
 		reconfigure(t, c, svc, "")
 	})
 
-	for _, gr := range []bool{false, true} {
-		suffix, what := "", "without graceful restart"
-		if gr {
-			suffix, what = "-gr", "with graceful restart"
+	for _, run := range []struct {
+		gr, crash    bool
+		suffix, what string
+	}{
+		{false, false, "", "without graceful restart"},
+		{true, false, "-gr", "with graceful restart"},
+		{true, true, "-gr-crash", "with graceful restart, daemons SIGKILLed (no gossip leave)"},
+	} {
+		suffix, what, gr := run.suffix, run.what, run.gr
+		if gr && !run.crash {
 			reconfigure(t, c, svc, gracefulRestartConfig)
 		}
-		lost, healthy, failed, sent, changes := rollBGP(t, c, svc)
+		lost, healthy, failed, sent, changes := rollBGP(t, c, svc, run.crash)
 		t.Logf("rolling restart %s: %d of %d flows healthy when it began lost, %d of %d requests failed; the router's next hops changed %d times: %v",
 			what, lost, healthy, len(failed), sent, len(changes), changes)
 		if len(failed) > 0 {
@@ -72,14 +82,15 @@ func TestLoadBalancerBGPRollingRestart(t *testing.T) {
 	}
 }
 
-// rollBGP restarts every node's daemon, one after another, under flows
+// rollBGP restarts every node's daemon (SIGTERM, or SIGKILL for a
+// crash), one after another, under flows
 // and requests to svc's LoadBalancer IP from the client, and returns the
 // flows lost of those healthy when the restarts began (flows reset
 // before are TestLoadBalancerBGP's open finding, logged), the failed and
 // sent requests, and every change of the router's next hops meanwhile.
 // Each lost flow is logged with the node it entered through and the
 // restart it broke during.
-func rollBGP(t *testing.T, c *cluster.Cluster, svc *cluster.Service) (lost, healthy int, failed []string, sent int, changes []string) {
+func rollBGP(t *testing.T, c *cluster.Cluster, svc *cluster.Service, crash bool) (lost, healthy int, failed []string, sent int, changes []string) {
 	t.Helper()
 	tr, err := cluster.StartTraffic(t.Context(), c.Client, cluster.TrafficSpec{
 		Network: "tcp", Target: svc.LoadBalancerAddr(cluster.PortTCP), Flows: 100, Interval: time.Second, Timeout: stallTimeout,
@@ -110,7 +121,11 @@ func rollBGP(t *testing.T, c *cluster.Cluster, svc *cluster.Service) (lost, heal
 	for _, n := range c.Nodes {
 		stopped := time.Now()
 		restarts = append(restarts, restart{n.Name, stopped})
-		if err := n.StopDaemon(); err != nil {
+		halt := n.StopDaemon
+		if crash {
+			halt = n.KillDaemon
+		}
+		if err := halt(); err != nil {
 			t.Fatal(err)
 		}
 		if err := n.StartDaemon(t.Context()); err != nil {
@@ -171,7 +186,8 @@ func waitRefreshed(t *testing.T, c *cluster.Cluster, ip netip.Addr, n *cluster.N
 	t.Helper()
 	deadline := time.Now().Add(moved)
 	for {
-		err := refreshed(t.Context(), c, ip, n)
+		// Not t.Context(): reconfigure runs in a cleanup too.
+		err := refreshed(context.Background(), c, ip, n)
 		if err == nil {
 			return
 		}
