@@ -193,23 +193,8 @@ func (n *daemonNode) beingDeleted(t *testing.T) {
 // table.
 func frrStale(t *testing.T, r *router, prefix netip.Prefix) []string {
 	t.Helper()
-	out, err := r.frr.Vtysh("show bgp ipv4 unicast json")
-	if err != nil {
-		t.Fatalf("reading FRR's BGP table: %v", err)
-	}
-	var rib struct {
-		Routes map[string][]struct {
-			Stale    bool `json:"stale"`
-			Nexthops []struct {
-				IP string `json:"ip"`
-			} `json:"nexthops"`
-		} `json:"routes"`
-	}
-	if err := json.Unmarshal([]byte(out), &rib); err != nil {
-		t.Fatalf("decoding FRR's BGP table %q: %v", out, err)
-	}
 	var hops []string
-	for _, p := range rib.Routes[prefix.String()] {
+	for _, p := range r.frrPaths(t, prefix) {
 		if p.Stale {
 			for _, h := range p.Nexthops {
 				hops = append(hops, h.IP)
