@@ -158,15 +158,17 @@ func (s *Speaker) onBFD(ctx context.Context, e bfdEvent) {
 		s.bfdGen[e.peer]++
 		gen := s.bfdGen[e.peer]
 		s.bfd.log.Warn("bfd session down: bgp session torn down", "peer", e.peer, "diag", c.Diag.String(), "remoteDiag", c.RemoteDiag.String())
-		err := s.srv.DisablePeer(ctx, &api.DisablePeerRequest{Address: e.peer.String(), Communication: "BFD session down: " + e.change.Diag.String()})
-		if err != nil {
-			s.bfd.log.Error("disabling bgp peer after bfd down", "peer", e.peer, "err", err)
+		if s.added[e.peer] { // else added disabled
+			err := s.srv.DisablePeer(ctx, &api.DisablePeerRequest{Address: e.peer.String(), Communication: "BFD session down: " + e.change.Diag.String()})
+			if err != nil {
+				s.bfd.log.Error("disabling bgp peer after bfd down", "peer", e.peer, "err", err)
+			}
 		}
 		time.AfterFunc(p.HoldTime, func() { s.bfd.push(bfdEvent{peer: e.peer, release: true, gen: gen}) })
 	case s.bfdHeld[e.peer] && (e.change.To == bfd.Up || e.release && e.gen == s.bfdGen[e.peer]):
 		delete(s.bfdHeld, e.peer)
-		if p.AdminDown {
-			return // waiting for its password
+		if p.AdminDown || !s.added[e.peer] {
+			return // waiting for its password, or added enabled
 		}
 		why := "bfd session up again"
 		if e.release {

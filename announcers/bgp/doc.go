@@ -11,15 +11,19 @@
 // privilege.
 //
 // Close withdraws every route and ends each session with a Cease
-// NOTIFICATION, so peers drop this node at once, graceful restart or not.
-// Graceful restart (Config.GracefulRestart) covers the unplanned cases
-// only: a crash, SIGKILL or OOM kill of the daemon, where peers keep the
-// routes as stale for RestartTime and refresh them when the restarted
-// speaker sends its End-of-RIB. GoBGP sends End-of-RIB right after the
-// routes it has when a session comes up, so after a restart call Announce
-// soon after New (GoBGP's first connection attempt waits 1-2 s): a route
-// missing from that first burst is flushed by the peer and comes back with
-// the next Announce.
+// NOTIFICATION, so peers drop this node at once, graceful restart or not:
+// the node is going away. CloseForRestart is for a restart of the daemon:
+// with graceful restart (Config.GracefulRestart, RFC 4724) it withdraws
+// nothing and ends each session without a NOTIFICATION, by shutting down
+// its TCP connection (GoBGP's own stop always sends a Cease), as a crash,
+// SIGKILL or OOM kill does. Peers keep the routes, marked stale, for
+// RestartTime; the restarted speaker says it restarts with its forwarding
+// state kept (the R and F bits: the dataplane is left in place), so peers
+// keep them across its new session's OPEN, and refresh them with its
+// routes and End-of-RIB. For that End-of-RIB to follow the complete set,
+// a speaker with graceful restart adds its peers at its first Announce,
+// after its routes: no session opens before. Without graceful restart,
+// CloseForRestart is Close.
 //
 // GoBGP limits worth knowing: after a session drops, GoBGP stays idle 5 s
 // before reconnecting (a constant), then waits ConnectRetry; StartBgp

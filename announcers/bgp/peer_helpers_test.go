@@ -63,12 +63,23 @@ func newTestPeer(t *testing.T, addr netip.Addr, asn uint32, speakerAddr netip.Ad
 // newTestPeerAuth is newTestPeer with a TCP MD5 password.
 func newTestPeerAuth(t *testing.T, addr netip.Addr, asn uint32, speakerAddr netip.Addr, speakerASN uint32, password string) *testPeer {
 	t.Helper()
+	return startTestPeer(t, addr, asn, speakerAddr, speakerASN, password, false)
+}
+
+// newTestPeerGR is newTestPeer acting as a graceful restart helper.
+func newTestPeerGR(t *testing.T, addr netip.Addr, asn uint32, speakerAddr netip.Addr, speakerASN uint32) *testPeer {
+	t.Helper()
+	return startTestPeer(t, addr, asn, speakerAddr, speakerASN, "", true)
+}
+
+func startTestPeer(t *testing.T, addr netip.Addr, asn uint32, speakerAddr netip.Addr, speakerASN uint32, password string, grHelper bool) *testPeer {
+	t.Helper()
 	ctx := context.Background()
 	port := freePort(t, addr)
 	srv := server.NewBgpServer(server.LoggerOption(slogAdapter{testLog}))
 	go srv.Serve()
 	t.Cleanup(func() {
-		if err := shutdown(context.Background(), srv); err != nil {
+		if err := shutdown(context.Background(), srv, nil); err != nil {
 			t.Errorf("stopping test peer: %v", err)
 		}
 	})
@@ -81,11 +92,20 @@ func newTestPeerAuth(t *testing.T, addr netip.Addr, asn uint32, speakerAddr neti
 	}
 	var fams []*api.AfiSafi
 	for _, f := range []*api.Family{familyIPv4, familyIPv6} {
-		fams = append(fams, &api.AfiSafi{Config: &api.AfiSafiConfig{Family: f, Enabled: true}})
+		as := &api.AfiSafi{Config: &api.AfiSafiConfig{Family: f, Enabled: true}}
+		if grHelper {
+			as.MpGracefulRestart = &api.MpGracefulRestart{Config: &api.MpGracefulRestartConfig{Enabled: true}}
+		}
+		fams = append(fams, as)
+	}
+	var gr *api.GracefulRestart
+	if grHelper {
+		gr = &api.GracefulRestart{Enabled: true, HelperOnly: true}
 	}
 	err = srv.AddPeer(ctx, &api.AddPeerRequest{Peer: &api.Peer{
-		Conf:      &api.PeerConf{NeighborAddress: speakerAddr.String(), PeerAsn: speakerASN, AuthPassword: password},
-		Transport: &api.Transport{PassiveMode: true},
+		GracefulRestart: gr,
+		Conf:            &api.PeerConf{NeighborAddress: speakerAddr.String(), PeerAsn: speakerASN, AuthPassword: password},
+		Transport:       &api.Transport{PassiveMode: true},
 		// GoBGP's default keeps a reset session idle for 30 s.
 		Timers:   &api.Timers{Config: &api.TimersConfig{IdleHoldTimeAfterReset: 1}},
 		AfiSafis: fams,

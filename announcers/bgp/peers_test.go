@@ -54,7 +54,8 @@ type helperConfig struct {
 	PeerASNs []uint32
 	Announce []string
 	// AtStart announces at once; otherwise SIGUSR1 announces and SIGUSR2
-	// withdraws. SIGTERM closes the speaker and exits.
+	// withdraws. SIGTERM closes the speaker and exits; SIGHUP closes it
+	// for a restart (CloseForRestart) and exits.
 	AtStart bool
 	// RestartTime, when non-zero, enables graceful restart.
 	RestartTime time.Duration
@@ -83,7 +84,7 @@ func runHelper(js string) int {
 	}
 	ctx := context.Background()
 	sig := make(chan os.Signal, 4)
-	signal.Notify(sig, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGTERM)
+	signal.Notify(sig, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGTERM, syscall.SIGHUP)
 	s, err := New(ctx, cfg, log)
 	if err != nil {
 		log.Error("starting speaker", "err", err)
@@ -107,6 +108,12 @@ func runHelper(js string) int {
 		case syscall.SIGTERM:
 			if err := s.Close(); err != nil {
 				log.Error("close", "err", err)
+				return 1
+			}
+			return 0
+		case syscall.SIGHUP:
+			if err := s.CloseForRestart(); err != nil {
+				log.Error("close for restart", "err", err)
 				return 1
 			}
 			return 0
@@ -497,6 +504,38 @@ func TestPeersGracefulRestart(t *testing.T) {
 	})
 	l.waitSessions(t, "10.0.0.11")
 
+	// CloseForRestart ends the sessions without a NOTIFICATION: FRR marks
+	// the path stale and, as BIRD, keeps it in its FIB at every poll
+	// until the restarted speaker's session has refreshed it (FRR keeps
+	// stale paths across the new session's OPEN: it says the forwarding
+	// state was kept).
+	frrFIB, birdFIB := fib(t, l.frr), fib(t, l.bird)
+	fibsKeepA := func(when string) {
+		for name, f := range map[string]func(*testing.T) []string{"FRR": frrFIB, "BIRD": birdFIB} {
+			if hops := f(t); !slices.Equal(hops, []string{"10.0.0.11"}) {
+				t.Fatalf("%s's FIB lost A's route %s: next hops %q", name, when, hops)
+			}
+		}
+	}
+	stopped := time.Now()
+	signalProc(t, a, syscall.SIGHUP)
+	waitFor(t, 10*time.Second, "FRR marks A's path stale after CloseForRestart", func() (bool, string) {
+		fibsKeepA("after CloseForRestart")
+		hops, stale := l.frrPaths(t, vip+"/32")
+		return stale == 1, fmt.Sprintf("next hops %q, %d stale", hops, stale)
+	})
+	a = l.speakerGR(t, l.a, "10.0.0.11", true, restart)
+	waitFor(t, 20*time.Second, "FRR refreshes A's path after CloseForRestart", func() (bool, string) {
+		fibsKeepA("while A restarts")
+		hops, stale := l.frrPaths(t, vip+"/32")
+		if !slices.Equal(hops, []string{"10.0.0.11"}) {
+			t.Fatalf("FRR lost A's route during graceful restart: next hops %q", hops)
+		}
+		return stale == 0, fmt.Sprintf("%d stale paths", stale)
+	})
+	t.Logf("measured: graceful restart, CloseForRestart -> refreshed at FRR %d ms, the route in both FIBs throughout", time.Since(stopped).Milliseconds())
+	l.waitSessions(t, "10.0.0.11")
+
 	// Close ends the sessions with a Cease: FRR drops the route at once and
 	// never keeps it as stale.
 	signalProc(t, a, syscall.SIGTERM)
@@ -513,7 +552,6 @@ func TestPeersGracefulRestart(t *testing.T) {
 	a = l.speakerGR(t, l.a, "10.0.0.11", true, restart)
 	waitHops(t, "FRR RIB learns A again", l.frrRIB, "10.0.0.11")
 	waitHops(t, "BIRD RIB learns A again", l.birdRIB, "10.0.0.11")
-	frrFIB := fib(t, l.frr)
 	waitHops(t, "FRR FIB learns A again", frrFIB, "10.0.0.11")
 	killed := time.Now()
 	signalProc(t, a, syscall.SIGKILL)

@@ -36,12 +36,17 @@ var startMu sync.Mutex
 type Speaker struct {
 	cfg Config
 	srv *server.BgpServer
+	// peers are the configured peers' addresses, sorted.
+	peers []netip.Addr
 
 	bfd *bfdLink // nil without BFD peers
 
-	mu      sync.Mutex
-	sent    map[netip.Addr]struct{} // routes GoBGP currently advertises for us
-	closed  bool
+	mu     sync.Mutex
+	sent   map[netip.Addr]struct{} // routes GoBGP currently advertises for us
+	closed bool
+	// added are the peers in GoBGP: all from New, or with graceful
+	// restart from the first Announce.
+	added   map[netip.Addr]bool
 	bfdHeld map[netip.Addr]bool   // peers disabled by a BFD failure
 	bfdGen  map[netip.Addr]uint64 // counts the failures, to match hold-time fallbacks
 }
@@ -51,11 +56,13 @@ var (
 	_ plugin.HealthReporter = (*Speaker)(nil)
 )
 
-// New validates cfg, starts the speaker and adds its peers. Sessions come
-// up in the background (GoBGP waits a random 1-2 s before its first
-// connection attempt). log receives GoBGP's own logging and the BFD
-// sessions' effects on peers; nil discards it. Peers with BFD get their
-// sessions over the host's UDP sockets unless an Option says otherwise.
+// New validates cfg, starts the speaker and adds its peers; with
+// graceful restart enabled, it adds them at the first Announce (see
+// Config.GracefulRestart). Sessions come up in the background (GoBGP
+// waits a random 1-2 s before its first connection attempt). log
+// receives GoBGP's own logging and the BFD sessions' effects on peers;
+// nil discards it. Peers with BFD get their sessions over the host's UDP
+// sockets unless an Option says otherwise.
 func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (*Speaker, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
@@ -68,7 +75,12 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (*Sp
 	// Serve runs GoBGP's management loop; GoBGP v3 has no way to end it,
 	// so after Close it idles with no peers and no listeners.
 	go srv.Serve()
-	s := &Speaker{cfg: cfg, srv: srv, sent: map[netip.Addr]struct{}{}, bfdHeld: map[netip.Addr]bool{}, bfdGen: map[netip.Addr]uint64{}}
+	var peers []netip.Addr
+	for _, p := range cfg.Peers {
+		peers = append(peers, p.Address)
+	}
+	slices.SortFunc(peers, netip.Addr.Compare)
+	s := &Speaker{peers: peers, cfg: cfg, srv: srv, sent: map[netip.Addr]struct{}{}, added: map[netip.Addr]bool{}, bfdHeld: map[netip.Addr]bool{}, bfdGen: map[netip.Addr]uint64{}}
 	var o options
 	for _, opt := range opts {
 		opt(&o)
@@ -80,7 +92,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (*Sp
 	if err != nil {
 		stopCtx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 		defer cancel()
-		_ = shutdown(stopCtx, srv)
+		_ = shutdown(stopCtx, srv, nil)
 		return nil, err
 	}
 	return s, nil
@@ -105,12 +117,37 @@ func (s *Speaker) start(ctx context.Context) error {
 	if err := s.installExportPolicy(ctx); err != nil {
 		return err
 	}
-	for _, p := range c.Peers {
-		if err := s.srv.AddPeer(ctx, &api.AddPeerRequest{Peer: c.apiPeer(p)}); err != nil {
-			return fmt.Errorf("adding bgp peer %s AS %d: %w", p.Address, p.ASN, err)
-		}
+	if c.GracefulRestart.Enabled {
+		return nil // added by the first Announce
 	}
-	return nil
+	return s.addPeers(ctx)
+}
+
+// addPeers adds the configured peers to GoBGP, each once. With graceful
+// restart they say they restart with their forwarding state kept (the
+// dataplane is left in place across a restart; RFC 4724 R and F bits):
+// peers then keep this node's stale routes until its End-of-RIB, instead
+// of flushing them when the new session opens, and GoBGP sends its
+// routes once the peers have sent theirs. A peer held down by BFD is
+// added disabled. Callers hold s.mu, or own s alone (New).
+func (s *Speaker) addPeers(ctx context.Context) error {
+	var errs []error
+	for _, p := range s.cfg.Peers {
+		if s.added[p.Address] {
+			continue
+		}
+		ap := s.cfg.apiPeer(p)
+		ap.Conf.AdminDown = ap.Conf.AdminDown || s.bfdHeld[p.Address]
+		if ap.GracefulRestart != nil {
+			ap.GracefulRestart.LocalRestarting = true
+		}
+		if err := s.srv.AddPeer(ctx, &api.AddPeerRequest{Peer: ap}); err != nil {
+			errs = append(errs, fmt.Errorf("adding bgp peer %s AS %d: %w", p.Address, p.ASN, err))
+			continue
+		}
+		s.added[p.Address] = true
+	}
+	return errors.Join(errs...)
 }
 
 // apiPeer translates a defaulted Peer into GoBGP's form.
@@ -223,6 +260,10 @@ func (s *Speaker) SetPassword(ctx context.Context, addr netip.Addr, password str
 		return nil
 	}
 	p.Password, p.AdminDown = password, false
+	if !s.added[addr] {
+		s.cfg.Peers[i] = p // added with it
+		return nil
+	}
 	ap := s.cfg.apiPeer(p)
 	ap.Conf.AdminDown = s.bfdHeld[addr] // a BFD failure still holds it down
 	if _, err := s.srv.UpdatePeer(ctx, &api.UpdatePeerRequest{Peer: ap}); err != nil {
@@ -239,7 +280,11 @@ func (s *Speaker) Name() string { return s.cfg.Name }
 // routes for addresses no longer in set are withdrawn first, then new ones
 // added. An unchanged set costs a map comparison and sends nothing. Routes
 // that failed are retried by the next call. It needs no established
-// session: GoBGP sends the routes when a session comes up.
+// session: GoBGP sends the routes when a session comes up. With graceful
+// restart the first call adds the peers, after the routes: a session's
+// first End-of-RIB then follows the complete set, and peers keeping
+// stale routes of this node from before a restart drop none that are
+// still announced.
 func (s *Speaker) Announce(ctx context.Context, set []model.Announcement) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -268,6 +313,9 @@ func (s *Speaker) Announce(ctx context.Context, set []model.Announcement) error 
 			continue
 		}
 		s.sent[a] = struct{}{}
+	}
+	if len(s.added) < len(s.cfg.Peers) {
+		errs = append(errs, s.addPeers(ctx))
 	}
 	return errors.Join(errs...)
 }
@@ -298,18 +346,71 @@ func (s *Speaker) nextHop(a netip.Addr) netip.Addr {
 // NOTIFICATION (peers drop this node's routes at once; graceful restart
 // does not apply), then ends the BFD sessions with AdminDown. Later
 // calls do nothing.
-func (s *Speaker) Close() error {
-	err := s.close()
-	if s.bfd != nil && err != errAlreadyClosed {
-		s.bfd.stop()
-	}
+func (s *Speaker) Close() error { return s.end(s.close) }
+
+// end runs stop, the first time, then ends the BFD sessions.
+func (s *Speaker) end(stop func() error) error {
+	err := stop()
 	if err == errAlreadyClosed {
 		return nil
+	}
+	if s.bfd != nil {
+		s.bfd.stop()
 	}
 	return err
 }
 
 var errAlreadyClosed = errors.New("already closed")
+
+// CloseForRestart ends the speaker for a restart of the daemon. With
+// graceful restart it withdraws nothing and ends every session without a
+// NOTIFICATION: the TCP connection is shut down, as when the process
+// dies, so peers that negotiated graceful restart keep this node's
+// routes, marked stale, for RestartTime, until the restarted speaker
+// has sent them again and its End-of-RIB. A session it could not end
+// that way ends with a Cease, as Close does, and is reported. Without
+// graceful restart the peers would drop the routes when the sessions
+// end anyway, so it is Close: they are withdrawn first. BFD sessions
+// end with AdminDown either way. Later calls, and Close after it, do
+// nothing.
+func (s *Speaker) CloseForRestart() error {
+	if !s.cfg.GracefulRestart.Enabled {
+		return s.Close()
+	}
+	return s.end(s.drop)
+}
+
+func (s *Speaker) drop() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errAlreadyClosed
+	}
+	s.closed = true
+	remote := map[netip.AddrPort]bool{}
+	addrs := map[netip.Addr]bool{}
+	for _, p := range s.cfg.Peers {
+		remote[netip.AddrPortFrom(p.Address, p.Port)] = true
+		addrs[p.Address] = true
+	}
+	var dropErr error
+	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+	defer cancel()
+	// The connections are shut down once shutdown watches the sessions
+	// and before it deletes the peers: the Cease GoBGP then writes to a
+	// session it still holds fails (EPIPE), and its end is seen.
+	err := shutdown(ctx, s.srv, func(established int) {
+		n, err := dropConnections(remote, addrs, uint16(s.cfg.ListenPort))
+		if err == nil && n < established {
+			err = fmt.Errorf("%d of %d established sessions not found among the process's connections: they end with a Cease", established-n, established)
+		}
+		dropErr = err
+	})
+	if err != nil {
+		err = fmt.Errorf("stopping bgp speaker: %w", err)
+	}
+	return errors.Join(dropErr, err)
+}
 
 func (s *Speaker) close() error {
 	s.mu.Lock()
@@ -327,7 +428,7 @@ func (s *Speaker) close() error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, closeTimeout)
 	defer cancel()
-	if err := shutdown(ctx, s.srv); err != nil {
+	if err := shutdown(ctx, s.srv, nil); err != nil {
 		errs = append(errs, fmt.Errorf("stopping bgp speaker: %w", err))
 	}
 	return errors.Join(errs...)
@@ -336,28 +437,18 @@ func (s *Speaker) close() error {
 // closeTimeout bounds how long Close waits for sessions to wind down.
 const closeTimeout = 10 * time.Second
 
-// shutdown ends every session with a Cease and stops srv. GoBGP v3.37's
-// StopBgp clears the global config while the goroutines of sessions it has
-// just cancelled may still read it (a data race inside GoBGP), so the peers
-// are deleted first, and StopBgp runs once every established session has
-// reported its goroutines gone (GoBGP emits a final idle event then).
-func shutdown(ctx context.Context, srv *server.BgpServer) error {
-	established := map[string]bool{}
-	var addrs []string
-	err := srv.ListPeer(ctx, &api.ListPeerRequest{}, func(p *api.Peer) {
-		a := p.GetConf().GetNeighborAddress()
-		addrs = append(addrs, a)
-		if p.GetState().GetSessionState() == api.PeerState_ESTABLISHED {
-			established[a] = true
-		}
-	})
-	if err != nil {
-		return fmt.Errorf("listing peers: %w", err)
-	}
+// shutdown ends every session with a Cease and stops srv; beforeDelete,
+// when set, runs once the sessions are watched, before the peers are
+// deleted, with the number of established sessions. GoBGP v3.37's StopBgp clears the global config while the
+// goroutines of sessions it has just cancelled may still read it (a data
+// race inside GoBGP), so the peers are deleted first, and StopBgp runs
+// once every established session has reported its goroutines gone
+// (GoBGP emits a final idle event then), or has gone idle by itself.
+func shutdown(ctx context.Context, srv *server.BgpServer, beforeDelete func(established int)) error {
 	idle := make(chan string, 64)
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
-	err = srv.WatchEvent(watchCtx, &api.WatchEventRequest{Peer: &api.WatchEventRequest_Peer{}}, func(r *api.WatchEventResponse) {
+	err := srv.WatchEvent(watchCtx, &api.WatchEventRequest{Peer: &api.WatchEventRequest_Peer{}}, func(r *api.WatchEventResponse) {
 		st := r.GetPeer().GetPeer().GetState()
 		if st.GetSessionState() == api.PeerState_IDLE {
 			select {
@@ -368,6 +459,21 @@ func shutdown(ctx context.Context, srv *server.BgpServer) error {
 	})
 	if err != nil {
 		return fmt.Errorf("watching peers: %w", err)
+	}
+	established := map[string]bool{}
+	var addrs []string
+	err = srv.ListPeer(ctx, &api.ListPeerRequest{}, func(p *api.Peer) {
+		a := p.GetConf().GetNeighborAddress()
+		addrs = append(addrs, a)
+		if p.GetState().GetSessionState() == api.PeerState_ESTABLISHED {
+			established[a] = true
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("listing peers: %w", err)
+	}
+	if beforeDelete != nil {
+		beforeDelete(len(established))
 	}
 	var errs []error
 	for _, a := range addrs {
@@ -401,25 +507,26 @@ type Session struct {
 }
 
 // Sessions reports the session state of every configured peer, sorted by
-// address, e.g. for switchyard_bgp_session_up{peer}.
+// address, e.g. for switchyard_bgp_session_up{peer}. A peer not added
+// yet (graceful restart, before the first Announce) is idle.
 func (s *Speaker) Sessions(ctx context.Context) ([]Session, error) {
-	var out []Session
+	got := map[netip.Addr]api.PeerState_SessionState{}
 	err := s.srv.ListPeer(ctx, &api.ListPeerRequest{}, func(p *api.Peer) {
-		addr, err := netip.ParseAddr(p.GetConf().GetNeighborAddress())
-		if err != nil {
-			return
+		if addr, err := netip.ParseAddr(p.GetConf().GetNeighborAddress()); err == nil {
+			got[addr] = p.GetState().GetSessionState()
 		}
-		st := p.GetState().GetSessionState()
-		out = append(out, Session{
-			Peer:  addr,
-			State: strings.ToLower(st.String()),
-			Up:    st == api.PeerState_ESTABLISHED,
-		})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("listing bgp peers: %w", err)
 	}
-	slices.SortFunc(out, func(a, b Session) int { return a.Peer.Compare(b.Peer) })
+	out := make([]Session, 0, len(s.peers))
+	for _, addr := range s.peers {
+		st, ok := got[addr]
+		if !ok {
+			st = api.PeerState_IDLE
+		}
+		out = append(out, Session{Peer: addr, State: strings.ToLower(st.String()), Up: st == api.PeerState_ESTABLISHED})
+	}
 	return out, nil
 }
 

@@ -3,6 +3,7 @@ package bgp
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"testing"
 	"time"
@@ -256,5 +257,61 @@ func TestSessions(t *testing.T) {
 	}
 	if err := s.Healthy(); err != nil {
 		t.Errorf("Healthy with one session up = %v", err)
+	}
+}
+
+// TestCloseForRestart: with graceful restart, CloseForRestart ends the
+// session with no NOTIFICATION and withdraws nothing, so the router (a
+// GoBGP graceful restart helper) keeps the route; a new speaker's
+// session refreshes it. Without graceful restart it is Close: the route
+// is withdrawn and the session ends with a Cease.
+func TestCloseForRestart(t *testing.T) {
+	for _, gr := range []bool{true, false} {
+		t.Run(fmt.Sprintf("graceful restart %v", gr), func(t *testing.T) {
+			node, router := nextLoopback(), nextLoopback()
+			peer := newTestPeerGR(t, router, routerASN, node, nodeASN)
+			cfg := Config{LocalASN: nodeASN, RouterID: netip.MustParseAddr("10.0.0.11"),
+				GracefulRestart: GracefulRestart{Enabled: gr, RestartTime: time.Minute},
+				Peers:           []Peer{peer.peerConf(routerASN, node)}}
+			s := newSpeaker(t, cfg)
+			hop := map[string]route{"10.96.0.1/32": {NextHop: node.String()}}
+			announce(t, s, "10.96.0.1")
+			peer.waitRIB(t, hop)
+			peer.waitSession(t, api.PeerState_ESTABLISHED)
+
+			if err := s.CloseForRestart(); err != nil {
+				t.Fatalf("CloseForRestart: %v", err)
+			}
+			peer.waitSession(t, api.PeerState_IDLE)
+			notifications := peer.session(t).GetMessages().GetReceived().GetNotification()
+			if !gr {
+				peer.waitRIB(t, map[string]route{})
+				if notifications != 1 {
+					t.Errorf("router received %d NOTIFICATIONs, want 1 (Cease)", notifications)
+				}
+				return
+			}
+			if notifications != 0 {
+				t.Errorf("router received %d NOTIFICATIONs, want none", notifications)
+			}
+			// The route stays (stale) while the speaker is away.
+			time.Sleep(time.Second)
+			if d := cmp.Diff(hop, peer.rib(t)); d != "" {
+				t.Fatalf("router RIB while the speaker restarts (-want +got):\n%s", d)
+			}
+			if err := s.Close(); err != nil {
+				t.Errorf("Close after CloseForRestart = %v, want nil", err)
+			}
+
+			// The restarted speaker adds its peers at its first
+			// Announce, after its routes.
+			s2 := newSpeaker(t, cfg)
+			time.Sleep(3 * time.Second) // GoBGP would have connected by now
+			if st := peer.session(t).GetSessionState(); st == api.PeerState_ESTABLISHED {
+				t.Errorf("session established before the first Announce")
+			}
+			announce(t, s2, "10.96.0.2")
+			peer.waitRIB(t, map[string]route{"10.96.0.2/32": {NextHop: node.String()}})
+		})
 	}
 }

@@ -268,8 +268,28 @@ type BGPAnnouncer struct {
 	// ListenPort is the port to accept sessions on. Default 0: no
 	// listening socket, sessions are initiated by this node.
 	ListenPort int `yaml:"listenPort"`
+	// GracefulRestart, when set and enabled, advertises BGP graceful
+	// restart (RFC 4724) to every peer, so that a restart of the daemon
+	// moves no traffic. Default none: off.
+	GracefulRestart *BGPGracefulRestart `yaml:"gracefulRestart"`
 	// Peers to announce to. At least one is required.
 	Peers []BGPPeer `yaml:"peers"`
+}
+
+// BGPGracefulRestart is the graceful restart (RFC 4724) this node's
+// speaker advertises. When the daemon stops for a restart (its Node is
+// not being deleted, drained or shut down) it ends its sessions without
+// a NOTIFICATION, and peers keep its routes, marked stale, for
+// RestartTime or until the restarted daemon has sent them again; when
+// the node is going away it withdraws them first, as without graceful
+// restart. A crash keeps them too.
+type BGPGracefulRestart struct {
+	// Enabled advertises the capability. Default false.
+	Enabled bool `yaml:"enabled"`
+	// RestartTime is how long peers keep this node's routes after its
+	// sessions end without a NOTIFICATION, in whole seconds from 1s to
+	// 4095s. Default 120s.
+	RestartTime Duration `yaml:"restartTime"`
 }
 
 // BGPPeer is one BGP neighbour.

@@ -120,6 +120,24 @@ announcers:
 			}(),
 		},
 		{
+			name: "graceful restart defaults",
+			in: header + `announcers:
+- {name: b, type: bgp, bgp: {asn: 1, gracefulRestart: {enabled: true}, peers: [{address: 10.0.0.1, asn: 2}]}}
+- {name: c, type: bgp, bgp: {asn: 1, gracefulRestart: {}, peers: [{address: 10.0.0.1, asn: 2}]}}
+`,
+			want: func() *Config {
+				c := defaults()
+				peers := []BGPPeer{{Address: "10.0.0.1", ASN: 2, Port: 179, HoldTime: Duration(90 * time.Second), KeepaliveTime: Duration(30 * time.Second)}}
+				c.Announcers = []Announcer{
+					{Name: "b", Type: "bgp", BGP: &BGPAnnouncer{ASN: 1, Peers: peers,
+						GracefulRestart: &BGPGracefulRestart{Enabled: true, RestartTime: Duration(120 * time.Second)}}},
+					{Name: "c", Type: "bgp", BGP: &BGPAnnouncer{ASN: 1, Peers: peers,
+						GracefulRestart: &BGPGracefulRestart{RestartTime: Duration(120 * time.Second)}}},
+				}
+				return c
+			}(),
+		},
+		{
 			name: "every field",
 			in:   string(full),
 			want: &Config{
@@ -176,14 +194,16 @@ announcers:
 					},
 					{
 						Name: "tor", Type: "bgp",
-						BGP: &BGPAnnouncer{ASN: 64512, RouterID: "10.0.0.1", ListenPort: 1790, Peers: []BGPPeer{{
-							Address: "10.0.0.254", ASN: 64513, Port: 1179,
-							HoldTime: Duration(9 * time.Second), KeepaliveTime: Duration(3 * time.Second),
-							PasswordSecret: &SecretKeyRef{Name: "bgp-auth", Key: "password"},
-							EBGPMultihop:   2, NodeSelector: map[string]string{"rack": "a"},
-							Communities: []string{"64512:100"}, LocalPreference: 200,
-							BFD: &BGPPeerBFD{MinRx: Duration(200 * time.Millisecond), MinTx: Duration(100 * time.Millisecond), Multiplier: 5},
-						}}},
+						BGP: &BGPAnnouncer{ASN: 64512, RouterID: "10.0.0.1", ListenPort: 1790,
+							GracefulRestart: &BGPGracefulRestart{Enabled: true, RestartTime: Duration(30 * time.Second)},
+							Peers: []BGPPeer{{
+								Address: "10.0.0.254", ASN: 64513, Port: 1179,
+								HoldTime: Duration(9 * time.Second), KeepaliveTime: Duration(3 * time.Second),
+								PasswordSecret: &SecretKeyRef{Name: "bgp-auth", Key: "password"},
+								EBGPMultihop:   2, NodeSelector: map[string]string{"rack": "a"},
+								Communities: []string{"64512:100"}, LocalPreference: 200,
+								BFD: &BGPPeerBFD{MinRx: Duration(200 * time.Millisecond), MinTx: Duration(100 * time.Millisecond), Multiplier: 5},
+							}}},
 					},
 					{
 						Name: "cloud", Type: "cloud",
@@ -545,6 +565,20 @@ announcers:
 				{Path: "announcers[0].bgp.peers[1].bfd.minRx", Line: 14, Msg: "300.5µs is out of range (want whole microseconds from 10ms to 1m0s)"},
 				{Path: "announcers[0].bgp.peers[1].bfd.minTx", Line: 14, Msg: "-1s is out of range (want whole microseconds from 10ms to 1m0s)"},
 				{Path: "announcers[0].bgp.peers[1].bfd.multiplier", Line: 14, Msg: "-1 is out of range (want 1 to 255)"},
+			},
+		},
+		{
+			name: "graceful restart time",
+			in: header + `announcers:
+- {name: a, type: bgp, bgp: {asn: 1, gracefulRestart: {enabled: true, restartTime: 4096s}, peers: [{address: 10.0.0.1, asn: 2}]}}
+- {name: b, type: bgp, bgp: {asn: 1, gracefulRestart: {enabled: true, restartTime: 1500ms}, peers: [{address: 10.0.0.1, asn: 2}]}}
+- {name: c, type: bgp, bgp: {asn: 1, gracefulRestart: {enabled: true, restartTime: -1s}, peers: [{address: 10.0.0.1, asn: 2}]}}
+- {name: d, type: bgp, bgp: {asn: 1, gracefulRestart: {enabled: true, restartTime: 4095s}, peers: [{address: 10.0.0.1, asn: 2}]}}
+`,
+			want: []FieldError{
+				{Path: "announcers[0].bgp.gracefulRestart.restartTime", Line: 4, Msg: "1h8m16s is out of range (want whole seconds from 1s to 1h8m15s)"},
+				{Path: "announcers[1].bgp.gracefulRestart.restartTime", Line: 5, Msg: "1.5s is out of range (want whole seconds from 1s to 1h8m15s)"},
+				{Path: "announcers[2].bgp.gracefulRestart.restartTime", Line: 6, Msg: "-1s is out of range (want whole seconds from 1s to 1h8m15s)"},
 			},
 		},
 		{

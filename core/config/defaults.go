@@ -17,6 +17,7 @@ const (
 	DefaultHoldTime           = 90 * time.Second
 	DefaultBFDInterval        = 300 * time.Millisecond
 	DefaultBFDMultiplier      = 3
+	DefaultRestartTime        = 120 * time.Second
 	DefaultCloudTimeout       = 10 * time.Second
 	DefaultMembershipAddress  = "0.0.0.0"
 	DefaultMembershipPort     = 7946
@@ -78,6 +79,9 @@ func (c *Config) SetDefaults() {
 	for i := range c.Announcers {
 		a := &c.Announcers[i]
 		if a.BGP != nil {
+			if gr := a.BGP.GracefulRestart; gr != nil {
+				setDuration(&gr.RestartTime, DefaultRestartTime)
+			}
 			for j := range a.BGP.Peers {
 				peer := &a.BGP.Peers[j]
 				if peer.Port == 0 {

@@ -250,6 +250,11 @@ func (v *validator) bgp(path string, b *BGPAnnouncer) {
 	if b.ListenPort != 0 {
 		v.port(path+".listenPort", b.ListenPort)
 	}
+	if gr := b.GracefulRestart; gr != nil {
+		if gr.RestartTime < Duration(time.Second) || gr.RestartTime > maxRestartTime || gr.RestartTime%Duration(time.Second) != 0 {
+			v.add(path+".gracefulRestart.restartTime", "%s is out of range (want whole seconds from 1s to %s)", gr.RestartTime, maxRestartTime)
+		}
+	}
 	if len(b.Peers) == 0 {
 		v.add(path+".peers", "at least one peer is required")
 	}
@@ -322,6 +327,10 @@ const (
 	maxProbeInterval = Duration(time.Minute)
 	maxSuspicionMult = 20
 )
+
+// maxRestartTime is the longest graceful restart time: the capability
+// carries it in 12 bits of seconds (RFC 4724).
+const maxRestartTime = Duration(4095 * time.Second)
 
 // BFD interval limits: below 10ms no software implementation keeps up;
 // intervals travel in whole microseconds.

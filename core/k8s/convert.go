@@ -34,6 +34,10 @@ const (
 	// TaintToBeDeleted is the taint the cluster autoscaler puts on a Node
 	// it is about to delete (kube-proxy's ToBeDeletedTaint, KEP-3836).
 	TaintToBeDeleted = "ToBeDeletedByClusterAutoscaler"
+	// ShutdownMessage is what the kubelet's graceful node shutdown puts
+	// in the message of the NotReady condition it posts while the node
+	// shuts down (its shutdown manager's ShutdownStatus error).
+	ShutdownMessage = "node is shutting down"
 )
 
 // defaultAffinityTimeout is Kubernetes' sessionAffinity ClientIP timeout
@@ -384,9 +388,9 @@ func convertSlice(slice *discoveryv1.EndpointSlice) ([]model.Endpoint, []error) 
 
 // convertNode converts a Node: its zone, every address with its type
 // (the InternalIP and ExternalIP ones also as NodePort addresses), Ready
-// condition, labels, and whether it is being deleted (as kube-proxy's
+// condition, labels, whether it is being deleted (as kube-proxy's
 // health server tells: a deletionTimestamp, or the cluster autoscaler's
-// taint of any effect).
+// taint of any effect), cordoned, or shutting down.
 func convertNode(node *corev1.Node) (*model.Node, []error) {
 	var c converter
 	n := &model.Node{Name: node.Name, Zone: node.Labels[labelZone]}
@@ -405,12 +409,17 @@ func convertNode(node *corev1.Node) (*model.Node, []error) {
 	for _, cond := range node.Status.Conditions {
 		if cond.Type == corev1.NodeReady {
 			n.Ready = cond.Status == corev1.ConditionTrue
+			n.ShuttingDown = cond.Status == corev1.ConditionFalse && strings.Contains(cond.Message, ShutdownMessage)
 		}
 	}
 	if len(node.Labels) > 0 {
 		n.Labels = maps.Clone(node.Labels)
 	}
-	n.Deleting = node.DeletionTimestamp != nil ||
-		slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == TaintToBeDeleted })
+	tainted := func(key string) bool {
+		return slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == key })
+	}
+	n.Deleting = node.DeletionTimestamp != nil || tainted(TaintToBeDeleted)
+	n.Unschedulable = node.Spec.Unschedulable || tainted(corev1.TaintNodeUnschedulable)
+	n.ShuttingDown = n.ShuttingDown || tainted(corev1.TaintNodeOutOfService)
 	return n, c.problems
 }

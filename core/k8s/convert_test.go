@@ -335,14 +335,32 @@ func TestConvertNode(t *testing.T) {
 			{Key: corev1.TaintNodeUnschedulable, Effect: corev1.TaintEffectNoSchedule},
 			{Key: "ToBeDeletedByClusterAutoscaler", Value: "1733100000", Effect: corev1.TaintEffectPreferNoSchedule},
 		}}},
-		want: &model.Node{Name: "n4", Deleting: true},
+		want: &model.Node{Name: "n4", Deleting: true, Unschedulable: true},
 	}, {
-		name: "cordoned, or an autoscaler's deletion candidate: not being deleted",
+		name: "cordoned, or an autoscaler's deletion candidate: not being deleted, unschedulable",
 		in: corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n5"}, Spec: corev1.NodeSpec{Unschedulable: true, Taints: []corev1.Taint{
 			{Key: corev1.TaintNodeUnschedulable, Effect: corev1.TaintEffectNoSchedule},
 			{Key: "DeletionCandidateOfClusterAutoscaler", Value: "1733100000", Effect: corev1.TaintEffectPreferNoSchedule},
 		}}},
-		want: &model.Node{Name: "n5"},
+		want: &model.Node{Name: "n5", Unschedulable: true},
+	}, {
+		name: "the kubelet's graceful node shutdown",
+		in: corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n6"}, Status: corev1.NodeStatus{
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse,
+				Reason: "KubeletNotReady", Message: "node is shutting down"}}}},
+		want: &model.Node{Name: "n6", ShuttingDown: true},
+	}, {
+		name: "not ready for another reason",
+		in: corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n7"}, Status: corev1.NodeStatus{
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse,
+				Reason: "KubeletNotReady", Message: "container runtime network not ready"}}}},
+		want: &model.Node{Name: "n7"},
+	}, {
+		name: "out of service",
+		in: corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n8"}, Spec: corev1.NodeSpec{Taints: []corev1.Taint{
+			{Key: corev1.TaintNodeOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute},
+		}}},
+		want: &model.Node{Name: "n8", ShuttingDown: true},
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

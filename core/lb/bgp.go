@@ -92,6 +92,9 @@ func newBGP(ctx context.Context, env Env, ac config.Announcer) (*Instance, error
 		Grace:   maxHoldTime(bc.Peers),
 		Collect: func(ch chan<- prometheus.Metric) { collectSessions(s, ch); collectBFD(s, ch) },
 		State:   func() any { return bgpState(s) },
+		// With graceful restart, routers keep the routes while the
+		// daemon restarts; without it, this is Close.
+		Restart: s.CloseForRestart,
 	}
 	var names []string
 	for _, sp := range secrets {
@@ -239,6 +242,9 @@ type basePeer struct {
 func bgpBase(ac config.Announcer) (bc bgp.Config, peers []basePeer, err error) {
 	b := ac.BGP
 	bc = bgp.Config{Name: ac.Name, LocalASN: b.ASN, ListenPort: b.ListenPort}
+	if gr := b.GracefulRestart; gr != nil && gr.Enabled {
+		bc.GracefulRestart = bgp.GracefulRestart{Enabled: true, RestartTime: gr.RestartTime.Std()}
+	}
 	if b.RouterID != "" {
 		id, err := netip.ParseAddr(b.RouterID)
 		if err != nil {

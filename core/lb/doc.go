@@ -15,7 +15,11 @@
 //     rotation from a Secret;
 //   - the Secrets it follows, in the daemon's namespace only;
 //   - the announcers' part of /readyz (announcerHealth) and their
-//     AnnounceFailed Events (announcers/report).
+//     AnnounceFailed Events (announcers/report);
+//   - what a stop of the daemon means for this node (Intent: a restart,
+//     or the node going away, decided by ShutdownIntent from the Node
+//     the watch reported), which Close acts on: a restart leaves what
+//     may stay announced in place (Instance.Restart).
 //
 // The loop (core/reconcile) drives it through what Manager hands out:
 // Elected for the election and announcing, Alive for gossip's view of

@@ -72,6 +72,8 @@ type Manager struct {
 	// pools and nodes are the last pools and nodes, for reloads.
 	pools []ipam.Pool
 	nodes map[string]*model.Node
+	// selfKnown is set once the watch has reported this node.
+	selfKnown bool
 }
 
 // New builds what c configures: the allocator when it has pools, and
@@ -257,8 +259,18 @@ func (m *Manager) SetNodes(nodes map[string]*model.Node) {
 	}
 	m.mu.Lock()
 	m.nodes = nodes
+	m.selfKnown = m.selfKnown || nodes[m.cfg.NodeName] != nil
 	m.mu.Unlock()
 	m.nodesChanged()
+}
+
+// Intent is what stopping now would mean for this node, from its Node as
+// the watch last reported it (ShutdownIntent): a restart, or the node
+// going away. Close acts on it; the layer-2 side may too.
+func (m *Manager) Intent() Intent {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return ShutdownIntent(m.nodes[m.cfg.NodeName], m.selfKnown)
 }
 
 func (m *Manager) nodesChanged() {
@@ -352,16 +364,25 @@ func (m *Manager) Run(ctx context.Context) {
 }
 
 // Close closes the announcers, in reverse order, each on its owner's
-// goroutine, then leaves membership. The ARP and cloud announcers leave
-// what they announced in place (neighbours keep their entries, the
-// provider keeps serving), so a restart keeps that traffic flowing; the
-// BGP speaker withdraws its routes and ends its sessions with a Cease,
+// goroutine, then leaves membership. It first decides, from this node's
+// Node, whether the daemon is restarting or the node is going away
+// (Intent), and logs it. The ARP and cloud announcers leave what they
+// announced in place either way (neighbours keep their entries, the
+// provider keeps serving), so a restart keeps that traffic flowing. The
+// BGP speaker, for a restart with graceful restart enabled, ends its
+// sessions without a NOTIFICATION, so routers keep its routes until the
+// restarted daemon refreshes them (bgp.Speaker.CloseForRestart);
+// otherwise it withdraws its routes and ends its sessions with a Cease,
 // so routers move the traffic to other nodes at once (bgp.Speaker.Close).
 func (m *Manager) Close() error {
 	m.closeOnce.Do(func() {
 		var errs []error
+		in := m.Intent()
+		if len(m.owners) > 0 {
+			m.log.Info("stopping the announcers", "restart", in.Restart, "reason", in.Reason)
+		}
 		for _, o := range slices.Backward(m.owners) {
-			if err := o.close(); err != nil {
+			if err := o.close(in.Restart); err != nil {
 				errs = append(errs, fmt.Errorf("announcer %s: %w", o.name, err))
 			}
 		}

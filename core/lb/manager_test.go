@@ -154,6 +154,19 @@ func TestBGPConfig(t *testing.T) {
 			}}},
 		},
 		{
+			name: "graceful restart",
+			ac: ann(config.BGPAnnouncer{ASN: 64512, RouterID: "192.0.2.1",
+				GracefulRestart: &config.BGPGracefulRestart{Enabled: true, RestartTime: config.Duration(30 * time.Second)}}),
+			want: bgp.Config{Name: "tor", LocalASN: 64512, RouterID: netip.MustParseAddr("192.0.2.1"),
+				GracefulRestart: bgp.GracefulRestart{Enabled: true, RestartTime: 30 * time.Second}},
+		},
+		{
+			name: "graceful restart configured but not enabled",
+			ac: ann(config.BGPAnnouncer{ASN: 64512, RouterID: "192.0.2.1",
+				GracefulRestart: &config.BGPGracefulRestart{RestartTime: config.Duration(30 * time.Second)}}),
+			want: bgp.Config{Name: "tor", LocalASN: 64512, RouterID: netip.MustParseAddr("192.0.2.1")},
+		},
+		{
 			name:    "missing password file",
 			ac:      ann(config.BGPAnnouncer{ASN: 64512, Peers: []config.BGPPeer{{Address: "10.0.0.254", ASN: 1, PasswordFile: pwFile + ".missing"}}}),
 			wantErr: true,
@@ -305,5 +318,59 @@ func TestManagerRefuses(t *testing.T) {
 		if err == nil || err.Error() != tt.want {
 			t.Errorf("New(%s) = %v, want %q", tt.ac.Name, err, tt.want)
 		}
+	}
+}
+
+// TestManagerCloseIntent: Close ends an announcer with its Restart when
+// this node's Node, as the loop's nodes last reported it, says the
+// daemon restarts, and with Close when the node is going away or gone;
+// an announcer without Restart is closed either way.
+func TestManagerCloseIntent(t *testing.T) {
+	n1 := func(n model.Node) map[string]*model.Node { n.Name = "n1"; return map[string]*model.Node{"n1": &n} }
+	tests := []struct {
+		name        string
+		nodes       []map[string]*model.Node // SetNodes calls, in order
+		withRestart bool
+		want        string
+	}{
+		{name: "never reported", withRestart: true, want: "restart"},
+		{name: "ready", nodes: []map[string]*model.Node{n1(model.Node{Ready: true})}, withRestart: true, want: "restart"},
+		{name: "cordoned", nodes: []map[string]*model.Node{n1(model.Node{Ready: true, Unschedulable: true})}, withRestart: true, want: "close"},
+		{name: "being deleted", nodes: []map[string]*model.Node{n1(model.Node{Deleting: true})}, withRestart: true, want: "close"},
+		{name: "shutting down", nodes: []map[string]*model.Node{n1(model.Node{ShuttingDown: true})}, withRestart: true, want: "close"},
+		{name: "deleted", nodes: []map[string]*model.Node{n1(model.Node{Ready: true}), {"n2": {Name: "n2"}}}, withRestart: true, want: "close"},
+		{name: "uncordoned again", nodes: []map[string]*model.Node{n1(model.Node{Unschedulable: true}), n1(model.Node{Ready: true})}, withRestart: true, want: "restart"},
+		{name: "restart without Restart", nodes: []map[string]*model.Node{n1(model.Node{Ready: true})}, want: "close"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a := &serialAnnouncer{t: t}
+			typ := Type{Mode: election.BGP, New: func(context.Context, Env, config.Announcer) (*Instance, error) {
+				inst := &Instance{Announcer: a}
+				if tt.withRestart {
+					inst.Restart = func() error { defer a.enter("restart")(); return nil }
+				}
+				return inst, nil
+			}}
+			m, err := New(t.Context(), Config{
+				Client: fake.NewClientset(), NodeName: "n1", Namespace: "ns", Types: Types{"recording": typ},
+				Registerer: prometheus.NewRegistry(), Trigger: func() {}, Log: discard(),
+			}, &config.Config{
+				Announcers: []config.Announcer{{Name: "rec", Type: "recording"}},
+				Membership: config.Membership{BindAddress: "127.0.0.1", Port: -1},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, nodes := range tt.nodes {
+				m.SetNodes(nodes)
+			}
+			if err := m.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff([]string{tt.want}, a.calls); diff != "" {
+				t.Errorf("calls (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

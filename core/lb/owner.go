@@ -166,16 +166,20 @@ func (o *owner) grace() time.Duration {
 }
 
 // close closes the announcer on the owner's goroutine, after the
-// commands queued before, and ends the goroutine.
-func (o *owner) close() error {
+// commands queued before, and ends the goroutine; for a restart with the
+// announcer's Restart when it has one.
+func (o *owner) close(restart bool) error {
 	res := make(chan error, 1)
 	if !o.post(func(context.Context) {
 		inst, _ := o.instance()
-		if inst == nil {
+		switch {
+		case inst == nil:
 			res <- nil
-			return
+		case restart && inst.Restart != nil:
+			res <- inst.Restart()
+		default:
+			res <- inst.Announcer.Close()
 		}
-		res <- inst.Announcer.Close()
 	}) {
 		return nil
 	}

@@ -96,7 +96,7 @@ func TestOwnerSerialisesWriters(t *testing.T) {
 		}
 	})
 	wg.Wait()
-	if err := o.close(); err != nil {
+	if err := o.close(false); err != nil {
 		t.Fatal(err)
 	}
 	for _, call := range []string{"announce", "secret", "nodes"} {
@@ -131,7 +131,7 @@ func TestOwnerWaitsForNode(t *testing.T) {
 	var self *model.Node
 	o.nodes = func() ([]*model.Node, *model.Node) { return nil, self }
 	o.start()
-	defer o.close()
+	defer o.close(false)
 	step := func() { _ = o.do(t.Context(), func(ctx context.Context) error { o.nodesChanged(ctx); return nil }) }
 
 	step() // nodes without this one

@@ -95,6 +95,11 @@ type Instance struct {
 	// State, when set, returns the announcer's part of /debug/state (a
 	// value that marshals to JSON), at request time.
 	State func() any
+	// Restart, when set, ends the announcer in place of
+	// Announcer.Close when the daemon stops for a restart
+	// (Intent.Restart), leaving in place what may stay until the
+	// restarted daemon takes over (BGP graceful restart).
+	Restart func() error
 }
 
 // Follow is a Secret an announcer follows.

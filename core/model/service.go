@@ -216,6 +216,16 @@ type Node struct {
 	// ToBeDeletedByClusterAutoscaler taint (KEP-3836). /healthz fails
 	// then, so that load balancers drain the node first.
 	Deleting bool
+	// Unschedulable is true while the Node is cordoned, as kubectl
+	// cordon and drain leave it: spec.unschedulable, or the
+	// node.kubernetes.io/unschedulable taint the node lifecycle
+	// controller adds for it.
+	Unschedulable bool
+	// ShuttingDown is true while the node is shutting down: the
+	// kubelet's graceful node shutdown reports it in the Ready
+	// condition (False, "node is shutting down"), or an administrator
+	// marked the node node.kubernetes.io/out-of-service.
+	ShuttingDown bool
 }
 
 // NodeAddressType is the type of a Node's address, as Kubernetes names it.

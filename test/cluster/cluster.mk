@@ -48,8 +48,10 @@ test-cluster: cluster-deps
 	CLUSTER_GOSSIP=$(CLUSTER_GOSSIP) $(if $(CLUSTER_L2_KILLS),CLUSTER_L2_KILLS=$(CLUSTER_L2_KILLS)) \
 	$(GO) test -tags cluster -count=1 -v -timeout 45m -run '^TestCluster$$' $(GOTEST_FLAGS) ./test/cluster/
 
-# bench-cluster: the BGP withdraw and layer-2 failover suites
-# (TestLoadBalancerBGP, TestLoadBalancerLayer2) CLUSTER_RUNS times, each
+# bench-cluster: the BGP withdraw, layer-2 failover and BGP rolling
+# restart suites (TestLoadBalancerBGP, TestLoadBalancerLayer2,
+# TestLoadBalancerBGPRollingRestart: flows lost and requests failed
+# without and with graceful restart) CLUSTER_RUNS times, each
 # run in a fresh guest (in one guest, a run after a daemon restart sees
 # that restart's resets), then the median and max of every measurement
 # they logged ("cluster-metric NAME=VALUE", milliseconds unless the name
@@ -62,7 +64,7 @@ test-cluster: cluster-deps
 CLUSTER_RUNS ?= 5
 CLUSTER_BENCH_L2_KILLS ?= 2
 CLUSTER_BENCH_GOSSIP ?= shipped
-CLUSTER_BENCH_RUN ?= ^TestLoadBalancer(BGP|Layer2)$$
+CLUSTER_BENCH_RUN ?= ^TestLoadBalancer(BGP|Layer2|BGPRollingRestart)$$
 CLUSTER_BENCH_OUT ?= $(or $(TMPDIR),/tmp)/switchyard-bench-cluster.txt
 
 .PHONY: bench-cluster

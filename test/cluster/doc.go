@@ -15,8 +15,11 @@
 // The router runs FRR (zebra and bgpd, Options.FRR): AS 64513 peering
 // over the LAN with every node's daemon (AS 64512, its bgp announcer),
 // installing one ECMP route per LoadBalancer IP over the nodes that
-// announce it, with layer-4 multipath hashing (fib_multipath_hash_policy
-// 1), so the client's flows spread over the nodes by their ports. The
+// announce it, with layer-4 multipath hashing of each packet's headers
+// (fib_multipath_hash_policy 3: addresses, protocol and ports; policy 1
+// would follow the client socket's hash, which TCP changes on a
+// retransmission timeout), so the client's flows spread over the nodes
+// by their ports. The
 // daemons' config (DefaultDaemonConfig; LoadBalancerConfig is its
 // LoadBalancer block) has two pools, neither assigning automatically: a
 // Service names one (ServiceSpec.Pool) and WaitLoadBalancerIP waits for

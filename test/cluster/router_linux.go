@@ -33,8 +33,9 @@ const frrStart = 30 * time.Second
 
 // FRR is zebra and bgpd in the router's namespace, peering with every
 // node's daemon (eBGP, RouterASN to NodeASN) and installing ECMP routes
-// (maximum-paths 8) with layer-4 multipath hashing
-// (fib_multipath_hash_policy=1).
+// (maximum-paths 8) with layer-4 multipath hashing of each packet's
+// headers (fib_multipath_hash_policy=3 over addresses, protocol and
+// ports: see startFRR).
 type FRR struct {
 	ns    *Namespace
 	dir   string
@@ -84,7 +85,17 @@ no zebra nexthop kernel enable
 // startFRR starts zebra and bgpd in ns with their state in a fresh
 // directory, and returns once bgpd's vty answers.
 func startFRR(ctx context.Context, ns *Namespace, nodes []*Node) (_ *FRR, err error) {
-	if err := ns.Sysctl("net/ipv4/fib_multipath_hash_policy", "1"); err != nil {
+	// Policy 1 (layer 4) would take a forwarded packet's hash from the
+	// sender's socket when it has one, and in one kernel it does: the
+	// client's packets reach the router over veth with their socket's
+	// txhash, which TCP changes on a retransmission timeout, moving the
+	// flow to another node (which resets it). Policy 3 hashes the
+	// packet's headers, as a separate router does: source and
+	// destination address, protocol, source and destination port.
+	if err := ns.Sysctl("net/ipv4/fib_multipath_hash_policy", "3"); err != nil {
+		return nil, err
+	}
+	if err := ns.Sysctl("net/ipv4/fib_multipath_hash_fields", "0x0037"); err != nil {
 		return nil, err
 	}
 	u, err := user.Lookup("frr")

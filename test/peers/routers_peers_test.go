@@ -106,27 +106,8 @@ func startFRRConf(t *testing.T, sw *netns.Switch, conf string, bfd bool) *router
 	}
 	r.rib = func(t *testing.T, prefix netip.Prefix) []string {
 		t.Helper()
-		afi := "ipv4"
-		if prefix.Addr().Is6() {
-			afi = "ipv6"
-		}
-		out, err := r.frr.Vtysh("show bgp " + afi + " unicast json")
-		if err != nil {
-			t.Fatalf("reading FRR's BGP table: %v", err)
-		}
-		var rib struct {
-			Routes map[string][]struct {
-				Nexthops []struct {
-					IP    string `json:"ip"`
-					Scope string `json:"scope"`
-				} `json:"nexthops"`
-			} `json:"routes"`
-		}
-		if err := json.Unmarshal([]byte(out), &rib); err != nil {
-			t.Fatalf("decoding FRR's BGP table %q: %v", out, err)
-		}
 		var hops []string
-		for _, p := range rib.Routes[prefix.String()] {
+		for _, p := range r.frrPaths(t, prefix) {
 			for _, h := range p.Nexthops {
 				if h.Scope != "link-local" { // IPv6 paths may carry both
 					hops = append(hops, h.IP)
@@ -137,6 +118,35 @@ func startFRRConf(t *testing.T, sw *netns.Switch, conf string, bfd bool) *router
 		return hops
 	}
 	return r
+}
+
+// frrPath is one path of FRR's BGP table.
+type frrPath struct {
+	Stale    bool `json:"stale"` // kept by graceful restart
+	Nexthops []struct {
+		IP    string `json:"ip"`
+		Scope string `json:"scope"`
+	} `json:"nexthops"`
+}
+
+// frrPaths returns FRR's paths to prefix.
+func (r *router) frrPaths(t *testing.T, prefix netip.Prefix) []frrPath {
+	t.Helper()
+	afi := "ipv4"
+	if prefix.Addr().Is6() {
+		afi = "ipv6"
+	}
+	out, err := r.frr.Vtysh("show bgp " + afi + " unicast json")
+	if err != nil {
+		t.Fatalf("reading FRR's BGP table: %v", err)
+	}
+	var rib struct {
+		Routes map[string][]frrPath `json:"routes"`
+	}
+	if err := json.Unmarshal([]byte(out), &rib); err != nil {
+		t.Fatalf("decoding FRR's BGP table %q: %v", out, err)
+	}
+	return rib.Routes[prefix.String()]
 }
 
 const daemonBIRDConf = `router id 10.0.0.2;

@@ -1,0 +1,257 @@
+//go:build peers
+
+package peers_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// TestPeersDaemonGracefulRestart runs the daemon on node-a with BGP
+// graceful restart enabled and on node-b without, both peering with FRR
+// and BIRD, and stops them with SIGTERM as the kubelet does:
+//   - node-a restarting (its Node untouched): its daemon ends the sessions
+//     without a NOTIFICATION; FRR marks node-a's path stale and keeps it
+//     in its FIB, BIRD keeps it too, at every poll, until the restarted
+//     daemon has refreshed it (FRR's stale mark gone);
+//   - node-b restarting without graceful restart: its path is withdrawn
+//     at once (never stale);
+//   - node-a going away (its Node being deleted, a finalizer holding it):
+//     its daemon withdraws, and both routers drop node-a's path at once,
+//     long before the restart time.
+func TestPeersDaemonGracefulRestart(t *testing.T) {
+	requireRouters(t)
+	lab := newDaemonLab(t)
+	frr, bird := startFRR(t, lab.sw), startBIRD(t, lab.sw)
+	routers := []*router{frr, bird}
+	a := lab.addNode(t, "node-a", 11, macA, nil)
+	b := lab.addNode(t, "node-b", 12, macB, nil)
+	pool := netip.MustParsePrefix("198.51.100.0/28")
+	const restartTime = 60 * time.Second
+	config := func(gr bool) string {
+		return fmt.Sprintf(`pools:
+  - name: edge
+    addresses: [%s]
+announcers:
+  - name: edge
+    type: bgp
+    pools: [edge]
+    bgp:
+      asn: %d
+      gracefulRestart: {enabled: %t, restartTime: %s}
+      peers:
+        - {address: %s, asn: %d, holdTime: 3s}
+        - {address: %s, asn: %d, holdTime: 3s}
+`, pool, nodeASN, gr, restartTime, frrAddr, frrASN, birdAddr, birdASN)
+	}
+	a.start(t, config(true))
+	b.start(t, config(false))
+	lab.createLB(t, "web", []corev1.IPFamily{corev1.IPv4Protocol}, a, b)
+	web := lbPrefix(t, lab, "web", pool)
+	both := []string{a.addr4.String(), b.addr4.String()}
+	waitRoutes(t, routers, time.Now(), web, both...)
+	checkRIBs(t, routers, web, both...)
+
+	// 1. node-a's daemon restarts: its route never leaves either router.
+	gap := watchFIBs(t, routers, web, a.addr4.String())
+	stopped := time.Now()
+	a.stop(t)
+	poll(t, 30*time.Second, "FRR marks node-a's path stale", func() error {
+		if stale := frrStale(t, frr, web); !slices.Equal(stale, []string{a.addr4.String()}) {
+			return fmt.Errorf("stale paths via %v, want node-a's", stale)
+		}
+		return nil
+	})
+	if !a.logged("restart=true") {
+		t.Errorf("node-a's daemon did not log a restart intent")
+	}
+	checkRIBs(t, routers, web, both...)
+	restarted := time.Now()
+	a.start(t, config(true))
+	poll(t, 60*time.Second, "FRR refreshes node-a's path", func() error {
+		if stale := frrStale(t, frr, web); len(stale) > 0 {
+			return fmt.Errorf("stale paths via %v", stale)
+		}
+		return frr.established(a.addr4.String())
+	})
+	t.Logf("measured: daemon graceful restart: SIGTERM -> restarted daemon's path refreshed at FRR %.0f ms (%.0f ms after its start); node-a's next hop never left FRR's or BIRD's FIB (polled every 2 ms)",
+		ms(time.Since(stopped)), ms(time.Since(restarted)))
+	if missing := gap(); missing != "" {
+		t.Errorf("node-a's next hop left a FIB during the restart: %s", missing)
+	}
+	checkRIBs(t, routers, web, both...)
+
+	// 2. node-b's daemon, without graceful restart, withdraws on SIGTERM.
+	stopped = time.Now()
+	b.stop(t)
+	d := waitRoutes(t, routers, stopped, web, a.addr4.String())
+	t.Logf("measured: daemon without graceful restart: SIGTERM -> its next hop gone from FRR's FIB %.0f ms, BIRD's %.0f ms",
+		ms(d["FRR"]), ms(d["BIRD"]))
+	if stale := frrStale(t, frr, web); len(stale) > 0 {
+		t.Errorf("FRR kept stale paths via %v after a daemon without graceful restart stopped", stale)
+	}
+	b.start(t, config(false))
+	waitRoutes(t, routers, time.Now(), web, both...)
+
+	// 3. node-a's Node is being deleted: its daemon withdraws on SIGTERM.
+	a.beingDeleted(t)
+	poll(t, 30*time.Second, "node-a's /healthz reports the node ineligible", func() error {
+		body, err := a.healthz()
+		if err != nil {
+			return err
+		}
+		var h struct {
+			NodeEligible *bool `json:"nodeEligible"`
+		}
+		if err := json.Unmarshal([]byte(body), &h); err != nil || h.NodeEligible == nil || *h.NodeEligible {
+			return fmt.Errorf("/healthz: %s", body)
+		}
+		return nil
+	})
+	stopped = time.Now()
+	a.stop(t)
+	d = waitRoutes(t, routers, stopped, web, b.addr4.String())
+	t.Logf("measured: daemon on a Node being deleted, graceful restart enabled: SIGTERM -> its next hop gone from FRR's FIB %.0f ms, BIRD's %.0f ms",
+		ms(d["FRR"]), ms(d["BIRD"]))
+	if !a.logged("restart=false") {
+		t.Errorf("node-a's daemon did not log that its node is going away")
+	}
+	if stale := frrStale(t, frr, web); len(stale) > 0 {
+		t.Errorf("FRR kept stale paths via %v after the daemon of a node going away stopped", stale)
+	}
+	checkRIBs(t, routers, web, b.addr4.String())
+}
+
+// stop sends the daemon SIGTERM, as the kubelet does, and waits for it
+// to exit.
+func (n *daemonNode) stop(t *testing.T) {
+	t.Helper()
+	if err := n.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatalf("stopping %s's daemon: %v", n.name, err)
+	}
+	poll(t, time.Minute, n.name+"'s daemon to exit", func() error {
+		if err := syscall.Kill(n.cmd.Process.Pid, 0); err == nil {
+			return fmt.Errorf("pid %d still running", n.cmd.Process.Pid)
+		}
+		return nil
+	})
+}
+
+// logged reports whether the daemon's log (the file netns.Start writes
+// its output to) holds s.
+func (n *daemonNode) logged(s string) bool {
+	f, ok := n.cmd.Stdout.(*os.File)
+	if !ok {
+		return false
+	}
+	b, err := os.ReadFile(f.Name())
+	return err == nil && strings.Contains(string(b), s)
+}
+
+// healthz returns the body of the daemon's /healthz (200 or 503).
+func (n *daemonNode) healthz() (string, error) {
+	resp, err := n.http.Get("http://127.0.0.1:10256/healthz")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
+}
+
+// beingDeleted deletes the node's Node with a finalizer holding it: it
+// stays, with a deletionTimestamp, until the test ends.
+func (n *daemonNode) beingDeleted(t *testing.T) {
+	t.Helper()
+	nodes := n.lab.srv.Client.CoreV1().Nodes()
+	node, err := nodes.Get(t.Context(), n.name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node.Finalizers = append(node.Finalizers, "switchyard.dev/test-hold")
+	if _, err := nodes.Update(t.Context(), node, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("adding a finalizer to Node %s: %v", n.name, err)
+	}
+	if err := nodes.Delete(t.Context(), n.name, metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("deleting Node %s: %v", n.name, err)
+	}
+}
+
+// frrStale returns the next hops of prefix's stale paths in FRR's BGP
+// table.
+func frrStale(t *testing.T, r *router, prefix netip.Prefix) []string {
+	t.Helper()
+	var hops []string
+	for _, p := range r.frrPaths(t, prefix) {
+		if p.Stale {
+			for _, h := range p.Nexthops {
+				hops = append(hops, h.IP)
+			}
+		}
+	}
+	slices.Sort(hops)
+	return hops
+}
+
+// watchFIBs polls every router's FIB for prefix every 2 ms until the test
+// ends, and returns a function that says for how long and where hop was
+// missing ("" when never).
+func watchFIBs(t *testing.T, routers []*router, prefix netip.Prefix, hop string) func() string {
+	t.Helper()
+	type fib struct {
+		name string
+		read func() []string
+	}
+	var fibs []fib
+	for _, r := range routers {
+		fibs = append(fibs, fib{r.name, r.fib(t, prefix)})
+	}
+	var mu sync.Mutex
+	missing := map[string]time.Duration{}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		last := time.Now()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
+			now := time.Now()
+			for _, f := range fibs {
+				if !slices.Contains(f.read(), hop) {
+					mu.Lock()
+					missing[f.name] += now.Sub(last)
+					mu.Unlock()
+				}
+			}
+			last = now
+		}
+	}()
+	t.Cleanup(func() { close(stop); <-done })
+	return func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		var out []string
+		for _, f := range fibs {
+			if d, ok := missing[f.name]; ok {
+				out = append(out, fmt.Sprintf("%s %.0f ms", f.name, ms(d)))
+			}
+		}
+		return strings.Join(out, ", ")
+	}
+}
