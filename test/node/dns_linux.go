@@ -21,9 +21,9 @@ func dnsManifest() string {
 	).Replace(corednsManifest)
 }
 
-// applyDNS applies the DNS add-on (kubectl apply, so a reused node gets
+// ApplyDNS applies the DNS add-on (kubectl apply, so a reused node gets
 // it unchanged). It does not wait for CoreDNS to be Ready.
-func (n *Node) applyDNS(ctx context.Context) error {
+func (n *Node) ApplyDNS(ctx context.Context) error {
 	cmd := n.Kubectl(ctx, "apply", "-f", "-")
 	cmd.Stdin = strings.NewReader(dnsManifest())
 	if out, err := cmd.CombinedOutput(); err != nil {

@@ -323,3 +323,44 @@ func poll(ctx context.Context, what string, try func() error, check func() error
 const pollInterval = 250 * time.Millisecond
 
 var errGone = errors.New("exited")
+
+// GuestFilesDir is where PutFile's files are in the guest (the share).
+const GuestFilesDir = "/mnt/host/files"
+
+// PutFile writes data to the share as name and returns its path in the
+// guest (under GuestFilesDir): a binary or a configuration a guest
+// command then runs or reads.
+func (n *Node) PutFile(name string, data []byte, mode os.FileMode) (string, error) {
+	dir := filepath.Join(n.Dir, "share", "files")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("node: %w", err)
+	}
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path+".tmp", data, mode); err != nil {
+		return "", fmt.Errorf("node: %w", err)
+	}
+	if err := os.Rename(path+".tmp", path); err != nil {
+		return "", fmt.Errorf("node: %w", err)
+	}
+	return GuestFilesDir + "/" + name, nil
+}
+
+// Import imports img into the running node's containerd unless this disk
+// already has this content (guest/init.sh's markers), as Up does for
+// Options.Images: a node reused by another command gets the current
+// image.
+func (n *Node) Import(ctx context.Context, img Image) error {
+	name, err := img.importName()
+	if err != nil {
+		return err
+	}
+	if err := copyFile(img.Path, filepath.Join(n.Dir, "share", "images", name+".tar")); err != nil {
+		return err
+	}
+	marker := "/var/lib/switchyard-node/imported/" + name
+	script := fmt.Sprintf("[ -e %[1]s ] || { ctr -n k8s.io images import --platform linux/amd64 /mnt/host/images/%[2]s.tar >/dev/null && touch %[1]s; }", marker, name)
+	if _, err := n.Exec(ctx, script); err != nil {
+		return fmt.Errorf("node: import %s: %w", img.Ref, err)
+	}
+	return nil
+}

@@ -234,7 +234,7 @@ func Up(ctx context.Context, o Options) (_ *Node, err error) {
 	n.Timings.GuestContainerd, _ = n.guestMark("containerd")
 	n.Timings.GuestKubelet, _ = n.guestMark("kubelet")
 	log.Info("images imported", "elapsed", n.Timings.BootToImages.Round(time.Millisecond))
-	if err := n.applyDNS(ctx); err != nil {
+	if err := n.ApplyDNS(ctx); err != nil {
 		return nil, err
 	}
 	return n, nil
@@ -301,21 +301,25 @@ func (n *Node) Kubectl(ctx context.Context, args ...string) *exec.Cmd {
 
 // waitNodeReady waits for the Node object's Ready condition.
 func (n *Node) waitNodeReady(ctx context.Context) error {
-	return poll(ctx, "Node "+NodeName+" Ready", func() error {
-		node, err := n.Client.CoreV1().Nodes().Get(ctx, NodeName, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		for _, c := range node.Status.Conditions {
-			if c.Type == corev1.NodeReady {
-				if c.Status == corev1.ConditionTrue {
-					return nil
-				}
-				return fmt.Errorf("condition Ready is %s: %s", c.Status, c.Message)
+	return poll(ctx, "Node "+NodeName+" Ready", func() error { return n.Ready(ctx) }, n.checkGuest)
+}
+
+// Ready says whether the Node is Ready now: nil, or why not. A command
+// that Opens a node checks it is really up with it.
+func (n *Node) Ready(ctx context.Context) error {
+	node, err := n.Client.CoreV1().Nodes().Get(ctx, NodeName, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			if c.Status == corev1.ConditionTrue {
+				return nil
 			}
+			return fmt.Errorf("condition Ready is %s: %s", c.Status, c.Message)
 		}
-		return errors.New("no Ready condition yet")
-	}, n.checkGuest)
+	}
+	return errors.New("no Ready condition yet")
 }
 
 // checkProcs fails when a control-plane process died.
