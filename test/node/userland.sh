@@ -50,7 +50,9 @@ fi
 SECONDS=0
 log "mmdebstrap $suite minbase with ${packages[*]} (a minute or more, once)"
 include=$(IFS=,; echo "${packages[*]}")
+# No Recommends: they bring perl (40 MB) for nothing the specs run.
 $sudo mmdebstrap --quiet --variant=minbase --include="$include" \
+	--aptopt='APT::Install-Recommends "false"' \
 	--dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/doc/*' \
 	--dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-exclude=/usr/share/info/*' \
 	--customize-hook='chroot "$1" groupadd -g 50000 group-defined-in-image' \
