@@ -53,6 +53,16 @@ func (p Proxies) Get(name string) (Proxy, error) {
 	return nil, fmt.Errorf("conformance: unknown proxy %q (want %s, %s or %s)", name, KubeProxyIPVS, KubeProxyNFTables, Switchyard)
 }
 
+// Others are what to stop before running proxy: one of each other kind
+// (a kube-proxy's Stop ends whichever mode runs, and its Start ends a
+// kube-proxy left running).
+func (p Proxies) Others(proxy Proxy) []Proxy {
+	if proxy.Name() == Switchyard {
+		return []Proxy{kubeProxy{p, "ipvs"}}
+	}
+	return []Proxy{switchyard{p}}
+}
+
 // cleanup runs `switchyard FLAG` in the guest (--cleanup or
 // --cleanup-kube-proxy) and logs what it printed.
 func (p Proxies) cleanup(ctx context.Context, n *node.Node, flag string) error {
@@ -147,6 +157,9 @@ func (k kubeProxy) Start(ctx context.Context, n *node.Node) error {
 	if err != nil {
 		return err
 	}
+	if err := k.kill(ctx, n); err != nil {
+		return err
+	}
 	logFile := "/var/log/" + k.Name() + ".log"
 	script := fmt.Sprintf("setsid %s --config=%s --v=2 >>%s 2>&1 </dev/null & echo $! >%s", binPath, cfgPath, logFile, kubeProxyPidFile)
 	if _, err := n.Exec(ctx, script); err != nil {
@@ -163,9 +176,17 @@ func (k kubeProxy) Start(ctx context.Context, n *node.Node) error {
 	})
 }
 
-// Stop ends kube-proxy (SIGTERM, then waits), then runs switchyard
+// Stop ends kube-proxy, in whichever mode it runs, then runs switchyard
 // --cleanup-kube-proxy, as a user switching the node to Switchyard does.
 func (k kubeProxy) Stop(ctx context.Context, n *node.Node) error {
+	if err := k.kill(ctx, n); err != nil {
+		return err
+	}
+	return k.cleanup(ctx, n, "--cleanup-kube-proxy")
+}
+
+// kill ends the running kube-proxy, if any (SIGTERM, then waits).
+func (k kubeProxy) kill(ctx context.Context, n *node.Node) error {
 	script := fmt.Sprintf(`if [ -e %[1]s ]; then
 	p=$(cat %[1]s)
 	kill $p 2>/dev/null
@@ -173,9 +194,9 @@ func (k kubeProxy) Stop(ctx context.Context, n *node.Node) error {
 	rm -f %[1]s
 fi`, kubeProxyPidFile)
 	if _, err := n.Exec(ctx, script); err != nil {
-		return fmt.Errorf("conformance: stop %s: %w", k.Name(), err)
+		return fmt.Errorf("conformance: stop kube-proxy: %w", err)
 	}
-	return k.cleanup(ctx, n, "--cleanup-kube-proxy")
+	return nil
 }
 
 var errGone = errors.New("exited")

@@ -115,20 +115,13 @@ func runProxies(ctx context.Context, log *slog.Logger, store conformance.Store, 
 		}
 	}
 	all := conformance.Proxies{SwitchyardBin: c.swBin, Deploy: c.deploy, KubeProxyBin: filepath.Join(c.kubeBin, "kube-proxy"), Log: log}
-	var selected, known []conformance.Proxy
+	var selected []conformance.Proxy
 	for _, name := range c.proxies {
 		p, err := all.Get(strings.TrimSpace(name))
 		if err != nil {
 			return err
 		}
 		selected = append(selected, p)
-	}
-	for _, col := range conformance.Columns {
-		p, err := all.Get(col.Proxy)
-		if err != nil {
-			return err
-		}
-		known = append(known, p)
 	}
 	swImage := node.Image{Ref: "switchyard:dev", Path: c.image}
 	n, err := node.Open(c.dir)
@@ -161,13 +154,7 @@ func runProxies(ctx context.Context, log *slog.Logger, store conformance.Store, 
 	}
 	defer n.Close()
 	for _, p := range selected {
-		var others []conformance.Proxy
-		for _, o := range known {
-			if o.Name() != p.Name() {
-				others = append(others, o)
-			}
-		}
-		if _, err := conformance.Run(ctx, n, p, others, c.e2e, store, log); err != nil {
+		if _, err := conformance.Run(ctx, n, p, all.Others(p), c.e2e, store, log); err != nil {
 			return err
 		}
 	}
