@@ -12,6 +12,8 @@
 #   CONFORMANCE_FOCUS    --ginkgo.focus (default: the Services, Conntrack,
 #                        EndpointSlice and KubeProxy network specs)
 #   CONFORMANCE_SKIP     --ginkgo.skip (default: [Disruptive], [Flaky], [Feature:...])
+#   CONFORMANCE_TIMEOUT  bound on each proxy's e2e.test run (default 6h): when it
+#                        passes, e2e.test reports what ran and the rest as not run
 #
 #   make conformance CONFORMANCE_PROXIES=switchyard \
 #        CONFORMANCE_FOCUS='\[sig-network\] Services .*\[Conformance\]'
@@ -21,6 +23,7 @@
 CONFORMANCE_PROXIES ?= switchyard,kube-proxy-nftables,kube-proxy-ipvs
 CONFORMANCE_FOCUS ?=
 CONFORMANCE_SKIP ?=
+CONFORMANCE_TIMEOUT ?= 6h
 CONFORMANCE_RESULTS ?= $(CACHE)/conformance
 CONFORMANCE_SMOKE_FOCUS := \[sig-network\] Services should (provide secure master service|serve a basic endpoint from pods|serve multiport endpoints from pods|be able to create a functioning NodePort service) \[Conformance\]
 CONFORMANCE := $(BIN)/conformance
@@ -35,7 +38,8 @@ define conformance-run
 	rootfs=$$(test/node/rootfs.sh) && userland=$$(test/node/userland.sh) && \
 	$(CONFORMANCE) -kube-bin "$$bin" -rootfs "$$rootfs" -userland "$$userland" \
 		-image $(BIN)/image/switchyard.tar -switchyard-bin $(BIN)/image/bin/switchyard \
-		-proxies '$(1)' $(if $(2),-focus '$(2)') $(if $(3),-skip '$(3)') -results '$(4)'
+		-proxies '$(1)' $(if $(2),-focus '$(2)') $(if $(3),-skip '$(3)') -results '$(4)' \
+		-timeout $(CONFORMANCE_TIMEOUT)
 endef
 
 .PHONY: conformance conformance-smoke conformance-table
