@@ -139,30 +139,6 @@ GO
 	 log "etcd built in ${SECONDS}s")
 }
 
-# build_e2e: upstream's e2e.test, the test binary of k8s.io/kubernetes/test/e2e
-# (go test -c), from its own throwaway module with the same replaces.
-build_e2e() {
-	local pkg=k8s.io/kubernetes/test/e2e
-	local dir=$cache/kube/build-e2e-$KUBE_VERSION
-	mkmod "$dir" k8s.io/kubernetes "$KUBE_VERSION" "$STAGING_VERSION"
-	cat >"$dir/tools.go" <<GO
-//go:build tools
-
-package tools
-
-import _ "$pkg"
-GO
-	local ld="-s -w -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${KUBE_VERSION#v1.}"
-	ld=${ld%.*}
-	(cd "$dir" && GOFLAGS=-mod=mod go get "$pkg"@"$KUBE_VERSION" >/dev/null
-	 log "building e2e.test $KUBE_VERSION (about 5 minutes and 2.2 GB, once)"
-	 SECONDS=0
-	 CGO_ENABLED=0 GOFLAGS=-mod=mod go test -c -trimpath -ldflags "$ld" -o "$bin/e2e.test.tmp" "$pkg"
-	 "$bin/e2e.test.tmp" --help >/dev/null 2>&1
-	 mv "$bin/e2e.test.tmp" "$bin/e2e.test"
-	 log "e2e.test built in ${SECONDS}s")
-}
-
 # build_coredns: CoreDNS has no replace directives, so go install works.
 build_coredns() {
 	log "building coredns $COREDNS_VERSION (a few minutes, once)"
@@ -175,12 +151,13 @@ build_coredns() {
 	log "coredns built in ${SECONDS}s"
 }
 
-# build_cmd NAME [PACKAGE]: k8s.io/kubernetes/cmd/NAME (or PACKAGE of
-# k8s.io/kubernetes) from its own throwaway module (same replaces as
-# kube-apiserver), statically linked so that it runs in the kernel lab's
-# guest whatever its libc.
+# build_cmd NAME [PACKAGE [test]]: k8s.io/kubernetes/cmd/NAME (or PACKAGE of
+# k8s.io/kubernetes; with "test", PACKAGE's test binary, go test -c) from its
+# own throwaway module (same replaces as kube-apiserver), statically linked
+# so that it runs in the kernel lab's guest whatever its libc.
 build_cmd() {
-	local cmd=$1 pkg=${2:-k8s.io/kubernetes/cmd/$1}
+	local cmd=$1 pkg=${2:-k8s.io/kubernetes/cmd/$1} gocmd=(build)
+	[ "${3:-}" != test ] || gocmd=(test -c)
 	local dir=$cache/kube/build-$cmd-$KUBE_VERSION
 	mkmod "$dir" k8s.io/kubernetes "$KUBE_VERSION" "$STAGING_VERSION"
 	cat >"$dir/tools.go" <<GO
@@ -195,8 +172,8 @@ GO
 	(cd "$dir" && GOFLAGS=-mod=mod go get "$pkg"@"$KUBE_VERSION" >/dev/null
 	 log "building $cmd $KUBE_VERSION (a few minutes, once)"
 	 SECONDS=0
-	 CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "$ld" -o "$bin/$cmd.tmp" "$pkg"
-	 "$bin/$cmd.tmp" --help >/dev/null
+	 CGO_ENABLED=0 GOFLAGS=-mod=mod go "${gocmd[@]}" -trimpath -ldflags "$ld" -o "$bin/$cmd.tmp" "$pkg"
+	 "$bin/$cmd.tmp" --help >/dev/null 2>&1
 	 mv "$bin/$cmd.tmp" "$bin/$cmd"
 	 log "$cmd built in ${SECONDS}s")
 }
@@ -208,6 +185,6 @@ GO
 [ "$with_cp" = 0 ] || [ -x "$bin/kube-controller-manager" ] || build_cmd kube-controller-manager
 [ "$with_cp" = 0 ] || [ -x "$bin/kube-scheduler" ] || build_cmd kube-scheduler
 [ "$with_agnhost" = 0 ] || [ -x "$bin/agnhost" ] || build_cmd agnhost k8s.io/kubernetes/test/images/agnhost
-[ "$with_e2e" = 0 ] || [ -x "$bin/e2e.test" ] || build_e2e
+[ "$with_e2e" = 0 ] || [ -x "$bin/e2e.test" ] || build_cmd e2e.test k8s.io/kubernetes/test/e2e test
 [ "$with_coredns" = 0 ] || [ -x "$bin/coredns" ] || build_coredns
 echo "$bin"
