@@ -25,7 +25,7 @@ CONFORMANCE_FOCUS ?=
 CONFORMANCE_SKIP ?=
 CONFORMANCE_TIMEOUT ?= 6h
 CONFORMANCE_RESULTS ?= $(CACHE)/conformance
-CONFORMANCE_SMOKE_FOCUS := \[sig-network\] Services should (provide secure master service|serve a basic endpoint from pods|serve multiport endpoints from pods|be able to create a functioning NodePort service) \[Conformance\]
+CONFORMANCE_SMOKE_FOCUS := \[sig-network\] Services should (find a service from listing all namespaces|serve a basic endpoint from pods|serve multiport endpoints from pods|be able to create a functioning NodePort service) \[Conformance\]
 CONFORMANCE := $(BIN)/conformance
 CONFORMANCE_KUBE_FLAGS := $(NODE_KUBE_FLAGS) --kube-proxy --e2e
 
