@@ -91,7 +91,7 @@ func run(ctx context.Context, args []string) error {
 	}
 	for _, c := range conformance.Columns {
 		if i, ok := infos[c.Proxy]; ok {
-			fmt.Printf("%s: %s, e2e.test %s wall, load %s -> %s, exit %d, focus %q skip %q\n",
+			fmt.Printf("%s: %s, e2e.test %s wall, load %s -> %s, exit %d, focus `%s` skip `%s`\n",
 				c.Title, i.Start.UTC().Format(time.RFC3339), i.Wall, i.LoadBefore, i.LoadAfter, i.ExitCode, i.Focus, i.Skip)
 		}
 	}
