@@ -12,8 +12,7 @@
 #   CONFORMANCE_FOCUS    --ginkgo.focus (default: the Services, Conntrack,
 #                        EndpointSlice and KubeProxy network specs)
 #   CONFORMANCE_SKIP     --ginkgo.skip (default: [Disruptive], [Flaky], [Feature:...])
-#   CONFORMANCE_TIMEOUT  bound on each proxy's e2e.test run (default 6h): when it
-#                        passes, e2e.test reports what ran and the rest as not run
+#   CONFORMANCE_TIMEOUT  bound on each proxy's e2e.test run (--ginkgo.timeout, default 6h)
 #
 #   make conformance CONFORMANCE_PROXIES=switchyard \
 #        CONFORMANCE_FOCUS='\[sig-network\] Services .*\[Conformance\]'
