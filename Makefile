@@ -76,6 +76,7 @@ fuzz:
 -include test/peers/peers.mk
 -include test/cluster/cluster.mk
 -include test/node/node.mk
+-include test/conformance/conformance.mk
 -include bench.mk
 
 test-lab::

@@ -38,8 +38,10 @@ func adminKubeconfig(dir string) string { return filepath.Join(dir, "kubeconfig"
 
 // writePKI makes a CA, the API server's serving certificate (HostIP, the
 // Service's first address, the in-cluster names), the service-account key
-// pair, the admin kubeconfig and the kubelet's (system:node:NodeName in
-// system:nodes, which the Node authorizer needs) in the share.
+// pair, the admin kubeconfig, the kubelet's (system:node:NodeName in
+// system:nodes, which the Node authorizer needs) and kube-proxy's
+// (system:kube-proxy, which the default RBAC binds to system:node-proxier)
+// in the share.
 func writePKI(dir, share string) error {
 	ca, err := pki.NewCA("switchyard-node-ca")
 	if err != nil {
@@ -60,6 +62,10 @@ func writePKI(dir, share string) error {
 	if err != nil {
 		return err
 	}
+	kubeProxy, err := ca.IssueClient("system:kube-proxy", nil)
+	if err != nil {
+		return err
+	}
 	saPub, saPriv, err := pki.NewSigningKey()
 	if err != nil {
 		return err
@@ -77,6 +83,7 @@ func writePKI(dir, share string) error {
 		p.saPrivate():        saPriv,
 		adminKubeconfig(dir): kubeconfig(server, ca.CertPEM, admin),
 		filepath.Join(share, "kubelet.kubeconfig"): kubeconfig(server, ca.CertPEM, kubelet),
+		filepath.Join(share, KubeProxyKubeconfig):  kubeconfig(server, ca.CertPEM, kubeProxy),
 	}
 	for path, data := range files {
 		if err := os.WriteFile(path, data, 0o600); err != nil {
@@ -85,6 +92,10 @@ func writePKI(dir, share string) error {
 	}
 	return nil
 }
+
+// KubeProxyKubeconfig is kube-proxy's kubeconfig on the share (the guest
+// sees the share at /mnt/host).
+const KubeProxyKubeconfig = "kube-proxy.kubeconfig"
 
 // kubeconfig renders a kubeconfig with the certificates inline.
 func kubeconfig(server string, ca []byte, client pki.Pair) []byte {

@@ -60,19 +60,43 @@ func writeBootInitramfs(cacheDir string, k lab.Kernel, busybox string) (string, 
 	return path, os.Rename(path+".tmp", path)
 }
 
+// diskGrowth is what the node's disk gets beyond the rootfs image (a
+// sparse file; guest/init.sh grows the file system into it): room for
+// the images (agnhost alone is 200 MB unpacked), every switchyard:dev
+// imported, and the e2e pods. With rootfs.sh's 1 GiB alone the kubelet
+// hit disk pressure and its eviction manager deleted the imported
+// agnhost and pause images (seen), which no registry can bring back.
+const diskGrowth = 4 << 30
+
 // ensureDisk returns the node's disk: a copy of rootfs made once per
-// rootfs image and kept, so that images imported stay imported.
+// rootfs image and kept, so that images imported stay imported, grown by
+// diskGrowth (a disk made before is grown too).
 func ensureDisk(cacheDir, rootfs string) (string, error) {
 	key := filepath.Base(filepath.Dir(rootfs)) // rootfs-HASH
 	disk := filepath.Join(cacheDir, "disk-"+key+".ext4")
-	if _, err := os.Stat(disk); err == nil {
-		return disk, nil
+	if _, err := os.Stat(disk); err != nil {
+		cmd := exec.Command("cp", "--sparse=always", rootfs, disk+".tmp")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			return "", fmt.Errorf("node: copy the rootfs: %w: %s", err, b)
+		}
+		if err := os.Rename(disk+".tmp", disk); err != nil {
+			return "", fmt.Errorf("node: %w", err)
+		}
 	}
-	cmd := exec.Command("cp", "--sparse=always", rootfs, disk+".tmp")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("node: copy the rootfs: %w: %s", err, b)
+	src, err := os.Stat(rootfs)
+	if err != nil {
+		return "", fmt.Errorf("node: %w", err)
 	}
-	return disk, os.Rename(disk+".tmp", disk)
+	cur, err := os.Stat(disk)
+	if err != nil {
+		return "", fmt.Errorf("node: %w", err)
+	}
+	if want := src.Size() + diskGrowth; cur.Size() < want {
+		if err := os.Truncate(disk, want); err != nil {
+			return "", fmt.Errorf("node: grow the disk: %w", err)
+		}
+	}
+	return disk, nil
 }
 
 // containerdConfig is the guest's /etc/containerd/config.toml: CRI with
@@ -159,10 +183,12 @@ func writeShare(share, kubeBin string, images []Image) error {
 		if err := copyFile(img.Path, filepath.Join(share, "images", n+".tar")); err != nil {
 			return err
 		}
+		// NAME=REF: guest/init.sh imports NAME again when REF is gone
+		// from containerd.
 		if img.Ref == PauseImage {
-			first = append(first, n)
+			first = append(first, n+"="+img.Ref)
 		} else {
-			rest = append(rest, n)
+			rest = append(rest, n+"="+img.Ref)
 		}
 	}
 	env := fmt.Sprintf("NODE_NAME=%s\nNODE_IP=%s\nNODE_MAC=%s\nHOST_IP=%s\nPREFIX_LEN=%d\nMODULES=%q\nFIRST_IMAGES=%q\nIMAGES=%q\n",
@@ -323,3 +349,44 @@ func poll(ctx context.Context, what string, try func() error, check func() error
 const pollInterval = 250 * time.Millisecond
 
 var errGone = errors.New("exited")
+
+// GuestFilesDir is where PutFile's files are in the guest (the share).
+const GuestFilesDir = "/mnt/host/files"
+
+// PutFile writes data to the share as name and returns its path in the
+// guest (under GuestFilesDir): a binary or a configuration a guest
+// command then runs or reads.
+func (n *Node) PutFile(name string, data []byte, mode os.FileMode) (string, error) {
+	dir := filepath.Join(n.Dir, "share", "files")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("node: %w", err)
+	}
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path+".tmp", data, mode); err != nil {
+		return "", fmt.Errorf("node: %w", err)
+	}
+	if err := os.Rename(path+".tmp", path); err != nil {
+		return "", fmt.Errorf("node: %w", err)
+	}
+	return GuestFilesDir + "/" + name, nil
+}
+
+// Import imports img into the running node's containerd unless this disk
+// already has this content (guest/init.sh's markers) and containerd still
+// has the reference, as Up does for Options.Images: a node reused by
+// another command gets the current image.
+func (n *Node) Import(ctx context.Context, img Image) error {
+	name, err := img.importName()
+	if err != nil {
+		return err
+	}
+	if err := copyFile(img.Path, filepath.Join(n.Dir, "share", "images", name+".tar")); err != nil {
+		return err
+	}
+	marker := "/var/lib/switchyard-node/imported/" + name
+	script := fmt.Sprintf("{ [ -e %[1]s ] && ctr -n k8s.io images ls -q | grep -q '%[3]s$'; } || { ctr -n k8s.io images import --platform linux/amd64 /mnt/host/images/%[2]s.tar >/dev/null && touch %[1]s; }", marker, name, img.Ref)
+	if _, err := n.Exec(ctx, script); err != nil {
+		return fmt.Errorf("node: import %s: %w", img.Ref, err)
+	}
+	return nil
+}

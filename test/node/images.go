@@ -29,19 +29,14 @@ import (
 const (
 	PauseImage   = "registry.k8s.io/pause:3.10.2"
 	AgnhostImage = "registry.k8s.io/e2e-test-images/agnhost:2.63.0"
+	// CoreDNSImage is the CoreDNS kubeadm v1.36 deploys
+	// (kube-binaries.sh --coredns builds the binary).
+	CoreDNSImage = "registry.k8s.io/coredns/coredns:v1.14.2"
 )
 
 // KubeVersion is the kubernetes release the node's binaries and images
 // come from (test/tools/kube-binaries.sh's KUBE_VERSION).
 const KubeVersion = "v1.36.3"
-
-// busyboxApplets are the commands agnhost's image gets from busybox: the
-// shell and the network tools e2e specs exec in agnhost pods (upstream's
-// image has curl and dig too, which these do not replace).
-var busyboxApplets = []string{
-	"sh", "ash", "cat", "echo", "env", "hostname", "ip", "ls", "nc", "nslookup",
-	"ping", "sleep", "test", "timeout", "wget",
-}
 
 // imageFile is one file of an image's single layer.
 type imageFile struct {
@@ -51,9 +46,11 @@ type imageFile struct {
 	Link string // a symlink's target
 }
 
-// imageSpec is an image with one layer.
+// imageSpec is an image with one layer of Files, over Base when set.
 type imageSpec struct {
-	Ref        string
+	Ref string
+	// Base is a tar archive, the image's first layer (agnhost's userland).
+	Base       string
 	Files      []imageFile
 	Entrypoint []string
 	Cmd        []string
@@ -78,12 +75,13 @@ func (i Image) importName() (string, error) {
 	return r.Replace(i.Ref) + "-" + h[:12], nil
 }
 
-// EnsureImages builds the pause and agnhost images from source, once, into
-// cacheDir: pause from upstream's build/pause/linux/pause.c in the
-// k8s.io/kubernetes module (gcc -static), agnhost from the static binary
-// kube-binaries.sh --agnhost built (kubeBin/agnhost) with busybox for a
-// shell.
-func EnsureImages(ctx context.Context, cacheDir, kubeBin, busybox string) ([]Image, error) {
+// EnsureImages builds the pause, agnhost and CoreDNS images from source,
+// once, into cacheDir: pause from upstream's build/pause/linux/pause.c in
+// the k8s.io/kubernetes module (gcc -static); agnhost from the static
+// binary kube-binaries.sh --agnhost built (kubeBin/agnhost) over userland,
+// the tar test/node/userland.sh writes (upstream's image's tools from
+// Debian); CoreDNS from kube-binaries.sh --coredns's kubeBin/coredns.
+func EnsureImages(ctx context.Context, cacheDir, kubeBin, userland string) ([]Image, error) {
 	if err := os.MkdirAll(cacheDir, 0o755); err != nil {
 		return nil, fmt.Errorf("node: %w", err)
 	}
@@ -95,9 +93,12 @@ func EnsureImages(ctx context.Context, cacheDir, kubeBin, busybox string) ([]Ima
 	if err != nil {
 		return nil, fmt.Errorf("node: agnhost (test/tools/kube-binaries.sh --agnhost): %w", err)
 	}
-	bb, err := os.ReadFile(busybox)
+	if _, err := os.Stat(userland); err != nil {
+		return nil, fmt.Errorf("node: agnhost's userland (test/node/userland.sh): %w", err)
+	}
+	coredns, err := os.ReadFile(filepath.Join(kubeBin, "coredns"))
 	if err != nil {
-		return nil, fmt.Errorf("node: busybox: %w", err)
+		return nil, fmt.Errorf("node: coredns (test/tools/kube-binaries.sh --coredns): %w", err)
 	}
 	specs := []imageSpec{
 		{
@@ -106,7 +107,12 @@ func EnsureImages(ctx context.Context, cacheDir, kubeBin, busybox string) ([]Ima
 			Entrypoint: []string{"/pause"},
 			User:       "65535:65535",
 		},
-		agnhostSpec(agnhost, bb),
+		agnhostSpec(agnhost, userland),
+		{
+			Ref:        CoreDNSImage,
+			Files:      []imageFile{{Name: "coredns", Mode: 0o755, Data: coredns}},
+			Entrypoint: []string{"/coredns"},
+		},
 	}
 	var out []Image
 	for _, s := range specs {
@@ -119,24 +125,17 @@ func EnsureImages(ctx context.Context, cacheDir, kubeBin, busybox string) ([]Ima
 	return out, nil
 }
 
-func agnhostSpec(agnhost, busybox []byte) imageSpec {
-	files := []imageFile{
-		{Name: "agnhost", Mode: 0o755, Data: agnhost},
-		{Name: "agnhost-2", Link: "agnhost"},
-		{Name: "bin/", Mode: 0o755},
-		{Name: "bin/busybox", Mode: 0o755, Data: busybox},
-		{Name: "tmp/", Mode: 0o1777},
-		{Name: "uploads/", Mode: 0o755},
-		{Name: "etc/", Mode: 0o755},
-		{Name: "etc/passwd", Mode: 0o644, Data: []byte("root:x:0:0:root:/root:/bin/sh\nuser-defined-in-image:x:1000:1000::/home/user:/bin/sh\n")},
-		{Name: "etc/group", Mode: 0o644, Data: []byte("root:x:0:\ngroup-defined-in-image:x:50000:user-defined-in-image\n")},
-	}
-	for _, a := range busyboxApplets {
-		files = append(files, imageFile{Name: "bin/" + a, Link: "busybox"})
-	}
+// agnhostSpec is upstream's agnhost image: the binary and its agnhost-2
+// name over userland (which holds upstream's in-image user and group and
+// /uploads).
+func agnhostSpec(agnhost []byte, userland string) imageSpec {
 	return imageSpec{
-		Ref:        AgnhostImage,
-		Files:      files,
+		Ref:  AgnhostImage,
+		Base: userland,
+		Files: []imageFile{
+			{Name: "agnhost", Mode: 0o755, Data: agnhost},
+			{Name: "agnhost-2", Link: "agnhost"},
+		},
 		Entrypoint: []string{"/agnhost"},
 		Cmd:        []string{"pause"},
 	}
@@ -192,6 +191,13 @@ func moduleFile(ctx context.Context, modVersion, file string) (string, error) {
 func writeImageOnce(cacheDir string, s imageSpec) (Image, error) {
 	h := sha256.New()
 	fmt.Fprintf(h, "%q %q %q %q\n", s.Ref, s.Entrypoint, s.Cmd, s.User)
+	if s.Base != "" {
+		base, err := hashFile(s.Base)
+		if err != nil {
+			return Image{}, err
+		}
+		fmt.Fprintf(h, "base %s\n", base)
+	}
 	for _, f := range s.Files {
 		fmt.Fprintf(h, "%s %o %q %d\n", f.Name, f.Mode, f.Link, len(f.Data))
 		h.Write(f.Data)
@@ -220,12 +226,21 @@ func writeImageOnce(cacheDir string, s imageSpec) (Image, error) {
 	return img, nil
 }
 
-// buildImage makes the one-layer image. The layer is gzip at level 0
-// (stored): the guest's containerd decompresses it under TCG.
+// buildImage makes the image: Base's layer if any, then Files'. The
+// layers are gzip at level 0 (stored): the guest's containerd
+// decompresses them under TCG.
 func buildImage(s imageSpec) (v1.Image, error) {
 	data, err := layerTar(s.Files)
 	if err != nil {
 		return nil, err
+	}
+	var layers []v1.Layer
+	if s.Base != "" {
+		base, err := tarball.LayerFromFile(s.Base, tarball.WithCompressionLevel(gzip.NoCompression))
+		if err != nil {
+			return nil, fmt.Errorf("node: base layer of %s: %w", s.Ref, err)
+		}
+		layers = append(layers, base)
 	}
 	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
 		return io.NopCloser(bytes.NewReader(data)), nil
@@ -233,7 +248,7 @@ func buildImage(s imageSpec) (v1.Image, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node: layer of %s: %w", s.Ref, err)
 	}
-	img, err := mutate.AppendLayers(empty.Image, layer)
+	img, err := mutate.AppendLayers(empty.Image, append(layers, layer)...)
 	if err != nil {
 		return nil, fmt.Errorf("node: image %s: %w", s.Ref, err)
 	}

@@ -5,11 +5,13 @@
 # under $(CACHE):
 #
 #   1. test/lab/deps.sh: qemu, busybox and the guest kernel;
-#   2. test/tools/kube-binaries.sh --kubelet --control-plane --agnhost;
+#   2. test/tools/kube-binaries.sh --kubelet --control-plane --agnhost --coredns;
 #   3. test/node/rootfs.sh: the node's ext4 root filesystem (mmdebstrap);
+#      test/node/userland.sh: agnhost's tools (mmdebstrap, a tar);
 #      gcc and libc6-dev with apt when missing (pause.c is linked static);
-#   4. nodelab up: the pause and agnhost images, the namespace, the
-#      control plane, the guest; it returns once the Node is Ready.
+#   4. nodelab up: the pause, agnhost and CoreDNS images, the namespace,
+#      the control plane, the guest, the DNS add-on; it returns once the
+#      Node is Ready.
 #
 #   make node-up                       # then: bin/nodelab kubectl get nodes
 #   make node-up NODE_IMAGE=1          # also make image's switchyard image
@@ -20,6 +22,7 @@ NODE_UP_FLAGS ?=
 NODE_IMAGE ?=
 NODELAB := $(BIN)/nodelab
 NODE_SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+NODE_KUBE_FLAGS := --kubelet --control-plane --agnhost --coredns
 NODE_DEPS = command -v gcc >/dev/null && [ -e /usr/lib/x86_64-linux-gnu/libc.a ] || \
 	{ $(NODE_SUDO) apt-get update >/dev/null && $(NODE_SUDO) env DEBIAN_FRONTEND=noninteractive \
 	  apt-get install -y --no-install-recommends gcc libc6-dev >/dev/null; }
@@ -29,9 +32,9 @@ node-up: $(if $(NODE_IMAGE),image)
 	@test/lab/deps.sh >/dev/null
 	@$(NODE_DEPS)
 	$(GO) build -o $(NODELAB) ./test/node/cmd/nodelab
-	@bin=$$(test/tools/kube-binaries.sh --kubelet --control-plane --agnhost) && \
-	rootfs=$$(test/node/rootfs.sh) && \
-	$(NODELAB) up -kube-bin "$$bin" -rootfs "$$rootfs" \
+	@bin=$$(test/tools/kube-binaries.sh $(NODE_KUBE_FLAGS)) && \
+	rootfs=$$(test/node/rootfs.sh) && userland=$$(test/node/userland.sh) && \
+	$(NODELAB) up -kube-bin "$$bin" -rootfs "$$rootfs" -userland "$$userland" \
 		$(if $(NODE_IMAGE),-image switchyard:dev=$(BIN)/image/switchyard.tar) $(NODE_UP_FLAGS)
 
 node-down:
@@ -48,7 +51,7 @@ NODE_RUN ?= ^TestNode$$
 test-node: image
 	@test/lab/deps.sh >/dev/null
 	@$(NODE_DEPS)
-	@bin=$$(test/tools/kube-binaries.sh --kubelet --control-plane --agnhost) && \
-	rootfs=$$(test/node/rootfs.sh) && \
-	SWITCHYARD_KUBE_BIN=$$bin SWITCHYARD_NODE_ROOTFS=$$rootfs SWITCHYARD_NODE_IMAGE=$(CURDIR)/$(BIN)/image/switchyard.tar \
+	@bin=$$(test/tools/kube-binaries.sh $(NODE_KUBE_FLAGS)) && \
+	rootfs=$$(test/node/rootfs.sh) && userland=$$(test/node/userland.sh) && \
+	SWITCHYARD_KUBE_BIN=$$bin SWITCHYARD_NODE_ROOTFS=$$rootfs SWITCHYARD_NODE_USERLAND=$$userland SWITCHYARD_NODE_IMAGE=$(CURDIR)/$(BIN)/image/switchyard.tar \
 	$(GO) test -tags node -count=1 -v -timeout 40m -run '$(NODE_RUN)' $(GOTEST_FLAGS) ./test/node/

@@ -59,11 +59,14 @@ type Options struct {
 	// Default DefaultDir().
 	Dir string
 	// KubeBin holds etcd, kube-apiserver, kube-controller-manager,
-	// kube-scheduler, kubectl, kubelet and agnhost
-	// (test/tools/kube-binaries.sh --kubelet --control-plane --agnhost).
+	// kube-scheduler, kubectl, kubelet, agnhost and coredns
+	// (test/tools/kube-binaries.sh --kubelet --control-plane --agnhost --coredns).
 	KubeBin string
 	// Rootfs is the ext4 image test/node/rootfs.sh prints.
 	Rootfs string
+	// Userland is the tar of agnhost's userland test/node/userland.sh
+	// prints.
+	Userland string
 	// Lab is the kernel lab's configuration (kernel, busybox).
 	Lab lab.Config
 	// Images are docker archives imported besides pause and agnhost
@@ -127,9 +130,9 @@ func Up(ctx context.Context, o Options) (_ *Node, err error) {
 	if procs := readProcs(o.Dir); len(procs) > 0 {
 		return nil, fmt.Errorf("node: already up (%s runs, pid %d): take it down first (make node-down)", procs[0].Name, procs[0].PID)
 	}
-	for _, b := range []string{etcdBin, apiServerBin, ctrlMgrBin, schedulerBin, kubeletBin, kubectlBin, "agnhost"} {
+	for _, b := range []string{etcdBin, apiServerBin, ctrlMgrBin, schedulerBin, kubeletBin, kubectlBin, "agnhost", "coredns"} {
 		if _, err := os.Stat(filepath.Join(o.KubeBin, b)); err != nil {
-			return nil, fmt.Errorf("node: %s (test/tools/kube-binaries.sh --kubelet --control-plane --agnhost): %w", b, err)
+			return nil, fmt.Errorf("node: %s (test/tools/kube-binaries.sh --kubelet --control-plane --agnhost --coredns): %w", b, err)
 		}
 	}
 	assets, err := lab.EnsureAssets(ctx, o.Lab)
@@ -149,7 +152,7 @@ func Up(ctx context.Context, o Options) (_ *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
-	images, err := EnsureImages(ctx, filepath.Join(cache, "images"), o.KubeBin, busybox)
+	images, err := EnsureImages(ctx, filepath.Join(cache, "images"), o.KubeBin, o.Userland)
 	if err != nil {
 		return nil, err
 	}
@@ -231,6 +234,9 @@ func Up(ctx context.Context, o Options) (_ *Node, err error) {
 	n.Timings.GuestContainerd, _ = n.guestMark("containerd")
 	n.Timings.GuestKubelet, _ = n.guestMark("kubelet")
 	log.Info("images imported", "elapsed", n.Timings.BootToImages.Round(time.Millisecond))
+	if err := n.ApplyDNS(ctx); err != nil {
+		return nil, err
+	}
 	return n, nil
 }
 
@@ -295,21 +301,25 @@ func (n *Node) Kubectl(ctx context.Context, args ...string) *exec.Cmd {
 
 // waitNodeReady waits for the Node object's Ready condition.
 func (n *Node) waitNodeReady(ctx context.Context) error {
-	return poll(ctx, "Node "+NodeName+" Ready", func() error {
-		node, err := n.Client.CoreV1().Nodes().Get(ctx, NodeName, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		for _, c := range node.Status.Conditions {
-			if c.Type == corev1.NodeReady {
-				if c.Status == corev1.ConditionTrue {
-					return nil
-				}
-				return fmt.Errorf("condition Ready is %s: %s", c.Status, c.Message)
+	return poll(ctx, "Node "+NodeName+" Ready", func() error { return n.Ready(ctx) }, n.checkGuest)
+}
+
+// Ready says whether the Node is Ready now: nil, or why not. A command
+// that Opens a node checks it is really up with it.
+func (n *Node) Ready(ctx context.Context) error {
+	node, err := n.Client.CoreV1().Nodes().Get(ctx, NodeName, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			if c.Status == corev1.ConditionTrue {
+				return nil
 			}
+			return fmt.Errorf("condition Ready is %s: %s", c.Status, c.Message)
 		}
-		return errors.New("no Ready condition yet")
-	}, n.checkGuest)
+	}
+	return errors.New("no Ready condition yet")
 }
 
 // checkProcs fails when a control-plane process died.

@@ -23,9 +23,10 @@ import (
 
 // Environment make test-node sets.
 const (
-	envKubeBin = "SWITCHYARD_KUBE_BIN"
-	envRootfs  = "SWITCHYARD_NODE_ROOTFS"
-	envImage   = "SWITCHYARD_NODE_IMAGE" // make image's docker archive
+	envKubeBin  = "SWITCHYARD_KUBE_BIN"
+	envRootfs   = "SWITCHYARD_NODE_ROOTFS"
+	envUserland = "SWITCHYARD_NODE_USERLAND"
+	envImage    = "SWITCHYARD_NODE_IMAGE" // make image's docker archive
 )
 
 // switchyardImage is the tag test/tools/image/deploy runs.
@@ -43,13 +44,13 @@ const (
 // kubectl apply -k test/tools/image/deploy) and reaches a ClusterIP
 // Service through it; then takes the node down.
 func TestNode(t *testing.T) {
-	kubeBin, rootfs, image := os.Getenv(envKubeBin), os.Getenv(envRootfs), os.Getenv(envImage)
-	if kubeBin == "" || rootfs == "" || image == "" {
-		t.Fatalf("%s, %s and %s must be set (make test-node sets them)", envKubeBin, envRootfs, envImage)
+	kubeBin, rootfs, userland, image := os.Getenv(envKubeBin), os.Getenv(envRootfs), os.Getenv(envUserland), os.Getenv(envImage)
+	if kubeBin == "" || rootfs == "" || userland == "" || image == "" {
+		t.Fatalf("%s, %s, %s and %s must be set (make test-node sets them)", envKubeBin, envRootfs, envUserland, envImage)
 	}
 	ctx := t.Context()
 	n, err := node.Up(ctx, node.Options{
-		KubeBin: kubeBin, Rootfs: rootfs,
+		KubeBin: kubeBin, Rootfs: rootfs, Userland: userland,
 		Images: []node.Image{{Ref: "switchyard:dev", Path: image}},
 		Log:    slog.New(slog.NewTextHandler(testWriter{t}, nil)),
 	})
@@ -73,7 +74,7 @@ func TestNode(t *testing.T) {
 
 	t.Run("ImagesImported", func(t *testing.T) {
 		out := guest(t, n, "ctr -n k8s.io images ls -q")
-		for _, ref := range []string{node.PauseImage, node.AgnhostImage, switchyardImage} {
+		for _, ref := range []string{node.PauseImage, node.AgnhostImage, node.CoreDNSImage, switchyardImage} {
 			if !slices.Contains(strings.Fields(out), ref) {
 				t.Errorf("image %s not in containerd:\n%s", ref, out)
 			}

@@ -18,21 +18,32 @@
 #        test/tools/kube-binaries.sh --agnhost -> also builds agnhost, the e2e test image's
 #                                                     program (k8s.io/kubernetes/test/images/agnhost,
 #                                                     static; test/node makes its image).
+#        test/tools/kube-binaries.sh --e2e  -> also builds upstream's e2e.test (`go test -c
+#                                                     k8s.io/kubernetes/test/e2e`, static; about
+#                                                     5 minutes and 2.2 GB of memory, once; make
+#                                                     conformance runs it).
+#        test/tools/kube-binaries.sh --coredns -> also builds CoreDNS (CoreDNS's own module,
+#                                                     static; test/node makes its image so
+#                                                     that Service names resolve in pods).
 # The flags combine.
 set -euo pipefail
 
-with_proxy=0 with_kubelet=0 with_cp=0 with_agnhost=0
+with_proxy=0 with_kubelet=0 with_cp=0 with_agnhost=0 with_e2e=0 with_coredns=0
 for arg in "$@"; do
 	case "$arg" in
 	--kube-proxy) with_proxy=1 ;;
 	--kubelet) with_kubelet=1 ;;
 	--control-plane) with_cp=1 ;;
 	--agnhost) with_agnhost=1 ;;
-	*) echo "usage: $0 [--kube-proxy] [--kubelet] [--control-plane] [--agnhost]" >&2; exit 2 ;;
+	--e2e) with_e2e=1 ;;
+	--coredns) with_coredns=1 ;;
+	*) echo "usage: $0 [--kube-proxy] [--kubelet] [--control-plane] [--agnhost] [--e2e] [--coredns]" >&2; exit 2 ;;
 	esac
 done
 
 KUBE_VERSION=${KUBE_VERSION:-v1.36.3}
+# The CoreDNS kubeadm v1.36 pins.
+COREDNS_VERSION=${COREDNS_VERSION:-v1.14.2}
 ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
 STAGING_VERSION=v0${KUBE_VERSION#v1}
 
@@ -128,12 +139,25 @@ GO
 	 log "etcd built in ${SECONDS}s")
 }
 
-# build_cmd NAME [PACKAGE]: k8s.io/kubernetes/cmd/NAME (or PACKAGE of
-# k8s.io/kubernetes) from its own throwaway module (same replaces as
-# kube-apiserver), statically linked so that it runs in the kernel lab's
-# guest whatever its libc.
+# build_coredns: CoreDNS has no replace directives, so go install works.
+build_coredns() {
+	log "building coredns $COREDNS_VERSION (a few minutes, once)"
+	SECONDS=0
+	local tmp=$cache/kube/build-coredns-$COREDNS_VERSION
+	rm -rf "$tmp"; mkdir -p "$tmp"
+	(cd "$tmp" && CGO_ENABLED=0 GOBIN="$tmp" go install -trimpath -ldflags "-s -w" github.com/coredns/coredns@"$COREDNS_VERSION")
+	"$tmp/coredns" -version >/dev/null
+	mv "$tmp/coredns" "$bin/coredns"
+	log "coredns built in ${SECONDS}s"
+}
+
+# build_cmd NAME [PACKAGE [test]]: k8s.io/kubernetes/cmd/NAME (or PACKAGE of
+# k8s.io/kubernetes; with "test", PACKAGE's test binary, go test -c) from its
+# own throwaway module (same replaces as kube-apiserver), statically linked
+# so that it runs in the kernel lab's guest whatever its libc.
 build_cmd() {
-	local cmd=$1 pkg=${2:-k8s.io/kubernetes/cmd/$1}
+	local cmd=$1 pkg=${2:-k8s.io/kubernetes/cmd/$1} gocmd=(build)
+	[ "${3:-}" != test ] || gocmd=(test -c)
 	local dir=$cache/kube/build-$cmd-$KUBE_VERSION
 	mkmod "$dir" k8s.io/kubernetes "$KUBE_VERSION" "$STAGING_VERSION"
 	cat >"$dir/tools.go" <<GO
@@ -148,8 +172,8 @@ GO
 	(cd "$dir" && GOFLAGS=-mod=mod go get "$pkg"@"$KUBE_VERSION" >/dev/null
 	 log "building $cmd $KUBE_VERSION (a few minutes, once)"
 	 SECONDS=0
-	 CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "$ld" -o "$bin/$cmd.tmp" "$pkg"
-	 "$bin/$cmd.tmp" --help >/dev/null
+	 CGO_ENABLED=0 GOFLAGS=-mod=mod go "${gocmd[@]}" -trimpath -ldflags "$ld" -o "$bin/$cmd.tmp" "$pkg"
+	 "$bin/$cmd.tmp" --help >/dev/null 2>&1
 	 mv "$bin/$cmd.tmp" "$bin/$cmd"
 	 log "$cmd built in ${SECONDS}s")
 }
@@ -161,4 +185,6 @@ GO
 [ "$with_cp" = 0 ] || [ -x "$bin/kube-controller-manager" ] || build_cmd kube-controller-manager
 [ "$with_cp" = 0 ] || [ -x "$bin/kube-scheduler" ] || build_cmd kube-scheduler
 [ "$with_agnhost" = 0 ] || [ -x "$bin/agnhost" ] || build_cmd agnhost k8s.io/kubernetes/test/images/agnhost
+[ "$with_e2e" = 0 ] || [ -x "$bin/e2e.test" ] || build_cmd e2e.test k8s.io/kubernetes/test/e2e test
+[ "$with_coredns" = 0 ] || [ -x "$bin/coredns" ] || build_coredns
 echo "$bin"

@@ -24,6 +24,9 @@ mount -t tmpfs tmpfs /dev/shm
 mount -t tmpfs tmpfs /run
 mount -t tmpfs tmpfs /tmp
 mount --make-rshared /
+# The disk file may have grown (test/node's diskGrowth): so does the file
+# system, online.
+resize2fs /dev/vda >/dev/null 2>&1 || echo "node init: resize2fs /dev/vda failed"
 # Every controller for the kubelet's cgroups (cgroup v2, cgroupfs driver).
 for c in $(cat /sys/fs/cgroup/cgroup.controllers); do
 	echo "+$c" >/sys/fs/cgroup/cgroup.subtree_control
@@ -62,16 +65,20 @@ until ctr version >/dev/null 2>&1; do
 done
 mark containerd
 
-# import_image NAME: a docker archive of the share once per disk (the names
-# carry a content hash).
+# import_image NAME=REF: a docker archive of the share once per disk (the
+# names carry a content hash), again when containerd lost REF (the
+# kubelet's eviction manager deletes images under disk pressure).
 import_image() {
-	[ -e /var/lib/switchyard-node/imported/$1 ] && return 0
-	if ctr -n k8s.io images import --platform linux/amd64 /mnt/host/images/$1.tar >/dev/null; then
-		touch /var/lib/switchyard-node/imported/$1
-		echo "node init: imported $1 at uptime $(uptime)s"
+	name=${1%%=*} ref=${1#*=}
+	if [ -e /var/lib/switchyard-node/imported/$name ] && ctr -n k8s.io images ls -q | grep -q "$ref\$"; then
+		return 0
+	fi
+	if ctr -n k8s.io images import --platform linux/amd64 /mnt/host/images/$name.tar >/dev/null; then
+		touch /var/lib/switchyard-node/imported/$name
+		echo "node init: imported $name at uptime $(uptime)s"
 	else
-		echo "node init: import $1 failed"
-		echo "$1" >>$state/import-failed
+		echo "node init: import $name failed"
+		echo "$name" >>$state/import-failed
 	fi
 }
 for name in $FIRST_IMAGES; do import_image $name; done

@@ -1,7 +1,7 @@
 // Command nodelab brings test/node's real Kubernetes node up and down and
 // runs commands on it (make node-up, make node-down):
 //
-//	nodelab up -kube-bin DIR -rootfs FILE [-image REF=ARCHIVE]... [-mem MB] [-cpus N]
+//	nodelab up -kube-bin DIR -rootfs FILE -userland FILE [-image REF=ARCHIVE]... [-mem MB] [-cpus N]
 //	nodelab down
 //	nodelab kubectl ARGS...      kubectl with the admin kubeconfig, in the node's namespace
 //	nodelab host CMD ARGS...     any host command in the node's namespace (curl a pod IP)
@@ -51,8 +51,9 @@ func (f *imageFlags) Set(s string) error {
 func run(ctx context.Context, args []string) (int, error) {
 	fs := flag.NewFlagSet("nodelab", flag.ContinueOnError)
 	dir := fs.String("dir", node.DefaultDir(), "state directory")
-	kubeBin := fs.String("kube-bin", "", "directory of the kube binaries (test/tools/kube-binaries.sh --kubelet --control-plane --agnhost)")
+	kubeBin := fs.String("kube-bin", "", "directory of the kube binaries (test/tools/kube-binaries.sh --kubelet --control-plane --agnhost --coredns)")
 	rootfs := fs.String("rootfs", "", "the node's ext4 root filesystem (test/node/rootfs.sh)")
+	userland := fs.String("userland", "", "agnhost's userland tar (test/node/userland.sh)")
 	mem := fs.Int("mem", 0, "guest memory in MiB (default 2048)")
 	cpus := fs.Int("cpus", 0, "guest CPUs (default 2)")
 	var images imageFlags
@@ -69,12 +70,12 @@ func run(ctx context.Context, args []string) (int, error) {
 	}
 	switch command {
 	case "up":
-		if *kubeBin == "" || *rootfs == "" {
-			return 2, errors.New("up needs -kube-bin and -rootfs")
+		if *kubeBin == "" || *rootfs == "" || *userland == "" {
+			return 2, errors.New("up needs -kube-bin, -rootfs and -userland")
 		}
 		log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 		n, err := node.Up(ctx, node.Options{
-			Dir: *dir, KubeBin: *kubeBin, Rootfs: *rootfs, Images: images,
+			Dir: *dir, KubeBin: *kubeBin, Rootfs: *rootfs, Userland: *userland, Images: images,
 			MemoryMB: *mem, CPUs: *cpus, Log: log,
 		})
 		if err != nil {

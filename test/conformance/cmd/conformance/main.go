@@ -1,0 +1,162 @@
+// Command conformance runs upstream's e2e.test on test/node's real node
+// against each service proxy in turn and prints one table of the results
+// (make conformance, make conformance-smoke):
+//
+//	conformance -kube-bin DIR -rootfs FILE -userland FILE -image TAR -switchyard-bin FILE
+//	            [-proxies switchyard,kube-proxy-nftables,kube-proxy-ipvs] [-focus RE] [-skip RE]
+//	            [-results DIR] [-table-only]
+//
+// It reuses a running node (make node-up) or brings one up, and leaves
+// it running (make node-down). Each proxy's last report stays under
+// -results; -table-only prints the table from them without running.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/switchyard-lb/switchyard/test/conformance"
+	"github.com/switchyard-lb/switchyard/test/node"
+)
+
+// The default selection: upstream's Services specs and the Conntrack,
+// EndpointSlice and KubeProxy network specs, without the ones that
+// disrupt the cluster, are known flaky or need a feature gate.
+const (
+	defaultFocus = `\[sig-network\] (Services|Conntrack|EndpointSlice|KubeProxy) `
+	defaultSkip  = `\[Disruptive\]|\[Flaky\]|\[Feature:`
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:])
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "conformance:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("conformance", flag.ContinueOnError)
+	dir := fs.String("dir", node.DefaultDir(), "the node's state directory")
+	kubeBin := fs.String("kube-bin", "", "kube binaries (test/tools/kube-binaries.sh --kubelet --control-plane --agnhost --coredns --kube-proxy --e2e)")
+	rootfs := fs.String("rootfs", "", "the node's root filesystem (test/node/rootfs.sh)")
+	userland := fs.String("userland", "", "agnhost's userland (test/node/userland.sh)")
+	image := fs.String("image", "", "make image's docker archive (bin/image/switchyard.tar)")
+	swBin := fs.String("switchyard-bin", "", "the static switchyard binary the cleanups run (bin/image/bin/switchyard)")
+	deploy := fs.String("deploy", "test/tools/image/deploy", "kustomization deploying Switchyard with the imported image")
+	proxies := fs.String("proxies", conformance.Switchyard, "comma-separated proxies to run, in order: "+conformance.Switchyard+", "+conformance.KubeProxyNFTables+", "+conformance.KubeProxyIPVS)
+	focus := fs.String("focus", defaultFocus, "e2e.test --ginkgo.focus")
+	skip := fs.String("skip", defaultSkip, "e2e.test --ginkgo.skip")
+	results := fs.String("results", "", "where each proxy's last report is kept")
+	timeout := fs.Duration("timeout", 6*time.Hour, "bound on each e2e.test run")
+	tableOnly := fs.Bool("table-only", false, "print the table from the stored reports, run nothing")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *results == "" {
+		return errors.New("-results is required")
+	}
+	filter, err := conformance.NewFilter(*focus, *skip)
+	if err != nil {
+		return err
+	}
+	store := conformance.Store{Dir: *results}
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if !*tableOnly {
+		if err := runProxies(ctx, log, store, runConfig{
+			dir: *dir, kubeBin: *kubeBin, rootfs: *rootfs, userland: *userland, image: *image,
+			swBin: *swBin, deploy: *deploy, proxies: strings.Split(*proxies, ","),
+			e2e: conformance.E2E{
+				Bin: filepath.Join(*kubeBin, "e2e.test"), Kubectl: filepath.Join(*kubeBin, "kubectl"),
+				Focus: *focus, Skip: *skip, Timeout: *timeout,
+			},
+		}); err != nil {
+			return err
+		}
+	}
+	runs, infos, err := store.Load()
+	if err != nil {
+		return err
+	}
+	for _, c := range conformance.Columns {
+		if i, ok := infos[c.Proxy]; ok {
+			fmt.Printf("%s: %s, e2e.test %s wall, load %s -> %s, exit %d, focus `%s` skip `%s`\n",
+				c.Title, i.Start.UTC().Format(time.RFC3339), i.Wall, i.LoadBefore, i.LoadAfter, i.ExitCode, i.Focus, i.Skip)
+		}
+	}
+	fmt.Printf("reports: %s\n\n%s", *results, conformance.Table(runs, filter))
+	return nil
+}
+
+type runConfig struct {
+	dir, kubeBin, rootfs, userland, image, swBin, deploy string
+	proxies                                              []string
+	e2e                                                  conformance.E2E
+}
+
+func runProxies(ctx context.Context, log *slog.Logger, store conformance.Store, c runConfig) error {
+	for _, need := range []struct{ what, path string }{
+		{"-kube-bin", c.kubeBin}, {"-rootfs", c.rootfs}, {"-userland", c.userland},
+		{"-image", c.image}, {"-switchyard-bin", c.swBin},
+	} {
+		if need.path == "" {
+			return fmt.Errorf("%s is required", need.what)
+		}
+	}
+	all := conformance.Proxies{SwitchyardBin: c.swBin, Deploy: c.deploy, KubeProxyBin: filepath.Join(c.kubeBin, "kube-proxy"), Log: log}
+	var selected []conformance.Proxy
+	for _, name := range c.proxies {
+		p, err := all.Get(strings.TrimSpace(name))
+		if err != nil {
+			return err
+		}
+		selected = append(selected, p)
+	}
+	swImage := node.Image{Ref: "switchyard:dev", Path: c.image}
+	n, err := node.Open(c.dir)
+	if err == nil {
+		rctx, cancel := context.WithTimeout(ctx, time.Minute)
+		err = n.Ready(rctx)
+		cancel()
+	}
+	if err == nil {
+		log.Info("reusing the running node", "dir", c.dir)
+		if err := n.Import(ctx, swImage); err != nil {
+			return err
+		}
+		if err := n.ApplyDNS(ctx); err != nil {
+			return err
+		}
+	} else {
+		if n != nil {
+			n.Close()
+		}
+		log.Info("bringing the node up")
+		n, err = node.Up(ctx, node.Options{
+			Dir: c.dir, KubeBin: c.kubeBin, Rootfs: c.rootfs, Userland: c.userland,
+			Images: []node.Image{swImage}, Log: log,
+		})
+		if err != nil {
+			return err
+		}
+		log.Info("node up", "timings", n.Timings.String())
+	}
+	defer n.Close()
+	for _, p := range selected {
+		if _, err := conformance.Run(ctx, n, p, all.Others(p), c.e2e, store, log); err != nil {
+			return err
+		}
+	}
+	return nil
+}

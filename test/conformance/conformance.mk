@@ -1,0 +1,54 @@
+# make conformance: upstream's e2e.test v1.36.3 on test/node's real node,
+# against each proxy in turn (test/conformance), then one table:
+# spec | kube-proxy IPVS | kube-proxy nftables | Switchyard. Not part of
+# `make test`. Needs root. It reuses a running node (make node-up) or
+# brings one up, leaves it running (make node-down), and switches proxies
+# through their real cleanup paths (switchyard --cleanup,
+# switchyard --cleanup-kube-proxy). Each proxy's last JUnit report, log
+# and run.json stay under $(CONFORMANCE_RESULTS)/PROXY;
+# `make conformance-table` prints the table from them again.
+#
+#   CONFORMANCE_PROXIES  comma-separated, run in this order (default: all three)
+#   CONFORMANCE_FOCUS    --ginkgo.focus (default: the Services, Conntrack,
+#                        EndpointSlice and KubeProxy network specs)
+#   CONFORMANCE_SKIP     --ginkgo.skip (default: [Disruptive], [Flaky], [Feature:...])
+#   CONFORMANCE_TIMEOUT  bound on each proxy's e2e.test run (--ginkgo.timeout, default 6h)
+#
+#   make conformance CONFORMANCE_PROXIES=switchyard \
+#        CONFORMANCE_FOCUS='\[sig-network\] Services .*\[Conformance\]'
+#
+# make conformance-smoke: four fast Services [Conformance] specs against
+# Switchyard only, results in $(CACHE)/conformance-smoke.
+CONFORMANCE_PROXIES ?= switchyard,kube-proxy-nftables,kube-proxy-ipvs
+CONFORMANCE_FOCUS ?=
+CONFORMANCE_SKIP ?=
+CONFORMANCE_TIMEOUT ?= 6h
+CONFORMANCE_RESULTS ?= $(CACHE)/conformance
+CONFORMANCE_SMOKE_FOCUS := \[sig-network\] Services should (find a service from listing all namespaces|serve a basic endpoint from pods|serve multiport endpoints from pods|be able to create a functioning NodePort service) \[Conformance\]
+CONFORMANCE := $(BIN)/conformance
+CONFORMANCE_KUBE_FLAGS := $(NODE_KUBE_FLAGS) --kube-proxy --e2e
+
+# conformance-run PROXIES FOCUS SKIP RESULTS
+define conformance-run
+	@test/lab/deps.sh >/dev/null
+	@$(NODE_DEPS)
+	$(GO) build -o $(CONFORMANCE) ./test/conformance/cmd/conformance
+	@bin=$$(test/tools/kube-binaries.sh $(CONFORMANCE_KUBE_FLAGS)) && \
+	rootfs=$$(test/node/rootfs.sh) && userland=$$(test/node/userland.sh) && \
+	$(CONFORMANCE) -kube-bin "$$bin" -rootfs "$$rootfs" -userland "$$userland" \
+		-image $(BIN)/image/switchyard.tar -switchyard-bin $(BIN)/image/bin/switchyard \
+		-proxies '$(1)' $(if $(2),-focus '$(2)') $(if $(3),-skip '$(3)') -results '$(4)' \
+		-timeout $(CONFORMANCE_TIMEOUT)
+endef
+
+.PHONY: conformance conformance-smoke conformance-table
+conformance: image
+	$(call conformance-run,$(CONFORMANCE_PROXIES),$(CONFORMANCE_FOCUS),$(CONFORMANCE_SKIP),$(CONFORMANCE_RESULTS))
+
+conformance-smoke: image
+	$(call conformance-run,switchyard,$(CONFORMANCE_SMOKE_FOCUS),,$(CACHE)/conformance-smoke)
+
+conformance-table:
+	$(GO) build -o $(CONFORMANCE) ./test/conformance/cmd/conformance
+	$(CONFORMANCE) -table-only -results '$(CONFORMANCE_RESULTS)' \
+		$(if $(CONFORMANCE_FOCUS),-focus '$(CONFORMANCE_FOCUS)') $(if $(CONFORMANCE_SKIP),-skip '$(CONFORMANCE_SKIP)')

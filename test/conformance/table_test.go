@@ -1,0 +1,62 @@
+package conformance
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestTable(t *testing.T) {
+	const (
+		basic    = "[sig-network] Services should serve a basic endpoint from pods [Conformance]"
+		nodePort = "[sig-network] Services should be able to create a functioning NodePort service [Conformance]"
+		twoNodes = "[sig-network] Services should work after the service has been recreated"
+		flaky    = "[sig-network] Services should be flaky [Flaky]"
+		storage  = "[sig-storage] Volumes should store data"
+	)
+	f, err := NewFilter(`\[sig-network\] Services`, `\[Flaky\]`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := map[string][]Result{
+		KubeProxyNFTables: {
+			{Spec: basic, Outcome: Pass, Duration: 34 * time.Second},
+			{Spec: nodePort, Outcome: Pass, Duration: 40 * time.Second},
+			{Spec: twoNodes, Outcome: Skip, Reason: "Requires at least 2 nodes (not 1)"},
+			{Spec: flaky, Outcome: Fail, Reason: "not selected"},
+			{Spec: storage, Outcome: Pass},
+			{Spec: "[SynchronizedBeforeSuite]", Setup: true, Outcome: Pass},
+		},
+		KubeProxyIPVS: {
+			{Spec: "[SynchronizedBeforeSuite]", Setup: true, Outcome: Fail, Reason: "no nodes", Duration: time.Second},
+			{Spec: basic, Outcome: Skip},
+		},
+		Switchyard: {
+			{Spec: basic, Outcome: Pass, Duration: 31 * time.Second},
+			{Spec: nodePort, Outcome: Fail, Reason: "unreachable | twice", Duration: 95 * time.Second},
+			// Filtered out by that run's own focus: not run.
+			{Spec: twoNodes, Outcome: Skip},
+		},
+	}
+	want := `| spec | kube-proxy IPVS | kube-proxy nftables | Switchyard |
+|---|---|---|---|
+| [SynchronizedBeforeSuite] | FAIL (1s): no nodes | not run | not run |
+| [sig-network] Services should be able to create a functioning NodePort service [Conformance] | not run | pass (40s) | FAIL (1m35s): unreachable \| twice |
+| [sig-network] Services should serve a basic endpoint from pods [Conformance] | not run | pass (34s) | pass (31s) |
+| [sig-network] Services should work after the service has been recreated | not run | skip: Requires at least 2 nodes (not 1) | not run |
+| **total** (pass/fail/skip) | 0/1/0 | 2/0/1 | 1/1/0 |
+`
+	if diff := cmp.Diff(want, Table(runs, f)); diff != "" {
+		t.Errorf("Table (-want +got):\n%s", diff)
+	}
+}
+
+func TestNewFilterRefusesBadRegexp(t *testing.T) {
+	if _, err := NewFilter(`[`, ""); err == nil {
+		t.Error("NewFilter(`[`): no error")
+	}
+	if _, err := NewFilter(`x`, `(`); err == nil {
+		t.Error("NewFilter skip `(`: no error")
+	}
+}
