@@ -81,11 +81,17 @@ func TestCluster(t *testing.T) {
 	copyFile(t, srv.WriteKubeconfig(t, admin), filepath.Join(data, "admin.kubeconfig"))
 
 	// The guest gets the daemon at the same path (Job.Extra), which must
-	// not be under /tmp: the guest mounts a tmpfs there.
-	binDir := filepath.Join(filepath.Dir(lab.DefaultCacheDir()), "cluster")
-	if err := os.MkdirAll(binDir, 0o755); err != nil {
+	// not be under /tmp: the guest mounts a tmpfs there. One directory per
+	// run, so two checkouts can run the cluster lab at once.
+	binRoot := filepath.Join(filepath.Dir(lab.DefaultCacheDir()), "cluster")
+	if err := os.MkdirAll(binRoot, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	binDir, err := os.MkdirTemp(binRoot, "run-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(binDir) })
 	switchyard := filepath.Join(binDir, "switchyard")
 	began := time.Now()
 	goBuild(t, "build", "-o", switchyard, "github.com/switchyard-lb/switchyard/cmd/switchyard")
