@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/switchyard-lb/switchyard/plugins/registry"
+	"github.com/switchyard-lb/switchyard/plugins/wasm/wasmtest"
 	"github.com/switchyard-lb/switchyard/test/apitest"
 	"github.com/switchyard-lb/switchyard/wasm-sdk/walkthrough"
 )
@@ -22,7 +24,7 @@ import (
 // language" of wasm-sdk/README.md in Go, Rust and AssemblyScript, with
 // the files the page shows (walkthrough.Setup): a new policy with a list
 // parameter in an empty directory; `yardctl policy build` detecting the
-// language; `yardctl policy test` passing the page's scenarios, and
+// language and keeping function names; `yardctl policy test` passing the page's scenarios, and
 // failing with the difference named when an expectation is wrong;
 // `yardctl policy pack` into a file, `kubectl apply --server-side -f` of
 // it (a Go module is too big for a client-side apply) to a real
@@ -88,6 +90,13 @@ func TestIntegrationPolicyWalkthrough(t *testing.T) {
 				t.Errorf("yardctl policy build printed %q, want %s, its size and the language detected (%s)", out, module, lang)
 			}
 			t.Logf("built in %s: %s", time.Since(began).Round(time.Millisecond), strings.TrimSpace(out))
+			m, err := os.ReadFile(module)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sections := wasmtest.CustomSections(m); !slices.Contains(sections, "name") {
+				t.Errorf("the module has the custom sections %q, no name section: a trap's stack trace would not name the functions", sections)
+			}
 
 			// The page's scenarios pass.
 			out = yardctlDo("policy", "test", module, "--scenario", scenarios, "--deadline", "10s")
@@ -133,10 +142,6 @@ func TestIntegrationPolicyWalkthrough(t *testing.T) {
 				t.Fatal(err)
 			}
 			if _, err := srv.Kubectl(t, "apply", "--server-side", "-f", manifest); err != nil {
-				t.Fatal(err)
-			}
-			m, err := os.ReadFile(module)
-			if err != nil {
 				t.Fatal(err)
 			}
 			digest := registry.Digest(m)
