@@ -49,7 +49,9 @@ wasm-bench:
 # --- Every SDK language: examples, toolchains, conformance -------------------
 
 WASM_DIR := $(BIN)/wasm
-WASM_SDK_EXAMPLES := zoneaware canary leastconn slowstart
+# Every example: the Go examples' names, which the Rust and AssemblyScript
+# examples match (wasm-sdk/conformance TestEveryExampleHasScenarios).
+WASM_SDK_EXAMPLES := $(WASM_GO_EXAMPLES)
 WASM_SDK_LANGS := go rust assemblyscript
 WASM_SDK_MODULES := $(foreach l,$(WASM_SDK_LANGS),$(foreach e,$(WASM_SDK_EXAMPLES),$(WASM_DIR)/$(l)/$(e).wasm))
 # Test modules reading every input field through the Rust and AssemblyScript SDKs,
