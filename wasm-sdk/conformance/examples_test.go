@@ -69,3 +69,20 @@ func TestEveryExampleHasScenarios(t *testing.T) {
 		}
 	}
 }
+
+// TestREADMEScenario: the scenario wasm-sdk/README.md shows is one of the
+// zoneaware example's, which make wasm-scenarios checks in every
+// language, word for word.
+func TestREADMEScenario(t *testing.T) {
+	page, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := os.ReadFile("../scenarios/zoneaware/readme.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(page), "```yaml\n"+string(sc)+"```\n") {
+		t.Errorf("wasm-sdk/README.md does not show wasm-sdk/scenarios/zoneaware/readme.yaml as a yaml block word for word:\n%s", sc)
+	}
+}
