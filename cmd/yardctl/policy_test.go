@@ -527,6 +527,27 @@ func TestPolicyTestExpectations(t *testing.T) {
 	}
 }
 
+// TestPolicyTestFailure: a policy that fails otherwise than by declining
+// (here a trap) is reported as failed, not declined.
+func TestPolicyTestFailure(t *testing.T) {
+	sc := "endpoints: [{address: 10.0.0.1}]\nexpect: {decline: unreachable}\n"
+	file := writeFile(t, "s.yaml", sc)
+	code, stdout, stderr := yardctl(t, "policy", "test", trapModule(t), "--scenario", file)
+	if code != exitOK || !strings.HasPrefix(stdout, "failed: policy trapped: ") || strings.Contains(stdout, "declined") {
+		t.Errorf("one scenario: exit %d, stdout %q, stderr %q; want exit 0 and \"failed: policy trapped: ...\"", code, stdout, stderr)
+	}
+	dir := t.TempDir()
+	for _, name := range []string{"a.yaml", "b.yaml"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(sc), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, stdout, stderr = yardctl(t, "policy", "test", trapModule(t), "--scenario", dir)
+	if code != exitOK || !strings.Contains(stdout, " pass    failed: policy trapped: ") || strings.Contains(stdout, "declined") {
+		t.Errorf("a directory: exit %d, stdout %q, stderr %q; want exit 0 and \"failed: policy trapped: ...\" in the table", code, stdout, stderr)
+	}
+}
+
 func TestPolicyTestDecline(t *testing.T) {
 	base := "endpoints: [{address: 10.0.0.1}]\n"
 	for _, tc := range []struct {
@@ -535,7 +556,7 @@ func TestPolicyTestDecline(t *testing.T) {
 		wantStdout     string
 	}{
 		{"decline expected", base + "expect: {decline: canary is missing}\n", exitOK,
-			"declined: policy declined: params: canary is missing\nexpect: pass\n"},
+			"declined: params: canary is missing\nexpect: pass\n"},
 		{"other message", base + "expect: {decline: percent is above 100}\n", exitError,
 			"expect: FAIL\n  the policy failed with \"policy declined: params: canary is missing\", want a decline with \"percent is above 100\"\n"},
 		{"decision expected", base + "expect: {weights: [1]}\n", exitError,
