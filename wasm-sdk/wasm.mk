@@ -82,8 +82,9 @@ wasm-rust-toolchain:
 		{ $(SUDO) apt-get update && $(SUDO) apt-get install -y rustc libstd-rust-dev-wasm32; }; \
 	fi
 
-# TestIntegrationPolicyApply builds its modules with every SDK's toolchain:
-# make test-integration installs them first, so no language skips there.
+# TestIntegrationPolicyApply and TestIntegrationPolicyWalkthrough build
+# modules with every SDK's toolchain: make test-integration installs them
+# first, so no language skips there.
 test-integration: | wasm-rust-toolchain $(ASC)
 
 $(ASC): $(WASM_AS)/package.json $(WASM_AS)/package-lock.json

@@ -192,17 +192,21 @@ func waitPolicyState(t *testing.T, yardctl, metrics, step, service, digest, revi
 	})
 }
 
-// TestIntegrationPolicyApply is the policy author's loop against a real
-// API server and a running daemon (dry-run dataplane), for a module built
-// from each SDK language: `yardctl policy apply` of a first version, whose
-// weights the daemon's plan shows and whose digest and ConfigMap
-// resourceVersion `yardctl state` shows; a second version (another
-// module) replacing it; a broken module refused by apply, then written
-// into the ConfigMap anyway (as kubectl would), which leaves the second
-// version running, still evaluated (a new endpoint gets its weight), with
-// the error on the Service. A language whose toolchain is missing is
-// skipped.
-func TestIntegrationPolicyApply(t *testing.T) {
+// policyLab is what the policy author's tests run against.
+type policyLab struct {
+	root    string // the checkout
+	work    string // a directory for the test's files
+	yardctl string // the yardctl binary, built from root
+	srv     *apitest.Server
+	// daemon is the config of the daemon running against srv as node-a
+	// (startPolicyDaemon), its evaluation deadline generous.
+	daemon *testConfig
+}
+
+// startPolicyLab builds yardctl while a real API server starts, then
+// starts the daemon. Cleanup stops them.
+func startPolicyLab(t *testing.T) *policyLab {
+	t.Helper()
 	root, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
@@ -222,10 +226,24 @@ func TestIntegrationPolicyApply(t *testing.T) {
 	if b.err != nil {
 		t.Fatal(b.err)
 	}
-	yardctl := b.path
-	ctx := t.Context()
-	client := srv.Client
 	tc := startPolicyDaemon(t, srv, "policies:\n  statisticsInterval: 1h\n  evaluationDeadline: 10s\n").tc
+	return &policyLab{root: root, work: work, yardctl: b.path, srv: srv, daemon: tc}
+}
+
+// TestIntegrationPolicyApply is the policy author's loop against a real
+// API server and a running daemon (dry-run dataplane), for a module built
+// from each SDK language: `yardctl policy apply` of a first version, whose
+// weights the daemon's plan shows and whose digest and ConfigMap
+// resourceVersion `yardctl state` shows; a second version (another
+// module) replacing it; a broken module refused by apply, then written
+// into the ConfigMap anyway (as kubectl would), which leaves the second
+// version running, still evaluated (a new endpoint gets its weight), with
+// the error on the Service. A language whose toolchain is missing is
+// skipped.
+func TestIntegrationPolicyApply(t *testing.T) {
+	lab := startPolicyLab(t)
+	root, work, yardctl, srv, tc := lab.root, lab.work, lab.yardctl, lab.srv, lab.daemon
+	ctx, client := t.Context(), srv.Client
 
 	yardctlRun := func(kubeconfigEnv string, args ...string) (string, string, error) {
 		return runYardctl(ctx, yardctl, kubeconfigEnv, args...)
@@ -292,7 +310,8 @@ func TestIntegrationPolicyApply(t *testing.T) {
 			slice := testSlice(ns, service, "10.1.0.1", "10.1.0.2")
 			slice.Endpoints[0].Zone, slice.Endpoints[0].NodeName = &zoneA, ptr("node-a")
 			slice.Endpoints[1].Zone, slice.Endpoints[1].NodeName = &zoneB, ptr("node-b")
-			if slice, err = client.DiscoveryV1().EndpointSlices(ns).Create(ctx, slice, metav1.CreateOptions{}); err != nil {
+			slice, err := client.DiscoveryV1().EndpointSlices(ns).Create(ctx, slice, metav1.CreateOptions{})
+			if err != nil {
 				t.Fatal(err)
 			}
 			waitWeights := func(step, want string) {
@@ -344,7 +363,7 @@ func TestIntegrationPolicyApply(t *testing.T) {
 
 			// 4. Written anyway (as kubectl would): the second version keeps
 			// running, the Service says why, and it is still evaluated.
-			err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
 				cm, err := cms.Get(ctx, name, metav1.GetOptions{})
 				if err != nil {
 					return err

@@ -16,7 +16,6 @@ import (
 
 	"github.com/switchyard-lb/switchyard/plugins/registry"
 	"github.com/switchyard-lb/switchyard/plugins/wasm/wasmtest"
-	"github.com/switchyard-lb/switchyard/test/apitest"
 	"github.com/switchyard-lb/switchyard/wasm-sdk/walkthrough"
 )
 
@@ -34,28 +33,9 @@ import (
 // and the ConfigMap's resourceVersion. A language whose toolchain is
 // missing is skipped, except under make test-integration.
 func TestIntegrationPolicyWalkthrough(t *testing.T) {
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	work := t.TempDir()
-	type built struct {
-		path string
-		err  error
-	}
-	yardctlBuilt := make(chan built, 1)
-	go func() { // while the API server starts
-		p, err := buildYardctl(root, work)
-		yardctlBuilt <- built{p, err}
-	}()
-	srv := apitest.Start(t)
-	b := <-yardctlBuilt
-	if b.err != nil {
-		t.Fatal(b.err)
-	}
-	yardctl := b.path
+	lab := startPolicyLab(t)
+	root, work, yardctl, srv, tc := lab.root, lab.work, lab.yardctl, lab.srv, lab.daemon
 	ctx, client := t.Context(), srv.Client
-	tc := startPolicyDaemon(t, srv, "policies:\n  statisticsInterval: 1h\n  evaluationDeadline: 10s\n").tc
 
 	for _, lang := range walkthrough.Languages {
 		t.Run(lang, func(t *testing.T) {
