@@ -21,7 +21,7 @@ var gracefulRestartConfig = strings.Replace(cluster.DefaultDaemonConfig,
 // TestLoadBalancerBGPRollingRestart: a rolling restart of every daemon in
 // BGP mode (SIGTERM, as the DaemonSet's update does; each daemon's path
 // back at the router before the next one stops) under long-lived TCP
-// flows through FRR's ECMP route to a LoadBalancer IP and a steady
+// flows (CLUSTER_ROLLING_FLOWS of them) through FRR's ECMP route to a LoadBalancer IP and a steady
 // request rate, first with the default config (no graceful restart:
 // each daemon withdraws, the router's next-hop set changes twice per
 // node and rehashes flows, today's loss), then with graceful restart
@@ -45,6 +45,7 @@ var gracefulRestartConfig = strings.Replace(cluster.DefaultDaemonConfig,
 // without, the losses are reported.
 func TestLoadBalancerBGPRollingRestart(t *testing.T) {
 	c := requireGuest(t)
+	flows := rollingFlows(t)
 	svc := createLB(t, c, "lb-rolling", cluster.PoolBGP, cluster.BGPPool)
 	waitNextHops(t, c, svc.LoadBalancerIP, c.Nodes, 3*time.Second)
 	if _, err := waitAnswer(t.Context(), c.Client, svc.LoadBalancerAddr(cluster.PortHTTP), programmed, through(c, c.Nodes...)); err != nil {
@@ -67,7 +68,7 @@ func TestLoadBalancerBGPRollingRestart(t *testing.T) {
 		if gr && !run.crash {
 			reconfigure(t, c, svc, gracefulRestartConfig)
 		}
-		lost, healthy, failed, sent, changes := rollBGP(t, c, svc, run.crash)
+		lost, healthy, failed, sent, changes := rollBGP(t, c, svc, flows, run.crash)
 		t.Logf("rolling restart %s: %d of %d flows healthy when it began lost, %d of %d requests failed; the router's next hops changed %d times: %v",
 			what, lost, healthy, len(failed), sent, len(changes), changes)
 		if len(failed) > 0 {
@@ -95,10 +96,11 @@ func TestLoadBalancerBGPRollingRestart(t *testing.T) {
 // sent requests, and every change of the router's next hops meanwhile.
 // Each lost flow is logged with the node it entered through and the
 // restart it broke during.
-func rollBGP(t *testing.T, c *cluster.Cluster, svc *cluster.Service, crash bool) (lost, healthy int, failed []string, sent int, changes []string) {
+func rollBGP(t *testing.T, c *cluster.Cluster, svc *cluster.Service, flows int, crash bool) (lost, healthy int, failed []string, sent int, changes []string) {
 	t.Helper()
+	interval := flowInterval(flows)
 	tr, err := cluster.StartTraffic(t.Context(), c.Client, cluster.TrafficSpec{
-		Network: "tcp", Target: svc.LoadBalancerAddr(cluster.PortTCP), Flows: 100, Interval: time.Second, Timeout: stallTimeout,
+		Network: "tcp", Target: svc.LoadBalancerAddr(cluster.PortTCP), Flows: flows, Interval: interval, Timeout: stallTimeout,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -141,7 +143,8 @@ func rollBGP(t *testing.T, c *cluster.Cluster, svc *cluster.Service, crash bool)
 		t.Logf("%s's daemon stopped at %s, ready in %s, its path refreshed at the router in %s", n.Name, stopped.Format("15:04:05.000"),
 			ready.Round(time.Millisecond), time.Since(stopped).Round(time.Millisecond))
 	}
-	time.Sleep(2 * time.Second)
+	// Every flow exchanges at least once more after the last restart.
+	time.Sleep(interval + 2*time.Second)
 	close(stop)
 	changes = <-watched
 	sent, failed = reqs.stop()
