@@ -22,7 +22,8 @@
 # gives them the shipped one. CLUSTER_L2_KILLS is how many layer-2
 # failovers TestLoadBalancerLayer2 measures in a row. CLUSTER_ROLLING_FLOWS
 # is how many long-lived flows each rolling restart suite keeps open
-# (default 100; bench-cluster runs 1,000).
+# (default 100; bench-cluster runs 1,000); CLUSTER_L2_NO_GRACE=1 adds the
+# layer-2 rolling restart without the restart grace (bench-cluster does).
 CLUSTER_RUN ?=
 CLUSTER_COUNT ?= 1
 CLUSTER_MEM ?= 1536
@@ -49,6 +50,7 @@ test-cluster: cluster-deps
 	SWITCHYARD_KUBE_BIN=$$bin CLUSTER_RUN='$(CLUSTER_RUN)' CLUSTER_COUNT=$(CLUSTER_COUNT) CLUSTER_MEM=$(CLUSTER_MEM) \
 	CLUSTER_GOSSIP=$(CLUSTER_GOSSIP) $(if $(CLUSTER_L2_KILLS),CLUSTER_L2_KILLS=$(CLUSTER_L2_KILLS)) \
 	$(if $(CLUSTER_ROLLING_FLOWS),CLUSTER_ROLLING_FLOWS=$(CLUSTER_ROLLING_FLOWS)) \
+	$(if $(CLUSTER_L2_NO_GRACE),CLUSTER_L2_NO_GRACE=$(CLUSTER_L2_NO_GRACE)) \
 	$(GO) test -tags cluster -count=1 -v -timeout 45m -run '^TestCluster$$' $(GOTEST_FLAGS) ./test/cluster/
 
 # bench-cluster: the BGP withdraw, layer-2 failover and the BGP and
@@ -82,7 +84,7 @@ bench-cluster: cluster-deps
 		echo "run $$i of $(CLUSTER_RUNS)"; \
 		SWITCHYARD_KUBE_BIN=$$bin CLUSTER_RUN='$(CLUSTER_BENCH_RUN)' CLUSTER_MEM=$(CLUSTER_MEM) \
 		CLUSTER_GOSSIP=$(CLUSTER_BENCH_GOSSIP) CLUSTER_L2_KILLS=$(CLUSTER_BENCH_L2_KILLS) \
-		CLUSTER_ROLLING_FLOWS=$(CLUSTER_BENCH_ROLLING_FLOWS) \
+		CLUSTER_ROLLING_FLOWS=$(CLUSTER_BENCH_ROLLING_FLOWS) CLUSTER_L2_NO_GRACE=1 \
 		$(GO) test -tags cluster -count=1 -v -timeout 45m -run '^TestCluster$$' $(GOTEST_FLAGS) ./test/cluster/ \
 			>> $(CLUSTER_BENCH_OUT) 2>&1 || st=1; \
 		grep -E 'guest: --- ' $(CLUSTER_BENCH_OUT) | tail -n 2; \
