@@ -3,12 +3,15 @@ package cluster_test
 import (
 	"bufio"
 	"fmt"
+	"net/netip"
 	"os"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/switchyard-lb/switchyard/test/cluster"
 )
 
 // envRollingFlows is how many long-lived flows each rolling restart
@@ -36,6 +39,48 @@ func rollingFlows(t *testing.T) int {
 // restarts).
 func flowInterval(flows int) time.Duration {
 	return max(time.Second, time.Duration(flows)*10*time.Millisecond)
+}
+
+// rollingLoad is the traffic of a rolling restart suite: long-lived
+// flows and a request every 100 ms from the client to a LoadBalancer IP.
+type rollingLoad struct {
+	tr   *cluster.Traffic
+	reqs *requests
+	// interval is the flows' (flowInterval); healthy are the flows
+	// established and unbroken 2 s after they started, when the
+	// restarts begin.
+	interval time.Duration
+	healthy  map[netip.AddrPort]bool
+}
+
+// startRollingLoad starts flows flows and the requests to svc's
+// LoadBalancer IP, and waits 2 s for the flows healthy then.
+func startRollingLoad(t *testing.T, c *cluster.Cluster, svc *cluster.Service, flows int) *rollingLoad {
+	t.Helper()
+	l := &rollingLoad{interval: flowInterval(flows), healthy: map[netip.AddrPort]bool{}}
+	var err error
+	l.tr, err = cluster.StartTraffic(t.Context(), c.Client, cluster.TrafficSpec{
+		Network: "tcp", Target: svc.LoadBalancerAddr(cluster.PortTCP), Flows: flows, Interval: l.interval, Timeout: stallTimeout,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.reqs = startRequests(t.Context(), 100*time.Millisecond, []target{{c.Client, svc.LoadBalancerAddr(cluster.PortHTTP)}})
+	time.Sleep(2 * time.Second)
+	before := l.tr.Report()
+	for _, f := range before.Flows {
+		if f.Break == nil && !f.Established.IsZero() {
+			l.healthy[f.Local] = true
+		}
+	}
+	if len(l.healthy) < len(before.Flows) {
+		t.Logf("before the restarts, %d of %d flows were not healthy (never established, or reset with nothing changing): %s",
+			len(before.Flows)-len(l.healthy), len(before.Flows), before)
+	}
+	if avail, err := memAvailableMiB(); err == nil {
+		t.Logf("with %d flows open (one exchange each every %s), the guest has %d MiB available", flows, l.interval, avail)
+	}
+	return l
 }
 
 // guestCapacity checks, and raises where it can, what flows long-lived

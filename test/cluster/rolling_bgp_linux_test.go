@@ -98,28 +98,10 @@ func TestLoadBalancerBGPRollingRestart(t *testing.T) {
 // restart it broke during.
 func rollBGP(t *testing.T, c *cluster.Cluster, svc *cluster.Service, flows int, crash bool) (lost, healthy int, failed []string, sent int, changes []string) {
 	t.Helper()
-	interval := flowInterval(flows)
-	tr, err := cluster.StartTraffic(t.Context(), c.Client, cluster.TrafficSpec{
-		Network: "tcp", Target: svc.LoadBalancerAddr(cluster.PortTCP), Flows: flows, Interval: interval, Timeout: stallTimeout,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reqs := startRequests(t.Context(), 100*time.Millisecond, []target{{c.Client, svc.LoadBalancerAddr(cluster.PortHTTP)}})
 	stop := make(chan struct{})
 	watched := watchNextHops(c, svc.LoadBalancerIP, stop)
-	time.Sleep(2 * time.Second)
-	before := tr.Report()
-	ok := map[netip.AddrPort]bool{}
-	for _, f := range before.Flows {
-		if f.Break == nil && !f.Established.IsZero() {
-			ok[f.Local] = true
-		}
-	}
-	if len(ok) < len(before.Flows) {
-		t.Logf("before the restarts, %d of %d flows were not healthy (never established, or reset with nothing changing: the lab's open finding): %s",
-			len(before.Flows)-len(ok), len(before.Flows), before)
-	}
+	load := startRollingLoad(t, c, svc, flows)
+	ok := load.healthy
 	type restart struct {
 		node    string
 		stopped time.Time
@@ -144,11 +126,11 @@ func rollBGP(t *testing.T, c *cluster.Cluster, svc *cluster.Service, flows int, 
 			ready.Round(time.Millisecond), time.Since(stopped).Round(time.Millisecond))
 	}
 	// Every flow exchanges at least once more after the last restart.
-	time.Sleep(interval + 2*time.Second)
+	time.Sleep(load.interval + 2*time.Second)
 	close(stop)
 	changes = <-watched
-	sent, failed = reqs.stop()
-	r := tr.Stop()
+	sent, failed = load.reqs.stop()
+	r := load.tr.Stop()
 	t.Logf("flows: %s", r)
 	for _, f := range r.Flows {
 		if !ok[f.Local] || f.Break == nil {
@@ -175,15 +157,23 @@ func rollBGP(t *testing.T, c *cluster.Cluster, svc *cluster.Service, flows int, 
 // measured.
 func reconfigure(t *testing.T, c *cluster.Cluster, svc *cluster.Service, cfg string) {
 	t.Helper()
+	restartEach(t, c, cfg, func(n *cluster.Node) { waitRefreshed(t, c, svc.LoadBalancerIP, n) })
+}
+
+// restartEach restarts every daemon with cfg ("" the cluster's), one
+// after another, calling back before the next stops.
+func restartEach(t *testing.T, c *cluster.Cluster, cfg string, back func(*cluster.Node)) {
+	t.Helper()
 	for _, n := range c.Nodes {
 		n.SetDaemonConfig(cfg)
 		if err := n.StopDaemon(); err != nil {
 			t.Fatal(err)
 		}
+		// Not t.Context(): this runs in cleanups too.
 		if err := n.StartDaemon(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		waitRefreshed(t, c, svc.LoadBalancerIP, n)
+		back(n)
 	}
 }
 

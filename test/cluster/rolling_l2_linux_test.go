@@ -2,7 +2,6 @@ package cluster_test
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"net/http"
 	"net/netip"
@@ -121,30 +120,9 @@ type rolled struct {
 // every change of the router's neighbour entry for the address.
 func rollL2(t *testing.T, c *cluster.Cluster, svc *cluster.Service, flows int) rolled {
 	t.Helper()
-	interval := flowInterval(flows)
-	tr, err := cluster.StartTraffic(t.Context(), c.Client, cluster.TrafficSpec{
-		Network: "tcp", Target: svc.LoadBalancerAddr(cluster.PortTCP), Flows: flows, Interval: interval, Timeout: stallTimeout,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reqs := startRequests(t.Context(), 100*time.Millisecond, []target{{c.Client, svc.LoadBalancerAddr(cluster.PortHTTP)}})
 	stop := make(chan struct{})
 	watched := watchNeighbour(c, svc.LoadBalancerIP, stop)
-	time.Sleep(2 * time.Second)
-	before := tr.Report()
-	ok := map[netip.AddrPort]bool{}
-	for _, f := range before.Flows {
-		if f.Break == nil && !f.Established.IsZero() {
-			ok[f.Local] = true
-		}
-	}
-	if len(ok) < len(before.Flows) {
-		t.Logf("before the restarts, %d of %d flows were not healthy: %s", len(before.Flows)-len(ok), len(before.Flows), before)
-	}
-	if avail, err := memAvailableMiB(); err == nil {
-		t.Logf("with %d flows open (one exchange each every %s), the guest has %d MiB available", flows, interval, avail)
-	}
+	load := startRollingLoad(t, c, svc, flows)
 	for _, n := range c.Nodes {
 		stopped := time.Now()
 		if err := n.StopDaemon(); err != nil {
@@ -160,14 +138,14 @@ func rollL2(t *testing.T, c *cluster.Cluster, svc *cluster.Service, flows int) r
 		time.Sleep(2 * time.Second) // its first syncs, under traffic
 	}
 	// Every flow exchanges at least once more after the last restart.
-	time.Sleep(interval + 2*time.Second)
+	time.Sleep(load.interval + 2*time.Second)
 	close(stop)
-	r := rolled{changes: <-watched, healthy: len(ok)}
-	r.sent, r.failed = reqs.stop()
-	rep := tr.Stop()
+	r := rolled{changes: <-watched, healthy: len(load.healthy)}
+	r.sent, r.failed = load.reqs.stop()
+	rep := load.tr.Stop()
 	t.Logf("flows: %s", rep)
 	for _, f := range rep.Flows {
-		if ok[f.Local] && f.Break != nil {
+		if load.healthy[f.Local] && f.Break != nil {
 			r.lost++
 		}
 	}
@@ -179,17 +157,7 @@ func rollL2(t *testing.T, c *cluster.Cluster, svc *cluster.Service, flows int) r
 // measured.
 func reconfigureL2(t *testing.T, c *cluster.Cluster, cfg string) {
 	t.Helper()
-	for _, n := range c.Nodes {
-		n.SetDaemonConfig(cfg)
-		if err := n.StopDaemon(); err != nil {
-			t.Fatal(err)
-		}
-		// Not t.Context(): this runs in a cleanup too.
-		if err := n.StartDaemon(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		waitGossip(t, c)
-	}
+	restartEach(t, c, cfg, func(*cluster.Node) { waitGossip(t, c) })
 }
 
 // waitGossip waits until every node's daemon counts every daemon alive
