@@ -414,7 +414,8 @@ type Membership struct {
 	ProbeTimeout  Duration `yaml:"probeTimeout"`
 	SuspicionMult int      `yaml:"suspicionMult"`
 	// RestartGrace is how long the other daemons keep a restarting
-	// daemon's layer-2 addresses on its node, which keeps forwarding,
+	// daemon's layer-2 addresses (and the cloud addresses it owns) on its
+	// node, which keeps forwarding,
 	// instead of moving them and back with every established flow through
 	// them. On SIGTERM a daemon whose Node is neither deleted, cordoned
 	// nor shutting down (the shutdown intent the BGP graceful restart
