@@ -24,8 +24,9 @@ type guardView struct {
 	// and stopped answering for them.
 	fenced map[string]bool
 	// held are the members that left saying they restart less than the
-	// restart grace ago: Alive reports them alive, guard or not, so
-	// that their addresses stay where they are until they are back. For
+	// restart grace ago: Alive reports them alive (unless the guard has
+	// no opinion of them: cut off, or exactly half alive), so that their
+	// addresses stay where they are until they are back. For
 	// the guard they count, neither alive nor heard, as a member just
 	// declared dead does: one side of a partition cannot take a
 	// majority from a member gone silent.
