@@ -60,6 +60,10 @@ type DSRFrontend struct {
 // side (the frontends' tables and the peers they forward to) and the
 // settings the backend side needs.
 type DSRPlan struct {
+	// Addr is this node's address, the tunnels' local end: it is also
+	// bound to the decapsulating device, as loose reverse-path filtering
+	// drops every packet arriving on a device without an address.
+	Addr          netip.Addr
 	Encapsulation Encapsulation
 	// GUEPort is the UDP port of GUE (both ends), with Encapsulation GUE.
 	GUEPort uint16

@@ -12,10 +12,11 @@ import (
 	"github.com/switchyard-lb/switchyard/core/model"
 )
 
-// DSRMarkBase is the first firewall mark of the dsr peers: peer i of the
-// sorted node list gets DSRMarkBase+i. The marks sit above the 16 bits
-// the dataplane's other marks use (internal marks, masquerade, drop).
-const DSRMarkBase = 0x10000
+// DSRMark is the firewall mark of the dsr peer that is node i of the
+// sorted node list: (i+1)<<16, so that no bit of the low 16, where the
+// dataplane's other marks live (internal marks, masquerade, drop), is
+// set.
+func DSRMark(i int) uint32 { return uint32(i+1) << 16 }
 
 // DSRNode is a node of the cluster as dsr planning needs it: its name,
 // which orders the Maglev table, and the address it is reached at.
@@ -66,10 +67,17 @@ func DSR(in DSRInput) (model.DSRPlan, error) {
 	default:
 		return model.DSRPlan{}, fmt.Errorf("dsr: unknown encapsulation %v", in.Encapsulation)
 	}
+	if in.Seed == 0 {
+		// nftables' jhash picks a random seed per node without one.
+		return model.DSRPlan{}, errors.New("dsr: seed 0: every node needs the same non-zero seed")
+	}
 	nodes := slices.Clone(in.Nodes)
 	slices.SortFunc(nodes, func(a, b DSRNode) int { return cmp.Compare(a.Name, b.Name) })
 	marks := make(map[string]uint32, len(nodes))
 	addrs := make(map[string]netip.Addr, len(nodes))
+	if len(nodes) >= 1<<16 {
+		return model.DSRPlan{}, fmt.Errorf("dsr: %d nodes, at most %d", len(nodes), 1<<16-1)
+	}
 	for i, n := range nodes {
 		if i > 0 && nodes[i-1].Name == n.Name {
 			return model.DSRPlan{}, fmt.Errorf("dsr: node %q given twice", n.Name)
@@ -77,13 +85,14 @@ func DSR(in DSRInput) (model.DSRPlan, error) {
 		if !n.Addr.IsValid() {
 			return model.DSRPlan{}, fmt.Errorf("dsr: node %q has no address", n.Name)
 		}
-		marks[n.Name] = DSRMarkBase + uint32(i)
+		marks[n.Name] = DSRMark(i)
 		addrs[n.Name] = n.Addr
 	}
 	if _, ok := marks[in.Self]; !ok {
 		return model.DSRPlan{}, fmt.Errorf("dsr: this node %q is not among the nodes", in.Self)
 	}
 	p := model.DSRPlan{
+		Addr:          addrs[in.Self],
 		Encapsulation: in.Encapsulation,
 		GUEPort:       in.GUEPort,
 		Seed:          in.Seed,

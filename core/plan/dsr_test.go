@@ -109,7 +109,7 @@ func TestDSRPlan(t *testing.T) {
 		{
 			name:  "ingress only: every slot to the one backend node",
 			in:    dsrInput("n2", dsrNodes, "n1"),
-			peers: []model.DSRPeer{{Name: "n1", Addr: netip.MustParseAddr("10.0.1.2"), Mark: plan.DSRMarkBase}},
+			peers: []model.DSRPeer{{Name: "n1", Addr: netip.MustParseAddr("10.0.1.2"), Mark: plan.DSRMark(0)}},
 			mss:   1440,
 		},
 		{
@@ -125,7 +125,7 @@ func TestDSRPlan(t *testing.T) {
 				in.Encapsulation, in.GUEPort = model.GUE, 6080
 				return in
 			}(),
-			peers: []model.DSRPeer{{Name: "n3", Addr: netip.MustParseAddr("10.0.3.2"), Mark: plan.DSRMarkBase + 2}},
+			peers: []model.DSRPeer{{Name: "n3", Addr: netip.MustParseAddr("10.0.3.2"), Mark: plan.DSRMark(2)}},
 			mss:   1428,
 		},
 	} {
@@ -175,6 +175,7 @@ func TestDSRRefuses(t *testing.T) {
 		{"no encapsulation", func(in *plan.DSRInput) { in.Encapsulation = 0 }, "unknown encapsulation"},
 		{"IPv6 frontend", func(in *plan.DSRInput) { in.Frontends[0].Key.Addr = netip.MustParseAddr("2001:db8::1") }, "only IPv4"},
 		{"table size not prime", func(in *plan.DSRInput) { in.TableSize = 300 }, "want a prime"},
+		{"seed 0", func(in *plan.DSRInput) { in.Seed = 0 }, "seed 0"},
 		{"tiny MTU", func(in *plan.DSRInput) { in.LinkMTU = 576 }, "MSS"},
 		{"node twice", func(in *plan.DSRInput) { in.Nodes = append(in.Nodes, in.Nodes[0]) }, "given twice"},
 		{"node without address", func(in *plan.DSRInput) { in.Nodes = append(in.Nodes, plan.DSRNode{Name: "n4"}) }, "no address"},
