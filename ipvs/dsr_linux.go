@@ -10,6 +10,8 @@ import (
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
+	"github.com/mdlayher/genetlink"
+	mdnetlink "github.com/mdlayher/netlink"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
@@ -162,10 +164,10 @@ type NetlinkDSRTunnels struct {
 
 var _ DSRTunnels = (*NetlinkDSRTunnels)(nil)
 
-// NewNetlinkDSRTunnels opens route and generic netlink (FOU) handles in
-// the calling thread's network namespace.
+// NewNetlinkDSRTunnels opens a route-netlink handle in the calling
+// thread's network namespace.
 func NewNetlinkDSRTunnels() (*NetlinkDSRTunnels, error) {
-	h, err := netlink.NewHandle(unix.NETLINK_ROUTE, unix.NETLINK_GENERIC)
+	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
 	if err != nil {
 		return nil, fmt.Errorf("ipvs: open netlink: %w", err)
 	}
@@ -200,12 +202,38 @@ func (n *NetlinkDSRTunnels) EnsureFallback(addr netip.Addr) error {
 	return nil
 }
 
+// fouVersion is FOU_GENL_VERSION.
+const fouVersion = 1
+
+// EnsureGUE opens the port with FOU's generic netlink family, in the
+// calling thread's namespace. It leaves out FOU_ATTR_IPPROTO, which GUE
+// does not take: vishvananda/netlink's FouAdd sends it (as 0) and the
+// 6.1 kernel refuses that with ERANGE, where iproute2 succeeds (seen in
+// the lab).
 func (n *NetlinkDSRTunnels) EnsureGUE(port uint16) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	err := n.h.FouAdd(netlink.Fou{Family: netlink.FAMILY_V4, Port: int(port), EncapType: netlink.FOU_ENCAP_GUE})
+	c, err := genetlink.Dial(nil)
+	if err != nil {
+		return fmt.Errorf("open generic netlink: %w", err)
+	}
+	defer c.Close()
+	fam, err := c.GetFamily("fou")
+	if err != nil {
+		return fmt.Errorf("GUE port %d: find the fou family (is the fou module loaded?): %w", port, err)
+	}
+	ae := mdnetlink.NewAttributeEncoder()
+	ae.Bytes(netlink.FOU_ATTR_PORT, binaryutil.BigEndian.PutUint16(port))
+	ae.Uint8(netlink.FOU_ATTR_AF, unix.AF_INET)
+	ae.Uint8(netlink.FOU_ATTR_TYPE, netlink.FOU_ENCAP_GUE)
+	data, err := ae.Encode()
+	if err != nil {
+		return fmt.Errorf("GUE port %d: %w", port, err)
+	}
+	msg := genetlink.Message{Header: genetlink.Header{Command: netlink.FOU_CMD_ADD, Version: fouVersion}, Data: data}
+	_, err = c.Execute(msg, fam.ID, mdnetlink.Request|mdnetlink.Acknowledge)
 	if err != nil && !errors.Is(err, unix.EEXIST) {
-		return fmt.Errorf("open GUE port %d (is the fou module loaded?): %w", port, err)
+		return fmt.Errorf("open GUE port %d: %w", port, err)
 	}
 	return nil
 }

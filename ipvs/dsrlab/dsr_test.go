@@ -4,8 +4,6 @@ package dsrlab
 
 import (
 	"fmt"
-	"os"
-	"os/exec"
 	"net/netip"
 	"strings"
 	"testing"
@@ -50,13 +48,6 @@ func (tp *topology) programDSR(t *testing.T, enc model.Encapsulation) {
 		})
 		if err != nil {
 			t.Fatal(err)
-		}
-		if enc == model.GUE && os.Getenv("DSR_EXPLORE_IP_FOU") != "" {
-			n.ns.Do(func() error {
-				out, err := exec.Command("ip", "fou", "add", "port", "6080", "gue").CombinedOutput()
-				t.Logf("%s: ip fou add: %s %v", n.name, out, err)
-				return nil
-			})
 		}
 		do(t, n.ns, func() error { return applyDSR(p) })
 	}
