@@ -124,7 +124,7 @@ func frontendMatch(k model.VirtualServiceKey, reply bool) []expr.Any {
 		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: addrOff, Len: 4},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: a[:]},
 		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{protoNumber(k.Protocol)}},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{ipProto(k.Protocol)}},
 		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: portOff, Len: 2},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(k.Port)},
 	}
@@ -143,16 +143,6 @@ func clampMSS(k model.VirtualServiceKey, mss uint16) []expr.Any {
 		&expr.Immediate{Register: 1, Data: binaryutil.BigEndian.PutUint16(mss)},
 		&expr.Exthdr{Op: expr.ExthdrOpTcpopt, Type: 2, Offset: 2, Len: 2, SourceRegister: 1},
 	)
-}
-
-func protoNumber(p model.Protocol) byte {
-	switch p {
-	case model.UDP:
-		return unix.IPPROTO_UDP
-	case model.SCTP:
-		return unix.IPPROTO_SCTP
-	}
-	return unix.IPPROTO_TCP
 }
 
 // NetlinkDSRTunnels is DSRTunnels over vishvananda/netlink, in the

@@ -193,15 +193,15 @@ func ValidateService(s Service) error {
 }
 
 // ValidateDestination checks a destination against the service it joins:
-// the same address family, a port.
+// the same address family, a port (a firewall-mark service's may have
+// none), a known encapsulation.
 func ValidateDestination(svc model.VirtualServiceKey, d Destination) error {
 	if !d.Addr.IsValid() || d.Addr.Is4() != svc.Addr.Is4() {
 		return fmt.Errorf("destination %v of %s: want an address of the service's family", d.Addr, svc.Addr)
 	}
-	_, fwmark := MarkOf(svc)
-	if d.Port == 0 && !(fwmark && d.Tunnel != (Tunnel{})) {
-		// A tunnel real server of a firewall-mark service takes each
-		// packet's own port.
+	if _, fwmark := MarkOf(svc); d.Port == 0 && !fwmark {
+		// A firewall-mark service's real server may have none: it takes
+		// each packet's own (the dsr side's tunnel real servers).
 		return fmt.Errorf("destination %s of %s: port 0", d.Addr, svc.Addr)
 	}
 	switch d.Tunnel.Encapsulation {

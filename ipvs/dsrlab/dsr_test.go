@@ -61,16 +61,11 @@ func (tp *topology) programDSR(t *testing.T, enc model.Encapsulation) {
 	key := model.ServiceKey{Namespace: "lab", Name: "dsr"}
 	pl := &model.Plan{Services: map[model.ServiceKey]*model.ServicePlan{key: {Key: key, VirtualServices: []model.VirtualService{vs}}}}
 	do(t, n1.ns, func() error {
-		k, err := ipvs.NewNetlink()
+		k, a, closeAll, err := openKernel()
 		if err != nil {
 			return err
 		}
-		defer k.Close()
-		a, err := ipvs.NewNetlinkAddresses()
-		if err != nil {
-			return err
-		}
-		defer a.Close()
+		defer closeAll()
 		dp, err := ipvs.New(ipvs.Config{Kernel: k, Addresses: a, Sysctls: ipvs.ProcSysctls{}})
 		if err != nil {
 			return err
@@ -79,18 +74,28 @@ func (tp *topology) programDSR(t *testing.T, enc model.Encapsulation) {
 	})
 }
 
-// applyDSR programs p in the calling thread's namespace.
-func applyDSR(p model.DSRPlan) error {
+// openKernel opens IPVS and address handles in the calling thread's
+// namespace.
+func openKernel() (*ipvs.Netlink, *ipvs.NetlinkAddresses, func(), error) {
 	k, err := ipvs.NewNetlink()
 	if err != nil {
-		return err
+		return nil, nil, nil, err
 	}
-	defer k.Close()
 	a, err := ipvs.NewNetlinkAddresses()
+	if err != nil {
+		k.Close()
+		return nil, nil, nil, err
+	}
+	return k, a, func() { a.Close(); k.Close() }, nil
+}
+
+// applyDSR programs p in the calling thread's namespace.
+func applyDSR(p model.DSRPlan) error {
+	k, a, closeAll, err := openKernel()
 	if err != nil {
 		return err
 	}
-	defer a.Close()
+	defer closeAll()
 	tun, err := ipvs.NewNetlinkDSRTunnels()
 	if err != nil {
 		return err

@@ -99,10 +99,11 @@ func TestDSRWithoutSloppyTCPBreaksMovedFlows(t *testing.T) {
 	if len(failures) == 0 {
 		t.Errorf("every flow survived with sloppy_tcp off at n3: none moved there, or IPVS took them up anyway")
 	}
+	if len(failures) > 3 {
+		failures = failures[:3]
+	}
 	for _, f := range failures {
-		if testing.Verbose() {
-			t.Log(f)
-		}
+		t.Log(f) // what a moved flow's failure looks like
 	}
 }
 
@@ -124,4 +125,3 @@ func clientMSS(t *testing.T, c net.Conn) int {
 	}
 	return mss
 }
-

@@ -92,28 +92,31 @@ func sysctl(name, value string) error {
 // veth pair, both up.
 func link(t *testing.T, a *netns.Unnamed, aName string, aAddr netip.Prefix, b *netns.Unnamed, bName string, bAddr netip.Prefix) {
 	t.Helper()
-	do(t, a, func() error {
-		h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
-		if err != nil {
-			return err
-		}
-		defer h.Close()
+	withNetlink(t, a, func(h *netlink.Handle) error {
 		veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: aName}, PeerName: bName, PeerNamespace: netlink.NsFd(int(b.Handle()))}
 		if err := h.LinkAdd(veth); err != nil {
 			return fmt.Errorf("veth %s-%s: %w", aName, bName, err)
 		}
 		return configure(h, aName, aAddr)
 	})
-	do(t, b, func() error {
+	withNetlink(t, b, func(h *netlink.Handle) error {
+		if err := configure(h, "lo"); err != nil {
+			return err
+		}
+		return configure(h, bName, bAddr)
+	})
+}
+
+// withNetlink runs fn with a route-netlink handle in ns.
+func withNetlink(t *testing.T, ns *netns.Unnamed, fn func(h *netlink.Handle) error) {
+	t.Helper()
+	do(t, ns, func() error {
 		h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
 		if err != nil {
 			return err
 		}
 		defer h.Close()
-		if err := configure(h, "lo"); err != nil {
-			return err
-		}
-		return configure(h, bName, bAddr)
+		return fn(h)
 	})
 }
 
@@ -136,12 +139,7 @@ func configure(h *netlink.Handle, name string, addrs ...netip.Prefix) error {
 
 func defaultRoute(t *testing.T, ns *netns.Unnamed, gw netip.Addr) {
 	t.Helper()
-	do(t, ns, func() error {
-		h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
-		if err != nil {
-			return err
-		}
-		defer h.Close()
+	withNetlink(t, ns, func(h *netlink.Handle) error {
 		return h.RouteAdd(&netlink.Route{Gw: gw.AsSlice()})
 	})
 }
@@ -219,12 +217,7 @@ func serve(t *testing.T, p *pod) {
 // setECMP points the router's route to the VIP at the given nodes.
 func (tp *topology) setECMP(t *testing.T, nodes ...*node) {
 	t.Helper()
-	do(t, tp.router, func() error {
-		h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
-		if err != nil {
-			return err
-		}
-		defer h.Close()
+	withNetlink(t, tp.router, func(h *netlink.Handle) error {
 		r := &netlink.Route{Dst: &net.IPNet{IP: vip.AsSlice(), Mask: net.CIDRMask(32, 32)}}
 		for _, n := range nodes {
 			l, err := h.LinkByName(n.routerSide)
