@@ -202,7 +202,7 @@ func (d *DSR) Apply(p model.DSRPlan) error {
 	if _, _, err := SetSysctls(d.cfg.Sysctls, DSRSysctlSettings()); err != nil {
 		return fmt.Errorf("ipvs: dsr: %w", err)
 	}
-	if err := d.cfg.Addresses.EnsureDummy(DSRDummy); err != nil {
+	if _, err := retryDump(func() (struct{}, error) { return struct{}{}, d.cfg.Addresses.EnsureDummy(DSRDummy) }); err != nil {
 		return fmt.Errorf("ipvs: dsr: %w", err)
 	}
 	have, err := d.read()
@@ -220,7 +220,9 @@ func (d *DSR) Apply(p model.DSRPlan) error {
 }
 
 func (d *DSR) read() (State, error) {
-	svcs, err := d.cfg.Kernel.Services()
+	// Reads are retried when a concurrent change interrupts them (the
+	// namespace's address dump covers every link), as the Dataplane's.
+	svcs, err := retryDump(d.cfg.Kernel.Services)
 	if err != nil {
 		return State{}, fmt.Errorf("ipvs: dsr: %w", err)
 	}
@@ -229,13 +231,13 @@ func (d *DSR) read() (State, error) {
 		if m, ok := MarkOf(s.VirtualServiceKey); !ok || !IsDSRMark(m) {
 			continue
 		}
-		dests, err := d.cfg.Kernel.Destinations(s.VirtualServiceKey)
+		dests, err := retryDump(func() ([]DestinationState, error) { return d.cfg.Kernel.Destinations(s.VirtualServiceKey) })
 		if err != nil {
 			return State{}, fmt.Errorf("ipvs: dsr: %w", err)
 		}
 		entries[s.VirtualServiceKey] = Entry{Service: s, Destinations: dests}
 	}
-	addrs, err := d.cfg.Addresses.Addrs(DSRDummy)
+	addrs, err := retryDump(func() ([]netip.Addr, error) { return d.cfg.Addresses.Addrs(DSRDummy) })
 	if err != nil {
 		return State{}, fmt.Errorf("ipvs: dsr: %w", err)
 	}

@@ -85,6 +85,8 @@ func TestDSRApply(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A concurrent change interrupting a dump is retried.
+	addrs.Interrupt(2)
 	d, err := ipvs.NewDSR(ipvs.DSRConfig{Kernel: k, Addresses: addrs, Sysctls: sys, Firewall: rec, Tunnels: rec})
 	if err != nil {
 		t.Fatal(err)

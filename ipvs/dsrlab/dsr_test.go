@@ -28,8 +28,9 @@ const (
 
 var frontend = model.VirtualServiceKey{Addr: vip, Port: vipPort, Protocol: model.TCP}
 
-// programDSR plans every node's dsr side with n1 the only backend node and
-// applies it, then gives n1 its own virtual service over the pods.
+// programDSR plans every node's dsr side, the backend nodes being the
+// pods' (weighted by their pods), applies it, then gives each backend
+// node its own virtual service over its pods.
 func (tp *topology) programDSR(t *testing.T, enc model.Encapsulation) {
 	t.Helper()
 	size, err := maglev.SizeFor(len(tp.nodes))
@@ -40,38 +41,44 @@ func (tp *topology) programDSR(t *testing.T, enc model.Encapsulation) {
 	for _, n := range tp.nodes {
 		nodes = append(nodes, plan.DSRNode{Name: n.name, Addr: n.addr})
 	}
+	local := map[*node][]model.Destination{}
+	for _, p := range tp.pods {
+		local[p.node] = append(local[p.node], model.Destination{Addr: p.addr, Port: podPort, Weight: 1})
+	}
+	var backends []maglev.Backend
+	for n, ds := range local {
+		backends = append(backends, maglev.Backend{Name: n.name, Weight: uint32(len(ds))})
+	}
 	for _, n := range tp.nodes {
 		p, err := plan.DSR(plan.DSRInput{
 			Self: n.name, Nodes: nodes, TableSize: size, Seed: seed,
 			Encapsulation: enc, GUEPort: guePort, LinkMTU: linkMTU,
-			Frontends: []plan.DSRFrontendInput{{Key: frontend, Backends: []maglev.Backend{{Name: "n1", Weight: 2}}}},
+			Frontends: []plan.DSRFrontendInput{{Key: frontend, Backends: backends}},
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
 		do(t, n.ns, func() error { return applyDSR(p) })
 	}
-	n1 := tp.nodes[0]
-	vs := model.VirtualService{
-		VirtualServiceKey: frontend, Kind: model.FrontendLoadBalancer, Scheduler: "rr", Local: true,
-	}
-	for _, p := range tp.pods {
-		vs.Destinations = append(vs.Destinations, model.Destination{Addr: p.addr, Port: podPort, Weight: 1})
-	}
-	key := model.ServiceKey{Namespace: "lab", Name: "dsr"}
-	pl := &model.Plan{Services: map[model.ServiceKey]*model.ServicePlan{key: {Key: key, VirtualServices: []model.VirtualService{vs}}}}
-	do(t, n1.ns, func() error {
-		k, a, closeAll, err := openKernel()
-		if err != nil {
-			return err
+	for n, ds := range local {
+		vs := model.VirtualService{
+			VirtualServiceKey: frontend, Kind: model.FrontendLoadBalancer, Scheduler: "rr", Local: true, Destinations: ds,
 		}
-		defer closeAll()
-		dp, err := ipvs.New(ipvs.Config{Kernel: k, Addresses: a, Sysctls: ipvs.ProcSysctls{}})
-		if err != nil {
-			return err
-		}
-		return dp.Apply(t.Context(), plugin.Update{Plan: pl, Full: true})
-	})
+		key := model.ServiceKey{Namespace: "lab", Name: "dsr"}
+		pl := &model.Plan{Services: map[model.ServiceKey]*model.ServicePlan{key: {Key: key, VirtualServices: []model.VirtualService{vs}}}}
+		do(t, n.ns, func() error {
+			k, a, closeAll, err := openKernel()
+			if err != nil {
+				return err
+			}
+			defer closeAll()
+			dp, err := ipvs.New(ipvs.Config{Kernel: k, Addresses: a, Sysctls: ipvs.ProcSysctls{}})
+			if err != nil {
+				return err
+			}
+			return dp.Apply(t.Context(), plugin.Update{Plan: pl, Full: true})
+		})
+	}
 }
 
 // openKernel opens IPVS and address handles in the calling thread's
@@ -219,10 +226,12 @@ func (n *node) takenUp(t *testing.T) int {
 	return total
 }
 
-// round sends one request on every flow and counts those answered by a
-// pod that saw the client's address.
-func round(t *testing.T, flows []*flow, size int) (ok int, failures []string) {
+// round sends one request on every flow and counts those answered by the
+// flow's pod, which saw the client's own address and port, and the
+// answers per pod.
+func round(t *testing.T, flows []*flow, size int) (ok int, perPod map[string]int, failures []string) {
 	t.Helper()
+	perPod = map[string]int{}
 	for _, f := range flows {
 		body, err := f.get(size, 20*time.Second)
 		if err != nil {
@@ -234,6 +243,13 @@ func round(t *testing.T, flows []*flow, size int) (ok int, failures []string) {
 			failures = append(failures, fmt.Sprintf("port %d: answer %q", f.port, body))
 			continue
 		}
+		if f.pod == "" {
+			f.pod = fields[0]
+		}
+		if fields[0] != f.pod {
+			failures = append(failures, fmt.Sprintf("port %d: answered by %s, then by %s", f.port, f.pod, fields[0]))
+			continue
+		}
 		src, err := netip.ParseAddrPort(fields[1])
 		if err != nil || src != netip.AddrPortFrom(clientIP, uint16(f.port)) {
 			failures = append(failures, fmt.Sprintf("port %d: the pod saw the client as %s", f.port, fields[1]))
@@ -243,9 +259,10 @@ func round(t *testing.T, flows []*flow, size int) (ok int, failures []string) {
 			failures = append(failures, fmt.Sprintf("port %d: the pod read %s bytes of %d", f.port, fields[2], size))
 			continue
 		}
+		perPod[fields[0]]++
 		ok++
 	}
-	return ok, failures
+	return ok, perPod, failures
 }
 
 // setSloppy sets vs/sloppy_tcp on a node.

@@ -43,9 +43,10 @@ type node struct {
 	routerSide string
 }
 
-// pod is a backend namespace behind node n1.
+// pod is a backend namespace behind its node.
 type pod struct {
 	name string
+	node *node
 	ns   *netns.Unnamed
 	addr netip.Addr
 }
@@ -144,8 +145,8 @@ func defaultRoute(t *testing.T, ns *netns.Unnamed, gw netip.Addr) {
 	})
 }
 
-// newTopology builds the client, the router, n1..n3 and two pods behind
-// n1. Every node starts with strict reverse-path filtering on conf/all,
+// newTopology builds the client, the router, n1..n3, two pods behind n1
+// and one behind n2. Every node starts with strict reverse-path filtering on conf/all,
 // as some distributions ship it: the dsr side must cope.
 func newTopology(t *testing.T) *topology {
 	t.Helper()
@@ -182,12 +183,12 @@ func newTopology(t *testing.T) *topology {
 		})
 		tp.nodes = append(tp.nodes, n)
 	}
-	n1 := tp.nodes[0]
-	for i := 1; i <= 2; i++ {
-		p := &pod{name: fmt.Sprintf("pod%d", i), addr: netip.AddrFrom4([4]byte{10, 244, byte(i), 2})}
+	// Two pods on n1, one on n2; n3 has none.
+	for i, host := range []*node{tp.nodes[0], tp.nodes[0], tp.nodes[1]} {
+		p := &pod{name: fmt.Sprintf("pod%d-%s", i+1, host.name), node: host, addr: netip.AddrFrom4([4]byte{10, 244, byte(i + 1), 2})}
 		p.ns = newNS(t, p.name)
-		gw := netip.AddrFrom4([4]byte{10, 244, byte(i), 1})
-		link(t, n1.ns, p.name, netip.PrefixFrom(gw, 24), p.ns, "eth0", netip.PrefixFrom(p.addr, 24))
+		gw := netip.AddrFrom4([4]byte{10, 244, byte(i + 1), 1})
+		link(t, host.ns, fmt.Sprintf("pod%d", i+1), netip.PrefixFrom(gw, 24), p.ns, "eth0", netip.PrefixFrom(p.addr, 24))
 		defaultRoute(t, p.ns, gw)
 		serve(t, p)
 		tp.pods = append(tp.pods, p)
@@ -247,6 +248,9 @@ type flow struct {
 	conn net.Conn
 	br   *bufio.Reader
 	port int
+	// pod is the pod that answered first: every later answer must come
+	// from it (another pod would have reset the connection anyway).
+	pod string
 }
 
 // dialFlows opens n connections from the client, each from its own
