@@ -91,6 +91,9 @@ func DSR(in DSRInput) (model.DSRPlan, error) {
 	if _, ok := marks[in.Self]; !ok {
 		return model.DSRPlan{}, fmt.Errorf("dsr: this node %q is not among the nodes", in.Self)
 	}
+	if !addrs[in.Self].Is4() {
+		return model.DSRPlan{}, fmt.Errorf("dsr: this node's address %s is not IPv4", addrs[in.Self])
+	}
 	p := model.DSRPlan{
 		Addr:          addrs[in.Self],
 		Encapsulation: in.Encapsulation,

@@ -177,6 +177,9 @@ func TestDSRRefuses(t *testing.T) {
 		{"table size not prime", func(in *plan.DSRInput) { in.TableSize = 300 }, "want a prime"},
 		{"seed 0", func(in *plan.DSRInput) { in.Seed = 0 }, "seed 0"},
 		{"tiny MTU", func(in *plan.DSRInput) { in.LinkMTU = 576 }, "MSS"},
+		{"IPv6 node", func(in *plan.DSRInput) {
+			in.Nodes = []plan.DSRNode{{Name: "n1", Addr: netip.MustParseAddr("fd00::1")}, {Name: "n2", Addr: netip.MustParseAddr("10.0.2.2")}}
+		}, "not IPv4"},
 		{"node twice", func(in *plan.DSRInput) { in.Nodes = append(in.Nodes, in.Nodes[0]) }, "given twice"},
 		{"node without address", func(in *plan.DSRInput) { in.Nodes = append(in.Nodes, plan.DSRNode{Name: "n4"}) }, "no address"},
 	} {
