@@ -7,6 +7,8 @@ import (
 
 	"github.com/switchyard-lb/switchyard/core/model"
 	"github.com/switchyard-lb/switchyard/core/plugin"
+	"github.com/switchyard-lb/switchyard/ipvs"
+	"github.com/switchyard-lb/switchyard/ipvs/ipvstest"
 )
 
 // benchPlan is n ClusterIP Services with ten endpoints each.
@@ -77,6 +79,33 @@ func BenchmarkApplyFullUnchanged(b *testing.B) {
 	}
 	for b.Loop() {
 		if err := dp.Apply(b.Context(), plugin.Update{Plan: plan, Full: true}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkApplyOneChangeFirewall moves one endpoint of one of 10,000
+// Services to a new address, with the firewall table: its hairpin set
+// takes the change as an update of two elements. The fake table copies
+// its sets on each update, which most of the time here is.
+func BenchmarkApplyOneChangeFirewall(b *testing.B) {
+	plan := benchPlan(10000)
+	r := newRig()
+	fw := &ipvstest.FakeFirewall{}
+	dp, err := ipvs.New(ipvs.Config{Kernel: r.kernel, Addresses: r.addrs, Sysctls: r.sysctls, Firewall: fw})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := dp.Apply(b.Context(), plugin.Update{Plan: plan, Full: true}); err != nil {
+		b.Fatal(err)
+	}
+	k := model.ServiceKey{Namespace: "bench", Name: "svc42"}
+	vs := &plan.Services[k].VirtualServices[0]
+	i := 0
+	for b.Loop() {
+		i++
+		vs.Destinations[0].Addr = netip.AddrFrom4([4]byte{10, 250, byte(i >> 8), byte(i)})
+		if err := dp.Apply(b.Context(), plugin.Update{Plan: plan, Changed: []model.ServiceKey{k}}); err != nil {
 			b.Fatal(err)
 		}
 	}
