@@ -156,6 +156,47 @@ func TestRunner(t *testing.T) {
 	}
 }
 
+// TestBurst: with WithBurst(2), a trigger right after a run (a statistics
+// tick's) runs at once after a quiet time; back-to-back triggers then
+// settle at one run per minInterval.
+func TestBurst(t *testing.T) {
+	h := &harness{clk: runnertest.NewClock(t0), called: make(chan struct{}, 100)}
+	h.r = runner.New("test", h.fn, minInterval, maxInterval, retryInterval, runner.WithClock(h.clk), runner.WithBurst(2))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); h.r.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	steps := []step{
+		{name: "first run", calls: s(0), arms: s(maxInterval)},
+		{name: "quiet, then a run at 5s", act: func(h *harness) { h.advanceTo(5 * time.Second); h.r.Trigger() },
+			calls: s(0, 5*time.Second), arms: s(15 * time.Second)},
+		{name: "a trigger 100ms later runs at once: the burst", act: func(h *harness) { h.advanceTo(5100 * ms); h.r.Trigger() },
+			calls: s(0, 5*time.Second, 5100*ms), arms: s(15100 * ms)},
+		{name: "the next waits for a refill", act: func(h *harness) { h.advanceTo(5200 * ms); h.r.Trigger() },
+			calls: s(0, 5*time.Second, 5100*ms), arms: s(6 * time.Second)},
+		{name: "runs at 6s", act: func(h *harness) { h.advanceTo(6 * time.Second) },
+			calls: s(0, 5*time.Second, 5100*ms, 6*time.Second), arms: s(16 * time.Second)},
+		{name: "and the next at 7s", act: func(h *harness) { h.r.Trigger() },
+			calls: s(0, 5*time.Second, 5100*ms, 6*time.Second), arms: s(7 * time.Second)},
+	}
+	for _, st := range steps {
+		if st.act != nil {
+			st.act(h)
+		}
+		var arms []time.Duration
+		for range st.arms {
+			arms = append(arms, h.clk.WaitTimer(t).Sub(t0))
+		}
+		if diff := cmp.Diff(st.arms, arms); diff != "" {
+			t.Fatalf("%s: armed timers (-want +got):\n%s", st.name, diff)
+		}
+		if diff := cmp.Diff(st.calls, h.Calls()); diff != "" {
+			t.Fatalf("%s: runs (-want +got):\n%s", st.name, diff)
+		}
+	}
+}
+
 func TestRetryNeverSoonerThanMinInterval(t *testing.T) {
 	h := newHarness(t, time.Second, maxInterval, 100*ms)
 	h.clk.WaitTimer(t) // after the first run, at 0
