@@ -164,6 +164,7 @@ func (d *Dataplane) Apply(ctx context.Context, u plugin.Update) error {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	start := d.cfg.Now()
 
 	// errs leave the cache right; kernelErrs may have left it stale, so
 	// the next Apply re-reads the kernel.
@@ -198,6 +199,7 @@ func (d *Dataplane) Apply(ctx context.Context, u plugin.Update) error {
 		}
 		scope = Scope{All: true}
 	}
+	loaded := d.cfg.Now()
 	ops := Diff(d.want, d.have, scope)
 	flushes := UDPFlushes(d.want, d.have, scope) // before the ops change d.have
 	// Ownership is recorded before it is taken and dropped after it is
@@ -240,9 +242,12 @@ func (d *Dataplane) Apply(ctx context.Context, u plugin.Update) error {
 	}
 	d.flushUDP(flushes)
 	d.adopt(scope, unrecorded)
+	programmed := d.cfg.Now()
 	if err := d.syncFirewall(reloaded, scope, unbinds); err != nil {
 		errs = append(errs, err) // retried: the spec is not recorded
 	}
+	d.cfg.Log.Debug("apply", "full", u.Full, "reloaded", reloaded, "ops", len(ops),
+		"want-and-read", loaded.Sub(start), "diff-and-ops", programmed.Sub(loaded), "firewall", d.cfg.Now().Sub(programmed))
 	if err := d.drainLocked(); err != nil {
 		kernelErrs = append(kernelErrs, err)
 	}
@@ -604,7 +609,8 @@ func (d *Dataplane) unwant(vk model.VirtualServiceKey) {
 }
 
 // load reads the kernel: the dummy link's addresses, every service, and
-// the destinations of those the dataplane owns or wants.
+// the destinations of those the dataplane owns or wants (all in one pass
+// where the Kernel is a TableReader).
 func (d *Dataplane) load() error {
 	_, err := retryDump(func() (struct{}, error) { return struct{}{}, d.cfg.Addresses.EnsureDummy(d.cfg.Dummy) })
 	if err != nil {
@@ -643,6 +649,7 @@ func (d *Dataplane) load() error {
 	for _, a := range bound {
 		have.Addrs[a] = true
 	}
+	table := d.readTable()
 	for _, s := range svcs {
 		k := s.VirtualServiceKey
 		_, wanted := d.want.Services[k]
@@ -651,8 +658,13 @@ func (d *Dataplane) load() error {
 		}
 		e := Entry{Service: s}
 		if wanted || have.Owns(k) {
-			if e.Destinations, err = d.destinations(k); err != nil {
-				return fmt.Errorf("ipvs: load: %w", err)
+			var read bool
+			if e.Destinations, read = table[k]; !read {
+				// A firewall-mark service, or one the table did not
+				// show yet: its own dump.
+				if e.Destinations, err = d.destinations(k); err != nil {
+					return fmt.Errorf("ipvs: load: %w", err)
+				}
 			}
 		}
 		have.Services[k] = e
@@ -661,6 +673,23 @@ func (d *Dataplane) load() error {
 	d.loaded = true
 	d.fwRead = true
 	return nil
+}
+
+// readTable reads the real servers of every virtual service in one pass
+// when the Kernel can (TableReader): a full resync then costs one read of
+// the kernel's table rather than a dump per virtual service. Nil when it
+// cannot, or the read failed: each service is dumped on its own then.
+func (d *Dataplane) readTable() map[model.VirtualServiceKey][]DestinationState {
+	tr, ok := d.cfg.Kernel.(TableReader)
+	if !ok {
+		return nil
+	}
+	table, err := retryDump(tr.ReadTable)
+	if err != nil {
+		d.cfg.Log.Debug("real servers read per virtual service", "err", err)
+		return nil
+	}
+	return table
 }
 
 // do runs one op and updates the cache.
