@@ -34,9 +34,9 @@ type harness struct {
 	called   chan struct{} // receives once per run, as it starts
 }
 
-func newHarness(t *testing.T, minI, maxI, retryI time.Duration) *harness {
+func newHarness(t *testing.T, minI, maxI, retryI time.Duration, opts ...runner.Option) *harness {
 	h := &harness{clk: runnertest.NewClock(t0), called: make(chan struct{}, 100)}
-	h.r = runner.New("test", h.fn, minI, maxI, retryI, runner.WithClock(h.clk))
+	h.r = runner.New("test", h.fn, minI, maxI, retryI, append([]runner.Option{runner.WithClock(h.clk)}, opts...)...)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); h.r.Run(ctx) }()
@@ -89,6 +89,27 @@ type step struct {
 
 func s(d ...time.Duration) []time.Duration { return d }
 
+// run takes the steps in turn, checking after each the timers armed and
+// the runs so far.
+func (h *harness) run(t *testing.T, steps []step) {
+	t.Helper()
+	for _, st := range steps {
+		if st.act != nil {
+			st.act(h)
+		}
+		var arms []time.Duration
+		for range st.arms {
+			arms = append(arms, h.clk.WaitTimer(t).Sub(t0))
+		}
+		if diff := cmp.Diff(st.arms, arms); diff != "" {
+			t.Fatalf("%s: armed timers (-want +got):\n%s", st.name, diff)
+		}
+		if diff := cmp.Diff(st.calls, h.Calls()); diff != "" {
+			t.Fatalf("%s: runs (-want +got):\n%s", st.name, diff)
+		}
+	}
+}
+
 const ms = time.Millisecond
 
 func TestRunner(t *testing.T) {
@@ -137,21 +158,7 @@ func TestRunner(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, minInterval, maxInterval, retryInterval)
-			for _, st := range tc.steps {
-				if st.act != nil {
-					st.act(h)
-				}
-				var arms []time.Duration
-				for range st.arms {
-					arms = append(arms, h.clk.WaitTimer(t).Sub(t0))
-				}
-				if diff := cmp.Diff(st.arms, arms); diff != "" {
-					t.Fatalf("%s: armed timers (-want +got):\n%s", st.name, diff)
-				}
-				if diff := cmp.Diff(st.calls, h.Calls()); diff != "" {
-					t.Fatalf("%s: runs (-want +got):\n%s", st.name, diff)
-				}
-			}
+			h.run(t, tc.steps)
 		})
 	}
 }
@@ -160,12 +167,7 @@ func TestRunner(t *testing.T) {
 // tick's) runs at once after a quiet time; back-to-back triggers then
 // settle at one run per minInterval.
 func TestBurst(t *testing.T) {
-	h := &harness{clk: runnertest.NewClock(t0), called: make(chan struct{}, 100)}
-	h.r = runner.New("test", h.fn, minInterval, maxInterval, retryInterval, runner.WithClock(h.clk), runner.WithBurst(2))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); h.r.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	h := newHarness(t, minInterval, maxInterval, retryInterval, runner.WithBurst(2))
 
 	steps := []step{
 		{name: "first run", calls: s(0), arms: s(maxInterval)},
@@ -180,21 +182,7 @@ func TestBurst(t *testing.T) {
 		{name: "and the next at 7s", act: func(h *harness) { h.r.Trigger() },
 			calls: s(0, 5*time.Second, 5100*ms, 6*time.Second), arms: s(7 * time.Second)},
 	}
-	for _, st := range steps {
-		if st.act != nil {
-			st.act(h)
-		}
-		var arms []time.Duration
-		for range st.arms {
-			arms = append(arms, h.clk.WaitTimer(t).Sub(t0))
-		}
-		if diff := cmp.Diff(st.arms, arms); diff != "" {
-			t.Fatalf("%s: armed timers (-want +got):\n%s", st.name, diff)
-		}
-		if diff := cmp.Diff(st.calls, h.Calls()); diff != "" {
-			t.Fatalf("%s: runs (-want +got):\n%s", st.name, diff)
-		}
-	}
+	h.run(t, steps)
 }
 
 func TestRetryNeverSoonerThanMinInterval(t *testing.T) {
