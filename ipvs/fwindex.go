@@ -293,9 +293,10 @@ func (x *fwIndex) delta() (add, remove FirewallSpec) {
 	return add, remove
 }
 
-// flush forgets the changes collected so far: the table holds them.
+// flush forgets the changes collected so far: the table holds them. A
+// new map, so that the first sync's (every element) is not kept.
 func (x *fwIndex) flush() {
-	clear(x.pending)
+	x.pending = map[element]int{}
 	x.rulesChanged = false
 }
 
