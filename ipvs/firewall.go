@@ -140,58 +140,15 @@ type SourceRange struct {
 	Ranges []netip.Prefix
 }
 
-// Equal reports whether two specs program the same table.
-func (s FirewallSpec) Equal(o FirewallSpec) bool {
-	return slices.Equal(s.ClusterIPs, o.ClusterIPs) && slices.Equal(s.ExternalIPs, o.ExternalIPs) &&
-		slices.Equal(s.NodePorts, o.NodePorts) &&
-		slices.Equal(s.ClusterCIDRs, o.ClusterCIDRs) && s.MasqueradeAll == o.MasqueradeAll &&
-		slices.EqualFunc(s.SourceRanges, o.SourceRanges, func(a, b SourceRange) bool {
-			return a.Key == b.Key && slices.Equal(a.Ranges, b.Ranges)
-		}) &&
-		slices.Equal(s.Endpoints, o.Endpoints) && slices.Equal(s.Owned, o.Owned) &&
-		slices.Equal(s.Internal, o.Internal)
-}
-
 // BuildFirewallSpec derives the spec from the desired virtual services;
 // Owned is left to the caller. An address with both a Local and a Cluster
 // external frontend is masqueraded (the set is keyed by address only).
 func BuildFirewallSpec(want Desired, cidrs []netip.Prefix, masqueradeAll bool) FirewallSpec {
-	cluster, external, endpoints := map[netip.Addr]bool{}, map[netip.Addr]bool{}, map[netip.Addr]bool{}
-	spec := FirewallSpec{ClusterCIDRs: slices.Clone(cidrs), MasqueradeAll: masqueradeAll}
+	x := newFWIndex()
 	for k, ds := range want.Services {
-		for _, d := range ds.Destinations {
-			endpoints[d.Addr] = true
-		}
-		if ds.For.Addr.IsValid() {
-			m, _ := MarkOf(k)
-			spec.Internal = append(spec.Internal, InternalMark{Key: ds.For, Mark: m})
-			continue
-		}
-		a := ds.Service.Addr
-		switch {
-		case ds.Kind == model.FrontendClusterIP:
-			cluster[a] = true
-		case ds.Local && !masqueradeAll:
-		case ds.Kind == model.FrontendNodePort:
-			spec.NodePorts = append(spec.NodePorts, k)
-		default:
-			external[a] = true
-		}
-		if len(ds.SourceRanges) > 0 {
-			spec.SourceRanges = append(spec.SourceRanges, SourceRange{Key: k, Ranges: slices.Clone(ds.SourceRanges)})
-		}
+		x.service(k, ds, masqueradeAll, 1)
 	}
-	for a := range cluster {
-		if !external[a] {
-			spec.ClusterIPs = append(spec.ClusterIPs, a)
-		}
-	}
-	for a := range external {
-		spec.ExternalIPs = append(spec.ExternalIPs, a)
-	}
-	spec.Endpoints = slices.Collect(maps.Keys(endpoints))
-	spec.sort()
-	return spec
+	return x.spec(cidrs, masqueradeAll)
 }
 
 // applyOwned returns the sorted keys of owned, with add and without drop.

@@ -74,7 +74,7 @@ func TestBuildFirewallSpec(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			got := ipvs.BuildFirewallSpec(want, cidrs, tc.all)
-			if diff := cmp.Diff(tc.want, got, cmpAddrs); diff != "" {
+			if diff := cmp.Diff(tc.want, got, cmpAddrs, cmpopts.EquateComparable(netip.Prefix{})); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
 		})
@@ -103,9 +103,6 @@ func TestFirewallSpecStamp(t *testing.T) {
 		if base.Stamp() == changed.Stamp() {
 			t.Errorf("changing %s keeps the stamp", tc.name)
 		}
-		if base.Equal(changed) {
-			t.Errorf("changing %s keeps the spec Equal", tc.name)
-		}
 	}
 	same := ipvs.FirewallSpec{ClusterIPs: []netip.Addr{vipA}, NodePorts: []model.VirtualServiceKey{keyNP}}
 	if base.Stamp() != same.Stamp() {
@@ -117,9 +114,6 @@ func TestFirewallSpecStamp(t *testing.T) {
 	owned.Owned = []model.VirtualServiceKey{keyNP}
 	if base.Stamp() != owned.Stamp() {
 		t.Error("changing the owned keys changes the stamp")
-	}
-	if base.Equal(owned) {
-		t.Error("changing the owned keys keeps the spec Equal")
 	}
 }
 

@@ -172,7 +172,7 @@ func count(m map[netip.Addr]int, a netip.Addr, sign int) (was, is bool) {
 }
 
 // addrs changes the counts of a ClusterIP or external address; an
-// address in both is external only (BuildFirewallSpec).
+// address in both is external only.
 func (x *fwIndex) addrs(a netip.Addr, external bool, sign int) {
 	clusterWas, externalWas := x.cluster[a] > 0 && x.external[a] == 0, x.external[a] > 0
 	if external {
@@ -197,7 +197,7 @@ func boolSign(in bool) int {
 }
 
 // service adds (sign 1) or removes (-1) the wanted service k, as
-// BuildFirewallSpec counts it.
+// the spec counts it.
 func (x *fwIndex) service(k model.VirtualServiceKey, ds DesiredService, masqueradeAll bool, sign int) {
 	for _, d := range ds.Destinations {
 		if was, is := count(x.endpoints, d.Addr, sign); was != is {
@@ -242,7 +242,7 @@ func (x *fwIndex) service(k model.VirtualServiceKey, ds DesiredService, masquera
 }
 
 // spec returns the whole spec (Owned left to the caller), sorted: the
-// same as BuildFirewallSpec of the desired state.
+// BuildFirewallSpec of the desired state.
 func (x *fwIndex) spec(cidrs []netip.Prefix, masqueradeAll bool) FirewallSpec {
 	spec := FirewallSpec{ClusterCIDRs: slices.Clone(cidrs), MasqueradeAll: masqueradeAll}
 	for a := range x.cluster {
@@ -300,7 +300,7 @@ func (x *fwIndex) flush() {
 	x.rulesChanged = false
 }
 
-// sort sorts the spec's lists as BuildFirewallSpec returns them.
+// sort sorts the spec's lists, as a FirewallSpec holds them.
 func (s *FirewallSpec) sort() {
 	slices.SortFunc(s.ClusterIPs, netip.Addr.Compare)
 	slices.SortFunc(s.ExternalIPs, netip.Addr.Compare)
