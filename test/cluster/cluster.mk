@@ -4,8 +4,8 @@
 # suites that send traffic across them. Included by the top Makefile and
 # part of `make test` (one guest; warm 7m20s at load ~20 on 2 cores, of
 # which the layer-2 suites, with the lab's tolerant gossip timing and the
-# partition suite, take about 2m15s; the chaos suites add 5m35s at load
-# 24-36, measured once). Needs root (qemu user networking does not, the
+# partition suite, take about 2m15s; the chaos suites add 5m10s-5m40s at
+# load 20-36, two runs). Needs root (qemu user networking does not, the
 # guest is root). It installs and builds what it needs:
 #
 #   1. test/lab/deps.sh: qemu, busybox and the guest kernel;
