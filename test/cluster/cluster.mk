@@ -5,8 +5,8 @@
 # part of `make test` (one guest; warm 7m20s at load ~20 on 2 cores, of
 # which the layer-2 suites, with the lab's tolerant gossip timing and the
 # partition suite, take about 2m15s, and the layer-2 rolling restart,
-# 100 flows, 2m18s more at load 27; the chaos suites add 5m10s-5m40s at
-# load 20-36, two runs). Needs root (qemu user networking does not, the
+# 100 flows, 2m18s more at load 27; the chaos suites add 2m37s at load
+# 9-18, 5m10s-5m40s at load 20-36). Needs root (qemu user networking does not, the
 # guest is root). It installs and builds what it needs:
 #
 #   1. test/lab/deps.sh: qemu, busybox and the guest kernel;
