@@ -15,6 +15,7 @@ require (
 	github.com/mdlayher/genetlink v1.3.2
 	github.com/mdlayher/ndp v1.1.0
 	github.com/mdlayher/netlink v1.8.0
+	github.com/mdlayher/packet v1.1.2
 	github.com/osrg/gobgp/v3 v3.37.0
 	github.com/prometheus/client_golang v1.24.1
 	github.com/prometheus/client_model v0.6.3
@@ -64,7 +65,6 @@ require (
 	github.com/kylelemons/godebug v1.1.0 // indirect
 	github.com/magiconair/properties v1.8.7 // indirect
 	github.com/mailru/easyjson v0.7.7 // indirect
-	github.com/mdlayher/packet v1.1.2 // indirect
 	github.com/mdlayher/socket v0.5.1 // indirect
 	github.com/miekg/dns v1.1.73 // indirect
 	github.com/mitchellh/mapstructure v1.5.0 // indirect

@@ -42,7 +42,7 @@ type frame struct {
 	TIP    netip.Addr
 }
 
-func decode(t *testing.T, b []byte) frame {
+func decode(t testing.TB, b []byte) frame {
 	t.Helper()
 	var f ethernet.Frame
 	if err := f.UnmarshalBinary(b); err != nil {
@@ -56,7 +56,7 @@ func decode(t *testing.T, b []byte) frame {
 		p.TargetHardwareAddr.String(), p.TargetIP}
 }
 
-func encode(t *testing.T, f frame) []byte {
+func encode(t testing.TB, f frame) []byte {
 	t.Helper()
 	sha, _ := net.ParseMAC(f.SHA)
 	tha, _ := net.ParseMAC(f.THA)
@@ -82,7 +82,8 @@ type rig struct {
 }
 
 // newRig starts an announcer on one link "eth0" (index 7) whose ARP side
-// is the real mdlayher client over an in-memory frame conn.
+// is the real mdlayher client (through NewARPConn, as Open's) over an
+// in-memory frame conn.
 func newRig(t *testing.T) *rig { return newRigOnly(t, nil) }
 
 func newRigOnly(t *testing.T, only []netip.Prefix) *rig {
@@ -94,9 +95,9 @@ func newRigOnly(t *testing.T, only []netip.Prefix) *rig {
 	r := &rig{pc: arptest.NewPacketConn(), nc: arptest.NewNDPConn()}
 	ifi := *lo
 	ifi.HardwareAddr = ownMAC
-	c, err := mdarp.New(&ifi, r.pc)
+	c, err := arp.NewARPConn(&ifi, r.pc)
 	if err != nil {
-		t.Fatalf("arp.New: %v", err)
+		t.Fatalf("NewARPConn: %v", err)
 	}
 	r.a = arp.New([]arp.Link{{Name: "eth0", Index: 7, MAC: ownMAC, ARP: c, NDP: r.nc, LinkLocal: ownLL, Only: only}},
 		arp.Options{Repeats: -1, OnError: func(_ string, err error) {

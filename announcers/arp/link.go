@@ -179,7 +179,7 @@ func openLink(name string, onlySubnets bool) (Link, error) {
 		return Link{}, errNoSubnet
 	}
 	if has4 {
-		c, err := arp.Dial(ifi)
+		c, err := dialARP(ifi)
 		if err != nil {
 			return Link{}, fmt.Errorf("opening ARP socket on %s: %w", name, err)
 		}

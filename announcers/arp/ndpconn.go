@@ -60,16 +60,26 @@ func (c *ndpConn) ReadFrom() (ndp.Message, *ipv6.ControlMessage, netip.Addr, err
 		if err != nil {
 			return nil, nil, netip.Addr{}, err
 		}
-		m, err := ndp.ParseMessage(b[:n])
+		m, ip, err := parseNDP(b[:n], src)
 		if err != nil {
 			continue // not ours to judge: malformed or another type
 		}
-		var ip netip.Addr
-		if a, ok := src.(*net.IPAddr); ok {
-			ip, _ = netip.AddrFromSlice(a.IP)
-		}
 		return m, cm, ip, nil
 	}
+}
+
+// parseNDP decodes an ICMPv6 message read from src: the message and the
+// sender's address (invalid when src is not an IP address).
+func parseNDP(b []byte, src net.Addr) (ndp.Message, netip.Addr, error) {
+	m, err := ndp.ParseMessage(b)
+	if err != nil {
+		return nil, netip.Addr{}, err
+	}
+	var ip netip.Addr
+	if a, ok := src.(*net.IPAddr); ok {
+		ip, _ = netip.AddrFromSlice(a.IP)
+	}
+	return m, ip, nil
 }
 
 func (c *ndpConn) WriteTo(m ndp.Message, cm *ipv6.ControlMessage, dst netip.Addr) error {

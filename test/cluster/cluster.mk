@@ -5,7 +5,8 @@
 # part of `make test` (one guest; warm 7m20s at load ~20 on 2 cores, of
 # which the layer-2 suites, with the lab's tolerant gossip timing and the
 # partition suite, take about 2m15s, and the layer-2 rolling restart,
-# 100 flows, 2m18s more at load 27). Needs root (qemu user networking does not, the
+# 100 flows, 2m18s more at load 27; the chaos suites add 2m37s at load
+# 9-18, 5m10s-5m40s at load 20-36). Needs root (qemu user networking does not, the
 # guest is root). It installs and builds what it needs:
 #
 #   1. test/lab/deps.sh: qemu, busybox and the guest kernel;
@@ -18,7 +19,10 @@
 #   make test-cluster CLUSTER_RUN='^TestNodePort'   # some guest suites only
 #
 # CLUSTER_RUN is the guest's -test.run, CLUSTER_COUNT its -test.count;
-# CLUSTER_MEM its memory in MiB. The daemons gossip with the lab's
+# CLUSTER_MEM its memory in MiB. The chaos suites (TestChaos*): the API
+# server away from the daemons for CLUSTER_API_OUTAGE (default 20s), a
+# daemon killed mid-sync while CLUSTER_CHAOS_SERVICES Services appear
+# (default 50), a router restart. The daemons gossip with the lab's
 # tolerant timing (test/cluster TolerantGossip); CLUSTER_GOSSIP=shipped
 # gives them the shipped one. CLUSTER_L2_KILLS is how many layer-2
 # failovers TestLoadBalancerLayer2 measures in a row. CLUSTER_ROLLING_FLOWS
@@ -52,6 +56,8 @@ test-cluster: cluster-deps
 	CLUSTER_GOSSIP=$(CLUSTER_GOSSIP) $(if $(CLUSTER_L2_KILLS),CLUSTER_L2_KILLS=$(CLUSTER_L2_KILLS)) \
 	$(if $(CLUSTER_ROLLING_FLOWS),CLUSTER_ROLLING_FLOWS=$(CLUSTER_ROLLING_FLOWS)) \
 	$(if $(CLUSTER_L2_NO_GRACE),CLUSTER_L2_NO_GRACE=$(CLUSTER_L2_NO_GRACE)) \
+	$(if $(CLUSTER_API_OUTAGE),CLUSTER_API_OUTAGE=$(CLUSTER_API_OUTAGE)) \
+	$(if $(CLUSTER_CHAOS_SERVICES),CLUSTER_CHAOS_SERVICES=$(CLUSTER_CHAOS_SERVICES)) \
 	$(GO) test -tags cluster -count=1 -v -timeout 45m -run '^TestCluster$$' $(GOTEST_FLAGS) ./test/cluster/
 
 # bench-cluster: the BGP withdraw, layer-2 failover and the BGP and
@@ -69,12 +75,17 @@ test-cluster: cluster-deps
 # (the next owner each time, its daemon restarted in between): 5 runs x 2
 # kills give the 10 layer-2 failovers issue 13 asks for. The daemons
 # gossip with the shipped timing (CLUSTER_BENCH_GOSSIP=shipped), so the
-# numbers are the ones users get; tolerant gives the lab's.
+# numbers are the ones users get; tolerant gives the lab's. The chaos
+# suites run at full size: the API server away for 60 s
+# (CLUSTER_BENCH_API_OUTAGE), 200 Services appearing at the kill
+# (CLUSTER_BENCH_CHAOS_SERVICES).
 CLUSTER_RUNS ?= 5
 CLUSTER_BENCH_L2_KILLS ?= 2
 CLUSTER_BENCH_GOSSIP ?= shipped
 CLUSTER_BENCH_ROLLING_FLOWS ?= 1000
-CLUSTER_BENCH_RUN ?= ^TestLoadBalancer(BGP|Layer2|BGPRollingRestart|Layer2RollingRestart)$$
+CLUSTER_BENCH_API_OUTAGE ?= 60s
+CLUSTER_BENCH_CHAOS_SERVICES ?= 200
+CLUSTER_BENCH_RUN ?= ^(TestLoadBalancer(BGP|Layer2|BGPRollingRestart|Layer2RollingRestart)|TestChaos.*)$$
 CLUSTER_BENCH_OUT ?= $(or $(TMPDIR),/tmp)/switchyard-bench-cluster.txt
 
 .PHONY: bench-cluster
@@ -86,6 +97,7 @@ bench-cluster: cluster-deps
 		SWITCHYARD_KUBE_BIN=$$bin CLUSTER_RUN='$(CLUSTER_BENCH_RUN)' CLUSTER_MEM=$(CLUSTER_MEM) \
 		CLUSTER_GOSSIP=$(CLUSTER_BENCH_GOSSIP) CLUSTER_L2_KILLS=$(CLUSTER_BENCH_L2_KILLS) \
 		CLUSTER_ROLLING_FLOWS=$(CLUSTER_BENCH_ROLLING_FLOWS) CLUSTER_L2_NO_GRACE=1 \
+		CLUSTER_API_OUTAGE=$(CLUSTER_BENCH_API_OUTAGE) CLUSTER_CHAOS_SERVICES=$(CLUSTER_BENCH_CHAOS_SERVICES) \
 		$(GO) test -tags cluster -count=1 -v -timeout 45m -run '^TestCluster$$' $(GOTEST_FLAGS) ./test/cluster/ \
 			>> $(CLUSTER_BENCH_OUT) 2>&1 || st=1; \
 		grep -E 'guest: --- ' $(CLUSTER_BENCH_OUT) | tail -n 2; \

@@ -87,8 +87,12 @@ type Cluster struct {
 	// FRR is the router's BGP daemon when Options.FRR is set.
 	FRR *FRR
 
-	opts     Options
-	forwards []io.Closer
+	opts Options
+	// apiListen and apiTarget are the API server forward's ends
+	// (Options.DaemonKubeconfig's server, AdminKubeconfig's); forwards
+	// holds each node's, by node index, nil while APIDown.
+	apiListen, apiTarget string
+	forwards             []io.Closer
 }
 
 // New builds the topology, starts the router's FRR (Options.FRR),
@@ -127,7 +131,7 @@ func New(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{Topology: topo, Kube: kube, opts: opts}
+	c := &Cluster{Topology: topo, Kube: kube, opts: opts, apiListen: listen, apiTarget: target}
 	defer func() {
 		if err != nil {
 			c.Close()
@@ -171,7 +175,9 @@ func (c *Cluster) Close() {
 		c.FRR.Close()
 	}
 	for _, f := range c.forwards {
-		f.Close()
+		if f != nil {
+			f.Close()
+		}
 	}
 	c.Topology.Close()
 }

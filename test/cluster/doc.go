@@ -31,8 +31,14 @@
 // RouterNeighbour and RouterNextHops read what the router's kernel holds
 // (its ARP entry for an address, its route's next hops); SetLAN cuts a
 // node off the LAN, KillDaemon kills its daemon; FirstAnswer measures
-// the time to the first accepted answer. Suites log measurements as
-// "cluster-metric NAME=VALUE" lines, which `make bench-cluster` collects.
+// the time to the first accepted answer. For chaos: APIDown and APIUp
+// take the API server away from every daemon and give it back,
+// SignalDaemon freezes or thaws one, FRR.Restart restarts the router's
+// FRR, and Node.Kernel reads what a node's kernel holds of the
+// dataplane (IPVS, switchyard0, the nftables ClusterIP sets) to compare
+// with PlannedKernel of its daemon's plan (Node.Plan). Suites log
+// measurements as "cluster-metric NAME=VALUE" lines, which `make
+// bench-cluster` collects.
 //
 // Pod CIDRs are routed host-gw style: every node has a route to every other
 // node's pod CIDR through that node's LAN address; no overlay. The client

@@ -140,25 +140,30 @@ func startFRR(ctx context.Context, ns *Namespace, nodes []*Node) (_ *FRR, err er
 			return nil, fmt.Errorf("cluster: %w", err)
 		}
 	}
-	if err := r.start("zebra"); err != nil {
-		return nil, err
-	}
-	if err := r.waitFor(ctx, "zebra's zserv socket", func() error {
-		_, err := os.Stat(filepath.Join(dir, "zserv.api"))
-		return err
-	}); err != nil {
-		return nil, err
-	}
-	if err := r.start("bgpd"); err != nil {
-		return nil, err
-	}
-	if err := r.waitFor(ctx, "bgpd's vty", func() error {
-		_, err := r.Vtysh(ctx, "show bgp summary")
-		return err
-	}); err != nil {
+	if err := r.launch(ctx); err != nil {
 		return nil, err
 	}
 	return r, nil
+}
+
+// launch starts zebra, then bgpd, and returns once bgpd's vty answers.
+func (r *FRR) launch(ctx context.Context) error {
+	if err := r.start("zebra"); err != nil {
+		return err
+	}
+	if err := r.waitFor(ctx, "zebra's zserv socket", func() error {
+		_, err := os.Stat(filepath.Join(r.dir, "zserv.api"))
+		return err
+	}); err != nil {
+		return err
+	}
+	if err := r.start("bgpd"); err != nil {
+		return err
+	}
+	return r.waitFor(ctx, "bgpd's vty", func() error {
+		_, err := r.Vtysh(ctx, "show bgp summary")
+		return err
+	})
 }
 
 func (r *FRR) start(name string) error {
@@ -248,6 +253,12 @@ func (r *FRR) Log(max int) string {
 // Close stops bgpd and zebra (SIGTERM, then SIGKILL after 5 s) and
 // removes their state.
 func (r *FRR) Close() {
+	r.stop()
+	os.RemoveAll(r.dir)
+}
+
+// stop stops bgpd and zebra (SIGTERM, then SIGKILL after 5 s).
+func (r *FRR) stop() {
 	for i := len(r.procs) - 1; i >= 0; i-- {
 		p := r.procs[i]
 		_ = syscall.Kill(p.cmd.Process.Pid, syscall.SIGTERM)
@@ -259,5 +270,4 @@ func (r *FRR) Close() {
 		}
 	}
 	r.procs = nil
-	os.RemoveAll(r.dir)
 }
