@@ -31,7 +31,8 @@ var clusterModules = append(append(append([]string{}, lab.DefaultModules...), la
 // a real etcd and kube-apiserver here, deploy/'s RBAC and ServiceAccount
 // applied, the daemon and this package's tests built static, and one
 // guest that runs the guest suites against them. Settings:
-// CLUSTER_RUN (the guest's -test.run, default all), CLUSTER_COUNT (the
+// CLUSTER_RUN (the guest's -test.run, default all), CLUSTER_SKIP (its
+// -test.skip, default none), CLUSTER_COUNT (the
 // guest's -test.count, default 1), CLUSTER_MEM (guest MiB, default
 // 1536), CLUSTER_TIMEOUT (the guest's -test.timeout, default 30m), and
 // the guest suites' own (guestEnv), passed on.
@@ -113,6 +114,9 @@ func TestCluster(t *testing.T) {
 	args := []string{"-test.v", "-test.timeout=" + timeout.String()}
 	if run := os.Getenv("CLUSTER_RUN"); run != "" {
 		args = append(args, "-test.run="+run)
+	}
+	if skip := os.Getenv("CLUSTER_SKIP"); skip != "" {
+		args = append(args, "-test.skip="+skip)
 	}
 	if s := os.Getenv("CLUSTER_COUNT"); s != "" {
 		if n, err := strconv.Atoi(s); err != nil || n <= 0 {
