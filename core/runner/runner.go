@@ -53,7 +53,7 @@ func New(name string, fn func(context.Context) error, minInterval, maxInterval, 
 		minInterval:   max(minInterval, 0),
 		maxInterval:   max(maxInterval, 0),
 		retryInterval: max(retryInterval, 0),
-		clock:         realClock{},
+		clock:         SystemClock,
 		trigger:       make(chan struct{}, 1),
 	}
 	for _, o := range opts {
@@ -147,6 +147,9 @@ func (r *Runner) due(lastRun time.Time, pending bool, retryAt time.Time) (time.T
 	}
 	return due, ok
 }
+
+// SystemClock is the real clock, the default of every Clock option.
+var SystemClock Clock = realClock{}
 
 type realClock struct{}
 

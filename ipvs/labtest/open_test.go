@@ -13,6 +13,7 @@ import (
 
 	"github.com/switchyard-lb/switchyard/core/model"
 	"github.com/switchyard-lb/switchyard/core/plugin"
+	"github.com/switchyard-lb/switchyard/core/runner/runnertest"
 	"github.com/switchyard-lb/switchyard/ipvs"
 	"github.com/switchyard-lb/switchyard/test/netns"
 )
@@ -84,7 +85,7 @@ func TestOpenDrainsRemovedRealServers(t *testing.T) {
 	}
 	clearPlan(t)
 	deleteTable(t)
-	clock := &labClock{now: time.Now()}
+	clock := runnertest.NewClock(time.Now())
 	dp, err := ipvs.Open(ipvs.Config{StrictARP: true, DrainTimeout: time.Hour, Now: clock.Now,
 		ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/24")}})
 	if err != nil {
@@ -175,7 +176,7 @@ func TestOpenDrainsRemovedRealServers(t *testing.T) {
 	}
 
 	conn.Close()
-	clock.Advance(time.Hour)
+	clock.Step(time.Hour)
 	waitFor(t, 3*ipvs.DrainInterval, "the TCP real server deleted after the drain timeout", func() bool {
 		return cmp.Equal(table(false, false), ours(), cmpLab)
 	})

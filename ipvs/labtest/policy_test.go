@@ -18,6 +18,7 @@ import (
 	"github.com/switchyard-lb/switchyard/core/plugin/plugintest"
 	"github.com/switchyard-lb/switchyard/core/policystage"
 	"github.com/switchyard-lb/switchyard/core/reconcile"
+	"github.com/switchyard-lb/switchyard/core/runner/runnertest"
 	"github.com/switchyard-lb/switchyard/ipvs"
 )
 
@@ -109,7 +110,7 @@ func TestPolicyWeightsDriveTraffic(t *testing.T) {
 	pols := plugintest.NewPolicies("split")
 	pols.Set("split", plugintest.NewFunc("split", pol.evaluate), nil, nil)
 	dp := newLabDataplane(t)
-	clock := &labClock{now: time.Now()}
+	clock := runnertest.NewClock(time.Now())
 	loop := reconcile.New(reconcile.Config{
 		NodeName: "lab", Source: src, Planner: plan.New(plan.Options{}), Dataplane: dp,
 		Now: clock.Now, PolicyStage: policystage.Config{Policies: pols, StatsInterval: tick},
@@ -208,7 +209,7 @@ func TestPolicyWeightsDriveTraffic(t *testing.T) {
 	}
 
 	pol.setLeastConns()
-	clock.Advance(tick)
+	clock.Step(tick)
 	syncLoop()
 	if diff := cmp.Diff(map[string]uint32{"be1": 1, "be2": 2, "be3": 3}, pol.lastSeen()); diff != "" {
 		t.Errorf("active connections the policy saw (-want +got):\n%s", diff)

@@ -21,6 +21,7 @@ import (
 	"github.com/switchyard-lb/switchyard/core/plugin/plugintest"
 	"github.com/switchyard-lb/switchyard/core/policystage"
 	"github.com/switchyard-lb/switchyard/core/reconcile"
+	"github.com/switchyard-lb/switchyard/core/runner/runnertest"
 	"github.com/switchyard-lb/switchyard/ipvs"
 	"github.com/switchyard-lb/switchyard/plugins/wasm"
 )
@@ -164,7 +165,7 @@ func TestWasmPolicyWeightsDriveTraffic(t *testing.T) {
 	src.SetSynced(true)
 	const tick = time.Second
 	dp := newLabDataplane(t)
-	clock := &labClock{now: time.Now()}
+	clock := runnertest.NewClock(time.Now())
 	reporter := plugintest.NewReporter()
 	loop := reconcile.New(reconcile.Config{
 		NodeName: "lab", Source: src, Planner: plan.New(plan.Options{}), Dataplane: dp, Now: clock.Now,
@@ -263,7 +264,7 @@ func TestWasmPolicyWeightsDriveTraffic(t *testing.T) {
 	// their own and stay on uniform weights.
 	canary.Service.Policy = "leastconn"
 	src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{canary.Service.Key: canary}})
-	clock.Advance(tick)
+	clock.Step(tick)
 	syncLoop()
 	if diff := cmp.Diff(wantTable(dests(300, 200, 200), "wrr"), table(), cmpLab); diff != "" {
 		t.Fatalf("IPVS table with leastconn over 1/2/2 held connections (-want +got):\n%s", diff)
