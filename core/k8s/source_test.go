@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/test/harness"
 )
 
 func testLogger(t *testing.T) *slog.Logger {
@@ -69,18 +70,6 @@ func (c *fakeCluster) watching(resources ...string) bool {
 		}
 	}
 	return true
-}
-
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // startSource runs a Source until the test ends or stop is called; the
@@ -167,9 +156,9 @@ func TestSourceWithFakeClient(t *testing.T) {
 	if diff := cmp.Diff(want, nextDelta(t, s, changed), deltaOpts...); diff != "" {
 		t.Fatalf("first Take (-want +got):\n%s", diff)
 	}
-	eventually(t, "the informers to watch", func() bool {
+	harness.Poll(t, time.Minute, harness.Cond("the informers to watch", func() bool {
 		return client.watching("services", "endpointslices", "nodes")
-	})
+	}))
 
 	ctx := context.Background()
 	slices := client.DiscoveryV1().EndpointSlices("ns")
@@ -345,7 +334,7 @@ func TestSourceForbidden(t *testing.T) {
 	client.PrependReactor("list", "endpointslices", forbid)
 
 	s, _, _ := startSource(t, func(o Options) *Source { return New(client, o, testLogger(t)) })
-	eventually(t, "Healthy() to report the denial", func() bool { return s.Healthy() != nil })
+	harness.Poll(t, time.Minute, harness.Cond("Healthy() to report the denial", func() bool { return s.Healthy() != nil }))
 	err := s.Healthy()
 	const want = `cannot list endpointslices.discovery.k8s.io: forbidden for user "alice": grant it with the ClusterRole in deploy/`
 	if !strings.HasPrefix(err.Error(), want) {
@@ -362,7 +351,7 @@ func TestSourceForbidden(t *testing.T) {
 	}
 
 	deny.Store(false) // the ClusterRole got granted: the reflector's retry succeeds
-	eventually(t, "the caches to sync once allowed", s.HasSynced)
+	harness.Poll(t, time.Minute, harness.Cond("the caches to sync once allowed", s.HasSynced))
 	if err := s.Healthy(); err != nil {
 		t.Errorf("Healthy() after the grant = %v, want nil", err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/switchyard-lb/switchyard/core/plugin"
 	"github.com/switchyard-lb/switchyard/core/runner/runnertest"
 	"github.com/switchyard-lb/switchyard/ipvs"
+	"github.com/switchyard-lb/switchyard/test/harness"
 	"github.com/switchyard-lb/switchyard/test/netns"
 )
 
@@ -45,18 +46,6 @@ func holdSCTP(from *Namespace, target netip.AddrPort) (string, func(), error) {
 			unix.Close(fd)
 		})
 	}, nil
-}
-
-// waitFor polls cond every 100 ms until it holds, failing the test after
-// timeout.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(timeout); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, timeout)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
 
 // without returns the weights 1/1/1 with the backend named name left out.
@@ -165,9 +154,9 @@ func TestOpenDrainsRemovedRealServers(t *testing.T) {
 	}
 
 	endAssoc()
-	waitFor(t, 3*ipvs.DrainInterval, "the ended association's real server deleted", func() bool {
+	harness.Poll(t, 3*ipvs.DrainInterval, harness.Cond("the ended association's real server deleted", func() bool {
 		return cmp.Equal(table(true, false), ours(), cmpLab)
-	})
+	}))
 	if again, err := conn.Get(); err != nil || again != webBE {
 		t.Errorf("established connection while its real server drains: answer %q, %v; want %q", again, err, webBE)
 	}
@@ -177,9 +166,9 @@ func TestOpenDrainsRemovedRealServers(t *testing.T) {
 
 	conn.Close()
 	clock.Step(time.Hour)
-	waitFor(t, 3*ipvs.DrainInterval, "the TCP real server deleted after the drain timeout", func() bool {
+	harness.Poll(t, 3*ipvs.DrainInterval, harness.Cond("the TCP real server deleted after the drain timeout", func() bool {
 		return cmp.Equal(table(false, false), ours(), cmpLab)
-	})
+	}))
 	if n := dp.Draining(); n != 0 {
 		t.Errorf("draining real servers at the end = %d, want 0", n)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/switchyard-lb/switchyard/plugins/registry"
 	"github.com/switchyard-lb/switchyard/plugins/wasm"
 	"github.com/switchyard-lb/switchyard/plugins/wasm/wasmtest"
+	"github.com/switchyard-lb/switchyard/test/harness"
 )
 
 // TestHostileModules runs the reconcile loop with this registry over the
@@ -125,7 +126,7 @@ func TestHostileModules(t *testing.T) {
 	loop := reconcile.New(reconcile.Config{NodeName: "node-a", Source: src, Planner: plan.New(plan.Options{}), Dataplane: dry,
 		PolicyStage: policystage.Config{Policies: r, Reporter: rep, Metrics: pm, Deadline: waitLimit, StatsInterval: 10 * time.Second},
 		Now:         func() time.Time { return now }})
-	eventually(t, "the registry's first load", r.HasSynced)
+	harness.Poll(t, waitLimit, harness.Cond("the registry's first load", r.HasSynced))
 
 	for round := range 2 {
 		if _, err := loop.Sync(context.Background()); err != nil {

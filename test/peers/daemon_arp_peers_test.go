@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/switchyard-lb/switchyard/core/election"
+	"github.com/switchyard-lb/switchyard/test/harness"
 	"github.com/switchyard-lb/switchyard/test/netns"
 )
 
@@ -260,16 +261,17 @@ announcers:
 // dead owner's Node is still Ready.
 func survivorAbstains(t *testing.T, survivor *daemonNode, alive int) {
 	t.Helper()
-	poll(t, 10*time.Second, survivor.name+" sees the death", func() error {
+	harness.Poll(t, 10*time.Second, func() error {
 		v, err := survivor.metric("switchyard_membership_members ")
 		if err == nil && int(v) != alive {
 			err = fmt.Errorf("%s sees %v members alive, want %d", survivor.name, v, alive)
 		}
 		return err
 	})
+
 	seen := time.Now()
 	var st *debugState
-	poll(t, 10*time.Second, survivor.name+" syncs after the death", func() error {
+	harness.Poll(t, 10*time.Second, func() error {
 		var err error
 		st, err = survivor.state()
 		if err == nil && !st.LastSync.After(seen) {
@@ -277,6 +279,7 @@ func survivorAbstains(t *testing.T, survivor *daemonNode, alive int) {
 		}
 		return err
 	})
+
 	if got := st.Announced["l2"]; len(got) != 0 {
 		t.Fatalf("%s took over %v without a gossip majority while the owner's Node is Ready", survivor.name, got)
 	}
@@ -286,7 +289,7 @@ func survivorAbstains(t *testing.T, survivor *daemonNode, alive int) {
 // exactly the addresses in want (comma-separated, in order).
 func waitAnnounced(t *testing.T, nodes map[string]*daemonNode, announcer string, want map[string]string) {
 	t.Helper()
-	poll(t, 30*time.Second, "announcements", func() error {
+	harness.Poll(t, 30*time.Second, func() error {
 		for name, w := range want {
 			got, err := nodes[name].announced(announcer)
 			if err != nil {
@@ -298,6 +301,7 @@ func waitAnnounced(t *testing.T, nodes map[string]*daemonNode, announcer string,
 		}
 		return nil
 	})
+
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

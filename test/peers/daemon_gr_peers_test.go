@@ -17,6 +17,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/switchyard-lb/switchyard/test/harness"
 )
 
 // TestPeersDaemonGracefulRestart runs the daemon on node-a with BGP
@@ -68,24 +70,26 @@ announcers:
 	gap := watchFIBs(t, routers, web, a.addr4.String())
 	stopped := time.Now()
 	a.stop(t)
-	poll(t, 30*time.Second, "FRR marks node-a's path stale", func() error {
+	harness.Poll(t, 30*time.Second, func() error {
 		if stale := frrStale(t, frr, web); !slices.Equal(stale, []string{a.addr4.String()}) {
 			return fmt.Errorf("stale paths via %v, want node-a's", stale)
 		}
 		return nil
 	})
+
 	if !a.logged("restart=true") {
 		t.Errorf("node-a's daemon did not log a restart intent")
 	}
 	checkRIBs(t, routers, web, both...)
 	restarted := time.Now()
 	a.start(t, config(true))
-	poll(t, 60*time.Second, "FRR refreshes node-a's path", func() error {
+	harness.Poll(t, 60*time.Second, func() error {
 		if stale := frrStale(t, frr, web); len(stale) > 0 {
 			return fmt.Errorf("stale paths via %v", stale)
 		}
 		return frr.established(a.addr4.String())
 	})
+
 	t.Logf("measured: daemon graceful restart: SIGTERM -> restarted daemon's path refreshed at FRR %.0f ms (%.0f ms after its start); node-a's next hop never left FRR's or BIRD's FIB (polled every 2 ms)",
 		ms(time.Since(stopped)), ms(time.Since(restarted)))
 	if missing := gap(); missing != "" {
@@ -107,7 +111,7 @@ announcers:
 
 	// 3. node-a's Node is being deleted: its daemon withdraws on SIGTERM.
 	a.beingDeleted(t)
-	poll(t, 30*time.Second, "node-a's /healthz reports the node ineligible", func() error {
+	harness.Poll(t, 30*time.Second, func() error {
 		body, err := a.healthz()
 		if err != nil {
 			return err
@@ -120,6 +124,7 @@ announcers:
 		}
 		return nil
 	})
+
 	stopped = time.Now()
 	a.stop(t)
 	d = waitRoutes(t, routers, stopped, web, b.addr4.String())
@@ -141,12 +146,13 @@ func (n *daemonNode) stop(t *testing.T) {
 	if err := n.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatalf("stopping %s's daemon: %v", n.name, err)
 	}
-	poll(t, time.Minute, n.name+"'s daemon to exit", func() error {
+	harness.Poll(t, time.Minute, func() error {
 		if err := syscall.Kill(n.cmd.Process.Pid, 0); err == nil {
 			return fmt.Errorf("pid %d still running", n.cmd.Process.Pid)
 		}
 		return nil
 	})
+
 }
 
 // logged reports whether the daemon's log (the file netns.Start writes
