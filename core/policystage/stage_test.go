@@ -14,6 +14,7 @@ import (
 
 	"github.com/switchyard-lb/switchyard/core/config"
 	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/core/model/modeltest"
 	"github.com/switchyard-lb/switchyard/core/plugin"
 	"github.com/switchyard-lb/switchyard/core/plugin/plugintest"
 	"github.com/switchyard-lb/switchyard/core/policystage"
@@ -125,9 +126,9 @@ func failing(err error) func(context.Context, *plugin.PolicyInput) (plugin.Polic
 }
 
 func (h *policyHarness) start(t *testing.T) {
-	web := clusterIP(webKey, "10.96.0.1", webEndpoints...)
+	web := modeltest.State(modeltest.ClusterIP(webKey, "10.96.0.1"), webEndpoints...)
 	web.Service.Policy = "weights"
-	api := clusterIP(apiKey, "10.96.0.30", ep("10.244.1.9:8080", "node-a"), ep("10.244.2.9:8080", "node-b"))
+	api := modeltest.State(modeltest.ClusterIP(apiKey, "10.96.0.30"), modeltest.Ready("10.244.1.9", "node-a"), modeltest.Ready("10.244.2.9", "node-b"))
 	h.src.Push(model.Delta{Nodes: map[string]*model.Node{"node-a": nodeA},
 		Services: map[model.ServiceKey]model.ServiceState{webKey: web, apiKey: api}})
 	h.src.SetSynced(true)
@@ -179,7 +180,7 @@ func TestPolicyStage(t *testing.T) {
 	}, {
 		name: "new endpoints while failing: uniform weights",
 		do: func() {
-			web := clusterIP(webKey, "10.96.0.1", webEndpoints[0])
+			web := modeltest.State(modeltest.ClusterIP(webKey, "10.96.0.1"), webEndpoints[0])
 			web.Service.Policy = "weights"
 			h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{webKey: web}})
 		},
@@ -196,7 +197,7 @@ func TestPolicyStage(t *testing.T) {
 		name: "the policy recovers",
 		do: func() {
 			h.pols.Set("weights", plugintest.NewFunc("weights", weights(3, 1)), nil, nil)
-			web := clusterIP(webKey, "10.96.0.1", webEndpoints...)
+			web := modeltest.State(modeltest.ClusterIP(webKey, "10.96.0.1"), webEndpoints...)
 			web.Service.Policy = "weights"
 			h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{webKey: web}})
 		},
@@ -205,7 +206,7 @@ func TestPolicyStage(t *testing.T) {
 	}, {
 		name: "switching the annotation to another policy",
 		do: func() {
-			web := clusterIP(webKey, "10.96.0.1", webEndpoints...)
+			web := modeltest.State(modeltest.ClusterIP(webKey, "10.96.0.1"), webEndpoints...)
 			h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{webKey: web}})
 		},
 		wantTable:   cat(webUniform, apiTable),
@@ -429,7 +430,7 @@ func TestPolicyTickSkipsFailing(t *testing.T) {
 	}{
 		{"tick", func() { h.now = h.now.Add(10 * time.Second) }, 1},
 		{"the Service changes", func() {
-			web := clusterIP(webKey, "10.96.0.1", webEndpoints[0])
+			web := modeltest.State(modeltest.ClusterIP(webKey, "10.96.0.1"), webEndpoints[0])
 			web.Service.Policy = "weights"
 			h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{webKey: web}})
 		}, 2},
@@ -470,7 +471,7 @@ func TestPolicyForgetsDeletedService(t *testing.T) {
 	}
 
 	h.pols.Set("weights", plugintest.NewFunc("weights", failing(errors.New("trap"))), nil, nil)
-	web := clusterIP(webKey, "10.96.0.1", webEndpoints...)
+	web := modeltest.State(modeltest.ClusterIP(webKey, "10.96.0.1"), webEndpoints...)
 	web.Service.Policy = "weights"
 	h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{webKey: web}})
 	mustSync(t, h.loop)
@@ -516,7 +517,7 @@ func TestPolicyStandIn(t *testing.T) {
 	// v2 fails to load; v1 stands in.
 	failed := "garbage (running its last good version, sha256 a1a1a1a1a1a1, instead)"
 	h.pols.Set("weights", v1, nil, errors.New(failed))
-	web := clusterIP(webKey, "10.96.0.1", append(slices.Clone(webEndpoints), ep("10.244.3.2:8080", "node-c"))...)
+	web := modeltest.State(modeltest.ClusterIP(webKey, "10.96.0.1"), append(slices.Clone(webEndpoints), modeltest.Ready("10.244.3.2", "node-c"))...)
 	web.Service.Policy = "weights"
 	h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{webKey: web}})
 	mustSync(t, h.loop)
@@ -568,7 +569,7 @@ func TestPolicyLoadFailuresCountedOnce(t *testing.T) {
 	h.pols.Set("weights", v1, nil, nil)
 	h.start(t)
 	// A second Service on the policy.
-	api := clusterIP(apiKey, "10.96.0.30", ep("10.244.1.9:8080", "node-a"), ep("10.244.2.9:8080", "node-b"))
+	api := modeltest.State(modeltest.ClusterIP(apiKey, "10.96.0.30"), modeltest.Ready("10.244.1.9", "node-a"), modeltest.Ready("10.244.2.9", "node-b"))
 	api.Service.Policy = "weights"
 	h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{apiKey: api}})
 	mustSync(t, h.loop)
@@ -593,7 +594,7 @@ func TestPolicyLoadFailuresCountedOnce(t *testing.T) {
 		}, 1},
 		{"an endpoint change re-evaluates both Services", func() {
 			api.Endpoints = api.Endpoints[:1]
-			web := clusterIP(webKey, "10.96.0.1", webEndpoints[:1]...)
+			web := modeltest.State(modeltest.ClusterIP(webKey, "10.96.0.1"), webEndpoints[:1]...)
 			web.Service.Policy = "weights"
 			h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{apiKey: api, webKey: web}})
 			mustSync(t, h.loop)

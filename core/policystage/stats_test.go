@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/core/model/modeltest"
 	"github.com/switchyard-lb/switchyard/core/plugin"
 	"github.com/switchyard-lb/switchyard/core/plugin/plugintest"
 	"github.com/switchyard-lb/switchyard/core/policystage"
@@ -76,8 +77,8 @@ func TestPolicySeesDataplaneStats(t *testing.T) {
 	now := t0
 	loop := newLoop(src, dp, func() time.Time { return now }, policystage.Config{Policies: pols, Stats: dp, StatsInterval: tick})
 
-	eps := []model.Endpoint{ep("10.244.1.2:8080", "node-a"), ep("10.244.2.2:8080", "node-b"), ep("10.244.3.2:8080", "node-c")}
-	web := clusterIP(webKey, "10.96.0.1", eps...)
+	eps := []model.Endpoint{modeltest.Ready("10.244.1.2", "node-a"), modeltest.Ready("10.244.2.2", "node-b"), modeltest.Ready("10.244.3.2", "node-c")}
+	web := modeltest.State(modeltest.ClusterIP(webKey, "10.96.0.1"), eps...)
 	web.Service.Type = model.NodePort
 	web.Service.Ports[0].NodePort = 30080
 	src.Push(model.Delta{Nodes: map[string]*model.Node{"node-a": nodeA},
@@ -85,7 +86,7 @@ func TestPolicySeesDataplaneStats(t *testing.T) {
 	src.SetSynced(true)
 	mustSync(t, loop)
 
-	cip := model.VirtualServiceKey{Addr: ip("10.96.0.1"), Port: 80, Protocol: model.TCP}
+	cip := model.VirtualServiceKey{Addr: modeltest.Addr("10.96.0.1"), Port: 80, Protocol: model.TCP}
 	np := model.VirtualServiceKey{Addr: node, Port: 30080, Protocol: model.TCP}
 	dst := func(s string) ipvs.DestinationKey {
 		ap := netip.MustParseAddrPort(s)

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/core/model/modeltest"
 	"github.com/switchyard-lb/switchyard/core/plugin"
 	"github.com/switchyard-lb/switchyard/core/plugin/plugintest"
 	"github.com/switchyard-lb/switchyard/core/policystage"
@@ -60,8 +61,9 @@ func newWorkersLoop(t *testing.T, n, workers int, policyOf func(i int) string) *
 	src := plugintest.NewSource()
 	d := model.Delta{Nodes: map[string]*model.Node{"node-a": nodeA}, Services: map[model.ServiceKey]model.ServiceState{}}
 	for i := range n {
-		st := clusterIP(workerKey(i), fmt.Sprintf("10.96.1.%d", i),
-			ep(fmt.Sprintf("10.244.1.%d:8080", i), "node-a"), ep(fmt.Sprintf("10.244.2.%d:8080", i), "node-b"))
+		st := modeltest.State(modeltest.ClusterIP(workerKey(i), fmt.Sprintf("10.96.1.%d", i)),
+			modeltest.Ready(fmt.Sprintf("10.244.1.%d", i), "node-a"), modeltest.Ready(fmt.Sprintf("10.244.2.%d", i), "node-b"))
+
 		st.Service.Policy = "p"
 		if policyOf != nil {
 			st.Service.Policy = policyOf(i)
@@ -337,13 +339,13 @@ func TestPolicyStatsReadFailures(t *testing.T) {
 		Log: slog.New(slog.NewTextHandler(&logs, nil)),
 	})
 	src.Push(model.Delta{Nodes: map[string]*model.Node{"node-a": nodeA}, Services: map[model.ServiceKey]model.ServiceState{
-		webKey: clusterIP(webKey, "10.96.0.1", webEndpoints[0]),
-		apiKey: clusterIP(apiKey, "10.96.0.30", ep("10.244.1.9:8080", "node-a")),
+		webKey: modeltest.State(modeltest.ClusterIP(webKey, "10.96.0.1"), webEndpoints[0]),
+		apiKey: modeltest.State(modeltest.ClusterIP(apiKey, "10.96.0.30"), modeltest.Ready("10.244.1.9", "node-a")),
 	}})
 	src.SetSynced(true)
 
-	web := model.VirtualServiceKey{Addr: ip("10.96.0.1"), Port: 80, Protocol: model.TCP}
-	api := model.VirtualServiceKey{Addr: ip("10.96.0.30"), Port: 80, Protocol: model.TCP}
+	web := model.VirtualServiceKey{Addr: modeltest.Addr("10.96.0.1"), Port: 80, Protocol: model.TCP}
+	api := model.VirtualServiceKey{Addr: modeltest.Addr("10.96.0.30"), Port: 80, Protocol: model.TCP}
 	read := func(webConns, apiConns int) map[model.VirtualServiceKey]map[netip.AddrPort]plugin.EndpointStats {
 		out := map[model.VirtualServiceKey]map[netip.AddrPort]plugin.EndpointStats{}
 		if webConns >= 0 {
@@ -412,12 +414,12 @@ func TestPolicyTickSkipsStatsBlind(t *testing.T) {
 	now := t0
 	loop := newLoop(src, dp, func() time.Time { return now }, policystage.Config{Policies: pols, Stats: dp, StatsInterval: tick})
 	service := func(k model.ServiceKey, vip, endpoint, policy string) model.ServiceState {
-		st := clusterIP(k, vip, ep(endpoint, "node-a"))
+		st := modeltest.State(modeltest.ClusterIP(k, vip), modeltest.Ready(endpoint, "node-a"))
 		st.Service.Policy = policy
 		return st
 	}
-	web := service(webKey, "10.96.0.1", "10.244.1.2:8080", "blind")
-	api := service(apiKey, "10.96.0.30", "10.244.1.9:8080", "blind")
+	web := service(webKey, "10.96.0.1", "10.244.1.2", "blind")
+	api := service(apiKey, "10.96.0.30", "10.244.1.9", "blind")
 	src.Push(model.Delta{Nodes: map[string]*model.Node{"node-a": nodeA},
 		Services: map[model.ServiceKey]model.ServiceState{webKey: web, apiKey: api}})
 	src.SetSynced(true)

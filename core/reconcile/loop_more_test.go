@@ -14,6 +14,7 @@ import (
 
 	"github.com/switchyard-lb/switchyard/core/metrics"
 	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/core/model/modeltest"
 	"github.com/switchyard-lb/switchyard/core/plan"
 	"github.com/switchyard-lb/switchyard/core/reconcile"
 )
@@ -23,7 +24,7 @@ func (h *harness) initial() {
 	h.src.Push(model.Delta{
 		Nodes: map[string]*model.Node{"node-a": nodeA},
 		Services: map[model.ServiceKey]model.ServiceState{
-			webKey: clusterIP(webKey, "10.96.0.1", webEndpoints...),
+			webKey: modeltest.State(modeltest.ClusterIP(webKey, "10.96.0.1"), webEndpoints...),
 			lbKey:  lbLocal(lbKey, "10.96.0.20", "203.0.113.10", lbEndpoints...),
 		},
 	})
@@ -69,11 +70,11 @@ func TestStateShowsDesiredAndApplied(t *testing.T) {
 	}
 	h.src.Push(model.Delta{
 		Nodes:    map[string]*model.Node{"node-a": nodeA},
-		Services: map[model.ServiceKey]model.ServiceState{webKey: clusterIP(webKey, "10.96.0.1", webEndpoints...)},
+		Services: map[model.ServiceKey]model.ServiceState{webKey: modeltest.State(modeltest.ClusterIP(webKey, "10.96.0.1"), webEndpoints...)},
 	})
 	h.src.SetSynced(true)
 	mustSync(t, h.loop)
-	h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{webKey: clusterIP(webKey, "10.96.0.1", webEndpoints[0])}})
+	h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{webKey: modeltest.State(modeltest.ClusterIP(webKey, "10.96.0.1"), webEndpoints[0])}})
 	h.dp.FailNext(errors.New("boom"))
 	if _, err := h.loop.Sync(context.Background()); err == nil {
 		t.Fatal("Sync succeeded with a failing dataplane")
@@ -166,11 +167,11 @@ func TestBusyLoopStillResyncsFully(t *testing.T) {
 		if i == 0 {
 			continue
 		}
-		eps := append(webEndpoints, ep("10.244.9.9:8080", "node-z"))
+		eps := append(webEndpoints, modeltest.Ready("10.244.9.9", "node-z"))
 		if i == 2 {
 			eps = webEndpoints
 		}
-		h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{webKey: clusterIP(webKey, "10.96.0.1", eps...)}})
+		h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{webKey: modeltest.State(modeltest.ClusterIP(webKey, "10.96.0.1"), eps...)}})
 		mustSync(t, h.loop)
 		if got := h.dry.Stats().FullApplies; got != want {
 			t.Errorf("at %v: %d full applies, want %d", now.Sub(t0), got, want)
@@ -181,7 +182,7 @@ func TestBusyLoopStillResyncsFully(t *testing.T) {
 // TestSyncResult checks what Sync says it did, round by round.
 func TestSyncResult(t *testing.T) {
 	h := newHarness(t)
-	web2 := clusterIP(webKey, "10.96.0.1", webEndpoints[0])
+	web2 := modeltest.State(modeltest.ClusterIP(webKey, "10.96.0.1"), webEndpoints[0])
 	steps := []struct {
 		name     string
 		do       func()
@@ -195,7 +196,7 @@ func TestSyncResult(t *testing.T) {
 			h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{webKey: web2}})
 		}, reconcile.SyncResult{Ran: true, Applied: true, Changed: 1}, false},
 		{"the Apply fails", func() {
-			h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{webKey: clusterIP(webKey, "10.96.0.1", webEndpoints...)}})
+			h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{webKey: modeltest.State(modeltest.ClusterIP(webKey, "10.96.0.1"), webEndpoints...)}})
 			h.dp.FailNext(errors.New("boom"))
 		}, reconcile.SyncResult{Ran: true, Changed: 1}, true},
 		{"the retry is full", func() {}, reconcile.SyncResult{Ran: true, Full: true, Applied: true}, false},
@@ -220,14 +221,14 @@ func TestContestedVirtualServiceHandedOver(t *testing.T) {
 	h := newHarness(t)
 	a, b := model.ServiceKey{Namespace: "x", Name: "a"}, model.ServiceKey{Namespace: "x", Name: "b"}
 	withExternalIP := func(st model.ServiceState) model.ServiceState {
-		st.Service.ExternalIPs = []netip.Addr{ip("192.0.2.30")}
+		st.Service.ExternalIPs = []netip.Addr{modeltest.Addr("192.0.2.30")}
 		return st
 	}
 	h.src.Push(model.Delta{
 		Nodes: map[string]*model.Node{"node-a": nodeA},
 		Services: map[model.ServiceKey]model.ServiceState{
-			a: withExternalIP(clusterIP(a, "10.96.0.1", ep("10.244.1.2:8080", "node-a"))),
-			b: withExternalIP(clusterIP(b, "10.96.0.2", ep("10.244.2.2:8080", "node-b"))),
+			a: withExternalIP(modeltest.State(modeltest.ClusterIP(a, "10.96.0.1"), modeltest.Ready("10.244.1.2", "node-a"))),
+			b: withExternalIP(modeltest.State(modeltest.ClusterIP(b, "10.96.0.2"), modeltest.Ready("10.244.2.2", "node-b"))),
 		},
 	})
 	h.src.SetSynced(true)

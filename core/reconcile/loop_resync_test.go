@@ -15,6 +15,7 @@ import (
 	"github.com/switchyard-lb/switchyard/core/election"
 	"github.com/switchyard-lb/switchyard/core/metrics"
 	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/core/model/modeltest"
 	"github.com/switchyard-lb/switchyard/core/plan"
 	"github.com/switchyard-lb/switchyard/core/plugin"
 	"github.com/switchyard-lb/switchyard/core/reconcile"
@@ -65,7 +66,7 @@ func TestPeriodicResyncAppliesPendingChangesFirst(t *testing.T) {
 	*got = nil
 
 	now = t0.Add(time.Minute) // the resync is due
-	moved := clusterIP(webKey, "10.96.0.1", ep("10.244.9.9:8080", "node-z"))
+	moved := modeltest.State(modeltest.ClusterIP(webKey, "10.96.0.1"), modeltest.Ready("10.244.9.9", "node-z"))
 	h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{webKey: moved}})
 	mustSync(t, h.loop)
 	want := []applied{{Changed: []model.ServiceKey{webKey}}, {Full: true, Changed: []model.ServiceKey{webKey}}}
@@ -89,7 +90,7 @@ func TestRequiredFullSyncIsNotPrecededByAPartial(t *testing.T) {
 	h.initial()
 	mustSync(t, h.loop) // the first sync is full by necessity
 	h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{
-		webKey: clusterIP(webKey, "10.96.0.1", ep("10.244.8.8:8080", "node-z")),
+		webKey: modeltest.State(modeltest.ClusterIP(webKey, "10.96.0.1"), modeltest.Ready("10.244.8.8", "node-z")),
 	}})
 	h.dp.FailNext(errors.New("netlink: dump interrupted"))
 	if _, err := h.loop.Sync(context.Background()); err == nil {
@@ -97,7 +98,7 @@ func TestRequiredFullSyncIsNotPrecededByAPartial(t *testing.T) {
 	}
 	now = t0.Add(time.Minute) // the periodic resync is due too
 	h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{
-		webKey: clusterIP(webKey, "10.96.0.1", ep("10.244.9.9:8080", "node-z")),
+		webKey: modeltest.State(modeltest.ClusterIP(webKey, "10.96.0.1"), modeltest.Ready("10.244.9.9", "node-z")),
 	}})
 	mustSync(t, h.loop)
 	var modes []bool
@@ -118,7 +119,7 @@ func TestSlowResyncIsNotFollowedByAnother(t *testing.T) {
 	mustSync(t, h.loop) // t0 to t0+90s
 	change := func(backend string) {
 		h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{
-			webKey: clusterIP(webKey, "10.96.0.1", ep(backend+":8080", "node-z")),
+			webKey: modeltest.State(modeltest.ClusterIP(webKey, "10.96.0.1"), modeltest.Ready(backend, "node-z")),
 		}})
 	}
 	var fulls []bool
@@ -172,7 +173,7 @@ func TestFailuresAreLoggedAndCounted(t *testing.T) {
 
 	now = t0.Add(time.Minute) // the resync is due
 	h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{
-		webKey: clusterIP(webKey, "10.96.0.1", ep("10.244.9.9:8080", "node-z")),
+		webKey: modeltest.State(modeltest.ClusterIP(webKey, "10.96.0.1"), modeltest.Ready("10.244.9.9", "node-z")),
 	}})
 	h.dp.FailNext(errors.New("injected: partial"))
 	mustSync(t, h.loop) // the full Apply after it succeeds
@@ -181,7 +182,7 @@ func TestFailuresAreLoggedAndCounted(t *testing.T) {
 	}
 
 	h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{
-		webKey: clusterIP(webKey, "10.96.0.1", ep("10.244.9.8:8080", "node-z")),
+		webKey: modeltest.State(modeltest.ClusterIP(webKey, "10.96.0.1"), modeltest.Ready("10.244.9.8", "node-z")),
 	}})
 	h.dp.FailNext(errors.New("injected: full"))
 	if _, err := h.loop.Sync(context.Background()); err == nil || !strings.Contains(err.Error(), "injected: full") {
