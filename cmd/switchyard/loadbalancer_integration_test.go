@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/switchyard-lb/switchyard/announcers/cloud/cloudtest"
+	"github.com/switchyard-lb/switchyard/core/k8s/k8stest"
 	"github.com/switchyard-lb/switchyard/core/lbipam"
 	"github.com/switchyard-lb/switchyard/test/apitest"
 )
@@ -93,7 +94,7 @@ membership:
 	if _, err := client.CoreV1().Services(ns).Create(ctx, lbService(ns, "web"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := client.DiscoveryV1().EndpointSlices(ns).Create(ctx, testSlice(ns, "web", "10.1.0.1"), metav1.CreateOptions{}); err != nil {
+	if _, err := client.DiscoveryV1().EndpointSlices(ns).Create(ctx, k8stest.Slice(ns, "web-abc", "web", true, "10.1.0.1"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -222,14 +223,14 @@ membership:
 func localTrafficPolicy(t *testing.T, client kubernetes.Interface, ns string, provider *cloudtest.Server) {
 	t.Helper()
 	ctx := t.Context()
-	svc := testService(ns, "local", "")
+	svc := k8stest.Service(ns, "local", "")
 	svc.Spec.Type = corev1.ServiceTypeLoadBalancer
 	svc.Spec.ClusterIP, svc.Spec.ClusterIPs = "", nil
 	svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
 	if _, err := client.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	slice := testSlice(ns, "local", "10.1.1.2")
+	slice := k8stest.Slice(ns, "local-abc", "local", true, "10.1.1.2")
 	slice.Endpoints[0].NodeName = ptr("node-b")
 	if _, err := client.DiscoveryV1().EndpointSlices(ns).Create(ctx, slice, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
