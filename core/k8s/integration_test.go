@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/core/model/modeltest"
 	"github.com/switchyard-lb/switchyard/test/apitest"
 	"github.com/switchyard-lb/switchyard/test/harness"
 )
@@ -161,7 +162,11 @@ func terminatingEP(ip, node string) discoveryv1.Endpoint {
 }
 
 func modelEP(ip, node string, opts ...func(*model.Endpoint)) model.Endpoint {
-	return ep(ip, append([]func(*model.Endpoint){onNode(node)}, opts...)...)
+	e := modeltest.Ready(ip, node)
+	for _, o := range opts {
+		o(&e)
+	}
+	return e
 }
 
 func createSlice(t *testing.T, c kubernetes.Interface, ns string, s testSlice) {

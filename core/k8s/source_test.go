@@ -24,6 +24,7 @@ import (
 
 	"github.com/switchyard-lb/switchyard/core/k8s/k8stest"
 	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/core/model/modeltest"
 	"github.com/switchyard-lb/switchyard/test/harness"
 )
 
@@ -130,7 +131,7 @@ func TestSourceWithFakeClient(t *testing.T) {
 	webSvc, _ := convertService(k8stest.Service("ns", "web", "10.96.0.10"))
 	want := model.Delta{
 		Services: map[model.ServiceKey]model.ServiceState{web: {Service: webSvc,
-			Endpoints: eps(ep("10.0.0.1"))}},
+			Endpoints: eps(modeltest.Ready("10.0.0.1", ""))}},
 		Nodes: map[string]*model.Node{"n1": {Name: "n1", Ready: true}},
 	}
 	if diff := cmp.Diff(want, nextDelta(t, s, changed), deltaOpts...); diff != "" {
@@ -146,7 +147,7 @@ func TestSourceWithFakeClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	want = model.Delta{Services: map[model.ServiceKey]model.ServiceState{web: {Service: webSvc,
-		Endpoints: eps(ep("10.0.0.1", func(e *model.Endpoint) { e.Ready, e.Serving = false, false }))}}}
+		Endpoints: eps(modeltest.NotReady("10.0.0.1", ""))}}}
 	if diff := cmp.Diff(want, nextDelta(t, s, changed), deltaOpts...); diff != "" {
 		t.Fatalf("Take after the slice update (-want +got):\n%s", diff)
 	}
@@ -158,7 +159,7 @@ func TestSourceWithFakeClient(t *testing.T) {
 	api := model.ServiceKey{Namespace: "ns", Name: "api"}
 	want = model.Delta{Services: map[model.ServiceKey]model.ServiceState{
 		web: {Service: webSvc},
-		api: {Endpoints: eps(ep("10.0.0.1"))},
+		api: {Endpoints: eps(modeltest.Ready("10.0.0.1", ""))},
 	}}
 	if diff := cmp.Diff(want, nextDelta(t, s, changed), deltaOpts...); diff != "" {
 		t.Fatalf("Take after relabelling (-want +got):\n%s", diff)
@@ -214,7 +215,7 @@ func TestHandlers(t *testing.T) {
 			s.onNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, false)
 		},
 		want: model.Delta{
-			Services: map[model.ServiceKey]model.ServiceState{web: {Service: webSvc, Endpoints: eps(ep("10.0.0.1"))}},
+			Services: map[model.ServiceKey]model.ServiceState{web: {Service: webSvc, Endpoints: eps(modeltest.Ready("10.0.0.1", ""))}},
 			Nodes:    map[string]*model.Node{"n1": {Name: "n1"}},
 		},
 	}, {
@@ -226,7 +227,7 @@ func TestHandlers(t *testing.T) {
 		},
 		want: model.Delta{Services: map[model.ServiceKey]model.ServiceState{
 			web: {Service: webSvc},
-			api: {Endpoints: eps(ep("10.0.0.1"))},
+			api: {Endpoints: eps(modeltest.Ready("10.0.0.1", ""))},
 		}},
 	}, {
 		name: "a Service labelled with our name enters the named watch before it leaves the other: kept",
