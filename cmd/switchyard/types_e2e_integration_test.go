@@ -195,22 +195,16 @@ func TestIntegrationE2EServiceTypes(t *testing.T) {
 		cmpopts.EquateComparable(netip.Addr{}, netip.AddrPort{}, netip.Prefix{}),
 	}
 	began := time.Now()
-	var lastDiff string
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	poll(t, 2*time.Minute, func() error {
 		got, err := d.applied(ns)
-		if err == nil {
-			if lastDiff = cmp.Diff(want, got, opts); lastDiff == "" {
-				break
-			}
-		} else {
-			lastDiff = err.Error()
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("applied table after 60s (-want +got):\n%s", lastDiff)
+		if diff := cmp.Diff(want, got, opts); diff != "" {
+			return fmt.Errorf("applied table (-want +got):\n%s", diff)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	t.Logf("%d Services applied as expected %s after the daemon started", len(want), time.Since(began).Round(time.Millisecond))
 	d.waitReady(t, 30*time.Second)
 
