@@ -13,6 +13,7 @@ import (
 	"github.com/switchyard-lb/switchyard/core/plugin"
 	"github.com/switchyard-lb/switchyard/core/plugin/plugintest"
 	"github.com/switchyard-lb/switchyard/core/policystage"
+	"github.com/switchyard-lb/switchyard/core/runner/runnertest"
 	"github.com/switchyard-lb/switchyard/ipvs/dryrun"
 )
 
@@ -76,14 +77,14 @@ func benchmarkReevaluateAll(b *testing.B, work, workers int) {
 		}
 		return fn(ctx, in)
 	}), nil, nil)
-	now := t0
-	loop := newLoop(src, dryrun.New(), func() time.Time { return now }, policystage.Config{Policies: pols, StatsInterval: time.Second, Workers: workers})
+	clock := runnertest.NewClock(t0)
+	loop := newLoop(src, dryrun.New(), clock.Now, policystage.Config{Policies: pols, StatsInterval: time.Second, Workers: workers})
 	if err := loop.Sync(context.Background()); err != nil {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		now = now.Add(time.Second)
+		clock.Step(time.Second)
 		if err := loop.Sync(context.Background()); err != nil {
 			b.Fatal(err)
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/switchyard-lb/switchyard/core/plugin"
 	"github.com/switchyard-lb/switchyard/core/plugin/plugintest"
 	"github.com/switchyard-lb/switchyard/core/policystage"
+	"github.com/switchyard-lb/switchyard/core/runner/runnertest"
 )
 
 // Deadlines of the tests' evaluations: generous, since a deadline that
@@ -32,10 +33,10 @@ const (
 // policy table, with web on policy "weights" and api on the default.
 type policyHarness struct {
 	*harness
-	pols *plugintest.Policies
-	rep  *plugintest.Reporter
-	pm   *policystage.Metrics
-	now  time.Time
+	pols  *plugintest.Policies
+	rep   *plugintest.Reporter
+	pm    *policystage.Metrics
+	clock *runnertest.Clock
 }
 
 func newPolicyHarness(t *testing.T, stats time.Duration) *policyHarness {
@@ -44,9 +45,9 @@ func newPolicyHarness(t *testing.T, stats time.Duration) *policyHarness {
 
 func newPolicyHarnessDeadline(t *testing.T, stats, deadline time.Duration) *policyHarness {
 	h := &policyHarness{harness: newHarness(t), pols: plugintest.NewPolicies("uniform"),
-		rep: plugintest.NewReporter(), pm: policystage.NewMetrics(nil), now: t0}
+		rep: plugintest.NewReporter(), pm: policystage.NewMetrics(nil), clock: runnertest.NewClock(t0)}
 	h.pols.Set("uniform", plugintest.NewFunc("uniform", weights()), nil, nil)
-	h.loop = newLoop(h.src, h.dry, func() time.Time { return h.now }, policystage.Config{
+	h.loop = newLoop(h.src, h.dry, h.clock.Now, policystage.Config{
 		Policies: h.pols, Reporter: h.rep, Metrics: h.pm, Deadline: deadline, StatsInterval: stats,
 	})
 	return h
@@ -81,9 +82,9 @@ func TestPolicySchedulers(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := &policyHarness{harness: newHarness(t), pols: plugintest.NewPolicies("uniform"),
-				rep: plugintest.NewReporter(), pm: policystage.NewMetrics(nil), now: t0}
+				rep: plugintest.NewReporter(), pm: policystage.NewMetrics(nil), clock: runnertest.NewClock(t0)}
 			h.pols.Set("uniform", plugintest.NewFunc("uniform", weights()), nil, nil)
-			h.loop = newLoop(h.src, h.dry, func() time.Time { return h.now }, policystage.Config{
+			h.loop = newLoop(h.src, h.dry, h.clock.Now, policystage.Config{
 				Policies: h.pols, Reporter: h.rep, Metrics: h.pm, Deadline: generousDeadline, Schedulers: tc.schedulers,
 			})
 			h.pols.Set("weights", plugintest.NewFunc("weights", func(ctx context.Context, in *plugin.PolicyInput) (plugin.PolicyResult, error) {
@@ -379,7 +380,7 @@ func TestPolicyReevaluation(t *testing.T) {
 		{11 * time.Second, 3, 2}, // web's next is due at 12s
 		{20 * time.Second, 4, 3}, // tick
 	} {
-		h.now = t0.Add(s.at)
+		h.clock.StepTo(t0.Add(s.at))
 		mustSync(t, h.loop)
 		if got, got2 := periodic.Calls(), uniform.Calls(); got != s.wantPeriodic || got2 != s.wantUnifm {
 			t.Errorf("at %v: evaluations web %d, api %d; want %d, %d", s.at, got, got2, s.wantPeriodic, s.wantUnifm)
@@ -428,14 +429,14 @@ func TestPolicyTickSkipsFailing(t *testing.T) {
 		do   func()
 		want int
 	}{
-		{"tick", func() { h.now = h.now.Add(10 * time.Second) }, 1},
+		{"tick", func() { h.clock.Step(10 * time.Second) }, 1},
 		{"the Service changes", func() {
 			web := modeltest.State(modeltest.ClusterIP(webKey, "10.96.0.1"), webEndpoints[0])
 			web.Service.Policy = "weights"
 			h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{webKey: web}})
 		}, 2},
 		{"the policy changes", func() { h.pols.Set("weights", broken, nil, nil) }, 3},
-		{"tick again", func() { h.now = h.now.Add(10 * time.Second) }, 3},
+		{"tick again", func() { h.clock.Step(10 * time.Second) }, 3},
 	}
 	for _, s := range steps {
 		s.do()
@@ -544,7 +545,7 @@ func TestPolicyStandIn(t *testing.T) {
 		t.Errorf("status with v1 standing in (-want +got):\n%s", diff)
 	}
 	calls := v1.Calls()
-	h.now = h.now.Add(10 * time.Second)
+	h.clock.Step(10 * time.Second)
 	mustSync(t, h.loop)
 	if got := v1.Calls(); got != calls+1 {
 		t.Errorf("the statistics tick evaluated the stand-in %d times, want 1", got-calls)
@@ -579,7 +580,7 @@ func TestPolicyLoadFailuresCountedOnce(t *testing.T) {
 	}
 	ticks := func(n int) {
 		for range n {
-			h.now = h.now.Add(10 * time.Second)
+			h.clock.Step(10 * time.Second)
 			mustSync(t, h.loop)
 		}
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/switchyard-lb/switchyard/core/plugin"
 	"github.com/switchyard-lb/switchyard/core/plugin/plugintest"
 	"github.com/switchyard-lb/switchyard/core/policystage"
+	"github.com/switchyard-lb/switchyard/core/runner/runnertest"
 	"github.com/switchyard-lb/switchyard/ipvs/dryrun"
 )
 
@@ -332,9 +333,9 @@ func TestPolicyStatsReadFailures(t *testing.T) {
 	}), nil, nil)
 	pm := policystage.NewMetrics(nil)
 	src := plugintest.NewSource()
-	now := t0
+	clock := runnertest.NewClock(t0)
 	var logs bytes.Buffer // written by Sync only
-	loop := newLoop(src, dp, func() time.Time { return now }, policystage.Config{
+	loop := newLoop(src, dp, clock.Now, policystage.Config{
 		Policies: pols, Metrics: pm, Stats: dp, StatsInterval: tick, Workers: 2,
 		Log: slog.New(slog.NewTextHandler(&logs, nil)),
 	})
@@ -371,7 +372,7 @@ func TestPolicyStatsReadFailures(t *testing.T) {
 	}
 	for _, s := range steps {
 		dp.set(s.stats, s.err)
-		now = now.Add(tick)
+		clock.Step(tick)
 		mustSync(t, loop)
 		mu.Lock()
 		got := maps.Clone(seen)
@@ -411,8 +412,8 @@ func TestPolicyTickSkipsStatsBlind(t *testing.T) {
 	pols.Set("blind", statsBlind{blind}, nil, nil)
 	pols.Set("p", seeing, nil, nil)
 	src := plugintest.NewSource()
-	now := t0
-	loop := newLoop(src, dp, func() time.Time { return now }, policystage.Config{Policies: pols, Stats: dp, StatsInterval: tick})
+	clock := runnertest.NewClock(t0)
+	loop := newLoop(src, dp, clock.Now, policystage.Config{Policies: pols, Stats: dp, StatsInterval: tick})
 	service := func(k model.ServiceKey, vip, endpoint, policy string) model.ServiceState {
 		st := modeltest.State(modeltest.ClusterIP(k, vip), modeltest.Ready(endpoint, "node-a"))
 		st.Service.Policy = policy
@@ -432,17 +433,17 @@ func TestPolicyTickSkipsStatsBlind(t *testing.T) {
 	}{
 		// Nothing is known of the policies before their first evaluation.
 		{"first sync", func() {}, counts{Blind: 2, Reads: 1}},
-		{"tick, every policy blind", func() { now = now.Add(tick) }, counts{Blind: 2, Reads: 1}},
+		{"tick, every policy blind", func() { clock.Step(tick) }, counts{Blind: 2, Reads: 1}},
 		{"api switches to a policy that reads statistics", func() {
 			api.Service.Policy = "p"
 			src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{apiKey: api}})
 		}, counts{Blind: 2, Seeing: 1, Reads: 1}},
-		{"tick: only api is re-evaluated", func() { now = now.Add(tick) }, counts{Blind: 2, Seeing: 2, Reads: 2}},
+		{"tick: only api is re-evaluated", func() { clock.Step(tick) }, counts{Blind: 2, Seeing: 2, Reads: 2}},
 		{"api back to the blind policy", func() {
 			api.Service.Policy = "blind"
 			src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{apiKey: api}})
 		}, counts{Blind: 3, Seeing: 2, Reads: 2}},
-		{"tick, every policy blind again", func() { now = now.Add(tick) }, counts{Blind: 3, Seeing: 2, Reads: 2}},
+		{"tick, every policy blind again", func() { clock.Step(tick) }, counts{Blind: 3, Seeing: 2, Reads: 2}},
 	}
 	for _, s := range steps {
 		s.do()

@@ -17,6 +17,7 @@ import (
 	"github.com/switchyard-lb/switchyard/core/model/modeltest"
 	"github.com/switchyard-lb/switchyard/core/plan"
 	"github.com/switchyard-lb/switchyard/core/reconcile"
+	"github.com/switchyard-lb/switchyard/core/runner/runnertest"
 )
 
 // initial pushes node-a with web and lb and marks the source synced.
@@ -133,16 +134,16 @@ func TestSetOptionsReplansEverything(t *testing.T) {
 // of a periodic full resync: the NodePort follows it.
 func TestPeriodicResyncAndNodeChange(t *testing.T) {
 	h := newHarness(t)
-	now := t0
+	clock := runnertest.NewClock(t0)
 	h.loop = reconcile.New(reconcile.Config{
 		NodeName: "node-a", Source: h.src, Planner: plan.New(plan.Options{}), Dataplane: h.dp,
-		Now: func() time.Time { return now }, FullSyncPeriod: time.Minute,
+		Now: clock.Now, FullSyncPeriod: time.Minute,
 	})
 	h.initial()
 	mustSync(t, h.loop)
 	moved := &model.Node{Name: "node-a", Addresses: []netip.Addr{netip.MustParseAddr("192.168.1.99")}}
 	h.src.Push(model.Delta{Nodes: map[string]*model.Node{"node-a": moved, "node-b": {Name: "node-b"}}})
-	now = now.Add(time.Minute)
+	clock.Step(time.Minute)
 	mustSync(t, h.loop)
 	if got := h.dry.Stats().FullApplies; got != 2 {
 		t.Errorf("FullApplies = %d after the period, want 2", got)
@@ -155,15 +156,15 @@ func TestPeriodicResyncAndNodeChange(t *testing.T) {
 
 func TestBusyLoopStillResyncsFully(t *testing.T) {
 	h := newHarness(t)
-	now := t0
+	clock := runnertest.NewClock(t0)
 	h.loop = reconcile.New(reconcile.Config{
 		NodeName: "node-a", Source: h.src, Planner: plan.New(plan.Options{}), Dataplane: h.dp,
-		Now: func() time.Time { return now }, FullSyncPeriod: time.Minute,
+		Now: clock.Now, FullSyncPeriod: time.Minute,
 	})
 	h.initial()
 	mustSync(t, h.loop)
 	for i, want := range []int{1, 1, 2} { // at 0s (full), 30s, 60s
-		now = t0.Add(time.Duration(i) * 30 * time.Second)
+		clock.StepTo(t0.Add(time.Duration(i) * 30 * time.Second))
 		if i == 0 {
 			continue
 		}
@@ -174,7 +175,7 @@ func TestBusyLoopStillResyncsFully(t *testing.T) {
 		h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{webKey: modeltest.State(modeltest.ClusterIP(webKey, "10.96.0.1"), eps...)}})
 		mustSync(t, h.loop)
 		if got := h.dry.Stats().FullApplies; got != want {
-			t.Errorf("at %v: %d full applies, want %d", now.Sub(t0), got, want)
+			t.Errorf("at %v: %d full applies, want %d", clock.Now().Sub(t0), got, want)
 		}
 	}
 }
