@@ -25,8 +25,6 @@ import (
 	"github.com/switchyard-lb/switchyard/ipvs/ipvstest"
 )
 
-func ptr[T any](v T) *T { return &v }
-
 // daemonUnderTest runs runDaemon against a fake clientset.
 type daemonUnderTest struct {
 	*daemonProc

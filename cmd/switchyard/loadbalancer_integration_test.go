@@ -231,7 +231,7 @@ func localTrafficPolicy(t *testing.T, client kubernetes.Interface, ns string, pr
 		t.Fatal(err)
 	}
 	slice := k8stest.Slice(ns, "local-abc", "local", true, "10.1.1.2")
-	slice.Endpoints[0].NodeName = ptr("node-b")
+	slice.Endpoints[0].NodeName = k8stest.Ptr("node-b")
 	if _, err := client.DiscoveryV1().EndpointSlices(ns).Create(ctx, slice, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -250,8 +250,8 @@ func localTrafficPolicy(t *testing.T, client kubernetes.Interface, ns string, pr
 	// An endpoint appears on node-a: both nodes serve the address now
 	// (whichever owns it).
 	slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{
-		Addresses: []string{"10.1.1.1"}, NodeName: ptr("node-a"),
-		Conditions: discoveryv1.EndpointConditions{Ready: ptr(true)},
+		Addresses: []string{"10.1.1.1"}, NodeName: k8stest.Ptr("node-a"),
+		Conditions: discoveryv1.EndpointConditions{Ready: k8stest.Ptr(true)},
 	})
 	if _, err := client.DiscoveryV1().EndpointSlices(ns).Update(ctx, slice, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
@@ -269,9 +269,9 @@ func localTrafficPolicy(t *testing.T, client kubernetes.Interface, ns string, pr
 	// weight alone changes, in one more ensure.
 	before := countPuts(provider, ip)
 	slice.Endpoints = append(slice.Endpoints,
-		discoveryv1.Endpoint{Addresses: []string{"10.1.1.3"}, NodeName: ptr("node-b"), Conditions: discoveryv1.EndpointConditions{Ready: ptr(true)}},
-		discoveryv1.Endpoint{Addresses: []string{"10.1.1.4"}, NodeName: ptr("node-b"), Conditions: discoveryv1.EndpointConditions{Ready: ptr(true)}},
-		discoveryv1.Endpoint{Addresses: []string{"10.1.1.5"}, NodeName: ptr("node-b"), Conditions: discoveryv1.EndpointConditions{Ready: ptr(false)}},
+		discoveryv1.Endpoint{Addresses: []string{"10.1.1.3"}, NodeName: k8stest.Ptr("node-b"), Conditions: discoveryv1.EndpointConditions{Ready: k8stest.Ptr(true)}},
+		discoveryv1.Endpoint{Addresses: []string{"10.1.1.4"}, NodeName: k8stest.Ptr("node-b"), Conditions: discoveryv1.EndpointConditions{Ready: k8stest.Ptr(true)}},
+		discoveryv1.Endpoint{Addresses: []string{"10.1.1.5"}, NodeName: k8stest.Ptr("node-b"), Conditions: discoveryv1.EndpointConditions{Ready: k8stest.Ptr(false)}},
 	)
 	if _, err := client.DiscoveryV1().EndpointSlices(ns).Update(ctx, slice, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)

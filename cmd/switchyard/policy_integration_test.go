@@ -129,8 +129,8 @@ func createZonedService(t *testing.T, client kubernetes.Interface, ns, name, pol
 	}
 	zoneA, zoneB := "zone-a", "zone-b"
 	slice := k8stest.Slice(ns, name+"-abc", name, true, "10.1.0.1", "10.1.0.2")
-	slice.Endpoints[0].Zone, slice.Endpoints[0].NodeName = &zoneA, ptr("node-a")
-	slice.Endpoints[1].Zone, slice.Endpoints[1].NodeName = &zoneB, ptr("node-b")
+	slice.Endpoints[0].Zone, slice.Endpoints[0].NodeName = &zoneA, k8stest.Ptr("node-a")
+	slice.Endpoints[1].Zone, slice.Endpoints[1].NodeName = &zoneB, k8stest.Ptr("node-b")
 	if _, err := client.DiscoveryV1().EndpointSlices(ns).Create(ctx, slice, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

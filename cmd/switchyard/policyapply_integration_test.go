@@ -252,8 +252,8 @@ func TestIntegrationPolicyApply(t *testing.T) {
 			}
 			zoneA, zoneB := "zone-a", "zone-b"
 			slice := k8stest.Slice(ns, service+"-abc", service, true, "10.1.0.1", "10.1.0.2")
-			slice.Endpoints[0].Zone, slice.Endpoints[0].NodeName = &zoneA, ptr("node-a")
-			slice.Endpoints[1].Zone, slice.Endpoints[1].NodeName = &zoneB, ptr("node-b")
+			slice.Endpoints[0].Zone, slice.Endpoints[0].NodeName = &zoneA, k8stest.Ptr("node-a")
+			slice.Endpoints[1].Zone, slice.Endpoints[1].NodeName = &zoneB, k8stest.Ptr("node-b")
 			if slice, err = client.DiscoveryV1().EndpointSlices(ns).Create(ctx, slice, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
