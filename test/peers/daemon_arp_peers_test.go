@@ -268,7 +268,6 @@ func survivorAbstains(t *testing.T, survivor *daemonNode, alive int) {
 		}
 		return err
 	})
-
 	seen := time.Now()
 	var st *debugState
 	harness.Poll(t, 10*time.Second, func() error {
@@ -279,7 +278,6 @@ func survivorAbstains(t *testing.T, survivor *daemonNode, alive int) {
 		}
 		return err
 	})
-
 	if got := st.Announced["l2"]; len(got) != 0 {
 		t.Fatalf("%s took over %v without a gossip majority while the owner's Node is Ready", survivor.name, got)
 	}
@@ -301,7 +299,6 @@ func waitAnnounced(t *testing.T, nodes map[string]*daemonNode, announcer string,
 		}
 		return nil
 	})
-
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

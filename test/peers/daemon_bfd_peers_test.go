@@ -78,7 +78,6 @@ announcers:
 		}
 		return nil
 	})
-
 	body, err := a.get("/debug/state")
 	if err != nil {
 		t.Fatal(err)
@@ -121,7 +120,6 @@ announcers:
 		}
 		return err
 	})
-
 	checkRIBs(t, routers[1:], web, node)
 
 	nft("delete", "table", "inet", "bfdtest")

@@ -63,7 +63,6 @@ announcers:
 		}
 		return nil
 	})
-
 	t.Logf("measured: daemon BGP: two daemons started -> sessions with FRR and BIRD established %.0f ms (GoBGP's first connect waits 1-2 s)",
 		ms(time.Since(started)))
 
@@ -236,7 +235,6 @@ func lbPrefix(t *testing.T, lab *daemonLab, name string, pool netip.Prefix) neti
 		}
 		return err
 	})
-
 	ip, err := netip.ParseAddr(got[0])
 	if err != nil || !pool.Contains(ip) {
 		t.Fatalf("Service %s got %q, want an address of %s", name, got[0], pool)
@@ -271,7 +269,6 @@ func waitRoutes(t *testing.T, routers []*router, since time.Time, prefix netip.P
 		}
 		return nil
 	})
-
 	return took
 }
 
@@ -286,6 +283,5 @@ func checkRIBs(t *testing.T, routers []*router, prefix netip.Prefix, hops ...str
 			}
 			return nil
 		})
-
 	}
 }

@@ -76,7 +76,6 @@ announcers:
 		}
 		return nil
 	})
-
 	if !a.logged("restart=true") {
 		t.Errorf("node-a's daemon did not log a restart intent")
 	}
@@ -89,7 +88,6 @@ announcers:
 		}
 		return frr.established(a.addr4.String())
 	})
-
 	t.Logf("measured: daemon graceful restart: SIGTERM -> restarted daemon's path refreshed at FRR %.0f ms (%.0f ms after its start); node-a's next hop never left FRR's or BIRD's FIB (polled every 2 ms)",
 		ms(time.Since(stopped)), ms(time.Since(restarted)))
 	if missing := gap(); missing != "" {
@@ -124,7 +122,6 @@ announcers:
 		}
 		return nil
 	})
-
 	stopped = time.Now()
 	a.stop(t)
 	d = waitRoutes(t, routers, stopped, web, b.addr4.String())
@@ -152,7 +149,6 @@ func (n *daemonNode) stop(t *testing.T) {
 		}
 		return nil
 	})
-
 }
 
 // logged reports whether the daemon's log (the file netns.Start writes

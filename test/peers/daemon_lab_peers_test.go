@@ -391,5 +391,4 @@ func (l *daemonLab) waitIngress(t *testing.T, name string, want ...string) {
 		}
 		return nil
 	})
-
 }

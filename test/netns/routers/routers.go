@@ -54,7 +54,6 @@ func startFRR(t testing.TB, ns *netns.NS, bgpdConf string, bfd bool) *FRR {
 		_, err := os.Stat(d + "/zserv.api")
 		return err
 	})
-
 	if bfd {
 		writeFile(t, filepath.Join(d, "bfdd.conf"), "")
 		if out, err := exec.Command("chown", "frr:frr", filepath.Join(d, "bfdd.conf")).CombinedOutput(); err != nil {
@@ -65,14 +64,12 @@ func startFRR(t testing.TB, ns *netns.NS, bgpdConf string, bfd bool) *FRR {
 			_, err := r.Vtysh("show bfd peers")
 			return err
 		})
-
 	}
 	ns.Start(t, "/usr/lib/frr/bgpd", common("bgpd")...)
 	harness.Poll(t, startTimeout, func() error {
 		_, err := r.Vtysh("show bgp summary")
 		return err
 	})
-
 	t.Cleanup(func() {
 		if t.Failed() {
 			out, _ := r.Vtysh("show bgp summary", "show ip bgp")
@@ -109,7 +106,6 @@ func StartBIRD(t testing.TB, ns *netns.NS, conf string) *BIRD {
 		_, err := r.Birdc("show", "status")
 		return err
 	})
-
 	t.Cleanup(func() {
 		if t.Failed() {
 			out, _ := r.Birdc("show", "protocols", "all")
