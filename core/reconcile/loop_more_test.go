@@ -135,10 +135,7 @@ func TestSetOptionsReplansEverything(t *testing.T) {
 func TestPeriodicResyncAndNodeChange(t *testing.T) {
 	h := newHarness(t)
 	clock := runnertest.NewClock(t0)
-	h.loop = reconcile.New(reconcile.Config{
-		NodeName: "node-a", Source: h.src, Planner: plan.New(plan.Options{}), Dataplane: h.dp,
-		Now: clock.Now, FullSyncPeriod: time.Minute,
-	})
+	h.resyncEveryMinute(clock)
 	h.initial()
 	mustSync(t, h.loop)
 	moved := &model.Node{Name: "node-a", Addresses: []netip.Addr{netip.MustParseAddr("192.168.1.99")}}
@@ -157,10 +154,7 @@ func TestPeriodicResyncAndNodeChange(t *testing.T) {
 func TestBusyLoopStillResyncsFully(t *testing.T) {
 	h := newHarness(t)
 	clock := runnertest.NewClock(t0)
-	h.loop = reconcile.New(reconcile.Config{
-		NodeName: "node-a", Source: h.src, Planner: plan.New(plan.Options{}), Dataplane: h.dp,
-		Now: clock.Now, FullSyncPeriod: time.Minute,
-	})
+	h.resyncEveryMinute(clock)
 	h.initial()
 	mustSync(t, h.loop)
 	for i, want := range []int{1, 1, 2} { // at 0s (full), 30s, 60s

@@ -28,16 +28,22 @@ type applied struct {
 	Changed []model.ServiceKey
 }
 
+// resyncEveryMinute replaces h's loop by one that resyncs fully every
+// minute on clock.
+func (h *harness) resyncEveryMinute(clock *runnertest.Clock) {
+	h.loop = reconcile.New(reconcile.Config{
+		NodeName: "node-a", Source: h.src, Planner: plan.New(plan.Options{}), Dataplane: h.dp,
+		Now: clock.Now, FullSyncPeriod: time.Minute,
+	})
+}
+
 // newResyncHarness returns a harness whose loop resyncs every minute on
 // the clock, and the record of its successful Applies. An Apply
 // advances the clock by applyTook (a full one by fullTook), as a slow
 // dataplane would, after calling onApply when set.
 func newResyncHarness(t *testing.T, clock *runnertest.Clock, applyTook, fullTook time.Duration, onApply func(plugin.Update)) (*harness, *[]applied) {
 	h := newHarness(t)
-	h.loop = reconcile.New(reconcile.Config{
-		NodeName: "node-a", Source: h.src, Planner: plan.New(plan.Options{}), Dataplane: h.dp,
-		Now: clock.Now, FullSyncPeriod: time.Minute,
-	})
+	h.resyncEveryMinute(clock)
 	var got []applied
 	h.dp.AfterApply(func(u plugin.Update) {
 		got = append(got, applied{Full: u.Full, Changed: u.Changed})
