@@ -177,7 +177,10 @@ func TestPolicyWeightsDriveTraffic(t *testing.T) {
 	clock := runnertest.NewClock(time.Now())
 	loop := reconcile.New(reconcile.Config{
 		NodeName: "lab", Source: src, Planner: plan.New(plan.Options{}), Dataplane: dp,
-		Now: clock.Now, PolicyStage: policystage.Config{Policies: pols, StatsInterval: tick},
+		// A generous evaluation deadline: under TCG on a loaded host the
+		// default 50 ms can pass before the first evaluation returns, and
+		// the Service would fall back to uniform weights.
+		Now: clock.Now, PolicyStage: policystage.Config{Policies: pols, Deadline: 2 * time.Second, StatsInterval: tick},
 	})
 	syncLoop := func() {
 		t.Helper()
