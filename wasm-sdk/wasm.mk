@@ -49,7 +49,9 @@ wasm-bench:
 # --- Every SDK language: examples, toolchains, conformance -------------------
 
 WASM_DIR := $(BIN)/wasm
-WASM_SDK_EXAMPLES := zoneaware canary leastconn slowstart
+# Every example: the Go examples' names, which the Rust and AssemblyScript
+# examples match (wasm-sdk/conformance TestEveryExampleHasScenarios).
+WASM_SDK_EXAMPLES := $(WASM_GO_EXAMPLES)
 WASM_SDK_LANGS := go rust assemblyscript
 WASM_SDK_MODULES := $(foreach l,$(WASM_SDK_LANGS),$(foreach e,$(WASM_SDK_EXAMPLES),$(WASM_DIR)/$(l)/$(e).wasm))
 # Test modules reading every input field through the Rust and AssemblyScript SDKs,
@@ -80,8 +82,9 @@ wasm-rust-toolchain:
 		{ $(SUDO) apt-get update && $(SUDO) apt-get install -y rustc libstd-rust-dev-wasm32; }; \
 	fi
 
-# TestIntegrationPolicyApply builds its modules with every SDK's toolchain:
-# make test-integration installs them first, so no language skips there.
+# TestIntegrationPolicyApply and TestIntegrationPolicyWalkthrough build
+# modules with every SDK's toolchain: make test-integration installs them
+# first, so no language skips there.
 test-integration: | wasm-rust-toolchain $(ASC)
 
 $(ASC): $(WASM_AS)/package.json $(WASM_AS)/package-lock.json

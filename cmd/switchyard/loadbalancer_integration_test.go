@@ -72,6 +72,7 @@ announcers:
 membership:
   bindAddress: %s
   port: %d
+  restartGrace: 0s # a stopped daemon's address moves at once (with a grace, one restarting keeps it)
 `, provider.URL, tokenFile, addrs[node], port))
 		daemons[node] = startMain(t, srv.Kubeconfig, node, tc, "--v=2")
 	}

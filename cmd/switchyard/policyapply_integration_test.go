@@ -4,6 +4,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -55,29 +56,13 @@ func sdkModule(root, yardctl, lang, example string) ([]byte, error) {
 			return b, nil
 		}
 	}
-	var src, sdk, tool string
-	switch lang {
-	case "rust":
-		src, sdk = filepath.Join(root, "wasm-sdk/rust/examples", example+".rs"), filepath.Join(root, "wasm-sdk/rust/policy")
-		tool = os.Getenv("RUSTC")
-		if tool == "" {
-			tool = "/usr/bin/rustc"
-		}
-		sysroot, err := exec.Command(tool, "--print", "sysroot").Output()
-		if err != nil {
-			return nil, fmt.Errorf("%w: no rustc (%s: %v; Debian's rustc and libstd-rust-dev-wasm32, or make wasm-sdk-examples)", errNoToolchain, tool, err)
-		}
-		if _, err := os.Stat(filepath.Join(strings.TrimSpace(string(sysroot)), "lib/rustlib/wasm32-unknown-unknown")); err != nil {
-			return nil, fmt.Errorf("%w: %s has no wasm32 standard library (libstd-rust-dev-wasm32)", errNoToolchain, tool)
-		}
-	case "assemblyscript":
+	tool, err := toolchain(root, lang)
+	if err != nil {
+		return nil, err
+	}
+	src, sdk := filepath.Join(root, "wasm-sdk/rust/examples", example+".rs"), filepath.Join(root, "wasm-sdk/rust/policy")
+	if lang == "assemblyscript" {
 		src, sdk = filepath.Join(root, "wasm-sdk/assemblyscript/examples", example+".ts"), filepath.Join(root, "wasm-sdk/assemblyscript/sdk")
-		if tool = os.Getenv("ASC"); tool == "" {
-			tool = filepath.Join(root, "wasm-sdk/assemblyscript/node_modules/.bin/asc")
-		}
-		if _, err := os.Stat(tool); err != nil {
-			return nil, fmt.Errorf("%w: no AssemblyScript compiler (%v; make wasm-sdk-examples installs it)", errNoToolchain, err)
-		}
 	}
 	version, _ := exec.Command(tool, "--version").Output()
 	return wasmtest.Cached(lang+"-"+example, string(version), []string{src, sdk}, func(out string) error {
@@ -91,23 +76,138 @@ func sdkModule(root, yardctl, lang, example string) ([]byte, error) {
 
 var errNoToolchain = errors.New("toolchain not installed")
 
+// toolchain returns the compiler `yardctl policy build` runs for lang
+// (rust or assemblyscript) in the checkout at root, or an error wrapping
+// errNoToolchain that says what to install.
+func toolchain(root, lang string) (string, error) {
+	switch lang {
+	case "rust":
+		tool := os.Getenv("RUSTC")
+		if tool == "" {
+			tool = "/usr/bin/rustc"
+		}
+		sysroot, err := exec.Command(tool, "--print", "sysroot").Output()
+		if err != nil {
+			return "", fmt.Errorf("%w: no rustc (%s: %v; Debian's rustc and libstd-rust-dev-wasm32, or make wasm-sdk-examples)", errNoToolchain, tool, err)
+		}
+		if _, err := os.Stat(filepath.Join(strings.TrimSpace(string(sysroot)), "lib/rustlib/wasm32-unknown-unknown")); err != nil {
+			return "", fmt.Errorf("%w: %s has no wasm32 standard library (libstd-rust-dev-wasm32)", errNoToolchain, tool)
+		}
+		return tool, nil
+	case "assemblyscript":
+		tool := os.Getenv("ASC")
+		if tool == "" {
+			tool = filepath.Join(root, "wasm-sdk/assemblyscript/node_modules/.bin/asc")
+		}
+		if _, err := os.Stat(tool); err != nil {
+			return "", fmt.Errorf("%w: no AssemblyScript compiler (%v; make wasm-sdk-examples installs it)", errNoToolchain, err)
+		}
+		return tool, nil
+	}
+	return "", fmt.Errorf("no toolchain for %s", lang)
+}
+
+// skipWithoutToolchain skips the test when err says a toolchain is
+// missing (errNoToolchain), or fails it when SWITCHYARD_WASM_TOOLCHAINS=1
+// (make test-integration installs them); any other error fails it.
+func skipWithoutToolchain(t *testing.T, err error) {
+	t.Helper()
+	switch {
+	case err == nil:
+	case !errors.Is(err, errNoToolchain):
+		t.Fatal(err)
+	case os.Getenv("SWITCHYARD_WASM_TOOLCHAINS") == "1":
+		t.Fatalf("make test-integration installs the toolchains: %v", err)
+	default:
+		t.Skip(err)
+	}
+}
+
 // applied is what `yardctl policy apply -o json` prints.
 type applied struct {
 	Action, SHA256, PreviousSHA256, ResourceVersion string
 	Changes                                         []string
 }
 
-// TestIntegrationPolicyApply is the policy author's loop against a real
-// API server and a running daemon (dry-run dataplane), for a module built
-// from each SDK language: `yardctl policy apply` of a first version, whose
-// weights the daemon's plan shows and whose digest and ConfigMap
-// resourceVersion `yardctl state` shows; a second version (another
-// module) replacing it; a broken module refused by apply, then written
-// into the ConfigMap anyway (as kubectl would), which leaves the second
-// version running, still evaluated (a new endpoint gets its weight), with
-// the error on the Service. A language whose toolchain is missing is
-// skipped.
-func TestIntegrationPolicyApply(t *testing.T) {
+// runYardctl runs the yardctl binary bin with args, with KUBECONFIG set to
+// kubeconfigEnv (only what the test names), and returns its standard
+// output and error.
+func runYardctl(ctx context.Context, bin, kubeconfigEnv string, args ...string) (string, string, error) {
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfigEnv)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	return out.String(), errOut.String(), err
+}
+
+// policyState returns the policy status of service (namespace/name) that
+// `yardctl state -o json` shows for the daemon at metrics, and the line of
+// plain `yardctl state` for it ("" when there is none).
+func policyState(ctx context.Context, yardctl, metrics, service string) (*policystage.Status, string, error) {
+	out, errOut, err := runYardctl(ctx, yardctl, "", "state", "--address", metrics, "-o", "json")
+	if err != nil {
+		return nil, "", fmt.Errorf("yardctl state -o json: %v: %s", err, errOut)
+	}
+	var st reconcile.State
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		return nil, "", fmt.Errorf("yardctl state -o json: %w", err)
+	}
+	i := slices.IndexFunc(st.Policies, func(p policystage.Status) bool { return p.Service == service })
+	if i < 0 {
+		return nil, "", fmt.Errorf("%s not among the policies of yardctl state", service)
+	}
+	p := &st.Policies[i]
+	text, errOut, err := runYardctl(ctx, yardctl, "", "state", "--address", metrics)
+	if err != nil {
+		return nil, "", fmt.Errorf("yardctl state: %v: %s", err, errOut)
+	}
+	for _, line := range strings.Split(text, "\n") {
+		if f := strings.Fields(line); len(f) > 1 && f[0] == service && f[1] == p.Policy {
+			return p, line, nil
+		}
+	}
+	return p, "", nil
+}
+
+// waitPolicyState waits until yardctl state shows that service runs the
+// module of digest from the ConfigMap at revision, ready or not, with a
+// message containing msg, in -o json and in its plain columns.
+func waitPolicyState(t *testing.T, yardctl, metrics, step, service, digest, revision string, ready bool, msg string) {
+	t.Helper()
+	poll(t, 2*time.Minute, func() error {
+		p, line, err := policyState(t.Context(), yardctl, metrics, service)
+		if err != nil {
+			return fmt.Errorf("%s: %w", step, err)
+		}
+		if p.Digest != digest || p.Revision != revision || p.Ready != ready || !strings.Contains(p.Message, msg) {
+			return fmt.Errorf("%s: %s runs %+v, want sha256 %s, revision %s, ready %v, message with %q", step, service, p, digest, revision, ready, msg)
+		}
+		wantCols := []string{registry.ShortDigest(digest), revision, yesNoTest(ready)}
+		for _, c := range wantCols {
+			if !strings.Contains(" "+strings.Join(strings.Fields(line), " ")+" ", " "+c+" ") {
+				return fmt.Errorf("%s: yardctl state shows %q for %s, want the columns %q", step, line, service, wantCols)
+			}
+		}
+		return nil
+	})
+}
+
+// policyLab is what the policy author's tests run against.
+type policyLab struct {
+	root    string // the checkout
+	work    string // a directory for the test's files
+	yardctl string // the yardctl binary, built from root
+	srv     *apitest.Server
+	// daemon is the config of the daemon running against srv as node-a
+	// (startPolicyDaemon), its evaluation deadline generous.
+	daemon *testConfig
+}
+
+// startPolicyLab builds yardctl while a real API server starts, then
+// starts the daemon. Cleanup stops them.
+func startPolicyLab(t *testing.T) *policyLab {
+	t.Helper()
 	root, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
@@ -127,20 +227,27 @@ func TestIntegrationPolicyApply(t *testing.T) {
 	if b.err != nil {
 		t.Fatal(b.err)
 	}
-	yardctl := b.path
-	ctx := t.Context()
-	client := srv.Client
 	tc := startPolicyDaemon(t, srv, "policies:\n  statisticsInterval: 1h\n  evaluationDeadline: 10s\n").tc
+	return &policyLab{root: root, work: work, yardctl: b.path, srv: srv, daemon: tc}
+}
 
-	// yardctlRun runs the binary; the deadline is generous, as the
-	// machine may be loaded.
+// TestIntegrationPolicyApply is the policy author's loop against a real
+// API server and a running daemon (dry-run dataplane), for a module built
+// from each SDK language: `yardctl policy apply` of a first version, whose
+// weights the daemon's plan shows and whose digest and ConfigMap
+// resourceVersion `yardctl state` shows; a second version (another
+// module) replacing it; a broken module refused by apply, then written
+// into the ConfigMap anyway (as kubectl would), which leaves the second
+// version running, still evaluated (a new endpoint gets its weight), with
+// the error on the Service. A language whose toolchain is missing is
+// skipped.
+func TestIntegrationPolicyApply(t *testing.T) {
+	lab := startPolicyLab(t)
+	root, work, yardctl, srv, tc := lab.root, lab.work, lab.yardctl, lab.srv, lab.daemon
+	ctx, client := t.Context(), srv.Client
+
 	yardctlRun := func(kubeconfigEnv string, args ...string) (string, string, error) {
-		cmd := exec.CommandContext(ctx, yardctl, args...)
-		cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfigEnv) // only what the test names
-		var out, errOut bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errOut
-		err := cmd.Run()
-		return out.String(), errOut.String(), err
+		return runYardctl(ctx, yardctl, kubeconfigEnv, args...)
 	}
 	// apply runs yardctl policy apply with --kubeconfig, or with
 	// KUBECONFIG when viaEnv is set.
@@ -163,51 +270,9 @@ func TestIntegrationPolicyApply(t *testing.T) {
 		}
 		return res
 	}
-	// policyState returns the Service's policy status from `yardctl
-	// state -o json`, and the line of its plain `yardctl state`.
-	policyState := func(service string) (*reconcile.State, string, error) {
-		out, errOut, err := yardctlRun("", "state", "--address", tc.metrics, "-o", "json")
-		if err != nil {
-			return nil, "", fmt.Errorf("yardctl state -o json: %v: %s", err, errOut)
-		}
-		var st reconcile.State
-		if err := json.Unmarshal([]byte(out), &st); err != nil {
-			return nil, "", fmt.Errorf("yardctl state -o json: %w", err)
-		}
-		text, errOut, err := yardctlRun("", "state", "--address", tc.metrics)
-		if err != nil {
-			return nil, "", fmt.Errorf("yardctl state: %v: %s", err, errOut)
-		}
-		for _, line := range strings.Split(text, "\n") {
-			if strings.HasPrefix(line, service+" ") && strings.Contains(line, "zone-") {
-				return &st, line, nil
-			}
-		}
-		return &st, "", nil
-	}
 	waitPolicy := func(t *testing.T, step, service, digest, revision string, ready bool, msg string) {
 		t.Helper()
-		poll(t, 2*time.Minute, func() error {
-			st, line, err := policyState(service)
-			if err != nil {
-				return err
-			}
-			i := slices.IndexFunc(st.Policies, func(p policystage.Status) bool { return p.Service == service })
-			if i < 0 {
-				return fmt.Errorf("%s: %s not among the policies of yardctl state", step, service)
-			}
-			p := st.Policies[i]
-			if p.Digest != digest || p.Revision != revision || p.Ready != ready || !strings.Contains(p.Message, msg) {
-				return fmt.Errorf("%s: %s runs %+v, want sha256 %s, revision %s, ready %v, message with %q", step, service, p, digest, revision, ready, msg)
-			}
-			wantCols := []string{registry.ShortDigest(digest), revision, yesNoTest(ready)}
-			for _, c := range wantCols {
-				if !strings.Contains(" "+strings.Join(strings.Fields(line), " ")+" ", " "+c+" ") {
-					return fmt.Errorf("%s: yardctl state shows %q for %s, want the columns %q", step, line, service, wantCols)
-				}
-			}
-			return nil
-		})
+		waitPolicyState(t, yardctl, tc.metrics, step, service, digest, revision, ready, msg)
 	}
 
 	canaryParams := `{"canary": "zone=zone-b", "percent": 10}`
@@ -219,15 +284,7 @@ func TestIntegrationPolicyApply(t *testing.T) {
 			var modules [2]string
 			for i, example := range []string{"zoneaware", "canary"} {
 				b, err := sdkModule(root, yardctl, lang, example)
-				if errors.Is(err, errNoToolchain) {
-					if os.Getenv("SWITCHYARD_WASM_TOOLCHAINS") == "1" {
-						t.Fatalf("no %s module, and make test-integration installs the toolchains: %v", lang, err)
-					}
-					t.Skipf("no %s module: %v", lang, err)
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
+				skipWithoutToolchain(t, err)
 				modules[i] = filepath.Join(work, lang+"-"+example+".wasm")
 				if err := os.WriteFile(modules[i], b, 0o644); err != nil {
 					t.Fatal(err)
@@ -254,7 +311,8 @@ func TestIntegrationPolicyApply(t *testing.T) {
 			slice := k8stest.Slice(ns, service+"-abc", service, true, "10.1.0.1", "10.1.0.2")
 			slice.Endpoints[0].Zone, slice.Endpoints[0].NodeName = &zoneA, k8stest.Ptr("node-a")
 			slice.Endpoints[1].Zone, slice.Endpoints[1].NodeName = &zoneB, k8stest.Ptr("node-b")
-			if slice, err = client.DiscoveryV1().EndpointSlices(ns).Create(ctx, slice, metav1.CreateOptions{}); err != nil {
+			slice, err := client.DiscoveryV1().EndpointSlices(ns).Create(ctx, slice, metav1.CreateOptions{})
+			if err != nil {
 				t.Fatal(err)
 			}
 			waitWeights := func(step, want string) {
@@ -306,7 +364,7 @@ func TestIntegrationPolicyApply(t *testing.T) {
 
 			// 4. Written anyway (as kubectl would): the second version keeps
 			// running, the Service says why, and it is still evaluated.
-			err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
 				cm, err := cms.Get(ctx, name, metav1.GetOptions{})
 				if err != nil {
 					return err

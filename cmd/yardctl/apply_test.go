@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/switchyard-lb/switchyard/plugins/registry"
+	"github.com/switchyard-lb/switchyard/wasm-sdk/walkthrough"
 )
 
 func mustRead(t *testing.T, path string) []byte {
@@ -308,59 +309,11 @@ func TestApplyNeedsACluster(t *testing.T) {
 // packFile directly: a loaded machine must not fail them.
 const generousTestDeadline = 2 * time.Minute
 
-// leastZone is a new policy with a list parameter, as a user writes it
-// from wasm-sdk/README.md: least-loaded, excluding the zones listed.
-const leastZone = `//go:build wasip1
-
-package main
-
-import "github.com/switchyard-lb/switchyard/wasm-sdk/go/policy"
-
-func evaluate(in *policy.Input, out *policy.Output) error {
-	exclude, _, err := policy.ParamStrings(in.Params(), "excludeZones")
-	if err != nil {
-		return err
-	}
-	for i := range in.Len() {
-		if e := in.Endpoint(i); in.Usable(i) && !exclude.Contains(e.Zone()) {
-			out.SetWeight(i, 1000/(1+e.ActiveConns()))
-		}
-	}
-	out.SetScheduler("wrr")
-	return nil
-}
-
-func init() { policy.Register(evaluate) }
-
-func main() {}
-`
-
-// leastZoneScenarios are its scenarios, with expectations.
-var leastZoneScenarios = map[string]string{
-	"spread.yaml": `service: {namespace: default, name: web, port: {protocol: TCP, port: 80}, params: {excludeZones: [zone-c]}}
-node: {name: node-a, zone: zone-a}
-endpoints:
-- {address: 10.0.0.1, port: 8080, node: node-a, zone: zone-a}
-- {address: 10.0.1.1, port: 8080, node: node-b, zone: zone-b, stats: {activeConns: 9}}
-- {address: 10.0.2.1, port: 8080, node: node-c, zone: zone-c}
-expect:
-  weights: [1000, 100, 0]
-  scheduler: wrr
-`,
-	"bad-params.yaml": `service: {namespace: default, name: web, port: {protocol: TCP, port: 80}, params: {excludeZones: zone-c}}
-node: {name: node-a, zone: zone-a}
-endpoints:
-- {address: 10.0.0.1, port: 8080, node: node-a, zone: zone-a}
-expect:
-  decline: "params: excludeZones is not a list of strings without escapes"
-`,
-}
-
-// TestApplyWatchSource checks the edit loop from a policy's source: a new
-// policy with a list parameter, in a directory of its own outside the
-// repository as the walkthrough in wasm-sdk/README.md makes it (a go.mod
-// that replaces the SDK's module with this checkout), with its
-// expectation scenarios. apply --watch builds the source with policy
+// TestApplyWatchSource checks the edit loop from a policy's source: the
+// Go walkthrough of wasm-sdk/README.md (a new policy with a list
+// parameter and its expectation scenarios, taken from the page), in a
+// directory of its own outside the repository as the page makes it (a
+// go.mod that replaces the SDK's module with this checkout). apply --watch builds the source with policy
 // build's own code, checks the module against the expectations and
 // applies it; an edit that misses the expectations, and one that does not
 // compile, are reported and nothing is applied; the next good edit is
@@ -378,19 +331,23 @@ func TestApplyWatchSource(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir, scenarios := t.TempDir(), t.TempDir()
-	write := func(dir, name, content string) {
+	dir := t.TempDir()
+	layout, err := walkthrough.Setup(t.Context(), root, dir, walkthrough.Go)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := layout.Source
+	scenarios := filepath.Join(dir, "scenarios")
+	// edit writes the policy's source with old replaced by new.
+	edit := func(old, new string) {
 		t.Helper()
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+		changed := strings.Replace(src.Content, old, new, 1)
+		if changed == src.Content {
+			t.Fatalf("the walkthrough's %s has no %q to edit", src.Path, old)
+		}
+		if err := os.WriteFile(filepath.Join(dir, src.Path), []byte(changed), 0o644); err != nil {
 			t.Fatal(err)
 		}
-	}
-	write(dir, "go.mod", "module example.com/mypolicy\n\ngo 1.26.0\n\nrequire github.com/switchyard-lb/switchyard v0.0.0\n\n"+
-		"replace github.com/switchyard-lb/switchyard => "+root+"\n")
-	write(dir, "go.sum", string(mustRead(t, filepath.Join(root, "go.sum"))))
-	write(dir, "main.go", leastZone)
-	for name, content := range leastZoneScenarios {
-		write(scenarios, name, content)
 	}
 
 	client := fake.NewClientset()
@@ -429,7 +386,7 @@ func TestApplyWatchSource(t *testing.T) {
 	}
 
 	// An edit whose decisions miss the expectations.
-	write(dir, "main.go", strings.Replace(leastZone, "1000/", "2000/", 1))
+	edit("1000/", "2000/")
 	waitFor("the missed expectations reported", func() bool {
 		return strings.Contains(errw.String(), "not applied: "+module+" loads but misses the expectations of "+filepath.Join(scenarios, "spread.yaml")+
 			":\n  10.0.0.1:8080 (node-a, zone-a): weight 2000, want 1000\n")
@@ -442,7 +399,7 @@ func TestApplyWatchSource(t *testing.T) {
 	}
 
 	// An edit that does not compile.
-	write(dir, "main.go", leastZone+"\nfunc broken() { undefined() }\n")
+	edit("func main() {}", "func main() {}\n\nfunc broken() { undefined() }")
 	waitFor("the failed build reported", func() bool { return strings.Contains(errw.String(), "not applied: go build for wasip1 in "+dir) })
 	if !strings.Contains(errw.String(), "undefined: undefined") {
 		t.Errorf("the compiler's message is not shown:\n%s", errw.String())
@@ -452,7 +409,7 @@ func TestApplyWatchSource(t *testing.T) {
 	}
 
 	// A good edit (a cap no scenario reaches): built, checked and applied.
-	write(dir, "main.go", strings.Replace(leastZone, "out.SetScheduler", "_ = min(in.Len(), 1<<16)\n\tout.SetScheduler", 1))
+	edit("out.SetScheduler", "_ = min(in.Len(), 1<<16)\n\tout.SetScheduler")
 	waitFor("the good edit applied", func() bool {
 		return strings.Contains(out.String(), "module sha256 "+registry.ShortDigest(first)+" -> ")
 	})

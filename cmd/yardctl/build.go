@@ -254,6 +254,9 @@ func (b *builder) rustBuild(ctx context.Context) error {
 			rustc = "/usr/bin/rustc" // Debian's, with the wasm32 std; rustup's may come first in PATH
 		}
 	}
+	if err := checkRustTarget(ctx, rustc); err != nil {
+		return err
+	}
 	sdk := b.sdk
 	if sdk == "" {
 		sdk = findAbove(filepath.Dir(b.file), filepath.Join("wasm-sdk", "rust", "policy", "lib.rs"))
@@ -279,6 +282,26 @@ func (b *builder) rustBuild(ctx context.Context) error {
 		args = append(args, "-C", "strip=debuginfo") // keeps the name section
 	}
 	return b.run(ctx, "", nil, rustc, args...)
+}
+
+// checkRustTarget fails, saying what to install, when rustc has no wasm32
+// standard library, which rustc would report as a missing crate core.
+func checkRustTarget(ctx context.Context, rustc string) error {
+	out, err := exec.CommandContext(ctx, rustc, "--print", "sysroot").Output()
+	if err != nil {
+		if errors.Is(err, exec.ErrNotFound) {
+			return fmt.Errorf("rust build: %w (see the toolchain section of wasm-sdk/README.md)", err)
+		}
+		return fmt.Errorf("rust build: %s --print sysroot: %w", rustc, err)
+	}
+	sysroot := strings.TrimSpace(string(out))
+	if !fileExists(filepath.Join(sysroot, "lib", "rustlib", "wasm32-unknown-unknown")) {
+		return fmt.Errorf("rust build: %s has no wasm32-unknown-unknown standard library (none in %s): "+
+			"on Debian or Ubuntu apt-get install rustc libstd-rust-dev-wasm32 and use /usr/bin/rustc "+
+			"(with rustup: rustup target add wasm32-unknown-unknown); see the toolchain section of wasm-sdk/README.md",
+			rustc, filepath.Join(sysroot, "lib", "rustlib"))
+	}
+	return nil
 }
 
 func (b *builder) asBuild(ctx context.Context) error {

@@ -291,7 +291,8 @@ var policyPack = &command{
 	long: "Prints the policy ConfigMap for FILE: namespace switchyard-system, label\n" +
 		"switchyard.dev/policy=true, binaryData policy.wasm (policy.wasm.gz when the module is\n" +
 		"over --gzip-over bytes), data sha256 (the pin: sha256 of the uncompressed module) and\n" +
-		"params.json from --params. Apply it with kubectl apply -f -. It first checks what\n" +
+		"params.json from --params. Apply it with kubectl apply --server-side -f - (a client-side\n" +
+		"apply copies it into an annotation limited to 256 KiB, which a Go module exceeds). It first checks what\n" +
 		"validate checks, with the parameters it packs: FILE must be a WebAssembly module that\n" +
 		"loads and decides the built-in sample scenario (or --scenario) within the deadline\n" +
 		"without trapping or declining; and --name must be a valid ConfigMap name (lowercase\n" +

@@ -338,38 +338,6 @@ func TestPolicyBench(t *testing.T) {
 	}
 }
 
-// customSections lists the names of a module's custom sections.
-func customSections(t *testing.T, path string) []string {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leb := func(i int) (uint64, int) {
-		var v uint64
-		for s := 0; i < len(b); s += 7 {
-			c := b[i]
-			i++
-			v |= uint64(c&0x7f) << s
-			if c < 0x80 {
-				break
-			}
-		}
-		return v, i
-	}
-	var names []string
-	for i := 8; i < len(b); {
-		id := b[i]
-		n, j := leb(i + 1)
-		if id == 0 {
-			l, k := leb(j)
-			names = append(names, string(b[k:k+int(l)]))
-		}
-		i = j + int(n)
-	}
-	return names
-}
-
 func TestPolicyBuild(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the compilers")
@@ -408,8 +376,9 @@ func TestPolicyBuild(t *testing.T) {
 				if !strings.Contains(stdout, out) || !strings.Contains(stdout, "("+tc.lang+")") {
 					t.Errorf("stdout %q does not name %s and %s", stdout, out, tc.lang)
 				}
-				if names := slices.Contains(customSections(t, out), "name"); names == strip {
-					t.Errorf("--strip=%v: custom sections %v (a name section: %v)", strip, customSections(t, out), names)
+				sections := wasmtest.CustomSections(mustRead(t, out))
+				if names := slices.Contains(sections, "name"); names == strip {
+					t.Errorf("--strip=%v: custom sections %v (a name section: %v)", strip, sections, names)
 				}
 				if code, _, stderr := yardctl(t, "policy", "test", out, "--scenario", "../../wasm-sdk/scenarios/zoneaware", "--deadline", "1s"); code != exitOK {
 					t.Errorf("the built module misses the example's expectations: %s", stderr)
@@ -420,6 +389,12 @@ func TestPolicyBuild(t *testing.T) {
 
 	broken := t.TempDir()
 	if err := os.WriteFile(filepath.Join(broken, "main.go"), []byte("package main\nfunc main() { undefined() }\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// A rustc without the wasm32 standard library (rustup's, say).
+	sysroot := t.TempDir()
+	noWasmRustc := writeFile(t, "rustc", "#!/bin/sh\necho "+sysroot+"\n")
+	if err := os.Chmod(noWasmRustc, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	mixed := t.TempDir()
@@ -439,8 +414,12 @@ func TestPolicyBuild(t *testing.T) {
 		{"two languages", []string{mixed}, exitUsage, "holds rust and assemblyscript sources: choose one with --lang"},
 		{"unknown extension", []string{writeFile(t, "p.c", "")}, exitError, "cannot tell the language from the file name"},
 		{"unknown --lang", []string{mixed, "--lang", "c"}, exitUsage, `--lang "c": want go, rust or assemblyscript`},
+		{"rustc without wasm32", []string{"../../wasm-sdk/rust/examples/zoneaware.rs"}, exitError,
+			"rust build: " + noWasmRustc + " has no wasm32-unknown-unknown standard library (none in " + filepath.Join(sysroot, "lib", "rustlib") +
+				"): on Debian or Ubuntu apt-get install rustc libstd-rust-dev-wasm32"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("RUSTC", noWasmRustc)
 			code, _, stderr := yardctl(t, append([]string{"policy", "build"}, tc.args...)...)
 			if code != tc.wantCode || !strings.Contains(stderr, tc.want) {
 				t.Errorf("exit %d, stderr %q; want exit %d with %q", code, stderr, tc.wantCode, tc.want)
@@ -548,6 +527,27 @@ func TestPolicyTestExpectations(t *testing.T) {
 	}
 }
 
+// TestPolicyTestFailure: a policy that fails otherwise than by declining
+// (here a trap) is reported as failed, not declined.
+func TestPolicyTestFailure(t *testing.T) {
+	sc := "endpoints: [{address: 10.0.0.1}]\nexpect: {decline: unreachable}\n"
+	file := writeFile(t, "s.yaml", sc)
+	code, stdout, stderr := yardctl(t, "policy", "test", trapModule(t), "--scenario", file)
+	if code != exitOK || !strings.HasPrefix(stdout, "failed: policy trapped: ") || strings.Contains(stdout, "declined") {
+		t.Errorf("one scenario: exit %d, stdout %q, stderr %q; want exit 0 and \"failed: policy trapped: ...\"", code, stdout, stderr)
+	}
+	dir := t.TempDir()
+	for _, name := range []string{"a.yaml", "b.yaml"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(sc), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, stdout, stderr = yardctl(t, "policy", "test", trapModule(t), "--scenario", dir)
+	if code != exitOK || !strings.Contains(stdout, " pass    failed: policy trapped: ") || strings.Contains(stdout, "declined") {
+		t.Errorf("a directory: exit %d, stdout %q, stderr %q; want exit 0 and \"failed: policy trapped: ...\" in the table", code, stdout, stderr)
+	}
+}
+
 func TestPolicyTestDecline(t *testing.T) {
 	base := "endpoints: [{address: 10.0.0.1}]\n"
 	for _, tc := range []struct {
@@ -556,7 +556,7 @@ func TestPolicyTestDecline(t *testing.T) {
 		wantStdout     string
 	}{
 		{"decline expected", base + "expect: {decline: canary is missing}\n", exitOK,
-			"declined: policy declined: params: canary is missing\nexpect: pass\n"},
+			"declined: params: canary is missing\nexpect: pass\n"},
 		{"other message", base + "expect: {decline: percent is above 100}\n", exitError,
 			"expect: FAIL\n  the policy failed with \"policy declined: params: canary is missing\", want a decline with \"percent is above 100\"\n"},
 		{"decision expected", base + "expect: {weights: [1]}\n", exitError,

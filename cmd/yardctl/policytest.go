@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -161,10 +162,20 @@ func (o *outcome) result() string {
 	return ""
 }
 
+// failure says how the evaluation failed: "declined: " and the policy's
+// message, or "failed: " and the error (a trap, an overrun, invalid
+// output).
+func (o *outcome) failure() string {
+	if msg, ok := strings.CutPrefix(o.err.Error(), plugin.ErrPolicyDeclined.Error()+": "); ok && errors.Is(o.err, plugin.ErrPolicyDeclined) {
+		return "declined: " + msg
+	}
+	return "failed: " + o.err.Error()
+}
+
 // summary is the decision on one line.
 func (o *outcome) summary() string {
 	if o.err != nil {
-		return "declined: " + oneLine(o.err.Error())
+		return oneLine(o.failure())
 	}
 	ws := make([]string, len(o.res.Weights))
 	for i, w := range o.res.Weights {
@@ -292,7 +303,7 @@ func updateScenario(path string, o *outcome) error {
 // it met its expectations.
 func printDecision(w io.Writer, o *outcome, updated bool) error {
 	if o.err != nil {
-		fmt.Fprintf(w, "declined: %s\n", o.err)
+		fmt.Fprintln(w, o.failure())
 	} else {
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		fmt.Fprintf(tw, "ENDPOINT\tNODE\tZONE\tWEIGHT\n")

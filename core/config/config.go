@@ -413,6 +413,19 @@ type Membership struct {
 	ProbeInterval Duration `yaml:"probeInterval"`
 	ProbeTimeout  Duration `yaml:"probeTimeout"`
 	SuspicionMult int      `yaml:"suspicionMult"`
+	// RestartGrace is how long the other daemons keep a restarting
+	// daemon's layer-2 addresses (and the cloud addresses it owns) on its
+	// node, which keeps forwarding,
+	// instead of moving them and back with every established flow through
+	// them. On SIGTERM a daemon whose Node is neither deleted, cordoned
+	// nor shutting down (the shutdown intent the BGP graceful restart
+	// uses too) leaves gossip saying it restarts; the others hold it
+	// alive for this long or until it is back. A node going away leaves
+	// as before, and its addresses move at once; a crashed daemon says
+	// nothing and is failed over by the failure detector, whatever this
+	// is. Zero: a restarting daemon leaves as any other, and its
+	// addresses move away and back. 0 to 10m; default 30s. Read at start.
+	RestartGrace *Duration `yaml:"restartGrace"`
 }
 
 // Metrics configures the metrics server (/metrics and /debug/state).

@@ -61,6 +61,7 @@ func defaults() *Config {
 		Membership: Membership{
 			BindAddress: "0.0.0.0", Port: 7946, QuorumGuard: ptr(true),
 			ProbeInterval: Duration(100 * time.Millisecond), ProbeTimeout: Duration(50 * time.Millisecond), SuspicionMult: 3,
+			RestartGrace: ptr(Duration(30 * time.Second)),
 		},
 		Metrics:           Metrics{BindAddress: "127.0.0.1:10249"},
 		Health:            Health{BindAddress: "0.0.0.0:10256"},
@@ -213,6 +214,7 @@ announcers:
 				Membership: Membership{
 					BindAddress: "10.0.0.1", Port: 7947, QuorumGuard: ptr(false),
 					ProbeInterval: Duration(time.Second), ProbeTimeout: Duration(500 * time.Millisecond), SuspicionMult: 4,
+					RestartGrace: ptr(Duration(0)),
 				},
 				Metrics:           Metrics{BindAddress: "0.0.0.0:9249"},
 				Health:            Health{BindAddress: "[::]:9256"},
@@ -602,6 +604,18 @@ announcers:
 				{Path: "membership.probeTimeout", Line: 3, Msg: "-1s is not positive"},
 				{Path: "membership.suspicionMult", Line: 3, Msg: "21 is out of range (want 1 to 20)"},
 			},
+		},
+		{
+			name: "membership restart grace negative",
+			in: header + `membership: {restartGrace: -1s}
+`,
+			want: []FieldError{{Path: "membership.restartGrace", Line: 3, Msg: "-1s is out of range (want 0 to 10m0s)"}},
+		},
+		{
+			name: "membership restart grace too long",
+			in: header + `membership: {restartGrace: 11m}
+`,
+			want: []FieldError{{Path: "membership.restartGrace", Line: 3, Msg: "11m0s is out of range (want 0 to 10m0s)"}},
 		},
 		{
 			name: "membership probe timeout not shorter than the interval",

@@ -24,6 +24,7 @@ const (
 	DefaultProbeInterval      = 100 * time.Millisecond
 	DefaultProbeTimeout       = 50 * time.Millisecond
 	DefaultSuspicionMult      = 3
+	DefaultRestartGrace       = 30 * time.Second
 	DefaultMetricsAddress     = "127.0.0.1:10249"
 	DefaultHealthAddress      = "0.0.0.0:10256"
 	DefaultLoadBalancerClass  = "switchyard.dev/lb"
@@ -113,6 +114,7 @@ func (c *Config) SetDefaults() {
 	if c.Membership.SuspicionMult == 0 {
 		c.Membership.SuspicionMult = DefaultSuspicionMult
 	}
+	setDurationPtr(&c.Membership.RestartGrace, DefaultRestartGrace)
 	setString(&c.Metrics.BindAddress, DefaultMetricsAddress)
 	setString(&c.Health.BindAddress, DefaultHealthAddress)
 	setString(&c.LoadBalancerClass, DefaultLoadBalancerClass)

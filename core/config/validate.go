@@ -316,6 +316,9 @@ func (v *validator) membership(path string, m *Membership) {
 	if m.SuspicionMult < 1 || m.SuspicionMult > maxSuspicionMult {
 		v.add(path+".suspicionMult", "%d is out of range (want 1 to %d)", m.SuspicionMult, maxSuspicionMult)
 	}
+	if g := m.RestartGrace; g != nil && (*g < 0 || *g > maxRestartGrace) {
+		v.add(path+".restartGrace", "%s is out of range (want 0 to %s)", *g, maxRestartGrace)
+	}
 }
 
 // Failure detector limits: below 10ms a probe is mostly scheduling
@@ -327,6 +330,11 @@ const (
 	maxProbeInterval = Duration(time.Minute)
 	maxSuspicionMult = 20
 )
+
+// maxRestartGrace bounds membership.restartGrace: a daemon that takes
+// longer to come back is not restarting, and its addresses, held by
+// nobody answering, should move.
+const maxRestartGrace = Duration(10 * time.Minute)
 
 // maxRestartTime is the longest graceful restart time: the capability
 // carries it in 12 bits of seconds (RFC 4724).

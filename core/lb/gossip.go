@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -27,6 +28,15 @@ func gossipTiming(mc config.Membership) membership.Timing {
 		t.SuspicionMult = mc.SuspicionMult
 	}
 	return t
+}
+
+// restartGrace is membership's restart grace; unset (a config whose
+// defaults were not filled) is none.
+func restartGrace(mc config.Membership) time.Duration {
+	if mc.RestartGrace == nil {
+		return 0
+	}
+	return mc.RestartGrace.Std()
 }
 
 // gossipKeys reads the gossip encryption keys membership's config names:

@@ -139,12 +139,13 @@ func (m *Manager) startMembership(ctx context.Context, mc config.Membership) err
 		return err
 	}
 	members, err := membership.New(membership.Config{
-		NodeName: m.cfg.NodeName,
-		BindAddr: mc.BindAddress,
-		BindPort: mc.Port,
-		Keys:     keys,
-		Timing:   gossipTiming(mc),
-		Logger:   m.cfg.Log.With("component", "membership"),
+		NodeName:     m.cfg.NodeName,
+		BindAddr:     mc.BindAddress,
+		BindPort:     mc.Port,
+		Keys:         keys,
+		Timing:       gossipTiming(mc),
+		RestartGrace: restartGrace(mc),
+		Logger:       m.cfg.Log.With("component", "membership"),
 		// core/config documents the trade; unset means on.
 		DisableQuorumGuard: mc.QuorumGuard != nil && !*mc.QuorumGuard,
 	})
@@ -374,6 +375,9 @@ func (m *Manager) Run(ctx context.Context) {
 // restarted daemon refreshes them (bgp.Speaker.CloseForRestart);
 // otherwise it withdraws its routes and ends its sessions with a Cease,
 // so routers move the traffic to other nodes at once (bgp.Speaker.Close).
+// Membership, for a restart, leaves saying so: with a restart grace the
+// other daemons keep this node's layer-2 addresses here until it is back
+// (membership.CloseForRestart); otherwise they move them at once.
 func (m *Manager) Close() error {
 	m.closeOnce.Do(func() {
 		var errs []error
@@ -390,7 +394,11 @@ func (m *Manager) Close() error {
 			_ = m.events.close()
 		}
 		if m.members != nil {
-			errs = append(errs, m.members.Close(context.Background()))
+			leave := m.members.Close
+			if in.Restart {
+				leave = m.members.CloseForRestart
+			}
+			errs = append(errs, leave(context.Background()))
 		}
 		m.closeErr = errors.Join(errs...)
 	})

@@ -41,6 +41,14 @@ type Config struct {
 	// DisableQuorumGuard lets a daemon that sees no majority alive still
 	// trust its view (see the package documentation).
 	DisableQuorumGuard bool
+	// RestartGrace is how long this daemon holds a member that left
+	// saying it restarts (CloseForRestart) alive, so that its layer-2
+	// addresses stay where they are until it is back; and, when
+	// positive, what makes CloseForRestart say so. Zero: a member that
+	// restarts leaves as any other, and its addresses move at once. A
+	// member that stops without a word (a crash) is judged by the
+	// failure detector, whatever the grace.
+	RestartGrace time.Duration
 	// Logger receives memberlist's log lines. Default: discard.
 	Logger *slog.Logger
 }

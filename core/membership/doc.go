@@ -34,6 +34,17 @@
 //     is gone and no longer counts, so the survivor of a crash of most
 //     of the cluster takes over once Kubernetes agrees (about 40 s).
 //
+// Restarts (Config.RestartGrace): a daemon that stops to restart
+// (CloseForRestart: the DaemonSet's update, not a node going away)
+// leaves saying so in its metadata, and the others hold it alive, its
+// layer-2 addresses where they are, for their grace or until it is
+// back; its node's dataplane forwards meanwhile. For the guard a held
+// member counts, neither alive nor heard, as a member just declared
+// dead does, so a partition meanwhile gives no side a majority it would
+// not have had. Only a member that said it restarts is held: one that
+// crashed, or whose node is gone (NotReady), is judged as before, and
+// one still away when the grace ends is dead since then.
+//
 // The window is 2 x max(SuspicionMult, members) probe intervals (600ms
 // for three daemons with LANTiming), which the fence adds to failover.
 // A member falsely declared dead (it answered too late on a starved

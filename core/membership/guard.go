@@ -23,6 +23,14 @@ type guardView struct {
 	// once a member that is merely cut off has surely noticed (cutOff)
 	// and stopped answering for them.
 	fenced map[string]bool
+	// held are the members that left saying they restart less than the
+	// restart grace ago: Alive reports them alive (unless the guard has
+	// no opinion of them: cut off, or exactly half alive), so that their
+	// addresses stay where they are until they are back. For
+	// the guard they count, neither alive nor heard, as a member just
+	// declared dead does: one side of a partition cannot take a
+	// majority from a member gone silent.
+	held map[string]bool
 }
 
 // guardInput is what judge needs besides the members.
@@ -40,6 +48,10 @@ type guardInput struct {
 	// (Timing): they give the window (window).
 	probeInterval time.Duration
 	suspicionMult int
+	// restartGrace is how long a member that left saying it restarts is
+	// held (Config.RestartGrace); past it, it is dead since the grace
+	// ended.
+	restartGrace time.Duration
 }
 
 // window is both how recently a member must have sent a packet to count
@@ -57,23 +69,32 @@ func (in guardInput) window(members int) time.Duration {
 }
 
 // judge returns the guard's view of members at now. Counted are the
-// members that did not leave and are not both dead and NotReady in
-// Kubernetes, this daemon included.
+// members that did not leave and are not both dead (or restarting) and
+// NotReady in Kubernetes, this daemon included.
 func judge(members map[string]Member, in guardInput, now time.Time) guardView {
 	v := guardView{}
+	silent := func(m Member) bool { return m.State == StateDead || m.State == StateRestarting }
 	counts := func(name string, m Member) bool {
-		return m.State != StateLeft && (m.State != StateDead || !in.notReady[name])
+		return m.State != StateLeft && (!silent(m) || !in.notReady[name])
 	}
 	counted := 0
 	for name, m := range members {
-		if counts(name, m) {
+		if counts(name, in.settled(m, now)) {
 			counted++
 		}
 	}
 	window := in.window(counted)
 	alive, heard := 0, 0
 	for name, m := range members {
+		m = in.settled(m, now)
 		if !counts(name, m) {
+			continue
+		}
+		if m.State == StateRestarting {
+			if v.held == nil {
+				v.held = map[string]bool{}
+			}
+			v.held[name] = true
 			continue
 		}
 		if m.State == StateDead {
@@ -96,13 +117,27 @@ func judge(members map[string]Member, in guardInput, now time.Time) guardView {
 	return v
 }
 
+// settled returns m as judge takes it at now: a member that said it
+// restarts is dead once its grace has passed, since the grace ended.
+func (in guardInput) settled(m Member, now time.Time) Member {
+	if m.State == StateRestarting && now.Sub(m.Since) >= in.restartGrace {
+		m.State, m.Since = StateDead, m.Since.Add(in.restartGrace)
+	}
+	return m
+}
+
 // equal reports whether two views would answer Alive alike.
 func (v guardView) equal(o guardView) bool {
-	if v.quorum != o.quorum || v.cutOff != o.cutOff || v.rejoining != o.rejoining || len(v.fenced) != len(o.fenced) {
+	return v.quorum == o.quorum && v.cutOff == o.cutOff && v.rejoining == o.rejoining &&
+		sameSet(v.fenced, o.fenced) && sameSet(v.held, o.held)
+}
+
+func sameSet(a, b map[string]bool) bool {
+	if len(a) != len(b) {
 		return false
 	}
-	for name := range v.fenced {
-		if !o.fenced[name] {
+	for name := range a {
+		if !b[name] {
 			return false
 		}
 	}
@@ -113,6 +148,10 @@ func (v guardView) equal(o guardView) bool {
 // record (ok: there is one); guard off, gossip is trusted as it is.
 func (v guardView) alive(guard bool, self, node string, m Member, ok bool) (alive, known bool) {
 	switch {
+	case ok && v.held[node] && (!guard || !v.cutOff && v.quorum):
+		// Restarting within its grace: its addresses stay. (Cut off, or
+		// with exactly half alive, the guard's answers below hold.)
+		return true, true
 	case !guard:
 	case v.cutOff:
 		// Probably on the minority side of a partition: this node
@@ -129,7 +168,7 @@ func (v guardView) alive(guard bool, self, node string, m Member, ok bool) (aliv
 		// majority, so every node falls back to Kubernetes readiness and
 		// both sides elect alike.
 		return false, false
-	case ok && m.State == StateDead && v.fenced[node]:
+	case ok && v.fenced[node]:
 		return true, true
 	}
 	if !ok {

@@ -10,7 +10,8 @@ import (
 
 // TestJudge: the quorum guard's view of three to five members, with the
 // default timing (100ms x 3: the window is 2 x max(3, members)
-// intervals, 600ms for three members, 1s for five).
+// intervals, 600ms for three members, 1s for five) and a restart grace
+// of 30 s.
 func TestJudge(t *testing.T) {
 	now := time.Date(2026, 12, 3, 8, 0, 0, 0, time.UTC)
 	ago := func(d time.Duration) time.Time { return now.Add(-d) }
@@ -99,6 +100,37 @@ func TestJudge(t *testing.T) {
 			want:    guardView{quorum: true},
 		},
 		{
+			name:    "restarting within its grace: held, counted, neither alive nor heard",
+			members: map[string]member{"a": {StateAlive, long, 0, false}, "b": {StateAlive, long, 100 * time.Millisecond, false}, "c": {StateRestarting, 29 * time.Second, 29 * time.Second, false}},
+			want:    guardView{quorum: true, held: map[string]bool{"c": true}},
+		},
+		{
+			name: "restarting, and the only other member silent: cut off",
+			// a restarting member is no majority's witness.
+			members: map[string]member{"a": {StateAlive, long, 0, false}, "b": {StateAlive, long, time.Second, false}, "c": {StateRestarting, time.Second, time.Second, false}},
+			want:    guardView{quorum: true, cutOff: true, held: map[string]bool{"c": true}},
+		},
+		{
+			name:    "restarting with one of two others: exactly half alive",
+			members: map[string]member{"a": {StateAlive, long, 0, false}, "b": {StateRestarting, time.Second, time.Second, false}},
+			want:    guardView{held: map[string]bool{"b": true}},
+		},
+		{
+			name:    "restarting past its grace: dead since it ended, fenced for the window",
+			members: map[string]member{"a": {StateAlive, long, 0, false}, "b": {StateAlive, long, 100 * time.Millisecond, false}, "c": {StateRestarting, 30*time.Second + 500*time.Millisecond, long, false}},
+			want:    guardView{quorum: true, fenced: map[string]bool{"c": true}},
+		},
+		{
+			name:    "restarting long past its grace: dead",
+			members: map[string]member{"a": {StateAlive, long, 0, false}, "b": {StateAlive, long, 100 * time.Millisecond, false}, "c": {StateRestarting, time.Minute, long, false}},
+			want:    guardView{quorum: true},
+		},
+		{
+			name:    "restarting and NotReady in Kubernetes: gone, not counted",
+			members: map[string]member{"a": {StateAlive, long, 0, false}, "b": {StateRestarting, time.Second, time.Second, true}},
+			want:    guardView{quorum: true},
+		},
+		{
 			name: "five members, two silent: still a majority heard",
 			members: map[string]member{
 				"a": {StateAlive, long, 0, false}, "b": {StateAlive, long, 900 * time.Millisecond, false}, "c": {StateAlive, long, 200 * time.Millisecond, false},
@@ -112,7 +144,7 @@ func TestJudge(t *testing.T) {
 			members := map[string]Member{}
 			in := guardInput{
 				self: "a", heard: map[string]time.Time{}, notReady: map[string]bool{},
-				probeInterval: 100 * time.Millisecond, suspicionMult: 3,
+				probeInterval: 100 * time.Millisecond, suspicionMult: 3, restartGrace: 30 * time.Second,
 			}
 			if tt.cutOffAt > 0 {
 				in.cutOffAt = ago(tt.cutOffAt)
@@ -134,28 +166,41 @@ func TestJudge(t *testing.T) {
 func TestGuardAlive(t *testing.T) {
 	alive := Member{Name: "b", State: StateAlive}
 	dead := Member{Name: "c", State: StateDead}
+	restarting := Member{Name: "r", State: StateRestarting}
+	held := map[string]bool{"r": true}
 	views := map[string]guardView{
-		"quorum":    {quorum: true},
-		"fenced":    {quorum: true, fenced: map[string]bool{"c": true}},
-		"cut off":   {cutOff: true},
-		"rejoining": {quorum: true, rejoining: true},
-		"half":      {},
+		"quorum":        {quorum: true},
+		"fenced":        {quorum: true, fenced: map[string]bool{"c": true}},
+		"cut off":       {cutOff: true},
+		"rejoining":     {quorum: true, rejoining: true},
+		"half":          {},
+		"held":          {quorum: true, held: held},
+		"held, cut off": {cutOff: true, held: held},
+		"held, half":    {held: held},
 	}
 	type ask struct {
 		node string
 		m    Member
 		ok   bool
 	}
-	asks := []ask{{"a", Member{Name: "a", State: StateAlive}, true}, {"b", alive, true}, {"c", dead, true}, {"x", Member{}, false}}
+	asks := []ask{{"a", Member{Name: "a", State: StateAlive}, true}, {"b", alive, true}, {"c", dead, true}, {"r", restarting, true}, {"x", Member{}, false}}
 	want := map[string]map[string]string{
-		"quorum":    {"a": "true/true", "b": "true/true", "c": "false/true", "x": "false/false"},
-		"fenced":    {"a": "true/true", "b": "true/true", "c": "true/true", "x": "false/false"},
-		"cut off":   {"a": "false/true", "b": "false/false", "c": "false/false", "x": "false/false"},
-		"rejoining": {"a": "false/true", "b": "true/true", "c": "false/true", "x": "false/false"},
-		"half":      {"a": "false/false", "b": "false/false", "c": "false/false", "x": "false/false"},
+		"quorum":        {"a": "true/true", "b": "true/true", "c": "false/true", "r": "false/true", "x": "false/false"},
+		"fenced":        {"a": "true/true", "b": "true/true", "c": "true/true", "r": "false/true", "x": "false/false"},
+		"cut off":       {"a": "false/true", "b": "false/false", "c": "false/false", "r": "false/false", "x": "false/false"},
+		"rejoining":     {"a": "false/true", "b": "true/true", "c": "false/true", "r": "false/true", "x": "false/false"},
+		"half":          {"a": "false/false", "b": "false/false", "c": "false/false", "r": "false/false", "x": "false/false"},
+		"held":          {"a": "true/true", "b": "true/true", "c": "false/true", "r": "true/true", "x": "false/false"},
+		"held, cut off": {"a": "false/true", "b": "false/false", "c": "false/false", "r": "false/false", "x": "false/false"},
+		"held, half":    {"a": "false/false", "b": "false/false", "c": "false/false", "r": "false/false", "x": "false/false"},
 	}
-	unguarded := map[string]string{"a": "true/true", "b": "true/true", "c": "false/true", "x": "false/false"}
 	for name, v := range views {
+		// Unguarded, gossip is trusted as it is, and a held member
+		// is alive.
+		unguarded := map[string]string{"a": "true/true", "b": "true/true", "c": "false/true", "r": "false/true", "x": "false/false"}
+		if v.held["r"] {
+			unguarded["r"] = "true/true"
+		}
 		got, gotOff := map[string]string{}, map[string]string{}
 		for _, a := range asks {
 			al, kn := v.alive(true, "a", a.node, a.m, a.ok)

@@ -29,6 +29,10 @@ const (
 	StateDead
 	// StateLeft: the member left gracefully (daemon shut down).
 	StateLeft
+	// StateRestarting: the member left saying it restarts
+	// (CloseForRestart): it counts as alive for Config.RestartGrace
+	// from when it left, then as dead.
+	StateRestarting
 )
 
 func (s State) String() string {
@@ -39,6 +43,8 @@ func (s State) String() string {
 		return "dead"
 	case StateLeft:
 		return "left"
+	case StateRestarting:
+		return "restarting"
 	}
 	return "State(" + strconv.Itoa(int(s)) + ")"
 }
@@ -77,6 +83,7 @@ type Membership struct {
 	guard     bool
 	rejoin    time.Duration
 	timing    Timing
+	grace     time.Duration
 	transport *hearing
 	changes   chan struct{}
 	poke      chan struct{}
@@ -99,7 +106,9 @@ type Membership struct {
 	peers    []Peer
 	joinErr  error
 	closed   bool
-	leaving  bool
+	// leaving is the metadata Close or CloseForRestart gossips before
+	// leaving: metaLeaving or metaRestarting; empty until then.
+	leaving string
 }
 
 // New starts gossiping on cfg's address; it joins nobody until SetPeers
@@ -173,6 +182,7 @@ func New(cfg Config) (*Membership, error) {
 		m.rejoin = 10 * time.Second
 	}
 	m.timing = t
+	m.grace = max(cfg.RestartGrace, 0)
 	// A daemon that just started may have been dead a moment ago, its
 	// addresses taken by others that have not yet seen it back: it waits
 	// a window, as one back from a cut does.
@@ -211,36 +221,49 @@ func orDefault(s, def string) string {
 //
 // memberlist's NotifyLeave does not say whether a node left or died (the
 // state it passes is not updated), so a daemon about to leave first
-// gossips node metadata "leaving" (see Close): a node whose last
-// metadata says so and then disappears left. Should the leave overtake
-// the metadata on its way to some member, that member records a death,
-// which is the safe mistake.
+// gossips node metadata "leaving", or "restarting" (see Close and
+// CloseForRestart): a node whose last metadata says so and then
+// disappears left, or is restarting. Should the leave overtake the
+// metadata on its way to some member, that member records a death,
+// which is the safe mistake: the dead member's addresses move after the
+// fence, as they would without a grace.
 type events struct{ m *Membership }
 
 func (e events) NotifyJoin(n *memberlist.Node)   { e.m.record(n, StateAlive) }
 func (e events) NotifyUpdate(n *memberlist.Node) { e.m.record(n, StateAlive) }
-func (e events) NotifyLeave(n *memberlist.Node) {
-	if string(n.Meta) == metaLeaving {
-		e.m.record(n, StateLeft)
-		return
+func (e events) NotifyLeave(n *memberlist.Node)  { e.m.record(n, e.m.leftState(string(n.Meta))) }
+
+// leftState is the state of a member that disappeared with metadata
+// meta: left, restarting (left, when this daemon holds no grace), or
+// dead.
+func (m *Membership) leftState(meta string) State {
+	switch {
+	case meta == metaLeaving, meta == metaRestarting && m.grace == 0:
+		return StateLeft
+	case meta == metaRestarting:
+		return StateRestarting
 	}
-	e.m.record(n, StateDead)
+	return StateDead
 }
 
-// metaLeaving is the node metadata of a daemon that is leaving.
-const metaLeaving = "leaving"
+// The node metadata of a daemon that is leaving, for good or to restart.
+const (
+	metaLeaving    = "leaving"
+	metaRestarting = "restarting"
+)
 
 // meta is the memberlist.Delegate that publishes this daemon's metadata:
-// empty, or metaLeaving once Close began. It carries no other messages.
+// empty, or metaLeaving or metaRestarting once Close or CloseForRestart
+// began. It carries no other messages.
 type meta struct{ m *Membership }
 
 func (d meta) NodeMeta(limit int) []byte {
 	d.m.mu.Lock()
 	defer d.m.mu.Unlock()
-	if d.m.leaving {
-		return []byte(metaLeaving)
+	if d.m.leaving == "" {
+		return nil
 	}
-	return nil
+	return []byte(d.m.leaving)
 }
 func (meta) NotifyMsg([]byte)                  {}
 func (meta) GetBroadcasts(_, _ int) [][]byte   { return nil }
@@ -282,6 +305,7 @@ func (m *Membership) refreshLocked(now time.Time) bool {
 	v := judge(m.members, guardInput{
 		self: m.self, heard: m.heard, notReady: m.notReady, cutOffAt: m.cutOffAt,
 		probeInterval: m.timing.ProbeInterval, suspicionMult: m.timing.SuspicionMult,
+		restartGrace: m.grace,
 	}, now)
 	if v.cutOff {
 		m.cutOffAt = now
@@ -549,16 +573,33 @@ func (m *Membership) withPort(addr string) string {
 }
 
 // Close leaves the cluster gracefully (so that the others see "left" at
-// once instead of detecting a death), waiting at most until ctx's
-// deadline or one second, then stops gossiping and ends Run.
+// once instead of detecting a death, and move this node's addresses),
+// waiting at most until ctx's deadline or one second, then stops
+// gossiping and ends Run.
 func (m *Membership) Close(ctx context.Context) error {
+	return m.close(ctx, metaLeaving)
+}
+
+// CloseForRestart is Close for a daemon that will be back on this node
+// soon: with a RestartGrace it leaves saying it restarts, so that the
+// others hold it alive, and its addresses where they are, for their
+// grace; without one it is Close.
+func (m *Membership) CloseForRestart(ctx context.Context) error {
+	if m.grace == 0 {
+		return m.Close(ctx)
+	}
+	return m.close(ctx, metaRestarting)
+}
+
+// close gossips meta, then leaves.
+func (m *Membership) close(ctx context.Context, meta string) error {
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
 		return nil
 	}
 	m.closed = true
-	m.leaving = true
+	m.leaving = meta
 	m.mu.Unlock()
 	close(m.done)
 	end := time.Now().Add(leaveTimeout)
@@ -566,8 +607,8 @@ func (m *Membership) Close(ctx context.Context) error {
 		end = d
 	}
 	var errs []error
-	// Announce the intent first, so that the others record "left", not
-	// "dead"; then leave. Each waits until its message went out to a
+	// Announce the intent first, so that the others record "left" (or
+	// "restarting"), not "dead"; then leave. Each waits until its message went out to a
 	// member, bounded by what remains of the deadline.
 	if timeout := time.Until(end) / 2; timeout > 0 {
 		if err := m.ml.UpdateNode(timeout); err != nil {

@@ -469,8 +469,8 @@ func Decode(cm *corev1.ConfigMap, maxSize int64) (module, params []byte, err err
 		for _, k := range []string{KeyModule, KeyModuleGzip} {
 			if _, ok := cm.Data[k]; ok {
 				return nil, params, fmt.Errorf("%w %s: the module %s is under data, not binaryData (kubectl create configmap --from-file "+
-					"puts a file that happens to be valid UTF-8 under data); recreate the ConfigMap with "+
-					"`yardctl policy pack FILE --name %s | kubectl apply -f -`", ErrBadConfigMap, name, k, cm.Name)
+					"puts a file that happens to be valid UTF-8 under data); rewrite the ConfigMap with "+
+					"`yardctl policy apply FILE --name %s`, which moves it to binaryData", ErrBadConfigMap, name, k, cm.Name)
 			}
 		}
 		return nil, params, fmt.Errorf("%w %s: no binaryData %s or %s", ErrBadConfigMap, name, KeyModule, KeyModuleGzip)

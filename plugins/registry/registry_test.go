@@ -90,7 +90,7 @@ func TestDecodeModuleUnderData(t *testing.T) {
 		_, _, err := registry.Decode(policyCM("least-loaded", nil, map[string]string{key: "\x00asm\x01\x00\x00\x00"}), 64<<10)
 		want := registry.DefaultNamespace + "/least-loaded: the module " + key + " is under data, not binaryData " +
 			"(kubectl create configmap --from-file puts a file that happens to be valid UTF-8 under data); " +
-			"recreate the ConfigMap with `yardctl policy pack FILE --name least-loaded | kubectl apply -f -`"
+			"rewrite the ConfigMap with `yardctl policy apply FILE --name least-loaded`, which moves it to binaryData"
 		if !errors.Is(err, registry.ErrBadConfigMap) || err == nil || !bytes.HasSuffix([]byte(err.Error()), []byte(want)) {
 			t.Errorf("%s under data: error %v, want ErrBadConfigMap ending %q", key, err, want)
 		}

@@ -176,7 +176,7 @@ func (sc *Scenario) check() error {
 		e := &sc.Endpoints[i]
 		a, err := netip.ParseAddr(e.Address)
 		if err != nil {
-			return fmt.Errorf("endpoints[%d].address: %w", i, err)
+			return fmt.Errorf("endpoints[%d].address %q is not an IPv4 or IPv6 address", i, e.Address)
 		}
 		e.addr = a
 	}

@@ -78,8 +78,12 @@ func checkImports(imports []importRef) error {
 		if int(imp.kind) < len(importKinds) {
 			kind = importKinds[imp.kind] + " import"
 		}
-		return fmt.Errorf("forbidden %s %s.%s: a policy may import only %s.%s and the WASI functions listed in ABI.md",
-			kind, imp.module, imp.name, abi.ImportModule, abi.ImportLog)
+		hint := ""
+		if imp.module == "env" && imp.name == "abort" {
+			hint = " (AssemblyScript's abort: compile with asc --use abort=, as yardctl policy build does)"
+		}
+		return fmt.Errorf("forbidden %s %s.%s: a policy may import only %s.%s and the WASI functions listed in ABI.md%s",
+			kind, imp.module, imp.name, abi.ImportModule, abi.ImportLog, hint)
 	}
 	return nil
 }

@@ -62,7 +62,9 @@ func TestCheckImports(t *testing.T) {
 		want    string
 	}{
 		{"allowed", []importRef{{"sy_v1", "log", 0}, {"wasi_snapshot_preview1", "fd_write", 0}}, ""},
-		{"other module", []importRef{{"env", "f", 0}}, "forbidden function import env.f"},
+		{"other module", []importRef{{"env", "f", 0}}, "forbidden function import env.f: a policy may import only sy_v1.log and the WASI functions listed in ABI.md"},
+		{"assemblyscript's abort", []importRef{{"env", "abort", 0}}, "forbidden function import env.abort: a policy may import only sy_v1.log and the WASI functions listed in ABI.md " +
+			"(AssemblyScript's abort: compile with asc --use abort=, as yardctl policy build does)"},
 		{"filesystem", []importRef{{"wasi_snapshot_preview1", "path_open", 0}}, "forbidden function import wasi_snapshot_preview1.path_open"},
 		{"sockets", []importRef{{"wasi_snapshot_preview1", "sock_accept", 0}}, "forbidden function import wasi_snapshot_preview1.sock_accept"},
 		{"memory", []importRef{{"env", "memory", 2}}, "forbidden memory import env.memory"},

@@ -4,7 +4,8 @@
 # suites that send traffic across them. Included by the top Makefile and
 # part of `make test` (one guest; warm 7m20s at load ~20 on 2 cores, of
 # which the layer-2 suites, with the lab's tolerant gossip timing and the
-# partition suite, take about 2m15s). Needs root (qemu user networking does not, the
+# partition suite, take about 2m15s, and the layer-2 rolling restart,
+# 100 flows, 2m18s more at load 27). Needs root (qemu user networking does not, the
 # guest is root). It installs and builds what it needs:
 #
 #   1. test/lab/deps.sh: qemu, busybox and the guest kernel;
@@ -20,7 +21,10 @@
 # CLUSTER_MEM its memory in MiB. The daemons gossip with the lab's
 # tolerant timing (test/cluster TolerantGossip); CLUSTER_GOSSIP=shipped
 # gives them the shipped one. CLUSTER_L2_KILLS is how many layer-2
-# failovers TestLoadBalancerLayer2 measures in a row.
+# failovers TestLoadBalancerLayer2 measures in a row. CLUSTER_ROLLING_FLOWS
+# is how many long-lived flows each rolling restart suite keeps open
+# (default 100; bench-cluster runs 1,000); CLUSTER_L2_NO_GRACE=1 adds the
+# layer-2 rolling restart without the restart grace (bench-cluster does).
 CLUSTER_RUN ?=
 CLUSTER_COUNT ?= 1
 CLUSTER_MEM ?= 1536
@@ -46,12 +50,17 @@ test-cluster: cluster-deps
 	@bin=$$(test/tools/kube-binaries.sh) && \
 	SWITCHYARD_KUBE_BIN=$$bin CLUSTER_RUN='$(CLUSTER_RUN)' CLUSTER_COUNT=$(CLUSTER_COUNT) CLUSTER_MEM=$(CLUSTER_MEM) \
 	CLUSTER_GOSSIP=$(CLUSTER_GOSSIP) $(if $(CLUSTER_L2_KILLS),CLUSTER_L2_KILLS=$(CLUSTER_L2_KILLS)) \
+	$(if $(CLUSTER_ROLLING_FLOWS),CLUSTER_ROLLING_FLOWS=$(CLUSTER_ROLLING_FLOWS)) \
+	$(if $(CLUSTER_L2_NO_GRACE),CLUSTER_L2_NO_GRACE=$(CLUSTER_L2_NO_GRACE)) \
 	$(GO) test -tags cluster -count=1 -v -timeout 45m -run '^TestCluster$$' $(GOTEST_FLAGS) ./test/cluster/
 
-# bench-cluster: the BGP withdraw, layer-2 failover and BGP rolling
-# restart suites (TestLoadBalancerBGP, TestLoadBalancerLayer2,
-# TestLoadBalancerBGPRollingRestart: flows lost and requests failed
-# without and with graceful restart) CLUSTER_RUNS times, each
+# bench-cluster: the BGP withdraw, layer-2 failover and the BGP and
+# layer-2 rolling restart suites (TestLoadBalancerBGP,
+# TestLoadBalancerLayer2, TestLoadBalancerBGPRollingRestart: flows lost
+# and requests failed without and with graceful restart;
+# TestLoadBalancerLayer2RollingRestart: the same without and with the
+# restart grace), under CLUSTER_BENCH_ROLLING_FLOWS (1,000) long-lived
+# flows, issue 13's done-when, CLUSTER_RUNS times, each
 # run in a fresh guest (in one guest, a run after a daemon restart sees
 # that restart's resets), then the median and max of every measurement
 # they logged ("cluster-metric NAME=VALUE", milliseconds unless the name
@@ -64,7 +73,8 @@ test-cluster: cluster-deps
 CLUSTER_RUNS ?= 5
 CLUSTER_BENCH_L2_KILLS ?= 2
 CLUSTER_BENCH_GOSSIP ?= shipped
-CLUSTER_BENCH_RUN ?= ^TestLoadBalancer(BGP|Layer2|BGPRollingRestart)$$
+CLUSTER_BENCH_ROLLING_FLOWS ?= 1000
+CLUSTER_BENCH_RUN ?= ^TestLoadBalancer(BGP|Layer2|BGPRollingRestart|Layer2RollingRestart)$$
 CLUSTER_BENCH_OUT ?= $(or $(TMPDIR),/tmp)/switchyard-bench-cluster.txt
 
 .PHONY: bench-cluster
@@ -75,13 +85,14 @@ bench-cluster: cluster-deps
 		echo "run $$i of $(CLUSTER_RUNS)"; \
 		SWITCHYARD_KUBE_BIN=$$bin CLUSTER_RUN='$(CLUSTER_BENCH_RUN)' CLUSTER_MEM=$(CLUSTER_MEM) \
 		CLUSTER_GOSSIP=$(CLUSTER_BENCH_GOSSIP) CLUSTER_L2_KILLS=$(CLUSTER_BENCH_L2_KILLS) \
+		CLUSTER_ROLLING_FLOWS=$(CLUSTER_BENCH_ROLLING_FLOWS) CLUSTER_L2_NO_GRACE=1 \
 		$(GO) test -tags cluster -count=1 -v -timeout 45m -run '^TestCluster$$' $(GOTEST_FLAGS) ./test/cluster/ \
 			>> $(CLUSTER_BENCH_OUT) 2>&1 || st=1; \
 		grep -E 'guest: --- ' $(CLUSTER_BENCH_OUT) | tail -n 2; \
 	done; \
 	echo; echo "Cluster lab measurements (raw output in $(CLUSTER_BENCH_OUT)):"; \
 	echo "  settings: $(CLUSTER_RUNS) runs of $(CLUSTER_BENCH_RUN), each in a fresh guest (qemu TCG, 1 vCPU, $(CLUSTER_MEM) MiB),"; \
-	echo "  $(CLUSTER_BENCH_L2_KILLS) layer-2 kills per run, 3 nodes, FRR $$(dpkg-query -W -f='$${Version}' frr 2>/dev/null) with BGP timers 3/9 s,"; \
+	echo "  $(CLUSTER_BENCH_L2_KILLS) layer-2 kills per run, $(CLUSTER_BENCH_ROLLING_FLOWS) flows in each rolling restart, 3 nodes, FRR $$(dpkg-query -W -f='$${Version}' frr 2>/dev/null) with BGP timers 3/9 s,"; \
 	echo "  gossip timing $(CLUSTER_BENCH_GOSSIP) ($(if $(filter shipped,$(CLUSTER_BENCH_GOSSIP)),probes 100ms/50ms x 3,1s/500ms x 4)) with the quorum guard; host load $$(cut -d' ' -f1-3 /proc/loadavg) on $$(nproc) CPUs"; \
 	awk -f test/cluster/metrics.awk $(CLUSTER_BENCH_OUT) || st=1; \
 	exit $$st

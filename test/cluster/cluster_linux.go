@@ -210,6 +210,10 @@ type daemon struct {
 	config string
 }
 
+// DaemonConfig is the daemons' config in this cluster (Options), the one
+// SetDaemonConfig("") goes back to.
+func (c *Cluster) DaemonConfig() string { return c.opts.DaemonConfig }
+
 // SetDaemonConfig makes the node's next StartDaemon run with cfg instead
 // of the cluster's DaemonConfig; "" goes back to the cluster's. It does
 // not touch a running daemon.

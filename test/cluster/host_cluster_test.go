@@ -150,7 +150,7 @@ func TestCluster(t *testing.T) {
 
 // guestEnv names the guest suites' settings (main_linux_test.go) that
 // the host passes on.
-var guestEnv = []string{envGossip, envL2Kills}
+var guestEnv = []string{envGossip, envL2Kills, envRollingFlows, envL2NoGrace}
 
 // passedEnv are the guest suites' settings set here (see guestEnv).
 func passedEnv() []string {

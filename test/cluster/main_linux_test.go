@@ -27,10 +27,15 @@ const (
 // CLUSTER_GOSSIP=shipped runs the daemons with the shipped gossip timing
 // (cluster.ShippedGossipDaemonConfig) instead of the lab's tolerant one;
 // CLUSTER_L2_KILLS is how many layer-2 failovers on a daemon kill
-// TestLoadBalancerLayer2 measures in a row (default 1).
+// TestLoadBalancerLayer2 measures in a row (default 1);
+// CLUSTER_ROLLING_FLOWS is the rolling restart suites' flow count
+// (envRollingFlows); CLUSTER_L2_NO_GRACE=1 adds to
+// TestLoadBalancerLayer2RollingRestart a rolling restart without the
+// restart grace, for comparison.
 const (
-	envGossip  = "CLUSTER_GOSSIP"
-	envL2Kills = "CLUSTER_L2_KILLS"
+	envGossip    = "CLUSTER_GOSSIP"
+	envL2Kills   = "CLUSTER_L2_KILLS"
+	envL2NoGrace = "CLUSTER_L2_NO_GRACE"
 )
 
 // lc is the guest's cluster, built once by TestMain with every daemon

@@ -21,7 +21,7 @@ var gracefulRestartConfig = strings.Replace(cluster.DefaultDaemonConfig,
 // TestLoadBalancerBGPRollingRestart: a rolling restart of every daemon in
 // BGP mode (SIGTERM, as the DaemonSet's update does; each daemon's path
 // back at the router before the next one stops) under long-lived TCP
-// flows through FRR's ECMP route to a LoadBalancer IP and a steady
+// flows (CLUSTER_ROLLING_FLOWS of them) through FRR's ECMP route to a LoadBalancer IP and a steady
 // request rate, first with the default config (no graceful restart:
 // each daemon withdraws, the router's next-hop set changes twice per
 // node and rehashes flows, today's loss), then with graceful restart
@@ -45,6 +45,7 @@ var gracefulRestartConfig = strings.Replace(cluster.DefaultDaemonConfig,
 // without, the losses are reported.
 func TestLoadBalancerBGPRollingRestart(t *testing.T) {
 	c := requireGuest(t)
+	flows := rollingFlows(t)
 	svc := createLB(t, c, "lb-rolling", cluster.PoolBGP, cluster.BGPPool)
 	waitNextHops(t, c, svc.LoadBalancerIP, c.Nodes, 3*time.Second)
 	if _, err := waitAnswer(t.Context(), c.Client, svc.LoadBalancerAddr(cluster.PortHTTP), programmed, through(c, c.Nodes...)); err != nil {
@@ -67,7 +68,7 @@ func TestLoadBalancerBGPRollingRestart(t *testing.T) {
 		if gr && !run.crash {
 			reconfigure(t, c, svc, gracefulRestartConfig)
 		}
-		lost, healthy, failed, sent, changes := rollBGP(t, c, svc, run.crash)
+		lost, healthy, failed, sent, changes := rollBGP(t, c, svc, flows, run.crash)
 		t.Logf("rolling restart %s: %d of %d flows healthy when it began lost, %d of %d requests failed; the router's next hops changed %d times: %v",
 			what, lost, healthy, len(failed), sent, len(changes), changes)
 		if len(failed) > 0 {
@@ -95,29 +96,12 @@ func TestLoadBalancerBGPRollingRestart(t *testing.T) {
 // sent requests, and every change of the router's next hops meanwhile.
 // Each lost flow is logged with the node it entered through and the
 // restart it broke during.
-func rollBGP(t *testing.T, c *cluster.Cluster, svc *cluster.Service, crash bool) (lost, healthy int, failed []string, sent int, changes []string) {
+func rollBGP(t *testing.T, c *cluster.Cluster, svc *cluster.Service, flows int, crash bool) (lost, healthy int, failed []string, sent int, changes []string) {
 	t.Helper()
-	tr, err := cluster.StartTraffic(t.Context(), c.Client, cluster.TrafficSpec{
-		Network: "tcp", Target: svc.LoadBalancerAddr(cluster.PortTCP), Flows: 100, Interval: time.Second, Timeout: stallTimeout,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reqs := startRequests(t.Context(), 100*time.Millisecond, []target{{c.Client, svc.LoadBalancerAddr(cluster.PortHTTP)}})
 	stop := make(chan struct{})
 	watched := watchNextHops(c, svc.LoadBalancerIP, stop)
-	time.Sleep(2 * time.Second)
-	before := tr.Report()
-	ok := map[netip.AddrPort]bool{}
-	for _, f := range before.Flows {
-		if f.Break == nil && !f.Established.IsZero() {
-			ok[f.Local] = true
-		}
-	}
-	if len(ok) < len(before.Flows) {
-		t.Logf("before the restarts, %d of %d flows were not healthy (never established, or reset with nothing changing: the lab's open finding): %s",
-			len(before.Flows)-len(ok), len(before.Flows), before)
-	}
+	load := startRollingLoad(t, c, svc, flows)
+	ok := load.healthy
 	type restart struct {
 		node    string
 		stopped time.Time
@@ -141,11 +125,12 @@ func rollBGP(t *testing.T, c *cluster.Cluster, svc *cluster.Service, crash bool)
 		t.Logf("%s's daemon stopped at %s, ready in %s, its path refreshed at the router in %s", n.Name, stopped.Format("15:04:05.000"),
 			ready.Round(time.Millisecond), time.Since(stopped).Round(time.Millisecond))
 	}
-	time.Sleep(2 * time.Second)
+	// Every flow exchanges at least once more after the last restart.
+	time.Sleep(load.interval + 2*time.Second)
 	close(stop)
 	changes = <-watched
-	sent, failed = reqs.stop()
-	r := tr.Stop()
+	sent, failed = load.reqs.stop()
+	r := load.tr.Stop()
 	t.Logf("flows: %s", r)
 	for _, f := range r.Flows {
 		if !ok[f.Local] || f.Break == nil {
@@ -172,15 +157,23 @@ func rollBGP(t *testing.T, c *cluster.Cluster, svc *cluster.Service, crash bool)
 // measured.
 func reconfigure(t *testing.T, c *cluster.Cluster, svc *cluster.Service, cfg string) {
 	t.Helper()
+	restartEach(t, c, cfg, func(n *cluster.Node) { waitRefreshed(t, c, svc.LoadBalancerIP, n) })
+}
+
+// restartEach restarts every daemon with cfg ("" the cluster's), one
+// after another, calling back before the next stops.
+func restartEach(t *testing.T, c *cluster.Cluster, cfg string, back func(*cluster.Node)) {
+	t.Helper()
 	for _, n := range c.Nodes {
 		n.SetDaemonConfig(cfg)
 		if err := n.StopDaemon(); err != nil {
 			t.Fatal(err)
 		}
+		// Not t.Context(): this runs in cleanups too.
 		if err := n.StartDaemon(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		waitRefreshed(t, c, svc.LoadBalancerIP, n)
+		back(n)
 	}
 }
 

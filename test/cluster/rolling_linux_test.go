@@ -84,7 +84,8 @@ func (r *requests) stop() (int, []string) {
 // TestRollingRestart (issue 11's rolling restart, the number issue 13
 // drives to zero): long-lived TCP flows to a NodePort Service through
 // every node and to its ClusterIP from a pod and a node's host network,
-// spread over pods on other nodes, plus a steady stream of new
+// spread over pods on other nodes (CLUSTER_ROLLING_FLOWS in all, a
+// fifth from each), plus a steady stream of new
 // requests, while every node's daemon is stopped (SIGTERM, as a rollout
 // does) and started again, one after another, each ready before the
 // next. The dataplane is never flushed on stop and a restarted daemon
@@ -95,6 +96,8 @@ func (r *requests) stop() (int, []string) {
 //	cluster-metric rolling-restart-requests-failed=F requests=R
 func TestRollingRestart(t *testing.T) {
 	c := requireGuest(t)
+	flows := rollingFlows(t)
+	interval := flowInterval(flows)
 	// The endpoints are the pods of every node but node1, whose first pod
 	// is a client: a pod reaching a pod on its own node through a
 	// ClusterIP never connects in this lab, restarts or not. The answer
@@ -130,9 +133,9 @@ func TestRollingRestart(t *testing.T) {
 		tr   *cluster.Traffic
 	}
 	var runs []run
-	start := func(name string, from *cluster.Namespace, to netip.AddrPort, flows int) {
+	start := func(name string, from *cluster.Namespace, to netip.AddrPort, count int) {
 		tr, err := cluster.StartTraffic(t.Context(), from, cluster.TrafficSpec{
-			Network: "tcp", Target: to, Flows: flows, Interval: time.Second, Timeout: stallTimeout,
+			Network: "tcp", Target: to, Flows: count, Interval: interval, Timeout: stallTimeout,
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -141,11 +144,11 @@ func TestRollingRestart(t *testing.T) {
 	}
 	var targets []target
 	for _, n := range c.Nodes {
-		start("client to "+n.Name+"'s NodePort", c.Client, svc.NodeAddr(n, cluster.PortTCP), 20)
+		start("client to "+n.Name+"'s NodePort", c.Client, svc.NodeAddr(n, cluster.PortTCP), flows/5)
 		targets = append(targets, target{c.Client, svc.NodeAddr(n, cluster.PortHTTP)})
 	}
-	start(pod.Name+" to the ClusterIP", pod.NS, svc.ClusterAddr(cluster.PortTCP), 20)
-	start(host.Name+"'s host network to the ClusterIP", host.NS, svc.ClusterAddr(cluster.PortTCP), 20)
+	start(pod.Name+" to the ClusterIP", pod.NS, svc.ClusterAddr(cluster.PortTCP), flows/5)
+	start(host.Name+"'s host network to the ClusterIP", host.NS, svc.ClusterAddr(cluster.PortTCP), flows/5)
 	targets = append(targets, target{pod.NS, svc.ClusterAddr(cluster.PortHTTP)}, target{host.NS, svc.ClusterAddr(cluster.PortHTTP)})
 	reqs := startRequests(t.Context(), 200*time.Millisecond, targets)
 
@@ -162,7 +165,8 @@ func TestRollingRestart(t *testing.T) {
 		time.Sleep(2 * time.Second) // its first syncs, under traffic
 	}
 	t.Logf("rolling restart of %d daemons took %s", len(c.Nodes), time.Since(began).Round(time.Millisecond))
-	time.Sleep(2 * time.Second)
+	// Every flow exchanges at least once more after the last restart.
+	time.Sleep(interval + 2*time.Second)
 
 	sent, failed := reqs.stop()
 	established, lost := 0, 0

@@ -181,6 +181,11 @@ export class Input {
   ageKnown(i: i32): bool { return (this.flags(i) & FLAG_AGE_KNOWN) != 0; }
   /** How long this node has known endpoint i, in nanoseconds. */
   ageNs(i: i32): u64 { return load<u64>(this.rp(i), 32); }
+  /**
+   * IPVS statistics of this node only (activeConns counts the connections through this node, not
+   * the endpoint's total), read every policies.statisticsInterval (10 s): an evaluation between two
+   * reads, one asked for with setReevaluate or caused by a change, sees the last.
+   */
   activeConns(i: i32): u32 { return load<u32>(this.rp(i), 40); }
   inactiveConns(i: i32): u32 { return load<u32>(this.rp(i), 44); }
   connRate(i: i32): u32 { return load<u32>(this.rp(i), 48); }
@@ -222,7 +227,10 @@ export class Output {
     this.flags = flags;
   }
 
-  /** Asks to be evaluated again after ms milliseconds (1,000 to 3,600,000); 0: only on change. */
+  /**
+   * Asks to be evaluated again after ms milliseconds (1,000 to 3,600,000); 0: only on change. The
+   * statistics are no fresher for it: they are read every policies.statisticsInterval.
+   */
   setReevaluate(ms: u32): void {
     this.reevaluateMs = ms;
   }

@@ -188,7 +188,10 @@ func (e Endpoint) ID() uint64 { return e.u64(24) }
 // false when unknown.
 func (e Endpoint) Age() (ns uint64, ok bool) { return e.u64(32), e.Flags()&FlagAgeKnown != 0 }
 
-// Live IPVS statistics.
+// IPVS statistics of this node only (ActiveConns counts the connections
+// through this node, not the endpoint's total), read every
+// policies.statisticsInterval (10 s): an evaluation between two reads, one
+// asked for with SetReevaluate or caused by a change, sees the last read.
 func (e Endpoint) ActiveConns() uint32   { return e.u32(40) }
 func (e Endpoint) InactiveConns() uint32 { return e.u32(44) }
 func (e Endpoint) ConnRate() uint32      { return e.u32(48) }

@@ -42,7 +42,9 @@ func (o *Output) SetScheduler(name string, flags ...string) {
 }
 
 // SetReevaluate asks to be evaluated again after ms milliseconds (1,000
-// to 3,600,000) even if nothing changes; 0 means only on change.
+// to 3,600,000) even if nothing changes; 0 means only on change. The
+// statistics are no fresher for it: they are read every
+// policies.statisticsInterval (10 s).
 func (o *Output) SetReevaluate(ms uint32) { o.reevaluate = ms }
 
 // encode lays the output out per the ABI, reusing o.buf.

@@ -248,6 +248,9 @@ impl<'a> Endpoint<'a> {
             None
         }
     }
+    /// IPVS statistics of this node only (`active_conns` counts the connections through this node,
+    /// not the endpoint's total), read every `policies.statisticsInterval` (10 s): an evaluation
+    /// between two reads, one asked for with `set_reevaluate` or caused by a change, sees the last.
     pub fn active_conns(&self) -> u32 {
         u32at(self.b, self.off + 40)
     }
@@ -313,6 +316,7 @@ impl Output {
         }
     }
     /// Asks to be evaluated again after `ms` milliseconds (1,000 to 3,600,000); 0: only on change.
+    /// The statistics are no fresher for it: they are read every `policies.statisticsInterval`.
     pub fn set_reevaluate(&mut self, ms: u32) {
         self.reevaluate_ms = ms;
     }
