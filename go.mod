@@ -12,6 +12,7 @@ require (
 	github.com/hashicorp/memberlist v0.7.0
 	github.com/mdlayher/arp v0.0.0-20220512170110-6706a2966875
 	github.com/mdlayher/ethernet v0.0.0-20220221185849-529eae5b6118
+	github.com/mdlayher/genetlink v1.3.2
 	github.com/mdlayher/ndp v1.1.0
 	github.com/mdlayher/netlink v1.8.0
 	github.com/osrg/gobgp/v3 v3.37.0
@@ -63,7 +64,6 @@ require (
 	github.com/kylelemons/godebug v1.1.0 // indirect
 	github.com/magiconair/properties v1.8.7 // indirect
 	github.com/mailru/easyjson v0.7.7 // indirect
-	github.com/mdlayher/genetlink v1.3.2 // indirect
 	github.com/mdlayher/packet v1.1.2 // indirect
 	github.com/mdlayher/socket v0.5.1 // indirect
 	github.com/miekg/dns v1.1.73 // indirect

@@ -185,7 +185,7 @@ func Diff(want Desired, have State, scope Scope) []Op {
 			switch {
 			case !ok:
 				dests = append(dests, Op{Kind: OpAddDestination, Service: key, Dest: d})
-			case c.Weight != d.Weight:
+			case c.Destination != d:
 				dests = append(dests, Op{Kind: OpUpdateDestination, Service: key, Dest: d})
 			}
 		}

@@ -118,5 +118,8 @@
 // scenarios against the fakes and, in the kernel lab (make test-lab),
 // against the real kernel, so the fakes cannot drift from it; ipvs/labtest
 // drives real traffic through a Dataplane there. All virtual services use
-// NAT (masquerade) forwarding and a full netmask.
+// NAT (masquerade) forwarding and a full netmask, but the dsr side's
+// (dsr.go, DSR): firewall-mark services with one tunnel real server each,
+// beside the Dataplane, owning only those marks, its own dummy link and
+// its own nftables table (docs/dsr.md); ipvs/dsrlab proves it in the lab.
 package ipvs

@@ -39,7 +39,8 @@ type Kernel interface {
 	// apart.
 	Destinations(model.VirtualServiceKey) ([]DestinationState, error)
 	AddDestination(model.VirtualServiceKey, Destination) error
-	// UpdateDestination changes the weight of an existing destination.
+	// UpdateDestination changes the weight and tunnel of an existing
+	// destination.
 	UpdateDestination(model.VirtualServiceKey, Destination) error
 	DeleteDestination(model.VirtualServiceKey, DestinationKey) error
 
@@ -135,6 +136,16 @@ func (k DestinationKey) Compare(o DestinationKey) int {
 type Destination struct {
 	DestinationKey
 	Weight uint32
+	// Tunnel, when set, forwards to the real server encapsulated and
+	// unchanged (IPVS's tunnel method); the zero Tunnel masquerades
+	// (NAT), the method of every other destination.
+	Tunnel Tunnel
+}
+
+// Tunnel is a destination's encapsulation: zero, or ipip, or GUE to Port.
+type Tunnel struct {
+	Encapsulation model.Encapsulation
+	Port          uint16
 }
 
 // DestinationState is a destination with its connection counts, which
@@ -182,13 +193,28 @@ func ValidateService(s Service) error {
 }
 
 // ValidateDestination checks a destination against the service it joins:
-// the same address family, a port.
+// the same address family, a port (a firewall-mark service's may have
+// none), a known encapsulation.
 func ValidateDestination(svc model.VirtualServiceKey, d Destination) error {
 	if !d.Addr.IsValid() || d.Addr.Is4() != svc.Addr.Is4() {
 		return fmt.Errorf("destination %v of %s: want an address of the service's family", d.Addr, svc.Addr)
 	}
-	if d.Port == 0 {
+	if _, fwmark := MarkOf(svc); d.Port == 0 && !fwmark {
+		// A firewall-mark service's real server may have none: it takes
+		// each packet's own (the dsr side's tunnel real servers).
 		return fmt.Errorf("destination %s of %s: port 0", d.Addr, svc.Addr)
+	}
+	switch d.Tunnel.Encapsulation {
+	case 0, model.IPIP:
+		if d.Tunnel.Port != 0 {
+			return fmt.Errorf("destination %s of %s: a tunnel port without GUE", d.Addr, svc.Addr)
+		}
+	case model.GUE:
+		if d.Tunnel.Port == 0 {
+			return fmt.Errorf("destination %s of %s: GUE without a port", d.Addr, svc.Addr)
+		}
+	default:
+		return fmt.Errorf("destination %s of %s: unknown encapsulation %v", d.Addr, svc.Addr, d.Tunnel.Encapsulation)
 	}
 	return nil
 }

@@ -126,6 +126,7 @@ func (n *Netlink) Destinations(k model.VirtualServiceKey) ([]DestinationState, e
 			Destination: Destination{
 				DestinationKey: DestinationKey{Addr: d.Address, Port: d.Port},
 				Weight:         d.Weight,
+				Tunnel:         fromLibTunnel(d.Destination),
 			},
 			ActiveConns:   d.ActiveConnections,
 			InactiveConns: d.InactiveConnections,
@@ -280,11 +281,33 @@ func toLibDestination(d Destination) cipvs.Destination {
 	if d.Addr.Is4() {
 		fam = cipvs.INET
 	}
-	return cipvs.Destination{
+	ld := cipvs.Destination{
 		Address:   d.Addr,
 		Port:      d.Port,
 		Family:    fam,
 		FwdMethod: cipvs.Masquerade,
 		Weight:    d.Weight,
 	}
+	switch d.Tunnel.Encapsulation {
+	case model.IPIP:
+		ld.FwdMethod, ld.TunnelType = cipvs.Tunnel, cipvs.IPIP
+	case model.GUE:
+		ld.FwdMethod, ld.TunnelType, ld.TunnelPort = cipvs.Tunnel, cipvs.GUE, d.Tunnel.Port
+	}
+	return ld
+}
+
+// fromLibTunnel reads a destination's tunnel; zero for any other method,
+// and for a tunnel type the dataplane does not program (GRE).
+func fromLibTunnel(d cipvs.Destination) Tunnel {
+	if d.FwdMethod != cipvs.Tunnel {
+		return Tunnel{}
+	}
+	switch d.TunnelType {
+	case cipvs.IPIP:
+		return Tunnel{Encapsulation: model.IPIP}
+	case cipvs.GUE:
+		return Tunnel{Encapsulation: model.GUE, Port: d.TunnelPort}
+	}
+	return Tunnel{}
 }

@@ -254,7 +254,7 @@ func (f *Fake) UpdateDestination(k model.VirtualServiceKey, d ipvs.Destination) 
 	if !ok {
 		return fmt.Errorf("ipvstest: update destination %v of %v: %w", d.Addr, k, ipvs.ErrNotFound)
 	}
-	e.Destinations[i].Weight = d.Weight
+	e.Destinations[i].Weight, e.Destinations[i].Tunnel = d.Weight, d.Tunnel
 	return nil
 }
 

@@ -1,0 +1,159 @@
+package plan
+
+import (
+	"cmp"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	"github.com/switchyard-lb/switchyard/core/maglev"
+	"github.com/switchyard-lb/switchyard/core/model"
+)
+
+// DSRMark is the firewall mark of the dsr peer that is node i of the
+// sorted node list: (i+1)<<16, so that no bit of the low 16, where the
+// dataplane's other marks live (internal marks, masquerade, drop), is
+// set.
+func DSRMark(i int) uint32 { return uint32(i+1) << 16 }
+
+// DSRNode is a node of the cluster as dsr planning needs it: its name,
+// which orders the Maglev table, and the address it is reached at.
+type DSRNode struct {
+	Name string
+	Addr netip.Addr
+}
+
+// DSRFrontendInput is one dsr frontend and its backend nodes: the nodes
+// holding ready endpoints of it, weighted (by their ready endpoints, or
+// 1 each).
+type DSRFrontendInput struct {
+	Key      model.VirtualServiceKey
+	Backends []maglev.Backend
+}
+
+// DSRInput is everything DSR plans from. Every node must be given the
+// same Nodes, Frontends, TableSize and Seed, or their tables differ.
+type DSRInput struct {
+	// Self is this node's name, one of Nodes.
+	Self  string
+	Nodes []DSRNode
+	// TableSize is the Maglev table size, a prime fixed cluster-wide
+	// (maglev.SizeFor); Seed hashes the backends' names into it and
+	// seeds the per-packet flow hash.
+	TableSize     uint64
+	Seed          uint32
+	Encapsulation model.Encapsulation
+	GUEPort       uint16
+	// LinkMTU, when non-zero, is the MTU of the path between nodes: the
+	// plan clamps TCP's MSS to what fits it once encapsulated.
+	LinkMTU   int
+	Frontends []DSRFrontendInput
+}
+
+// DSR plans the dsr side of this node: each frontend's Maglev table over
+// its backend nodes, with this node's slots as mark 0 and every other
+// node's as its peer mark; the peers any table refers to; and the MSS
+// clamp. It is pure: the same input gives the same plan on every node,
+// apart from which slots are marked 0.
+func DSR(in DSRInput) (model.DSRPlan, error) {
+	switch in.Encapsulation {
+	case model.IPIP:
+	case model.GUE:
+		if in.GUEPort == 0 {
+			return model.DSRPlan{}, errors.New("dsr: gue needs a port")
+		}
+	default:
+		return model.DSRPlan{}, fmt.Errorf("dsr: unknown encapsulation %v", in.Encapsulation)
+	}
+	if in.Seed == 0 {
+		// nftables' jhash picks a random seed per node without one.
+		return model.DSRPlan{}, errors.New("dsr: seed 0: every node needs the same non-zero seed")
+	}
+	nodes := slices.Clone(in.Nodes)
+	slices.SortFunc(nodes, func(a, b DSRNode) int { return cmp.Compare(a.Name, b.Name) })
+	marks := make(map[string]uint32, len(nodes))
+	addrs := make(map[string]netip.Addr, len(nodes))
+	if len(nodes) >= 1<<16 {
+		return model.DSRPlan{}, fmt.Errorf("dsr: %d nodes, at most %d", len(nodes), 1<<16-1)
+	}
+	for i, n := range nodes {
+		if i > 0 && nodes[i-1].Name == n.Name {
+			return model.DSRPlan{}, fmt.Errorf("dsr: node %q given twice", n.Name)
+		}
+		if !n.Addr.IsValid() {
+			return model.DSRPlan{}, fmt.Errorf("dsr: node %q has no address", n.Name)
+		}
+		marks[n.Name] = DSRMark(i)
+		addrs[n.Name] = n.Addr
+	}
+	if _, ok := marks[in.Self]; !ok {
+		return model.DSRPlan{}, fmt.Errorf("dsr: this node %q is not among the nodes", in.Self)
+	}
+	if !addrs[in.Self].Is4() {
+		return model.DSRPlan{}, fmt.Errorf("dsr: this node's address %s is not IPv4", addrs[in.Self])
+	}
+	p := model.DSRPlan{
+		Addr:          addrs[in.Self],
+		Encapsulation: in.Encapsulation,
+		GUEPort:       in.GUEPort,
+		Seed:          in.Seed,
+	}
+	if in.Encapsulation == model.IPIP {
+		p.GUEPort = 0
+	}
+	if in.LinkMTU > 0 {
+		// IPv4 and TCP headers without options: 40 bytes.
+		mss := in.LinkMTU - in.Encapsulation.Overhead() - 40
+		if mss < 536 {
+			return model.DSRPlan{}, fmt.Errorf("dsr: link MTU %d leaves an MSS of %d", in.LinkMTU, mss)
+		}
+		p.MSS = uint16(mss)
+	}
+	var seed [4]byte
+	binary.BigEndian.PutUint32(seed[:], in.Seed)
+	peers := map[string]bool{}
+	for _, f := range in.Frontends {
+		if !f.Key.Addr.Is4() {
+			return model.DSRPlan{}, fmt.Errorf("dsr: frontend %v: only IPv4 frontends are supported", f.Key.Addr)
+		}
+		for _, b := range f.Backends {
+			if _, ok := marks[b.Name]; !ok {
+				return model.DSRPlan{}, fmt.Errorf("dsr: frontend %v: backend node %q is not among the nodes", f.Key, b.Name)
+			}
+		}
+		t, err := maglev.New(f.Backends, in.TableSize, seed[:])
+		if err != nil {
+			return model.DSRPlan{}, fmt.Errorf("dsr: frontend %v: %w", f.Key, err)
+		}
+		fp := model.DSRFrontend{VirtualServiceKey: f.Key}
+		if len(t.Shares()) > 0 {
+			fp.Slots = make([]uint32, t.Size())
+			for i := range fp.Slots {
+				owner := t.At(uint64(i))
+				if owner == in.Self {
+					continue
+				}
+				fp.Slots[i] = marks[owner]
+				peers[owner] = true
+			}
+		}
+		p.Frontends = append(p.Frontends, fp)
+	}
+	slices.SortFunc(p.Frontends, func(a, b model.DSRFrontend) int { return a.Compare(b.VirtualServiceKey) })
+	for i := 1; i < len(p.Frontends); i++ {
+		if p.Frontends[i-1].VirtualServiceKey == p.Frontends[i].VirtualServiceKey {
+			return model.DSRPlan{}, fmt.Errorf("dsr: frontend %v given twice", p.Frontends[i].VirtualServiceKey)
+		}
+	}
+	for _, n := range nodes {
+		if peers[n.Name] {
+			if !n.Addr.Is4() {
+				return model.DSRPlan{}, fmt.Errorf("dsr: node %q: address %s is not IPv4", n.Name, n.Addr)
+			}
+			p.Peers = append(p.Peers, model.DSRPeer{Name: n.Name, Addr: n.Addr, Mark: marks[n.Name]})
+		}
+	}
+	return p, nil
+}

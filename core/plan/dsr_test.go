@@ -1,0 +1,195 @@
+package plan_test
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/switchyard-lb/switchyard/core/maglev"
+	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/core/plan"
+)
+
+var (
+	dsrVIP   = model.VirtualServiceKey{Addr: netip.MustParseAddr("192.0.2.10"), Port: 80, Protocol: model.TCP}
+	dsrNodes = []plan.DSRNode{
+		{Name: "n3", Addr: netip.MustParseAddr("10.0.3.2")},
+		{Name: "n1", Addr: netip.MustParseAddr("10.0.1.2")},
+		{Name: "n2", Addr: netip.MustParseAddr("10.0.2.2")},
+	}
+)
+
+func dsrInput(self string, nodes []plan.DSRNode, backends ...string) plan.DSRInput {
+	in := plan.DSRInput{
+		Self:          self,
+		Nodes:         nodes,
+		TableSize:     307,
+		Seed:          0x5eed,
+		Encapsulation: model.IPIP,
+		LinkMTU:       1500,
+	}
+	var bs []maglev.Backend
+	for _, b := range backends {
+		bs = append(bs, maglev.Backend{Name: b, Weight: 1})
+	}
+	in.Frontends = []plan.DSRFrontendInput{{Key: dsrVIP, Backends: bs}}
+	return in
+}
+
+// owners resolves a node's table to node names: what every node must
+// agree on.
+func owners(t *testing.T, self string, p model.DSRPlan) []string {
+	t.Helper()
+	names := map[uint32]string{0: self}
+	for _, peer := range p.Peers {
+		names[peer.Mark] = peer.Name
+	}
+	var out []string
+	for _, m := range p.Frontends[0].Slots {
+		name, ok := names[m]
+		if !ok {
+			t.Fatalf("%s: slot mark %#x names no peer", self, m)
+		}
+		out = append(out, name)
+	}
+	return out
+}
+
+func TestDSRTablesAgreeAcrossNodes(t *testing.T) {
+	var want []string
+	for _, self := range []string{"n1", "n2", "n3"} {
+		p, err := plan.DSR(dsrInput(self, dsrNodes, "n1", "n2"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := owners(t, self, p)
+		if want == nil {
+			want = got
+			continue
+		}
+		if d := cmp.Diff(want, got); d != "" {
+			t.Errorf("%s's table differs from n1's (-n1 +%s):\n%s", self, self, d)
+		}
+	}
+	shares := map[string]int{}
+	for _, o := range want {
+		shares[o]++
+	}
+	if len(shares) != 2 || shares["n1"] < 140 || shares["n2"] < 140 {
+		t.Errorf("shares %v, want about half of 307 each to n1 and n2", shares)
+	}
+}
+
+// A node that serves none of the frontend joining or leaving the cluster
+// moves no slot, though it renumbers the peer marks.
+func TestDSRNonBackendNodeMovesNothing(t *testing.T) {
+	before, err := plan.DSR(dsrInput("n2", dsrNodes[1:], "n1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := plan.DSR(dsrInput("n2", append(dsrNodes[1:], plan.DSRNode{Name: "n0", Addr: netip.MustParseAddr("10.0.9.2")}), "n1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(owners(t, "n2", before), owners(t, "n2", after)); d != "" {
+		t.Errorf("slots moved (-before +after):\n%s", d)
+	}
+}
+
+func TestDSRPlan(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		in       plan.DSRInput
+		peers    []model.DSRPeer
+		mss      uint16
+		selfOnly bool // every slot 0
+	}{
+		{
+			name:  "ingress only: every slot to the one backend node",
+			in:    dsrInput("n2", dsrNodes, "n1"),
+			peers: []model.DSRPeer{{Name: "n1", Addr: netip.MustParseAddr("10.0.1.2"), Mark: plan.DSRMark(0)}},
+			mss:   1440,
+		},
+		{
+			name:     "the only backend node: no peer, every slot its own",
+			in:       dsrInput("n1", dsrNodes, "n1"),
+			mss:      1440,
+			selfOnly: true,
+		},
+		{
+			name: "gue costs 12 more bytes",
+			in: func() plan.DSRInput {
+				in := dsrInput("n1", dsrNodes, "n1", "n3")
+				in.Encapsulation, in.GUEPort = model.GUE, 6080
+				return in
+			}(),
+			peers: []model.DSRPeer{{Name: "n3", Addr: netip.MustParseAddr("10.0.3.2"), Mark: plan.DSRMark(2)}},
+			mss:   1428,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := plan.DSR(tc.in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := cmp.Diff(tc.peers, p.Peers, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); d != "" {
+				t.Errorf("peers (-want +got):\n%s", d)
+			}
+			if p.MSS != tc.mss {
+				t.Errorf("MSS %d, want %d", p.MSS, tc.mss)
+			}
+			zero := 0
+			for _, m := range p.Frontends[0].Slots {
+				if m == 0 {
+					zero++
+				}
+			}
+			if tc.selfOnly != (zero == len(p.Frontends[0].Slots)) {
+				t.Errorf("%d of %d slots served here, want all: %t", zero, len(p.Frontends[0].Slots), tc.selfOnly)
+			}
+		})
+	}
+}
+
+func TestDSRNoBackendNoTable(t *testing.T) {
+	p, err := plan.DSR(dsrInput("n1", dsrNodes))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Frontends) != 1 || p.Frontends[0].Slots != nil || p.Peers != nil {
+		t.Errorf("plan %+v, want the frontend without a table and no peer", p)
+	}
+}
+
+func TestDSRRefuses(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func(*plan.DSRInput)
+		want string
+	}{
+		{"unknown self", func(in *plan.DSRInput) { in.Self = "n9" }, `this node "n9"`},
+		{"backend not a node", func(in *plan.DSRInput) { in.Frontends[0].Backends[0].Name = "n9" }, `backend node "n9"`},
+		{"gue without port", func(in *plan.DSRInput) { in.Encapsulation = model.GUE }, "gue needs a port"},
+		{"no encapsulation", func(in *plan.DSRInput) { in.Encapsulation = 0 }, "unknown encapsulation"},
+		{"IPv6 frontend", func(in *plan.DSRInput) { in.Frontends[0].Key.Addr = netip.MustParseAddr("2001:db8::1") }, "only IPv4"},
+		{"table size not prime", func(in *plan.DSRInput) { in.TableSize = 300 }, "want a prime"},
+		{"seed 0", func(in *plan.DSRInput) { in.Seed = 0 }, "seed 0"},
+		{"tiny MTU", func(in *plan.DSRInput) { in.LinkMTU = 576 }, "MSS"},
+		{"IPv6 node", func(in *plan.DSRInput) {
+			in.Nodes = []plan.DSRNode{{Name: "n1", Addr: netip.MustParseAddr("fd00::1")}, {Name: "n2", Addr: netip.MustParseAddr("10.0.2.2")}}
+		}, "not IPv4"},
+		{"node twice", func(in *plan.DSRInput) { in.Nodes = append(in.Nodes, in.Nodes[0]) }, "given twice"},
+		{"node without address", func(in *plan.DSRInput) { in.Nodes = append(in.Nodes, plan.DSRNode{Name: "n4"}) }, "no address"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := dsrInput("n1", dsrNodes, "n1", "n2")
+			tc.edit(&in)
+			_, err := plan.DSR(in)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v, want one saying %q", err, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,291 @@
+package ipvs
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"github.com/switchyard-lb/switchyard/core/model"
+)
+
+// The dsr side (model.DSRPlan, docs/dsr.md) on kernel parts only:
+//
+//   - on every node, the nftables table DSRTableName marks each packet to
+//     a dsr frontend that did not come out of a tunnel with the mark of
+//     the node its Maglev slot names (jhash of source address and port,
+//     the plan's seed, mod the table size, looked up in the frontend's
+//     map), or leaves it unmarked where this node serves the slot;
+//   - the frontends' addresses are bound to the dummy link DSRDummy, so
+//     that the kernel delivers their packets locally, where IPVS looks
+//     the mark up first: each peer has a firewall-mark service with one
+//     tunnel real server, the peer's address (DSRServices), and
+//     sloppy_tcp lets IPVS take a flow up mid-stream, so that a flow an
+//     ECMP router moves to another ingress node goes on to the same peer;
+//   - the serving node decapsulates on ipip's fallback device
+//     (FallbackTunnel; GUE first through a FOU port) and delivers the
+//     packet, unmarked, to the frontend's own virtual service over its
+//     local endpoints (the Dataplane's, from the plan's Local frontend):
+//     NAT to the endpoint with the client's address kept, and the reply
+//     goes straight back from the frontend's address;
+//   - TCP's MSS is clamped on SYN-ACKs leaving from a frontend, so that
+//     the client's segments fit once encapsulated.
+
+// Names of what the dsr side owns.
+const (
+	// DSRDummy holds the dsr frontends' addresses.
+	DSRDummy = "switchyard-dsr"
+	// DSRTableName is the dsr nftables table (family inet).
+	DSRTableName = "switchyard-dsr"
+	// FallbackTunnel is ipip's fallback device: it decapsulates the ipip
+	// packets (and GUE's, once the FOU port has stripped GUE) to any
+	// local address.
+	FallbackTunnel = "tunl0"
+)
+
+// IsDSRMark reports whether a firewall mark is a dsr peer's
+// (plan.DSRMark): non-zero, with none of the low 16 bits set.
+func IsDSRMark(m uint32) bool { return m != 0 && m&0xffff == 0 }
+
+// DSRDesired is what the dsr side wants in the kernel for a plan: the
+// peers' firewall-mark services, each with its one tunnel real server
+// (weight 1), and the frontends' addresses on DSRDummy.
+func DSRDesired(p model.DSRPlan) (Desired, error) {
+	if !p.Addr.Is4() {
+		return Desired{}, fmt.Errorf("ipvs: dsr: node address %v: want IPv4", p.Addr)
+	}
+	want := Desired{Services: map[model.VirtualServiceKey]DesiredService{}, Addrs: map[netip.Addr]bool{}}
+	tunnel := Tunnel{Encapsulation: p.Encapsulation}
+	switch p.Encapsulation {
+	case model.IPIP:
+	case model.GUE:
+		tunnel.Port = p.GUEPort
+	default:
+		return Desired{}, fmt.Errorf("ipvs: dsr: unknown encapsulation %v", p.Encapsulation)
+	}
+	for _, peer := range p.Peers {
+		if !IsDSRMark(peer.Mark) {
+			return Desired{}, fmt.Errorf("ipvs: dsr: peer %s: mark %#x is not a dsr mark", peer.Name, peer.Mark)
+		}
+		k := MarkKey(peer.Mark, peer.Addr.Is6())
+		if _, dup := want.Services[k]; dup {
+			return Desired{}, fmt.Errorf("ipvs: dsr: peer %s: mark %#x given twice", peer.Name, peer.Mark)
+		}
+		// One real server: the scheduler has no choice to make.
+		s := Service{VirtualServiceKey: k, Scheduler: "rr"}
+		d := Destination{DestinationKey: DestinationKey{Addr: peer.Addr}, Weight: 1, Tunnel: tunnel}
+		if err := ValidateDestination(k, d); err != nil {
+			return Desired{}, fmt.Errorf("ipvs: dsr: peer %s: %w", peer.Name, err)
+		}
+		want.Services[k] = DesiredService{Service: s, Destinations: []Destination{d}}
+	}
+	for _, f := range p.Frontends {
+		want.Addrs[f.Addr] = true
+	}
+	return want, nil
+}
+
+// DSRState narrows what the kernel holds to what the dsr side owns: the
+// firewall-mark services of dsr marks (all its own, recorded) and the
+// addresses on DSRDummy. Every other service is left out, so that a Diff
+// against DSRDesired never touches it, not even a frontend's own virtual
+// service on an address DSRDummy holds too.
+func DSRState(services map[model.VirtualServiceKey]Entry, addrs []netip.Addr) State {
+	st := State{Services: map[model.VirtualServiceKey]Entry{}, Addrs: map[netip.Addr]bool{}, Recorded: map[model.VirtualServiceKey]bool{}}
+	for k, e := range services {
+		if m, ok := MarkOf(k); ok && IsDSRMark(m) {
+			st.Services[k] = e
+			st.Recorded[k] = true
+		}
+	}
+	for _, a := range addrs {
+		st.Addrs[a] = true
+	}
+	return st
+}
+
+// DSRSysctlSettings are the kernel parameters the dsr side needs:
+//   - vs/sloppy_tcp and vs/sloppy_sctp, so that IPVS schedules a TCP or
+//     SCTP packet that opens no connection (a mid-flow packet an ECMP
+//     change brought to this node) instead of passing it to the local
+//     stack, which would reset the flow;
+//   - rp_filter 2 (loose) on FallbackTunnel: a decapsulated packet comes
+//     from a client this node routes through another link, which strict
+//     mode drops. The kernel uses the larger of conf/all and the
+//     device's, so the device's 2 is loose whatever conf/all says, and
+//     conf/all stays as it is. Loose mode still drops every packet on a
+//     device without an IPv4 address (__fib_validate_source's no_addr),
+//     hence DSRTunnels.EnsureFallback's address.
+func DSRSysctlSettings() []SysctlSetting {
+	return []SysctlSetting{
+		{Name: "net/ipv4/vs/sloppy_tcp", Value: "1"},
+		{Name: "net/ipv4/vs/sloppy_sctp", Value: "1"},
+		{Name: "net/ipv4/conf/" + FallbackTunnel + "/rp_filter", Value: "2"},
+	}
+}
+
+// splitDSROps splits Diff's ops into those to run before the firewall
+// marks packets for them (binds, additions, updates) and those after it
+// stops (deletions, unbinds). A destination the dsr side no longer wants
+// is deleted at once, not drained: an ingress node holds no connection
+// another node could not take up.
+func splitDSROps(ops []Op) (before, after []Op) {
+	for _, op := range ops {
+		switch op.Kind {
+		case OpDrainDestination, OpDeleteService, OpUnbindAddr:
+			after = append(after, op)
+		default:
+			before = append(before, op)
+		}
+	}
+	return before, after
+}
+
+// DSRFirewall programs the dsr nftables table (DSRTableName) for a plan,
+// replacing whatever it held; an empty plan removes it.
+type DSRFirewall interface {
+	SetDSR(model.DSRPlan) error
+}
+
+// DSRTunnels sets up decapsulation: FallbackTunnel up, and a FOU port
+// receiving GUE.
+type DSRTunnels interface {
+	// EnsureFallback binds addr (this node's, as a /32) to FallbackTunnel
+	// and sets it up; it fails when the ipip module is not loaded (no
+	// fallback device).
+	EnsureFallback(addr netip.Addr) error
+	// EnsureGUE opens a FOU port receiving GUE; an open one is kept.
+	EnsureGUE(port uint16) error
+}
+
+// DSRConfig is what a DSR programs through.
+type DSRConfig struct {
+	Kernel    Kernel
+	Addresses Addresses
+	Sysctls   Sysctls
+	Firewall  DSRFirewall
+	Tunnels   DSRTunnels
+}
+
+// DSR programs the dsr side of a node: the peers' tunnel services, the
+// frontends' addresses, the table that marks their packets, the
+// decapsulation and the sysctls. The frontends' own virtual services
+// (their local endpoints) are the Dataplane's. Not wired into the daemon
+// yet: the lab tests drive it with plans made by hand.
+type DSR struct {
+	cfg DSRConfig
+}
+
+// NewDSR checks the config.
+func NewDSR(cfg DSRConfig) (*DSR, error) {
+	if cfg.Kernel == nil || cfg.Addresses == nil || cfg.Sysctls == nil || cfg.Firewall == nil || cfg.Tunnels == nil {
+		return nil, errors.New("ipvs: new dsr: Kernel, Addresses, Sysctls, Firewall and Tunnels are required")
+	}
+	return &DSR{cfg: cfg}, nil
+}
+
+// Apply makes the kernel hold p: decapsulation and sysctls first, then
+// the addresses and services, then the marks that send packets to them,
+// and last the removal of what p no longer has.
+func (d *DSR) Apply(p model.DSRPlan) error {
+	want, err := DSRDesired(p)
+	if err != nil {
+		return err
+	}
+	if err := d.cfg.Tunnels.EnsureFallback(p.Addr); err != nil {
+		return fmt.Errorf("ipvs: dsr: %w", err)
+	}
+	if p.Encapsulation == model.GUE {
+		if err := d.cfg.Tunnels.EnsureGUE(p.GUEPort); err != nil {
+			return fmt.Errorf("ipvs: dsr: %w", err)
+		}
+	}
+	if _, _, err := SetSysctls(d.cfg.Sysctls, DSRSysctlSettings()); err != nil {
+		return fmt.Errorf("ipvs: dsr: %w", err)
+	}
+	if _, err := retryDump(func() (struct{}, error) { return struct{}{}, d.cfg.Addresses.EnsureDummy(DSRDummy) }); err != nil {
+		return fmt.Errorf("ipvs: dsr: %w", err)
+	}
+	have, err := d.read()
+	if err != nil {
+		return err
+	}
+	before, after := splitDSROps(Diff(want, have, Scope{All: true}))
+	if err := d.run(before); err != nil {
+		return err
+	}
+	if err := d.cfg.Firewall.SetDSR(p); err != nil {
+		return fmt.Errorf("ipvs: dsr: %w", err)
+	}
+	return d.run(after)
+}
+
+func (d *DSR) read() (State, error) {
+	// Reads are retried when a concurrent change interrupts them (the
+	// namespace's address dump covers every link), as the Dataplane's.
+	svcs, err := retryDump(d.cfg.Kernel.Services)
+	if err != nil {
+		return State{}, fmt.Errorf("ipvs: dsr: %w", err)
+	}
+	entries := map[model.VirtualServiceKey]Entry{}
+	for _, s := range svcs {
+		if m, ok := MarkOf(s.VirtualServiceKey); !ok || !IsDSRMark(m) {
+			continue
+		}
+		dests, err := retryDump(func() ([]DestinationState, error) { return d.cfg.Kernel.Destinations(s.VirtualServiceKey) })
+		if err != nil {
+			return State{}, fmt.Errorf("ipvs: dsr: %w", err)
+		}
+		entries[s.VirtualServiceKey] = Entry{Service: s, Destinations: dests}
+	}
+	addrs, err := retryDump(func() ([]netip.Addr, error) { return d.cfg.Addresses.Addrs(DSRDummy) })
+	if err != nil {
+		return State{}, fmt.Errorf("ipvs: dsr: %w", err)
+	}
+	return DSRState(entries, addrs), nil
+}
+
+func (d *DSR) run(ops []Op) error {
+	var errs []error
+	for _, op := range ops {
+		var err error
+		k := op.Service.VirtualServiceKey
+		switch op.Kind {
+		case OpBindAddr:
+			err = d.cfg.Addresses.AddAddr(DSRDummy, op.Addr)
+		case OpUnbindAddr:
+			err = d.cfg.Addresses.DelAddr(DSRDummy, op.Addr)
+		case OpAddService:
+			err = d.cfg.Kernel.AddService(op.Service)
+		case OpUpdateService:
+			err = d.cfg.Kernel.UpdateService(op.Service)
+		case OpDeleteService:
+			err = d.cfg.Kernel.DeleteService(k)
+		case OpAddDestination:
+			err = d.cfg.Kernel.AddDestination(k, op.Dest)
+		case OpUpdateDestination:
+			err = d.cfg.Kernel.UpdateDestination(k, op.Dest)
+		case OpDrainDestination:
+			err = d.cfg.Kernel.DeleteDestination(k, op.Dest.DestinationKey)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", op, err))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("ipvs: dsr: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// dsrFrontendSlots returns a frontend's map elements: slot -> mark for
+// the slots another node serves (a missing slot leaves the packet
+// unmarked: this node serves it).
+func dsrFrontendSlots(f model.DSRFrontend) (slots []uint32, marks []uint32) {
+	for i, m := range f.Slots {
+		if m != 0 {
+			slots = append(slots, uint32(i))
+			marks = append(marks, m)
+		}
+	}
+	return slots, marks
+}

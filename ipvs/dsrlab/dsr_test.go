@@ -1,0 +1,273 @@
+//go:build linux
+
+package dsrlab
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
+
+	"github.com/switchyard-lb/switchyard/core/maglev"
+	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/core/plan"
+	"github.com/switchyard-lb/switchyard/core/plugin"
+	"github.com/switchyard-lb/switchyard/ipvs"
+)
+
+const (
+	guePort = 6080
+	seed    = 0x5eed
+	linkMTU = 1500
+)
+
+var frontend = model.VirtualServiceKey{Addr: vip, Port: vipPort, Protocol: model.TCP}
+
+// programDSR plans every node's dsr side, the backend nodes being the
+// pods' (weighted by their pods), applies it, then gives each backend
+// node its own virtual service over its pods.
+func (tp *topology) programDSR(t *testing.T, enc model.Encapsulation) {
+	t.Helper()
+	size, err := maglev.SizeFor(len(tp.nodes))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nodes []plan.DSRNode
+	for _, n := range tp.nodes {
+		nodes = append(nodes, plan.DSRNode{Name: n.name, Addr: n.addr})
+	}
+	local := map[*node][]model.Destination{}
+	for _, p := range tp.pods {
+		local[p.node] = append(local[p.node], model.Destination{Addr: p.addr, Port: podPort, Weight: 1})
+	}
+	var backends []maglev.Backend
+	for n, ds := range local {
+		backends = append(backends, maglev.Backend{Name: n.name, Weight: uint32(len(ds))})
+	}
+	for _, n := range tp.nodes {
+		p, err := plan.DSR(plan.DSRInput{
+			Self: n.name, Nodes: nodes, TableSize: size, Seed: seed,
+			Encapsulation: enc, GUEPort: guePort, LinkMTU: linkMTU,
+			Frontends: []plan.DSRFrontendInput{{Key: frontend, Backends: backends}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		do(t, n.ns, func() error { return applyDSR(p) })
+	}
+	for n, ds := range local {
+		vs := model.VirtualService{
+			VirtualServiceKey: frontend, Kind: model.FrontendLoadBalancer, Scheduler: "rr", Local: true, Destinations: ds,
+		}
+		key := model.ServiceKey{Namespace: "lab", Name: "dsr"}
+		pl := &model.Plan{Services: map[model.ServiceKey]*model.ServicePlan{key: {Key: key, VirtualServices: []model.VirtualService{vs}}}}
+		do(t, n.ns, func() error {
+			k, a, closeAll, err := openKernel()
+			if err != nil {
+				return err
+			}
+			defer closeAll()
+			dp, err := ipvs.New(ipvs.Config{Kernel: k, Addresses: a, Sysctls: ipvs.ProcSysctls{}})
+			if err != nil {
+				return err
+			}
+			return dp.Apply(t.Context(), plugin.Update{Plan: pl, Full: true})
+		})
+	}
+}
+
+// openKernel opens IPVS and address handles in the calling thread's
+// namespace.
+func openKernel() (*ipvs.Netlink, *ipvs.NetlinkAddresses, func(), error) {
+	k, err := ipvs.NewNetlink()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	a, err := ipvs.NewNetlinkAddresses()
+	if err != nil {
+		k.Close()
+		return nil, nil, nil, err
+	}
+	return k, a, func() { a.Close(); k.Close() }, nil
+}
+
+// applyDSR programs p in the calling thread's namespace.
+func applyDSR(p model.DSRPlan) error {
+	k, a, closeAll, err := openKernel()
+	if err != nil {
+		return err
+	}
+	defer closeAll()
+	tun, err := ipvs.NewNetlinkDSRTunnels()
+	if err != nil {
+		return err
+	}
+	defer tun.Close()
+	d, err := ipvs.NewDSR(ipvs.DSRConfig{Kernel: k, Addresses: a, Sysctls: ipvs.ProcSysctls{}, Firewall: &ipvs.NFTDSR{}, Tunnels: tun})
+	if err != nil {
+		return err
+	}
+	return d.Apply(p)
+}
+
+// counters are the router's nftables counters of packets to the VIP per
+// node link (in) and from the VIP per node link (out).
+type counters struct{ in, out map[string]uint64 }
+
+// countAtRouter installs the counting table in the router.
+func (tp *topology) countAtRouter(t *testing.T) {
+	t.Helper()
+	do(t, tp.router, func() error {
+		c, err := nftables.New()
+		if err != nil {
+			return err
+		}
+		table := c.AddTable(&nftables.Table{Family: nftables.TableFamilyINet, Name: "count"})
+		accept := nftables.ChainPolicyAccept
+		ch := c.AddChain(&nftables.Chain{Name: "forward", Table: table, Type: nftables.ChainTypeFilter,
+			Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter, Policy: &accept})
+		a := vip.As4()
+		for _, n := range tp.nodes {
+			for _, dir := range []struct {
+				key    expr.MetaKey
+				offset uint32
+			}{{expr.MetaKeyOIFNAME, 16}, {expr.MetaKeyIIFNAME, 12}} {
+				name := make([]byte, unix.IFNAMSIZ)
+				copy(name, n.routerSide)
+				c.AddRule(&nftables.Rule{Table: table, Chain: ch, Exprs: []expr.Any{
+					&expr.Meta{Key: dir.key, Register: 1},
+					&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: name},
+					&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+					&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}},
+					&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: dir.offset, Len: 4},
+					&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: a[:]},
+					&expr.Counter{},
+				}, UserData: []byte(fmt.Sprintf("%s/%d", n.name, dir.offset))})
+			}
+		}
+		return c.Flush()
+	})
+}
+
+func (tp *topology) readCounters(t *testing.T) counters {
+	t.Helper()
+	got := counters{in: map[string]uint64{}, out: map[string]uint64{}}
+	do(t, tp.router, func() error {
+		c, err := nftables.New()
+		if err != nil {
+			return err
+		}
+		rules, err := c.GetRules(&nftables.Table{Family: nftables.TableFamilyINet, Name: "count"}, &nftables.Chain{Name: "forward"})
+		if err != nil {
+			return err
+		}
+		for _, r := range rules {
+			name, dir, _ := strings.Cut(string(r.UserData), "/")
+			for _, e := range r.Exprs {
+				if ctr, ok := e.(*expr.Counter); ok {
+					if dir == "16" {
+						got.in[name] = ctr.Packets
+					} else {
+						got.out[name] = ctr.Packets
+					}
+				}
+			}
+		}
+		return nil
+	})
+	return got
+}
+
+func (c counters) minus(o counters) counters {
+	d := counters{in: map[string]uint64{}, out: map[string]uint64{}}
+	for k, v := range c.in {
+		d.in[k] = v - o.in[k]
+	}
+	for k, v := range c.out {
+		d.out[k] = v - o.out[k]
+	}
+	return d
+}
+
+// takenUp counts the connections a node's IPVS holds towards peers: flows
+// it forwarded, each taken up at its first packet here.
+func (n *node) takenUp(t *testing.T) int {
+	t.Helper()
+	total := 0
+	do(t, n.ns, func() error {
+		k, err := ipvs.NewNetlink()
+		if err != nil {
+			return err
+		}
+		defer k.Close()
+		svcs, err := k.Services()
+		if err != nil {
+			return err
+		}
+		for _, s := range svcs {
+			if m, ok := ipvs.MarkOf(s.VirtualServiceKey); !ok || !ipvs.IsDSRMark(m) {
+				continue
+			}
+			ds, err := k.Destinations(s.VirtualServiceKey)
+			if err != nil {
+				return err
+			}
+			for _, d := range ds {
+				total += int(d.ActiveConns + d.InactiveConns)
+			}
+		}
+		return nil
+	})
+	return total
+}
+
+// round sends one request on every flow and counts those answered by the
+// flow's pod, which saw the client's own address and port, and the
+// answers per pod.
+func round(t *testing.T, flows []*flow, size int) (ok int, perPod map[string]int, failures []string) {
+	t.Helper()
+	perPod = map[string]int{}
+	for _, f := range flows {
+		body, err := f.get(size, 20*time.Second)
+		if err != nil {
+			failures = append(failures, fmt.Sprintf("port %d: %v", f.port, err))
+			continue
+		}
+		fields := strings.Fields(body)
+		if len(fields) != 3 || !strings.HasPrefix(fields[0], "pod") {
+			failures = append(failures, fmt.Sprintf("port %d: answer %q", f.port, body))
+			continue
+		}
+		if f.pod == "" {
+			f.pod = fields[0]
+		}
+		if fields[0] != f.pod {
+			failures = append(failures, fmt.Sprintf("port %d: answered by %s, then by %s", f.port, f.pod, fields[0]))
+			continue
+		}
+		src, err := netip.ParseAddrPort(fields[1])
+		if err != nil || src != netip.AddrPortFrom(clientIP, uint16(f.port)) {
+			failures = append(failures, fmt.Sprintf("port %d: the pod saw the client as %s", f.port, fields[1]))
+			continue
+		}
+		if fields[2] != fmt.Sprint(size) {
+			failures = append(failures, fmt.Sprintf("port %d: the pod read %s bytes of %d", f.port, fields[2], size))
+			continue
+		}
+		perPod[fields[0]]++
+		ok++
+	}
+	return ok, perPod, failures
+}
+
+// setSloppy sets vs/sloppy_tcp on a node.
+func (n *node) setSloppy(t *testing.T, on bool) {
+	t.Helper()
+	v := map[bool]string{true: "1", false: "0"}[on]
+	do(t, n.ns, func() error { return sysctl("net/ipv4/vs/sloppy_tcp", v) })
+}

@@ -1,0 +1,130 @@
+//go:build linux
+
+package dsrlab
+
+import (
+	"net"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/switchyard-lb/switchyard/core/model"
+)
+
+// flowsN is how many established flows each test carries through the
+// ECMP changes.
+const flowsN = 100
+
+// bodySize makes each request span several full-size segments, which
+// must fit the path once encapsulated.
+const bodySize = 8000
+
+// TestDSRFlowsSurviveECMPChanges opens flowsN kept-alive TCP flows to the
+// LoadBalancer IP through the router's ECMP route over n1 and n2 (the
+// pods' nodes), then changes the route: n3, which holds no endpoint,
+// joins; n2 leaves; n1 leaves; n1 and n2 come back (a node leaving is a
+// drain: its route withdrawn, it still serves its flows through the
+// others). After each change every flow sends a request of bodySize
+// bytes: all must be answered by the flow's first pod, which sees the
+// client's own address and port, and no packet from the VIP may leave
+// through n3, which serves nothing (the router counts packets from the VIP
+// per node link).
+func TestDSRFlowsSurviveECMPChanges(t *testing.T) {
+	requireGuest(t)
+	for _, enc := range []model.Encapsulation{model.IPIP, model.GUE} {
+		t.Run(enc.String(), func(t *testing.T) {
+			tp := newTopology(t)
+			tp.programDSR(t, enc)
+			tp.countAtRouter(t)
+			n1, n2, n3 := tp.nodes[0], tp.nodes[1], tp.nodes[2]
+			tp.setECMP(t, n1, n2)
+			flows := tp.dialFlows(t, flowsN)
+			wantMSS := linkMTU - enc.Overhead() - 40
+			if mss := clientMSS(t, flows[0].conn); mss > wantMSS {
+				t.Errorf("client MSS %d, want at most %d (clamped for %s)", mss, wantMSS, enc)
+			}
+			stages := []struct {
+				name  string
+				nodes []*node
+			}{
+				{"start n1,n2", []*node{n1, n2}},
+				{"n3 joins", []*node{n1, n2, n3}},
+				{"n2 leaves", []*node{n1, n3}},
+				{"n1 leaves", []*node{n3}},
+				{"n1,n2 back", []*node{n1, n2, n3}},
+			}
+			prev := tp.readCounters(t)
+			for _, st := range stages {
+				tp.setECMP(t, st.nodes...)
+				ok, perPod, failures := round(t, flows, bodySize)
+				now := tp.readCounters(t)
+				d := now.minus(prev)
+				prev = now
+				t.Logf("dsr-flows-kept encapsulation=%s stage=%q ecmp=%s kept=%d/%d per-pod=%v to-vip n1=%d n2=%d n3=%d from-vip n1=%d n2=%d n3=%d forwarded n1=%d n2=%d n3=%d",
+					enc, st.name, names(st.nodes), ok, len(flows), perPod, d.in["n1"], d.in["n2"], d.in["n3"], d.out["n1"], d.out["n2"], d.out["n3"], n1.takenUp(t), n2.takenUp(t), n3.takenUp(t))
+				for _, f := range failures {
+					t.Errorf("%s: %s", st.name, f)
+				}
+				if d.out["n3"] != 0 {
+					t.Errorf("%s: %d packets from the VIP left through n3, which serves nothing: replies must leave their pod's node directly", st.name, d.out["n3"])
+				}
+				for _, n := range st.nodes {
+					if d.in[n.name] == 0 {
+						t.Errorf("%s: the router sent %s no packet: the ECMP route does not spread", st.name, n.name)
+					}
+				}
+			}
+			if n3.takenUp(t) == 0 {
+				t.Error("n3 took up no flow: no flow moved, the test proves nothing")
+			}
+		})
+	}
+}
+
+// TestDSRWithoutSloppyTCPBreaksMovedFlows is the control: with sloppy_tcp
+// off on n3, the flows the router moves to n3 break (IPVS passes their
+// mid-flow packets to the local stack, which resets them), so
+// TestDSRFlowsSurviveECMPChanges would fail without it.
+func TestDSRWithoutSloppyTCPBreaksMovedFlows(t *testing.T) {
+	requireGuest(t)
+	tp := newTopology(t)
+	tp.programDSR(t, model.IPIP)
+	n1, n2, n3 := tp.nodes[0], tp.nodes[1], tp.nodes[2]
+	n3.setSloppy(t, false)
+	tp.setECMP(t, n1, n2)
+	flows := tp.dialFlows(t, flowsN/2)
+	if ok, _, failures := round(t, flows, 100); ok != len(flows) {
+		t.Fatalf("before the change %d of %d answered: %v", ok, len(flows), failures)
+	}
+	tp.setECMP(t, n1, n2, n3)
+	ok, _, failures := round(t, flows, 100)
+	t.Logf("dsr-flows-kept-without-sloppy-tcp kept=%d/%d", ok, len(flows))
+	if len(failures) == 0 {
+		t.Errorf("every flow survived with sloppy_tcp off at n3: none moved there, or IPVS took them up anyway")
+	}
+	if len(failures) > 3 {
+		failures = failures[:3]
+	}
+	for _, f := range failures {
+		t.Log(f) // what a moved flow's failure looks like
+	}
+}
+
+// clientMSS is the client socket's MSS (TCP_MAXSEG): what the server's
+// SYN-ACK allowed.
+func clientMSS(t *testing.T, c net.Conn) int {
+	t.Helper()
+	raw, err := c.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mss int
+	var serr error
+	if err := raw.Control(func(fd uintptr) { mss, serr = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_MAXSEG) }); err != nil {
+		t.Fatal(err)
+	}
+	if serr != nil {
+		t.Fatal(serr)
+	}
+	return mss
+}

@@ -1,0 +1,307 @@
+//go:build linux
+
+package dsrlab
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/switchyard-lb/switchyard/test/lab"
+	"github.com/switchyard-lb/switchyard/test/netns"
+)
+
+var (
+	vip      = netip.MustParseAddr("192.0.2.10")
+	clientIP = netip.MustParseAddr("192.168.0.2")
+	routerC  = netip.MustParseAddr("192.168.0.1")
+)
+
+const (
+	vipPort = 80
+	podPort = 8080
+)
+
+// node is one node namespace: eth0 10.0.i.2/24 towards the router.
+type node struct {
+	name string
+	ns   *netns.Unnamed
+	addr netip.Addr
+	// routerSide is the router's end of the node's link (r1, r2, r3).
+	routerSide string
+}
+
+// pod is a backend namespace behind its node.
+type pod struct {
+	name string
+	node *node
+	ns   *netns.Unnamed
+	addr netip.Addr
+}
+
+type topology struct {
+	client, router *netns.Unnamed
+	nodes          []*node
+	pods           []*pod
+}
+
+func requireGuest(t *testing.T) {
+	t.Helper()
+	if os.Getenv(lab.GuestEnv) != "1" {
+		t.Skipf("guest-only: needs IPVS, ipip and fou in the kernel lab (%s=1); run `make test-lab-dsr`", lab.GuestEnv)
+	}
+}
+
+func do(t *testing.T, ns *netns.Unnamed, fn func() error) {
+	t.Helper()
+	if err := ns.Do(fn); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func newNS(t *testing.T, name string) *netns.Unnamed {
+	t.Helper()
+	u, err := netns.NewUnnamed(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(u.Close)
+	return u
+}
+
+// sysctl writes /proc/sys/name in the calling thread's namespace.
+func sysctl(name, value string) error {
+	if err := os.WriteFile(filepath.Join("/proc/sys", name), []byte(value), 0o644); err != nil {
+		return fmt.Errorf("sysctl %s=%s: %w", name, value, err)
+	}
+	return nil
+}
+
+// link connects a (side aName, address aAddr) and b (bName, bAddr) with a
+// veth pair, both up.
+func link(t *testing.T, a *netns.Unnamed, aName string, aAddr netip.Prefix, b *netns.Unnamed, bName string, bAddr netip.Prefix) {
+	t.Helper()
+	withNetlink(t, a, func(h *netlink.Handle) error {
+		veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: aName}, PeerName: bName, PeerNamespace: netlink.NsFd(int(b.Handle()))}
+		if err := h.LinkAdd(veth); err != nil {
+			return fmt.Errorf("veth %s-%s: %w", aName, bName, err)
+		}
+		return configure(h, aName, aAddr)
+	})
+	withNetlink(t, b, func(h *netlink.Handle) error {
+		if err := configure(h, "lo"); err != nil {
+			return err
+		}
+		return configure(h, bName, bAddr)
+	})
+}
+
+// withNetlink runs fn with a route-netlink handle in ns.
+func withNetlink(t *testing.T, ns *netns.Unnamed, fn func(h *netlink.Handle) error) {
+	t.Helper()
+	do(t, ns, func() error {
+		h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+		if err != nil {
+			return err
+		}
+		defer h.Close()
+		return fn(h)
+	})
+}
+
+func configure(h *netlink.Handle, name string, addrs ...netip.Prefix) error {
+	l, err := h.LinkByName(name)
+	if err != nil {
+		return fmt.Errorf("link %s: %w", name, err)
+	}
+	for _, p := range addrs {
+		a := &netlink.Addr{IPNet: &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), 32)}}
+		if err := h.AddrAdd(l, a); err != nil {
+			return fmt.Errorf("address %s on %s: %w", p, name, err)
+		}
+	}
+	if err := h.LinkSetUp(l); err != nil {
+		return fmt.Errorf("%s up: %w", name, err)
+	}
+	return nil
+}
+
+func defaultRoute(t *testing.T, ns *netns.Unnamed, gw netip.Addr) {
+	t.Helper()
+	withNetlink(t, ns, func(h *netlink.Handle) error {
+		return h.RouteAdd(&netlink.Route{Gw: gw.AsSlice()})
+	})
+}
+
+// newTopology builds the client, the router, n1..n3, two pods behind n1
+// and one behind n2. Every node starts with strict reverse-path filtering on conf/all,
+// as some distributions ship it: the dsr side must cope.
+func newTopology(t *testing.T) *topology {
+	t.Helper()
+	tp := &topology{client: newNS(t, "client"), router: newNS(t, "router")}
+	link(t, tp.router, "c0", netip.PrefixFrom(routerC, 24), tp.client, "eth0", netip.PrefixFrom(clientIP, 24))
+	defaultRoute(t, tp.client, routerC)
+	do(t, tp.router, func() error {
+		if err := sysctl("net/ipv4/ip_forward", "1"); err != nil {
+			return err
+		}
+		// Hash each packet's addresses, protocol and ports, as a separate
+		// router does (policy 1 would take the sender socket's hash over
+		// veth, which TCP changes on a retransmission).
+		if err := sysctl("net/ipv4/fib_multipath_hash_policy", "3"); err != nil {
+			return err
+		}
+		return sysctl("net/ipv4/fib_multipath_hash_fields", "0x0037")
+	})
+	for i := 1; i <= 3; i++ {
+		n := &node{
+			name:       fmt.Sprintf("n%d", i),
+			addr:       netip.AddrFrom4([4]byte{10, 0, byte(i), 2}),
+			routerSide: fmt.Sprintf("r%d", i),
+		}
+		n.ns = newNS(t, n.name)
+		gw := netip.AddrFrom4([4]byte{10, 0, byte(i), 1})
+		link(t, tp.router, n.routerSide, netip.PrefixFrom(gw, 24), n.ns, "eth0", netip.PrefixFrom(n.addr, 24))
+		defaultRoute(t, n.ns, gw)
+		do(t, n.ns, func() error {
+			if err := sysctl("net/ipv4/ip_forward", "1"); err != nil {
+				return err
+			}
+			return sysctl("net/ipv4/conf/all/rp_filter", "1")
+		})
+		tp.nodes = append(tp.nodes, n)
+	}
+	// Two pods on n1, one on n2; n3 has none.
+	for i, host := range []*node{tp.nodes[0], tp.nodes[0], tp.nodes[1]} {
+		p := &pod{name: fmt.Sprintf("pod%d-%s", i+1, host.name), node: host, addr: netip.AddrFrom4([4]byte{10, 244, byte(i + 1), 2})}
+		p.ns = newNS(t, p.name)
+		gw := netip.AddrFrom4([4]byte{10, 244, byte(i + 1), 1})
+		link(t, host.ns, fmt.Sprintf("pod%d", i+1), netip.PrefixFrom(gw, 24), p.ns, "eth0", netip.PrefixFrom(p.addr, 24))
+		defaultRoute(t, p.ns, gw)
+		serve(t, p)
+		tp.pods = append(tp.pods, p)
+	}
+	return tp
+}
+
+// serve answers HTTP on podPort: its name and the client address it sees,
+// and for a POST the number of body bytes it read.
+func serve(t *testing.T, p *pod) {
+	t.Helper()
+	ln, err := p.ns.Listen("tcp", fmt.Sprintf(":%d", podPort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			n, _ := io.Copy(io.Discard, r.Body)
+			fmt.Fprintf(w, "%s %s %d", p.name, r.RemoteAddr, n)
+		}),
+		ReadHeaderTimeout: time.Minute,
+	}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+}
+
+// setECMP points the router's route to the VIP at the given nodes.
+func (tp *topology) setECMP(t *testing.T, nodes ...*node) {
+	t.Helper()
+	withNetlink(t, tp.router, func(h *netlink.Handle) error {
+		r := &netlink.Route{Dst: &net.IPNet{IP: vip.AsSlice(), Mask: net.CIDRMask(32, 32)}}
+		for _, n := range nodes {
+			l, err := h.LinkByName(n.routerSide)
+			if err != nil {
+				return err
+			}
+			r.MultiPath = append(r.MultiPath, &netlink.NexthopInfo{LinkIndex: l.Attrs().Index, Gw: n.addr.AsSlice()})
+		}
+		if err := h.RouteReplace(r); err != nil {
+			return fmt.Errorf("route %s over %d nodes: %w", vip, len(nodes), err)
+		}
+		return nil
+	})
+}
+
+// names lists nodes' names, for logs.
+func names(nodes []*node) string {
+	var s []string
+	for _, n := range nodes {
+		s = append(s, n.name)
+	}
+	return strings.Join(s, ",")
+}
+
+// flow is one kept-alive HTTP connection from the client to the VIP.
+type flow struct {
+	conn net.Conn
+	br   *bufio.Reader
+	port int
+	// pod is the pod that answered first: every later answer must come
+	// from it (another pod would have reset the connection anyway).
+	pod string
+}
+
+// dialFlows opens n connections from the client, each from its own
+// source port.
+func (tp *topology) dialFlows(t *testing.T, n int) []*flow {
+	t.Helper()
+	var out []*flow
+	for range n {
+		port, err := netns.NextSourcePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var c net.Conn
+		err = tp.client.Do(func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			d := net.Dialer{LocalAddr: &net.TCPAddr{Port: port}}
+			var err error
+			c, err = d.DialContext(ctx, "tcp", netip.AddrPortFrom(vip, vipPort).String())
+			return err
+		})
+		if err != nil {
+			tp.dump(t)
+			t.Fatal(err)
+		}
+		f := &flow{conn: c, br: bufio.NewReader(c), port: port}
+		t.Cleanup(func() { c.Close() })
+		out = append(out, f)
+	}
+	return out
+}
+
+// get sends one request with a body of size bytes on the flow and returns
+// the answer: pod name, client address seen, bytes read.
+func (f *flow) get(size int, timeout time.Duration) (string, error) {
+	f.conn.SetDeadline(time.Now().Add(timeout))
+	req, err := http.NewRequest(http.MethodPost, "http://"+netip.AddrPortFrom(vip, vipPort).String()+"/", strings.NewReader(strings.Repeat("x", size)))
+	if err != nil {
+		return "", err
+	}
+	if err := req.Write(f.conn); err != nil {
+		return "", fmt.Errorf("send: %w", err)
+	}
+	resp, err := http.ReadResponse(f.br, req)
+	if err != nil {
+		return "", fmt.Errorf("read: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", fmt.Errorf("read body: %w", err)
+	}
+	return string(body), nil
+}
