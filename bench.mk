@@ -62,6 +62,9 @@ bench: bench-peers
 #   make bench-kubeproxy KPBENCH_SERVICES=100                # quicker
 #   make bench-kubeproxy KPBENCH_SERVICES=10000              # the 10k run
 #   make bench-kubeproxy KPBENCH_ONLY=floor,switchyard       # no kube-proxy
+#   make bench-kubeproxy KPBENCH_ONLY=floor,switchyard KPBENCH_RESYNC=1
+#                      # and switchyard's CPU over one syncPeriod holding a
+#                      # periodic full resync (about a minute more)
 #
 # KPBENCH_ONLY=switch measures instead a node switching from kube-proxy to
 # switchyard with --cleanup-kube-proxy (seconds without service) and back
@@ -72,11 +75,12 @@ bench: bench-peers
 KPBENCH_SERVICES ?= 1000
 KPBENCH_CHANGES ?= 5
 KPBENCH_ONLY ?=
+KPBENCH_RESYNC ?=
 .PHONY: bench-kubeproxy
 bench-kubeproxy:
 	@test/lab/deps.sh --netfilter-tools >/dev/null
 	@bin=$$(test/tools/kube-binaries.sh --kube-proxy) && \
-	SWITCHYARD_KUBE_BIN=$$bin KPBENCH_SERVICES=$(KPBENCH_SERVICES) KPBENCH_CHANGES=$(KPBENCH_CHANGES) KPBENCH_ONLY=$(KPBENCH_ONLY) \
+	SWITCHYARD_KUBE_BIN=$$bin KPBENCH_SERVICES=$(KPBENCH_SERVICES) KPBENCH_CHANGES=$(KPBENCH_CHANGES) KPBENCH_ONLY=$(KPBENCH_ONLY) KPBENCH_RESYNC=$(KPBENCH_RESYNC) \
 	$(GO) test -tags integration -count=1 -run '^$$' -bench '^BenchmarkIntegrationKubeProxyIPVS$$' -benchtime 1x -timeout 4h ./test/e2e/kpbench
 
 bench: bench-kubeproxy

@@ -7,6 +7,7 @@ import (
 
 	"github.com/switchyard-lb/switchyard/core/model"
 	"github.com/switchyard-lb/switchyard/core/plugin"
+	"github.com/switchyard-lb/switchyard/ipvs"
 )
 
 // benchPlan is n ClusterIP Services with ten endpoints each.
@@ -80,4 +81,50 @@ func BenchmarkApplyFullUnchanged(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkApplyOneChangeFirewall moves one endpoint of one of 10,000
+// Services to a new address, with a firewall table that takes what it is
+// given and does nothing: the dataplane's own work for the table (the
+// hairpin set's update of two elements).
+func BenchmarkApplyOneChangeFirewall(b *testing.B) {
+	plan := benchPlan(10000)
+	r := newRig()
+	fw := &nopFirewall{}
+	dp, err := ipvs.New(ipvs.Config{Kernel: r.kernel, Addresses: r.addrs, Sysctls: r.sysctls, Firewall: fw})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := dp.Apply(b.Context(), plugin.Update{Plan: plan, Full: true}); err != nil {
+		b.Fatal(err)
+	}
+	k := model.ServiceKey{Namespace: "bench", Name: "svc42"}
+	vs := &plan.Services[k].VirtualServices[0]
+	i := 0
+	for b.Loop() {
+		i++
+		vs.Destinations[0].Addr = netip.AddrFrom4([4]byte{10, 250, byte(i >> 8), byte(i)})
+		if err := dp.Apply(b.Context(), plugin.Update{Plan: plan, Changed: []model.ServiceKey{k}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// nopFirewall accepts every write and remembers only the stamp.
+type nopFirewall struct{ stamp string }
+
+func (f *nopFirewall) Sync(spec ipvs.FirewallSpec) error { f.stamp = spec.Stamp(); return nil }
+
+func (f *nopFirewall) Update(d ipvs.FirewallDelta) error {
+	if d.From != f.stamp {
+		return ipvs.ErrNotFound
+	}
+	f.stamp = d.To
+	return nil
+}
+
+func (f *nopFirewall) RecordOwned(add, drop []model.VirtualServiceKey) error { return nil }
+
+func (f *nopFirewall) Load() (ipvs.FirewallState, error) {
+	return ipvs.FirewallState{Stamp: f.stamp}, nil
 }

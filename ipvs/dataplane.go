@@ -82,10 +82,15 @@ type Dataplane struct {
 	draining map[drainKey]time.Time // since when
 	sysctls  map[string]string      // as reported
 	timeouts bool                   // cfg.Timeouts are set
-	firewall *FirewallSpec          // last synced, without Owned
-	fwStamp  string                 // the table's stamp, as last read or written
-	fwRead   bool                   // the table's owned keys were adopted
-	close    func() error           // set by Open
+	// fw is the firewall spec of want, kept as want changes, with the
+	// element changes the table has not taken yet.
+	fw      fwIndex
+	fwStamp string // the table's stamp, as last read or written; "" unknown
+	// fwLoaded is what the last load read of the table, until the
+	// Apply that loaded compared it with the spec.
+	fwLoaded *FirewallState
+	fwRead   bool         // the table's owned keys were adopted
+	close    func() error // set by Open
 
 	// journal are the owned keys the table holds, as last read or
 	// written: written before the services they name are created or
@@ -132,6 +137,7 @@ func New(cfg Config) (*Dataplane, error) {
 		draining: map[drainKey]time.Time{},
 		journal:  map[model.VirtualServiceKey]bool{},
 		marks:    newMarks(),
+		fw:       newFWIndex(),
 	}, nil
 }
 
@@ -158,6 +164,7 @@ func (d *Dataplane) Apply(ctx context.Context, u plugin.Update) error {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	start := d.cfg.Now()
 
 	// errs leave the cache right; kernelErrs may have left it stale, so
 	// the next Apply re-reads the kernel.
@@ -192,6 +199,7 @@ func (d *Dataplane) Apply(ctx context.Context, u plugin.Update) error {
 		}
 		scope = Scope{All: true}
 	}
+	loaded := d.cfg.Now()
 	ops := Diff(d.want, d.have, scope)
 	flushes := UDPFlushes(d.want, d.have, scope) // before the ops change d.have
 	// Ownership is recorded before it is taken and dropped after it is
@@ -203,6 +211,7 @@ func (d *Dataplane) Apply(ctx context.Context, u plugin.Update) error {
 		kernelErrs = append(kernelErrs, err)
 	}
 	unbound, undeleted := map[netip.Addr]bool{}, map[netip.Addr]bool{}
+	unbinds := false // an address left the dummy link
 	for _, op := range ops {
 		if err := ctx.Err(); err != nil {
 			kernelErrs = append(kernelErrs, fmt.Errorf("ipvs: apply: %w", err))
@@ -229,12 +238,16 @@ func (d *Dataplane) Apply(ctx context.Context, u plugin.Update) error {
 				undeleted[k.Addr] = true
 			}
 		}
+		unbinds = unbinds || op.Kind == OpUnbindAddr
 	}
 	d.flushUDP(flushes)
 	d.adopt(scope, unrecorded)
-	if err := d.syncFirewall(reloaded); err != nil {
+	programmed := d.cfg.Now()
+	if err := d.syncFirewall(reloaded, scope, unbinds); err != nil {
 		errs = append(errs, err) // retried: the spec is not recorded
 	}
+	d.cfg.Log.Debug("apply", "full", u.Full, "reloaded", reloaded, "ops", len(ops),
+		"want-and-read", loaded.Sub(start), "diff-and-ops", programmed.Sub(loaded), "firewall", d.cfg.Now().Sub(programmed))
 	if err := d.drainLocked(); err != nil {
 		kernelErrs = append(kernelErrs, err)
 	}
@@ -312,6 +325,7 @@ func (d *Dataplane) updateWant(u plugin.Update) (Scope, error) {
 				continue
 			}
 			d.want.Services[vs.VirtualServiceKey] = ds
+			d.fw.service(vs.VirtualServiceKey, ds, d.cfg.MasqueradeAll, 1)
 			d.owner[vs.VirtualServiceKey] = sk
 			d.bySvc[sk] = append(d.bySvc[sk], vs.VirtualServiceKey)
 			if BoundKind(vs.Kind) {
@@ -347,6 +361,7 @@ func (d *Dataplane) wantInternal(sk model.ServiceKey, vs model.VirtualService, s
 	mk := ds.Service.VirtualServiceKey
 	scope.Keys = append(scope.Keys, mk)
 	d.want.Services[mk] = ds
+	d.fw.service(mk, ds, d.cfg.MasqueradeAll, 1)
 	d.owner[mk] = sk
 	d.bySvc[sk] = append(d.bySvc[sk], mk)
 	return nil
@@ -367,41 +382,100 @@ func (d *Dataplane) seedMarks() error {
 	return nil
 }
 
-// syncFirewall programs the firewall when its spec changed, and brings
-// the table's owned keys to the services owned off the dummy link, after
-// the ops: a deleted service's record goes only now. On a Full update (and
-// after a load) it compares the spec's stamp with the one the table holds,
-// as read by load, so that an unchanged table is never rewritten, not even
-// by a restarted daemon, while a table someone deleted or replaced is.
-func (d *Dataplane) syncFirewall(full bool) error {
+// syncFirewall brings the table to the desired spec, and its owned keys
+// to the services owned off the dummy link, after the ops: a deleted
+// service's record goes only now. After a load (reloaded) it compares the
+// spec's stamp with the one the table holds, and the spec's elements
+// with the ones it holds, so that an unchanged table is never rewritten,
+// not even by a restarted daemon, while a table someone deleted, replaced
+// or changed is. Otherwise it sends the table only the elements that
+// changed since the last sync (Firewall.Update), which costs in
+// proportion to them, and the whole spec only when source ranges changed
+// or the table is not as known.
+func (d *Dataplane) syncFirewall(reloaded bool, scope Scope, unbinds bool) error {
 	if d.cfg.Firewall == nil {
 		return nil
 	}
-	spec := BuildFirewallSpec(d.want, d.cfg.ClusterCIDRs, d.cfg.MasqueradeAll)
-	owned := d.ownedOffDummy()
-	if full || d.firewall == nil || !d.firewall.Equal(spec) {
-		if d.fwStamp != spec.Stamp() {
-			spec.Owned = owned
-			d.firewall = nil
+	loaded := d.fwLoaded
+	d.fwLoaded = nil
+	stamp := d.fw.stamp(d.cfg.ClusterCIDRs, d.cfg.MasqueradeAll)
+	if !reloaded && d.fwStamp != "" && !d.fw.rulesChanged && len(d.fw.pending) > 0 {
+		add, remove := d.fw.delta()
+		if err := d.cfg.Firewall.Update(FirewallDelta{From: d.fwStamp, To: stamp, Add: add, Remove: remove}); err != nil {
+			d.cfg.Log.Warn("nftables table not updated in place; writing it whole", "err", err)
+			d.fwStamp = ""
+		} else {
+			d.fwStamp = stamp
+			d.fw.flush()
+		}
+	}
+	if reloaded || d.fwStamp == "" || d.fw.rulesChanged {
+		spec := d.fw.spec(d.cfg.ClusterCIDRs, d.cfg.MasqueradeAll)
+		if d.fwStamp != stamp || (loaded != nil && !loaded.holds(spec)) {
+			spec.Owned = d.ownedOffDummy()
 			if err := d.cfg.Firewall.Sync(spec); err != nil {
 				d.fwStamp = ""
 				return err
 			}
-			d.synced(spec)
+			d.synced(spec, stamp)
 			return nil
 		}
-		d.firewall = &spec
+		d.fw.flush()
 	}
-	add, drop := diffSorted(slices.SortedFunc(maps.Keys(d.journal), model.VirtualServiceKey.Compare), owned, model.VirtualServiceKey.Compare)
+	add, drop := d.ownedChanges(scope, reloaded || unbinds)
 	if len(add) == 0 && len(drop) == 0 {
 		return nil
 	}
 	if err := d.cfg.Firewall.RecordOwned(add, drop); err != nil {
-		d.firewall, d.fwStamp = nil, "" // the next Apply rewrites the table
+		d.fwStamp = "" // the next Apply rewrites the table
 		return err
 	}
-	d.journal = keySet(owned)
+	for _, k := range add {
+		d.journal[k] = true
+	}
+	for _, k := range drop {
+		delete(d.journal, k)
+	}
 	return nil
+}
+
+// ownedChanges returns the services owned off the dummy link that the
+// journal lacks, and the journal's keys no longer among them. Only the
+// services of scope, and those on its addresses, can have changed,
+// unless all did or an address left the dummy link.
+func (d *Dataplane) ownedChanges(scope Scope, all bool) (add, drop []model.VirtualServiceKey) {
+	if all || scope.All {
+		return diffSorted(slices.SortedFunc(maps.Keys(d.journal), model.VirtualServiceKey.Compare), d.ownedOffDummy(), model.VirtualServiceKey.Compare)
+	}
+	addrs := make(map[netip.Addr]bool, len(scope.Addrs))
+	for _, a := range scope.Addrs {
+		addrs[a] = true
+	}
+	seen := map[model.VirtualServiceKey]bool{}
+	check := func(k model.VirtualServiceKey) {
+		if seen[k] {
+			return
+		}
+		seen[k] = true
+		owned := d.have.Recorded[k] && !d.have.Addrs[k.Addr]
+		switch {
+		case owned && !d.journal[k]:
+			add = append(add, k)
+		case !owned && d.journal[k]:
+			drop = append(drop, k)
+		}
+	}
+	for _, k := range scope.Keys {
+		check(k)
+	}
+	for k := range d.journal {
+		if addrs[k.Addr] {
+			check(k)
+		}
+	}
+	slices.SortFunc(add, model.VirtualServiceKey.Compare)
+	slices.SortFunc(drop, model.VirtualServiceKey.Compare)
+	return add, drop
 }
 
 // recordIntent writes to the firewall table, before any op runs, the
@@ -452,23 +526,22 @@ func (d *Dataplane) recordIntent(ops []Op) (map[model.VirtualServiceKey]bool, er
 	}
 	// The table is missing or not as known: write it whole, with what
 	// the dataplane owns off the dummy already and what it is about to.
-	spec := BuildFirewallSpec(d.want, d.cfg.ClusterCIDRs, d.cfg.MasqueradeAll)
+	spec := d.fw.spec(d.cfg.ClusterCIDRs, d.cfg.MasqueradeAll)
 	spec.Owned = applyOwned(slices.AppendSeq(d.ownedOffDummy(), maps.Keys(d.journal)), add, nil)
-	d.firewall = nil
 	if err := d.cfg.Firewall.Sync(spec); err != nil {
 		d.fwStamp = ""
 		return need, fmt.Errorf("ipvs: record owned services before creating them: %w", errors.Join(append(errs, err)...))
 	}
-	d.synced(spec)
+	d.synced(spec, d.fw.stamp(d.cfg.ClusterCIDRs, d.cfg.MasqueradeAll))
 	return nil, nil
 }
 
-// synced records that the table holds spec.
-func (d *Dataplane) synced(spec FirewallSpec) {
+// synced records that the table holds spec, stamped stamp.
+func (d *Dataplane) synced(spec FirewallSpec, stamp string) {
 	d.journal = keySet(spec.Owned)
-	d.fwStamp = spec.Stamp()
-	spec.Owned = nil
-	d.firewall = &spec
+	d.fwStamp = stamp
+	d.fwLoaded = nil // no longer the table's content
+	d.fw.flush()
 }
 
 func keySet(keys []model.VirtualServiceKey) map[model.VirtualServiceKey]bool {
@@ -518,7 +591,10 @@ func (d *Dataplane) adopt(scope Scope, skip map[model.VirtualServiceKey]bool) {
 
 // unwant drops vk, which a Service holds, from the desired state.
 func (d *Dataplane) unwant(vk model.VirtualServiceKey) {
-	ds := d.want.Services[vk]
+	ds, ok := d.want.Services[vk]
+	if ok {
+		d.fw.service(vk, ds, d.cfg.MasqueradeAll, -1)
+	}
 	bound := BoundKind(ds.Kind) && !ds.For.Addr.IsValid() // as updateWant counted it
 	delete(d.owner, vk)
 	delete(d.want.Services, vk)
@@ -533,7 +609,8 @@ func (d *Dataplane) unwant(vk model.VirtualServiceKey) {
 }
 
 // load reads the kernel: the dummy link's addresses, every service, and
-// the destinations of those the dataplane owns or wants.
+// the destinations of those the dataplane owns or wants (all in one pass
+// where the Kernel is a TableReader).
 func (d *Dataplane) load() error {
 	_, err := retryDump(func() (struct{}, error) { return struct{}{}, d.cfg.Addresses.EnsureDummy(d.cfg.Dummy) })
 	if err != nil {
@@ -554,6 +631,7 @@ func (d *Dataplane) load() error {
 		}
 		d.fwStamp = fw.Stamp
 		d.journal = keySet(fw.Owned)
+		d.fwLoaded = &fw
 	}
 	// The table's owned keys matter once, at the first load: later the
 	// cache knows more (services deleted since the table was written).
@@ -571,6 +649,7 @@ func (d *Dataplane) load() error {
 	for _, a := range bound {
 		have.Addrs[a] = true
 	}
+	table := d.readTable()
 	for _, s := range svcs {
 		k := s.VirtualServiceKey
 		_, wanted := d.want.Services[k]
@@ -579,8 +658,13 @@ func (d *Dataplane) load() error {
 		}
 		e := Entry{Service: s}
 		if wanted || have.Owns(k) {
-			if e.Destinations, err = d.destinations(k); err != nil {
-				return fmt.Errorf("ipvs: load: %w", err)
+			var read bool
+			if e.Destinations, read = table[k]; !read {
+				// A firewall-mark service, or one the table did not
+				// show yet: its own dump.
+				if e.Destinations, err = d.destinations(k); err != nil {
+					return fmt.Errorf("ipvs: load: %w", err)
+				}
 			}
 		}
 		have.Services[k] = e
@@ -589,6 +673,23 @@ func (d *Dataplane) load() error {
 	d.loaded = true
 	d.fwRead = true
 	return nil
+}
+
+// readTable reads the real servers of every virtual service in one pass
+// when the Kernel can (TableReader): a full resync then costs one read of
+// the kernel's table rather than a dump per virtual service. Nil when it
+// cannot, or the read failed: each service is dumped on its own then.
+func (d *Dataplane) readTable() map[model.VirtualServiceKey][]DestinationState {
+	tr, ok := d.cfg.Kernel.(TableReader)
+	if !ok {
+		return nil
+	}
+	table, err := retryDump(tr.ReadTable)
+	if err != nil {
+		d.cfg.Log.Debug("real servers read per virtual service", "err", err)
+		return nil
+	}
+	return table
 }
 
 // do runs one op and updates the cache.

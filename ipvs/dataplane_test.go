@@ -657,3 +657,42 @@ func TestDataplaneSetDrainTimeout(t *testing.T) {
 		t.Errorf("destinations after the drain (-want +got):\n%s", diff)
 	}
 }
+
+// TestDataplaneFullResyncReadsTableOnce: a full resync reads the real
+// servers of every virtual service in one pass (TableReader), not a dump
+// per service, and still puts back a real server someone deleted.
+func TestDataplaneFullResyncReadsTableOnce(t *testing.T) {
+	r := newRig()
+	dp := r.dataplane(t)
+	plan := webPlan(be("10.244.1.2", 8080, 1), be("10.244.2.2", 8080, 1))
+	if err := dp.Apply(t.Context(), plugin.Update{Plan: plan, Full: true}); err != nil {
+		t.Fatal(err)
+	}
+	want := r.kernel.Table()
+	if err := r.kernel.DeleteDestination(keyA, ipvs.DestinationKey{Addr: netip.MustParseAddr("10.244.2.2"), Port: 8080}); err != nil {
+		t.Fatal(err)
+	}
+	dumps, reads := r.kernel.Calls(ipvstest.OpDestinations), r.kernel.Calls(ipvstest.OpReadTable)
+	if err := dp.Apply(t.Context(), plugin.Update{Plan: plan, Full: true}); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, r.kernel.Table(), cmpAddrs); diff != "" {
+		t.Errorf("table after the full resync (-want +got):\n%s", diff)
+	}
+	if n := r.kernel.Calls(ipvstest.OpDestinations) - dumps; n != 0 {
+		t.Errorf("full resync dumped %d services' real servers, want 0", n)
+	}
+	if n := r.kernel.Calls(ipvstest.OpReadTable) - reads; n != 1 {
+		t.Errorf("full resync read the table %d times, want 1", n)
+	}
+
+	// A failed read falls back to one dump per service.
+	r.kernel.SetError(ipvstest.OpReadTable, errors.New("no /proc"))
+	dumps = r.kernel.Calls(ipvstest.OpDestinations)
+	if err := dp.Apply(t.Context(), plugin.Update{Plan: plan, Full: true}); err != nil {
+		t.Fatal(err)
+	}
+	if n := r.kernel.Calls(ipvstest.OpDestinations) - dumps; n != len(want) {
+		t.Errorf("full resync without the table dumped %d services' real servers, want %d", n, len(want))
+	}
+}

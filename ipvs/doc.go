@@ -15,7 +15,13 @@
 //     also records a content stamp, so that an unchanged table is never
 //     rewritten (not even by a restart), and the owned virtual services on
 //     shared node addresses, recorded before they are created, so that
-//     ownership of NodePorts survives a restart and a crash.
+//     ownership of NodePorts survives a restart and a crash. The Dataplane
+//     keeps the table's spec as reference counts (fwindex.go) as services
+//     are wanted and unwanted, with a stamp that sums its elements' hashes,
+//     so that a changed Service reaches the table as an update of its own
+//     elements (Firewall.Update), whatever the size of the cluster; a full
+//     resync reads the element sets back and rewrites a table whose
+//     elements someone changed.
 //
 // # In-cluster traffic to Local frontends
 //
@@ -46,7 +52,9 @@
 // addresses bound to switchyard0, or created or adopted by this
 // Dataplane or a previous one, as the firewall table records).
 // Dataplane applies them, keeps a cache of the kernel re-read
-// on Full updates and after errors, adopts existing state on restart
+// on Full updates and after errors (the real servers of every virtual
+// service in one pass of /proc/net/ip_vs when the Kernel is a
+// TableReader, as Netlink is), adopts existing state on restart
 // without flushing, and drains removed real servers (weight 0, deleted
 // once their connections end or Config.DrainTimeout passes; the daemon
 // sets it from dataplane.ipvs.drainTimeout and changes it on reload with
@@ -92,7 +100,7 @@
 // creation failed). A wanted service that another program created and the
 // Apply leaves as it is gets recorded only at the end: a crash before
 // leaves it as it was found. The stamp does not cover the journal
-// (stamp version v4; an older table is rewritten once), so none of this
+// (since stamp version v4; an older table is rewritten once), so none of this
 // rewrites the table, and a restart with nothing changed writes nothing.
 //
 // # Interrupted dumps

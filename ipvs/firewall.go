@@ -1,8 +1,6 @@
 package ipvs
 
 import (
-	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"maps"
 	"net/netip"
@@ -13,12 +11,20 @@ import (
 
 // Firewall owns the dataplane's nftables table. Sync replaces its content
 // with spec in one atomic transaction and records spec.Stamp and
-// spec.Owned in it; RecordOwned changes the owned keys alone; Load reads
-// the stamp and the owned keys back, so that a restarted Dataplane knows
-// whether the table needs writing and which services on shared addresses
-// it owns.
+// spec.Owned in it; Update changes only the elements a FirewallDelta
+// names; RecordOwned changes the owned keys alone; Load reads the stamp,
+// the owned keys and the element sets back, so that a restarted
+// Dataplane knows whether the table needs writing and which services on
+// shared addresses it owns, and a periodic resync finds elements someone
+// else removed or added.
 type Firewall interface {
 	Sync(spec FirewallSpec) error
+	// Update adds and removes the delta's elements and records its To
+	// stamp, in one atomic transaction, when the table holds the spec
+	// stamped From as far as this Firewall knows (it wrote it or Load
+	// read it); otherwise, or when the kernel refuses, it fails and
+	// changes nothing, and the caller Syncs the whole spec.
+	Update(delta FirewallDelta) error
 	// RecordOwned adds add to the owned keys and removes drop from them,
 	// in one atomic transaction that changes nothing else (the stamp does
 	// not cover the owned keys). It fails, with an error wrapping
@@ -30,6 +36,15 @@ type Firewall interface {
 	Load() (FirewallState, error)
 }
 
+// FirewallDelta is a change of a spec's element sets: ClusterIPs,
+// ExternalIPs, NodePorts, Endpoints and Internal of Add join the table,
+// those of Remove leave it (an internal mark that changes is in both).
+// Its other fields are unused.
+type FirewallDelta struct {
+	From, To    string // the stamps before and after
+	Add, Remove FirewallSpec
+}
+
 // FirewallState is what a programmed table records about itself.
 type FirewallState struct {
 	// Stamp is the Stamp of the spec the table was programmed from.
@@ -38,6 +53,19 @@ type FirewallState struct {
 	Owned []model.VirtualServiceKey
 	// Internal are the spec's Internal marks, sorted by key.
 	Internal []InternalMark
+	// Content are the element sets the table holds (ClusterIPs,
+	// ExternalIPs, NodePorts, Endpoints), sorted, whatever its stamp
+	// says: someone may have changed them since.
+	Content FirewallSpec
+}
+
+// holds reports whether the table's element sets are spec's: false when
+// someone added or removed an element since it was written.
+func (st FirewallState) holds(spec FirewallSpec) bool {
+	c := st.Content
+	return slices.Equal(c.ClusterIPs, spec.ClusterIPs) && slices.Equal(c.ExternalIPs, spec.ExternalIPs) &&
+		slices.Equal(c.NodePorts, spec.NodePorts) && slices.Equal(c.Endpoints, spec.Endpoints) &&
+		slices.Equal(st.Internal, spec.Internal)
 }
 
 // FirewallSpec is what the nftables table implements: masquerade for
@@ -82,63 +110,29 @@ type FirewallSpec struct {
 // stampVersion changes whenever the table layout for a given spec, or
 // what the stamp covers, does, so that an upgraded daemon rewrites the
 // table. v3: the stamp no longer covers Owned. v4: without cluster CIDRs,
-// traffic from a ClusterIP source is masqueraded. v5: internal marks.
-const stampVersion = "switchyard-fw-v5"
+// traffic from a ClusterIP source is masqueraded. v5: internal marks. v6:
+// the stamp sums its elements' hashes (elementSum), so that it follows
+// one changed element at the cost of one hash.
+const stampVersion = "switchyard-fw-v6"
 
 // Stamp is a content hash of the spec (and the table layout version),
 // Owned excepted: two specs with the same stamp program the same rules and
 // sets, and may differ only in the owned keys, which RecordOwned keeps up
-// to date without a rewrite. It hashes a binary encoding, as specs hold up
-// to hundreds of thousands of endpoints.
+// to date without a rewrite. The element sets enter it as a multiset
+// hash, which the dataplane keeps up to date as elements come and go
+// rather than hashing up to hundreds of thousands of endpoints each time.
 func (s FirewallSpec) Stamp() string {
-	b := []byte(stampVersion)
-	addr := func(a netip.Addr) {
-		b, _ = a.AppendBinary(b) // 0, 4 or 16 bytes, then the size
-		b = append(b, byte(a.BitLen()/8))
+	var sum elementSum
+	for _, e := range s.elements() {
+		sum.add(e.encode(), 1)
 	}
-	addrs := func(as []netip.Addr) {
-		b = binary.BigEndian.AppendUint32(b, uint32(len(as)))
-		for _, a := range as {
-			addr(a)
-		}
-	}
-	keys := func(ks []model.VirtualServiceKey) {
-		b = binary.BigEndian.AppendUint32(b, uint32(len(ks)))
-		for _, k := range ks {
-			addr(k.Addr)
-			b = append(b, byte(k.Protocol), byte(k.Port>>8), byte(k.Port))
-		}
-	}
-	prefixes := func(ps []netip.Prefix) {
-		b = binary.BigEndian.AppendUint32(b, uint32(len(ps)))
-		for _, p := range ps {
-			addr(p.Addr())
-			b = append(b, byte(p.Bits()))
-		}
-	}
-	addrs(s.ClusterIPs)
-	addrs(s.ExternalIPs)
-	keys(s.NodePorts)
-	prefixes(s.ClusterCIDRs)
-	if s.MasqueradeAll {
-		b = append(b, 1)
-	} else {
-		b = append(b, 0)
-	}
-	b = binary.BigEndian.AppendUint32(b, uint32(len(s.SourceRanges)))
 	for _, r := range s.SourceRanges {
-		keys([]model.VirtualServiceKey{r.Key})
-		prefixes(r.Ranges)
+		sum.add(sourceRangeBytes(r.Key, r.Ranges), 1)
 	}
-	addrs(s.Endpoints)
-	b = binary.BigEndian.AppendUint32(b, uint32(len(s.Internal)))
-	for _, im := range s.Internal {
-		keys([]model.VirtualServiceKey{im.Key})
-		b = binary.BigEndian.AppendUint32(b, im.Mark)
-	}
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])
+	return stampOf(s.ClusterCIDRs, s.MasqueradeAll, sum)
 }
+
+func hexString(b []byte) string { return hex.EncodeToString(b) }
 
 // SourceRange lists the only client prefixes a virtual service accepts.
 type SourceRange struct {
@@ -146,62 +140,15 @@ type SourceRange struct {
 	Ranges []netip.Prefix
 }
 
-// Equal reports whether two specs program the same table.
-func (s FirewallSpec) Equal(o FirewallSpec) bool {
-	return slices.Equal(s.ClusterIPs, o.ClusterIPs) && slices.Equal(s.ExternalIPs, o.ExternalIPs) &&
-		slices.Equal(s.NodePorts, o.NodePorts) &&
-		slices.Equal(s.ClusterCIDRs, o.ClusterCIDRs) && s.MasqueradeAll == o.MasqueradeAll &&
-		slices.EqualFunc(s.SourceRanges, o.SourceRanges, func(a, b SourceRange) bool {
-			return a.Key == b.Key && slices.Equal(a.Ranges, b.Ranges)
-		}) &&
-		slices.Equal(s.Endpoints, o.Endpoints) && slices.Equal(s.Owned, o.Owned) &&
-		slices.Equal(s.Internal, o.Internal)
-}
-
 // BuildFirewallSpec derives the spec from the desired virtual services;
 // Owned is left to the caller. An address with both a Local and a Cluster
 // external frontend is masqueraded (the set is keyed by address only).
 func BuildFirewallSpec(want Desired, cidrs []netip.Prefix, masqueradeAll bool) FirewallSpec {
-	cluster, external, endpoints := map[netip.Addr]bool{}, map[netip.Addr]bool{}, map[netip.Addr]bool{}
-	spec := FirewallSpec{ClusterCIDRs: slices.Clone(cidrs), MasqueradeAll: masqueradeAll}
+	x := newFWIndex()
 	for k, ds := range want.Services {
-		for _, d := range ds.Destinations {
-			endpoints[d.Addr] = true
-		}
-		if ds.For.Addr.IsValid() {
-			m, _ := MarkOf(k)
-			spec.Internal = append(spec.Internal, InternalMark{Key: ds.For, Mark: m})
-			continue
-		}
-		a := ds.Service.Addr
-		switch {
-		case ds.Kind == model.FrontendClusterIP:
-			cluster[a] = true
-		case ds.Local && !masqueradeAll:
-		case ds.Kind == model.FrontendNodePort:
-			spec.NodePorts = append(spec.NodePorts, k)
-		default:
-			external[a] = true
-		}
-		if len(ds.SourceRanges) > 0 {
-			spec.SourceRanges = append(spec.SourceRanges, SourceRange{Key: k, Ranges: slices.Clone(ds.SourceRanges)})
-		}
+		x.service(k, ds, masqueradeAll, 1)
 	}
-	for a := range cluster {
-		if !external[a] {
-			spec.ClusterIPs = append(spec.ClusterIPs, a)
-		}
-	}
-	for a := range external {
-		spec.ExternalIPs = append(spec.ExternalIPs, a)
-	}
-	spec.Endpoints = slices.SortedFunc(maps.Keys(endpoints), netip.Addr.Compare)
-	slices.SortFunc(spec.ClusterIPs, netip.Addr.Compare)
-	slices.SortFunc(spec.ExternalIPs, netip.Addr.Compare)
-	slices.SortFunc(spec.NodePorts, model.VirtualServiceKey.Compare)
-	slices.SortFunc(spec.SourceRanges, func(a, b SourceRange) int { return a.Key.Compare(b.Key) })
-	slices.SortFunc(spec.Internal, func(a, b InternalMark) int { return a.Key.Compare(b.Key) })
-	return spec
+	return x.spec(cidrs, masqueradeAll)
 }
 
 // applyOwned returns the sorted keys of owned, with add and without drop.

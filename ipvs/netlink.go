@@ -21,9 +21,16 @@ import (
 type Netlink struct {
 	mu sync.Mutex // serialises requests on the one netlink socket
 	c  cipvs.Client
+	// proc is the namespace's /proc/net/ip_vs, opened with the socket so
+	// that it shows the same namespace whichever thread reads it; nil
+	// when it could not be opened (ReadTable fails then).
+	proc *os.File
 }
 
-var _ Kernel = (*Netlink)(nil)
+var (
+	_ Kernel      = (*Netlink)(nil)
+	_ TableReader = (*Netlink)(nil)
+)
 
 // NewNetlink connects to the kernel's IPVS. It fails where IPVS is missing
 // (no ip_vs module).
@@ -32,17 +39,36 @@ func NewNetlink() (*Netlink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ipvs: connect to the kernel: %w", err)
 	}
-	return &Netlink{c: c}, nil
+	// /proc/net is the main thread's namespace; thread-self is this
+	// thread's, the socket's.
+	proc, _ := os.Open("/proc/thread-self/net/ip_vs")
+	return &Netlink{c: c, proc: proc}, nil
 }
 
 // Close releases the netlink socket.
 func (n *Netlink) Close() error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if n.proc != nil {
+		n.proc.Close()
+	}
 	if c, ok := n.c.(io.Closer); ok {
 		return c.Close()
 	}
 	return nil
+}
+
+// ReadTable reads /proc/net/ip_vs in one pass.
+func (n *Netlink) ReadTable() (map[model.VirtualServiceKey][]DestinationState, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.proc == nil {
+		return nil, errors.New("ipvs: /proc/net/ip_vs could not be opened")
+	}
+	if _, err := n.proc.Seek(0, io.SeekStart); err != nil {
+		return nil, fmt.Errorf("ipvs: read /proc/net/ip_vs: %w", err)
+	}
+	return ParseProcTable(n.proc)
 }
 
 // Services lists the virtual services; a firewall-mark service has a

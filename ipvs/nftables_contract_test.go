@@ -82,9 +82,40 @@ func testFirewallContract(t *testing.T, fw ipvs.Firewall) {
 		if err != nil {
 			t.Fatalf("Load %d: %v", i, err)
 		}
-		want := ipvs.FirewallState{Stamp: s.Stamp(), Owned: s.Owned, Internal: s.Internal}
-		if diff := cmp.Diff(want, got, cmpAddrs); diff != "" {
+		if diff := cmp.Diff(stateOf(s, s.Owned), got, cmpAddrs); diff != "" {
 			t.Errorf("Load after Sync %d (-want +got):\n%s", i, diff)
+		}
+	}
+
+	// Update changes elements alone, from the stamp the table holds; a
+	// stale From changes nothing.
+	moved := spec
+	moved.ClusterIPs = []netip.Addr{netip.MustParseAddr("10.96.0.2"), netip.MustParseAddr("fd00:96::1")}
+	moved.ExternalIPs = []netip.Addr{netip.MustParseAddr("192.0.2.7")}
+	moved.NodePorts = nil
+	moved.Endpoints = []netip.Addr{netip.MustParseAddr("10.244.1.2"), netip.MustParseAddr("10.244.1.9")}
+	moved.Internal = []ipvs.InternalMark{{Key: spec.Internal[0].Key, Mark: 2}, spec.Internal[1]}
+	delta := ipvs.FirewallDelta{From: spec.Stamp(), To: moved.Stamp(),
+		Add: ipvs.FirewallSpec{ClusterIPs: moved.ClusterIPs[:1], ExternalIPs: moved.ExternalIPs,
+			Endpoints: moved.Endpoints[1:], Internal: moved.Internal[:1]},
+		Remove: ipvs.FirewallSpec{ClusterIPs: spec.ClusterIPs[:1], NodePorts: spec.NodePorts,
+			Endpoints: spec.Endpoints[1:], Internal: spec.Internal[:1]}}
+	stale := delta
+	stale.From = moved.Stamp()
+	if err := fw.Update(stale); err == nil {
+		t.Error("Update from a stamp the table does not hold succeeded")
+	}
+	for i, d := range []ipvs.FirewallDelta{delta, {From: moved.Stamp(), To: spec.Stamp(), Add: delta.Remove, Remove: delta.Add}} {
+		if err := fw.Update(d); err != nil {
+			t.Fatalf("Update %d: %v", i, err)
+		}
+		got, err := fw.Load()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []ipvs.FirewallSpec{moved, spec}[i]
+		if diff := cmp.Diff(stateOf(want, spec.Owned), got, cmpAddrs); diff != "" {
+			t.Errorf("Load after Update %d (-want +got):\n%s", i, diff)
 		}
 	}
 
@@ -111,7 +142,7 @@ func testFirewallContract(t *testing.T, fw ipvs.Firewall) {
 			t.Fatalf("Load after RecordOwned %s: %v", st.name, err)
 		}
 		slices.SortFunc(st.want, model.VirtualServiceKey.Compare)
-		if diff := cmp.Diff(ipvs.FirewallState{Stamp: spec.Stamp(), Owned: st.want, Internal: spec.Internal}, got, cmpAddrs); diff != "" {
+		if diff := cmp.Diff(stateOf(spec, st.want), got, cmpAddrs); diff != "" {
 			t.Errorf("Load after RecordOwned %s (-want +got):\n%s", st.name, diff)
 		}
 	}
@@ -123,8 +154,15 @@ func testFirewallContract(t *testing.T, fw ipvs.Firewall) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if diff := cmp.Diff(ipvs.FirewallState{Stamp: s.Stamp(), Owned: s.Owned, Internal: s.Internal}, got, cmpAddrs); diff != "" {
+		if diff := cmp.Diff(stateOf(s, s.Owned), got, cmpAddrs); diff != "" {
 			t.Errorf("Load after Sync %d after RecordOwned (-want +got):\n%s", i, diff)
 		}
 	}
+}
+
+// stateOf is what Load gives back of a table programmed from s, holding
+// the owned keys owned.
+func stateOf(s ipvs.FirewallSpec, owned []model.VirtualServiceKey) ipvs.FirewallState {
+	return ipvs.FirewallState{Stamp: s.Stamp(), Owned: owned, Internal: s.Internal,
+		Content: ipvs.FirewallSpec{ClusterIPs: s.ClusterIPs, ExternalIPs: s.ExternalIPs, NodePorts: s.NodePorts, Endpoints: s.Endpoints}}
 }

@@ -61,12 +61,12 @@ const MasqueradeMark = 0x4000
 // With MasqueradeAll, mark-unless-cluster has no returns and every
 // internally marked packet is masqueraded. The stamp lets
 // Load tell whether the table already holds a spec, so that an unchanged
-// spec is never rewritten; a change in endpoints or owned services only
-// updates the element sets and the stamp, and RecordOwned updates the
-// owned sets alone (the stamp does not cover them).
+// spec is never rewritten; Update changes elements of the sets and the
+// stamp alone, and RecordOwned updates the owned sets alone (the stamp
+// does not cover them).
 type NFTables struct {
-	mu   sync.Mutex
-	last *FirewallSpec // what the table holds, when this NFTables wrote it
+	mu    sync.Mutex
+	stamp string // the stamp the table holds, as last written or read; "" unknown
 }
 
 var _ Firewall = (*NFTables)(nil)
@@ -77,24 +77,15 @@ func NewNFTables() *NFTables { return &NFTables{} }
 // Close releases nothing and keeps the table: rules outlive the process.
 func (n *NFTables) Close() error { return nil }
 
-// Sync programs spec. When this NFTables wrote the table last and only
-// the element sets (hairpin endpoints, owned services) differ, it updates
-// their elements and the stamp in place; otherwise, or when that fails,
-// it rewrites the table.
+// Sync replaces the table with spec's.
 func (n *NFTables) Sync(spec FirewallSpec) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.last != nil && sameRules(*n.last, spec) {
-		if err := n.syncElements(*n.last, spec); err == nil {
-			n.last = &spec
-			return nil
-		}
-	}
-	n.last = nil
+	n.stamp = ""
 	if err := n.rewrite(spec); err != nil {
 		return err
 	}
-	n.last = &spec
+	n.stamp = spec.Stamp()
 	return nil
 }
 
@@ -408,7 +399,7 @@ func (n *NFTables) Load() (FirewallState, error) {
 		}
 	}
 	if table == nil {
-		n.last = nil
+		n.stamp = ""
 		return FirewallState{}, nil
 	}
 	var st FirewallState
@@ -423,9 +414,7 @@ func (n *NFTables) Load() (FirewallState, error) {
 			}
 		}
 	}
-	if n.last != nil && n.last.Stamp() != st.Stamp {
-		n.last = nil // changed behind our back: the next Sync rewrites it
-	}
+	n.stamp = st.Stamp
 	for _, fam := range []ipFamily{ipv4, ipv6} {
 		set, err := c.GetSetByName(table, "owned"+fam.suffix)
 		if err != nil {
@@ -462,12 +451,61 @@ func (n *NFTables) Load() (FirewallState, error) {
 		}
 	}
 	slices.SortFunc(st.Internal, func(a, b InternalMark) int { return a.Key.Compare(b.Key) })
-	if n.last != nil {
-		last := *n.last
-		last.Owned = slices.Clone(st.Owned) // the journal, as the table holds it
-		n.last = &last
+	if st.Content, err = readContent(c, table); err != nil {
+		return FirewallState{}, err
 	}
 	return st, nil
+}
+
+// readContent reads the element sets that hold a spec's ClusterIPs,
+// ExternalIPs, NodePorts and Endpoints; a set the table lacks is empty.
+func readContent(c *nftables.Conn, table *nftables.Table) (FirewallSpec, error) {
+	var spec FirewallSpec
+	read := func(name string, each func(e nftables.SetElement) bool) error {
+		set, err := c.GetSetByName(table, name)
+		if err != nil {
+			return nil // a table without it: the rewrite adds it
+		}
+		elems, err := c.GetSetElements(set)
+		if err != nil {
+			return fmt.Errorf("ipvs: nftables: read set %s: %w", name, err)
+		}
+		for _, e := range elems {
+			if !each(e) {
+				return fmt.Errorf("ipvs: nftables: set %s: malformed element %x", name, e.Key)
+			}
+		}
+		return nil
+	}
+	addr := func(to *[]netip.Addr) func(nftables.SetElement) bool {
+		return func(e nftables.SetElement) bool {
+			a, ok := netip.AddrFromSlice(e.Key)
+			*to = append(*to, a)
+			return ok
+		}
+	}
+	for _, fam := range []ipFamily{ipv4, ipv6} {
+		n := int(fam.size)
+		err := errors.Join(
+			read("cluster-ips"+fam.suffix, addr(&spec.ClusterIPs)),
+			read("external-ips"+fam.suffix, addr(&spec.ExternalIPs)),
+			read("nodeports"+fam.suffix, func(e nftables.SetElement) bool {
+				k, ok := parseConcatKey(e.Key, fam)
+				spec.NodePorts = append(spec.NodePorts, k)
+				return ok
+			}),
+			read("hairpin"+fam.suffix, func(e nftables.SetElement) bool {
+				a, ok := netip.AddrFromSlice(e.Key[:min(n, len(e.Key))])
+				spec.Endpoints = append(spec.Endpoints, a)
+				return ok && len(e.Key) == 2*n
+			}),
+		)
+		if err != nil {
+			return FirewallSpec{}, err
+		}
+	}
+	spec.sort()
+	return spec, nil
 }
 
 // RecordOwned adds add to the owned sets and removes drop from them, in
@@ -511,11 +549,6 @@ func (n *NFTables) RecordOwned(add, drop []model.VirtualServiceKey) error {
 			err = fmt.Errorf("%w: %w", ErrNotFound, err)
 		}
 		return fmt.Errorf("ipvs: nftables: record owned services in table %s: %w", TableName, err)
-	}
-	if n.last != nil {
-		last := *n.last
-		last.Owned = applyOwned(last.Owned, add, drop)
-		n.last = &last
 	}
 	return nil
 }
@@ -614,32 +647,28 @@ func elementSets(table *nftables.Table, spec FirewallSpec, stamp string) []eleme
 	})
 }
 
-// sameRules reports whether two specs differ at most in their element
-// sets.
-func sameRules(a, b FirewallSpec) bool {
-	a.Endpoints, a.Owned, b.Endpoints, b.Owned = nil, nil, nil, nil
-	return a.Equal(b)
-}
-
-// syncElements takes the table's element sets from old to spec in one
-// transaction. The stamp element is deleted and added again with the new
-// comment.
-func (n *NFTables) syncElements(old, spec FirewallSpec) error {
-	var added, removed FirewallSpec
-	added.Endpoints, removed.Endpoints = diffSorted(old.Endpoints, spec.Endpoints, netip.Addr.Compare)
-	added.Owned, removed.Owned = diffSorted(old.Owned, spec.Owned, model.VirtualServiceKey.Compare)
-	c, err := newConn(2*len(added.Endpoints) + 2*len(removed.Endpoints) + len(added.Owned) + len(removed.Owned))
+// Update applies delta's element changes and its stamp in one
+// transaction.
+func (n *NFTables) Update(delta FirewallDelta) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.stamp == "" || n.stamp != delta.From {
+		return fmt.Errorf("ipvs: nftables: update table %s: it holds stamp %q, not %q: %w", TableName, n.stamp, delta.From, ErrNotFound)
+	}
+	n.stamp = "" // unknown until the transaction succeeds
+	c, err := newConn(2*len(delta.Add.Endpoints) + 2*len(delta.Remove.Endpoints) + len(delta.Add.elements()) + len(delta.Remove.elements()))
 	if err != nil {
 		return fmt.Errorf("ipvs: nftables: %w", err)
 	}
 	defer c.CloseLasting()
 	table := &nftables.Table{Name: TableName, Family: nftables.TableFamilyINet}
-	for _, es := range elementSets(table, removed, "") {
+	stamp := &nftables.Set{Table: table, Name: "stamp", KeyType: nftables.TypeInetService}
+	for _, es := range append(deltaSets(table, delta.Remove), elementSet{set: stamp, elems: []nftables.SetElement{{Key: []byte{0, 0}}}}) {
 		if err := inChunks(es.elems, func(ch []nftables.SetElement) error { return c.SetDeleteElements(es.set, ch) }); err != nil {
 			return fmt.Errorf("ipvs: nftables set %s: %w", es.set.Name, err)
 		}
 	}
-	for _, es := range elementSets(table, added, spec.Stamp()) {
+	for _, es := range append(deltaSets(table, delta.Add), elementSet{set: stamp, elems: []nftables.SetElement{{Key: []byte{0, 0}, Comment: stampPrefix + delta.To}}}) {
 		if err := inChunks(es.elems, func(ch []nftables.SetElement) error { return c.SetAddElements(es.set, ch) }); err != nil {
 			return fmt.Errorf("ipvs: nftables set %s: %w", es.set.Name, err)
 		}
@@ -647,7 +676,47 @@ func (n *NFTables) syncElements(old, spec FirewallSpec) error {
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("ipvs: nftables: update sets of table %s: %w", TableName, err)
 	}
+	n.stamp = delta.To
 	return nil
+}
+
+// deltaSets are the sets and map that hold spec's ClusterIPs,
+// ExternalIPs, NodePorts, Endpoints (hairpin) and Internal, with those
+// elements.
+func deltaSets(table *nftables.Table, spec FirewallSpec) []elementSet {
+	var out []elementSet
+	for _, fam := range []ipFamily{ipv4, ipv6} {
+		v4 := fam == ipv4
+		addrType, npType := nftables.TypeIPAddr, nodePortType4
+		if !v4 {
+			addrType, npType = nftables.TypeIP6Addr, nodePortType6
+		}
+		addrs := func(name string, as []netip.Addr) elementSet {
+			es := elementSet{set: &nftables.Set{Table: table, Name: name + fam.suffix, KeyType: addrType}}
+			for _, a := range as {
+				if a.Is4() == v4 {
+					es.elems = append(es.elems, nftables.SetElement{Key: a.AsSlice()})
+				}
+			}
+			return es
+		}
+		nps := elementSet{set: &nftables.Set{Table: table, Name: "nodeports" + fam.suffix, KeyType: npType, Concatenation: true}}
+		for _, k := range spec.NodePorts {
+			if k.Addr.Is4() == v4 {
+				nps.elems = append(nps.elems, nftables.SetElement{Key: concatKey(k)})
+			}
+		}
+		internal := elementSet{set: &nftables.Set{Table: table, Name: "internal" + fam.suffix, KeyType: npType,
+			DataType: nftables.TypeMark, IsMap: true, Concatenation: true}}
+		for _, im := range spec.Internal {
+			if im.Key.Addr.Is4() == v4 {
+				internal.elems = append(internal.elems, nftables.SetElement{Key: concatKey(im.Key), Val: binaryutil.NativeEndian.PutUint32(im.Mark)})
+			}
+		}
+		out = append(out, addrs("cluster-ips", spec.ClusterIPs), addrs("external-ips", spec.ExternalIPs), nps, internal)
+	}
+	hairpin := elementSets(table, FirewallSpec{Endpoints: spec.Endpoints}, "")
+	return append(out, hairpin[0], hairpin[1]) // hairpin4, hairpin6
 }
 
 // parseConcatKey undoes concatKey.

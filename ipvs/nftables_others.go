@@ -14,6 +14,7 @@ func NewNFTables() *NFTables { return &NFTables{} }
 
 func (*NFTables) Close() error                 { return nil }
 func (*NFTables) Sync(FirewallSpec) error      { return errUnsupported }
+func (*NFTables) Update(FirewallDelta) error   { return errUnsupported }
 func (*NFTables) Load() (FirewallState, error) { return FirewallState{}, errUnsupported }
 
 func (*NFTables) RecordOwned(add, drop []model.VirtualServiceKey) error { return errUnsupported }

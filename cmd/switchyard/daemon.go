@@ -48,6 +48,10 @@ const (
 	shutdownTimeout = 5 * time.Second
 	// maxRetryInterval bounds the wait after a failed sync.
 	maxRetryInterval = 5 * time.Second
+	// syncBurst is how many syncs may start back to back after a quiet
+	// time; minSyncPeriod bounds their average rate (kube-proxy's
+	// burstSyncs).
+	syncBurst = 2
 )
 
 // liveFields are the config fields a reload applies without a restart:
@@ -249,7 +253,11 @@ func runDaemon(ctx context.Context, dc daemonConfig) (err error) {
 			tracker.Updated(start)
 		}
 		return err
-	}, dpCfg.MinSyncPeriod.Std(), dpCfg.SyncPeriod.Std(), retry)
+	}, dpCfg.MinSyncPeriod.Std(), dpCfg.SyncPeriod.Std(), retry,
+		// As kube-proxy's burstSyncs: a change right after another sync
+		// (a statistics tick, a periodic resync) does not wait for
+		// minSyncPeriod.
+		runner.WithBurst(syncBurst))
 	// The first sync is pending from the start: /healthz fails if it never
 	// happens.
 	tracker.Queued()

@@ -67,8 +67,9 @@ type Dataplane struct {
 	// SyncPeriod is the longest time between two full resyncs. Default
 	// 30s.
 	SyncPeriod Duration `yaml:"syncPeriod"`
-	// MinSyncPeriod is the shortest time between two syncs: changes that
-	// arrive faster are batched. Default 1s.
+	// MinSyncPeriod is the average time between two syncs: changes that
+	// arrive faster are batched; after a quiet time two syncs may start
+	// back to back, as kube-proxy's do. Default 1s.
 	MinSyncPeriod Duration `yaml:"minSyncPeriod"`
 	// MasqueradeAll masquerades all traffic to service addresses. Default
 	// false.

@@ -274,6 +274,7 @@ func (l *Loop) Sync(ctx context.Context) (res SyncResult, err error) {
 		changed = union(changed, l.cfg.Planner.SetOptions(*opts))
 	}
 	p := l.cfg.Planner.Plan()
+	planned := l.now()
 	if l.policies != nil {
 		// The policies weigh the planner's plans; the dataplane sees
 		// only the Services whose weighted plan changed.
@@ -292,6 +293,13 @@ func (l *Loop) Sync(ctx context.Context) (res SyncResult, err error) {
 	periodic := start.Sub(l.lastFull) >= l.fullSync && start.Sub(l.lastFullEnd) >= l.fullSync/2
 	full := l.needFull || periodic
 	res.Full, res.Changed = full, len(changed)
+	weighed := l.now()
+	// How long the oldest change this round takes waited for it: the
+	// watch and the runner's batching, before any of the sync's own work.
+	var waited time.Duration
+	if len(d.TriggerTimes) > 0 {
+		waited = start.Sub(d.TriggerTimes[0]) // sorted
+	}
 	l.triggers = append(l.triggers, d.TriggerTimes...)
 	if len(l.triggers) > maxPendingTriggers {
 		l.triggers = l.triggers[:maxPendingTriggers]
@@ -336,9 +344,11 @@ func (l *Loop) Sync(ctx context.Context) (res SyncResult, err error) {
 		}
 	}
 	applyErr := error(nil)
+	applyStart := l.now()
 	if full || len(changed) > 0 {
 		applyErr = l.cfg.Dataplane.Apply(ctx, plugin.Update{Plan: p, Changed: changed, Full: full})
 	}
+	applied := l.now()
 	if applyErr != nil {
 		l.needFull = true
 		err := fmt.Errorf("dataplane %s: %w", l.cfg.Dataplane.Name(), applyErr)
@@ -370,7 +380,14 @@ func (l *Loop) Sync(ctx context.Context) (res SyncResult, err error) {
 			l.m.HealthCheckPorts.Set(float64(len(l.cfg.Health.Ports())))
 		}
 	}
-	l.log.Debug("sync", "full", full, "changed", len(changed), "took", l.now().Sub(start), "errors", len(errs))
+	end := l.now()
+	// Where the sync's time went: the planner (with taking the changes),
+	// the policy stage, the announcers' withdrawals (and the changes
+	// applied ahead of a periodic resync), the dataplane, and announcing
+	// and health checks after it.
+	l.log.Debug("sync", "full", full, "changed", len(changed), "took", end.Sub(start), "errors", len(errs),
+		"waited", waited, "plan", planned.Sub(start), "policies", weighed.Sub(planned),
+		"withdraw", applyStart.Sub(weighed), "dataplane", applied.Sub(applyStart), "announce", end.Sub(applied))
 	return res, errors.Join(errs...)
 }
 

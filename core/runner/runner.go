@@ -25,6 +25,16 @@ func WithClock(c Clock) Option {
 	return func(r *Runner) { r.clock = c }
 }
 
+// WithBurst lets up to n runs start back to back after a quiet time, as
+// kube-proxy's runner does (its burstSyncs is 2): minInterval then bounds
+// the average rate, a token bucket of n runs refilled once per
+// minInterval, so that a change arriving just after an unrelated run
+// (a statistics tick) does not wait for minInterval. n below 1 is 1, the
+// default: one run per minInterval.
+func WithBurst(n int) Option {
+	return func(r *Runner) { r.burst = max(n, 1) }
+}
+
 // Runner runs a function with bounded frequency. Its zero value is not
 // usable; create one with New.
 type Runner struct {
@@ -35,11 +45,15 @@ type Runner struct {
 	retryInterval time.Duration
 	clock         Clock
 	trigger       chan struct{}
+	burst         int
+	// creditLeft is what the bucket held at creditAt (see credit).
+	creditLeft time.Duration
+	creditAt   time.Time
 }
 
 // New returns a Runner that calls fn:
 //   - at most once per minInterval, measured between the starts of runs,
-//     however often Trigger is called;
+//     however often Trigger is called (on average, with WithBurst);
 //   - at least once per maxInterval without triggers (0 disables the
 //     periodic run);
 //   - retryInterval after a run that returned an error, unless a trigger
@@ -55,6 +69,7 @@ func New(name string, fn func(context.Context) error, minInterval, maxInterval, 
 		retryInterval: max(retryInterval, 0),
 		clock:         SystemClock,
 		trigger:       make(chan struct{}, 1),
+		burst:         1,
 	}
 	for _, o := range opts {
 		o(r)
@@ -85,7 +100,7 @@ func (r *Runner) Run(ctx context.Context) {
 	)
 	for ctx.Err() == nil {
 		now := r.clock.Now()
-		due, ok := r.due(lastRun, pending, retryAt)
+		due, ok := r.due(now, lastRun, pending, retryAt)
 		if ok && !due.After(now) {
 			// This run covers every trigger received so far.
 			select {
@@ -94,6 +109,7 @@ func (r *Runner) Run(ctx context.Context) {
 			}
 			pending = false
 			lastRun = now
+			r.take(now)
 			err := r.fn(ctx)
 			retryAt = time.Time{}
 			if err != nil {
@@ -121,11 +137,11 @@ func (r *Runner) Run(ctx context.Context) {
 
 // due returns when the next run should start, and false when nothing
 // calls for one (no trigger, no retry and no periodic run).
-func (r *Runner) due(lastRun time.Time, pending bool, retryAt time.Time) (time.Time, bool) {
+func (r *Runner) due(now, lastRun time.Time, pending bool, retryAt time.Time) (time.Time, bool) {
 	if lastRun.IsZero() {
 		return time.Time{}, true // the first run is immediate
 	}
-	earliest := lastRun.Add(r.minInterval)
+	earliest := r.nextToken(now)
 	var due time.Time
 	ok := false
 	consider := func(t time.Time) {
@@ -146,6 +162,29 @@ func (r *Runner) due(lastRun time.Time, pending bool, retryAt time.Time) (time.T
 		due = earliest
 	}
 	return due, ok
+}
+
+// credit returns what the bucket holds at now, in time: a run costs
+// minInterval of it.
+func (r *Runner) credit(now time.Time) time.Duration {
+	full := time.Duration(r.burst) * r.minInterval
+	if r.creditAt.IsZero() {
+		return full
+	}
+	return min(full, r.creditLeft+now.Sub(r.creditAt))
+}
+
+// take spends one run of the bucket at now.
+func (r *Runner) take(now time.Time) {
+	r.creditLeft, r.creditAt = max(r.credit(now)-r.minInterval, 0), now
+}
+
+// nextToken returns when the bucket next holds a run: now, or later.
+func (r *Runner) nextToken(now time.Time) time.Time {
+	if c := r.credit(now); c < r.minInterval {
+		return now.Add(r.minInterval - c)
+	}
+	return now
 }
 
 // SystemClock is the real clock, the default of every Clock option.

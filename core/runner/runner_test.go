@@ -34,9 +34,9 @@ type harness struct {
 	called   chan struct{} // receives once per run, as it starts
 }
 
-func newHarness(t *testing.T, minI, maxI, retryI time.Duration) *harness {
+func newHarness(t *testing.T, minI, maxI, retryI time.Duration, opts ...runner.Option) *harness {
 	h := &harness{clk: runnertest.NewClock(t0), called: make(chan struct{}, 100)}
-	h.r = runner.New("test", h.fn, minI, maxI, retryI, runner.WithClock(h.clk))
+	h.r = runner.New("test", h.fn, minI, maxI, retryI, append([]runner.Option{runner.WithClock(h.clk)}, opts...)...)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); h.r.Run(ctx) }()
@@ -89,6 +89,27 @@ type step struct {
 
 func s(d ...time.Duration) []time.Duration { return d }
 
+// run takes the steps in turn, checking after each the timers armed and
+// the runs so far.
+func (h *harness) run(t *testing.T, steps []step) {
+	t.Helper()
+	for _, st := range steps {
+		if st.act != nil {
+			st.act(h)
+		}
+		var arms []time.Duration
+		for range st.arms {
+			arms = append(arms, h.clk.WaitTimer(t).Sub(t0))
+		}
+		if diff := cmp.Diff(st.arms, arms); diff != "" {
+			t.Fatalf("%s: armed timers (-want +got):\n%s", st.name, diff)
+		}
+		if diff := cmp.Diff(st.calls, h.Calls()); diff != "" {
+			t.Fatalf("%s: runs (-want +got):\n%s", st.name, diff)
+		}
+	}
+}
+
 const ms = time.Millisecond
 
 func TestRunner(t *testing.T) {
@@ -137,23 +158,31 @@ func TestRunner(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, minInterval, maxInterval, retryInterval)
-			for _, st := range tc.steps {
-				if st.act != nil {
-					st.act(h)
-				}
-				var arms []time.Duration
-				for range st.arms {
-					arms = append(arms, h.clk.WaitTimer(t).Sub(t0))
-				}
-				if diff := cmp.Diff(st.arms, arms); diff != "" {
-					t.Fatalf("%s: armed timers (-want +got):\n%s", st.name, diff)
-				}
-				if diff := cmp.Diff(st.calls, h.Calls()); diff != "" {
-					t.Fatalf("%s: runs (-want +got):\n%s", st.name, diff)
-				}
-			}
+			h.run(t, tc.steps)
 		})
 	}
+}
+
+// TestBurst: with WithBurst(2), a trigger right after a run (a statistics
+// tick's) runs at once after a quiet time; back-to-back triggers then
+// settle at one run per minInterval.
+func TestBurst(t *testing.T) {
+	h := newHarness(t, minInterval, maxInterval, retryInterval, runner.WithBurst(2))
+
+	steps := []step{
+		{name: "first run", calls: s(0), arms: s(maxInterval)},
+		{name: "quiet, then a run at 5s", act: func(h *harness) { h.advanceTo(5 * time.Second); h.r.Trigger() },
+			calls: s(0, 5*time.Second), arms: s(15 * time.Second)},
+		{name: "a trigger 100ms later runs at once: the burst", act: func(h *harness) { h.advanceTo(5100 * ms); h.r.Trigger() },
+			calls: s(0, 5*time.Second, 5100*ms), arms: s(15100 * ms)},
+		{name: "the next waits for a refill", act: func(h *harness) { h.advanceTo(5200 * ms); h.r.Trigger() },
+			calls: s(0, 5*time.Second, 5100*ms), arms: s(6 * time.Second)},
+		{name: "runs at 6s", act: func(h *harness) { h.advanceTo(6 * time.Second) },
+			calls: s(0, 5*time.Second, 5100*ms, 6*time.Second), arms: s(16 * time.Second)},
+		{name: "and the next at 7s", act: func(h *harness) { h.r.Trigger() },
+			calls: s(0, 5*time.Second, 5100*ms, 6*time.Second), arms: s(7 * time.Second)},
+	}
+	h.run(t, steps)
 }
 
 func TestRetryNeverSoonerThanMinInterval(t *testing.T) {

@@ -13,13 +13,14 @@ import (
 // The Addresses and Firewall methods, for Crash.After (the Kernel methods
 // are the Op constants of Fake).
 const (
-	OpEnsureDummy  Op = "EnsureDummy"
-	OpAddrs        Op = "Addrs"
-	OpAddAddr      Op = "AddAddr"
-	OpDelAddr      Op = "DelAddr"
-	OpFirewallSync Op = "Firewall.Sync"
-	OpFirewallLoad Op = "Firewall.Load"
-	OpRecordOwned  Op = "Firewall.RecordOwned"
+	OpEnsureDummy    Op = "EnsureDummy"
+	OpAddrs          Op = "Addrs"
+	OpAddAddr        Op = "AddAddr"
+	OpDelAddr        Op = "DelAddr"
+	OpFirewallSync   Op = "Firewall.Sync"
+	OpFirewallUpdate Op = "Firewall.Update"
+	OpFirewallLoad   Op = "Firewall.Load"
+	OpRecordOwned    Op = "Firewall.RecordOwned"
 )
 
 // ErrCrashed is what every call through a crashed Crash fails with.
@@ -205,6 +206,13 @@ func (f crashFirewall) Sync(spec ipvs.FirewallSpec) error {
 		return err
 	}
 	return f.f.Sync(spec)
+}
+
+func (f crashFirewall) Update(delta ipvs.FirewallDelta) error {
+	if err := f.c.enter(OpFirewallUpdate); err != nil {
+		return err
+	}
+	return f.f.Update(delta)
 }
 
 func (f crashFirewall) Load() (ipvs.FirewallState, error) {

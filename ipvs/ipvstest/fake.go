@@ -20,6 +20,7 @@ const (
 	OpUpdateService     Op = "UpdateService"
 	OpDeleteService     Op = "DeleteService"
 	OpDestinations      Op = "Destinations"
+	OpReadTable         Op = "ReadTable"
 	OpAddDestination    Op = "AddDestination"
 	OpUpdateDestination Op = "UpdateDestination"
 	OpDeleteDestination Op = "DeleteDestination"
@@ -48,7 +49,10 @@ type Fake struct {
 	timeouts  *ipvs.Timeouts // nil: DefaultTimeouts
 }
 
-var _ ipvs.Kernel = (*Fake)(nil)
+var (
+	_ ipvs.Kernel      = (*Fake)(nil)
+	_ ipvs.TableReader = (*Fake)(nil)
+)
 
 // NewFake returns an empty table.
 func NewFake() *Fake { return &Fake{} }
@@ -64,7 +68,8 @@ func (f *Fake) SetError(op Op, err error) {
 	f.errors[op] = err
 }
 
-// Interrupt makes the next n calls of op (OpServices or OpDestinations)
+// Interrupt makes the next n calls of op (OpServices, OpDestinations or
+// OpReadTable)
 // return what a dump interrupted by concurrent changes returns: the first
 // half of the results and an error wrapping ipvs.ErrInterrupted.
 func (f *Fake) Interrupt(op Op, n int) {
@@ -226,6 +231,25 @@ func (f *Fake) Destinations(k model.VirtualServiceKey) ([]ipvs.DestinationState,
 	} // else as the kernel: an empty dump
 	if err := f.interrupted(OpDestinations); err != nil {
 		return out[:len(out)/2], err
+	}
+	return out, nil
+}
+
+// ReadTable returns the destinations of every virtual service with an
+// address, as /proc/net/ip_vs shows them.
+func (f *Fake) ReadTable() (map[model.VirtualServiceKey][]ipvs.DestinationState, error) {
+	defer f.mu.Unlock()
+	if err := f.begin(OpReadTable); err != nil {
+		return nil, err
+	}
+	out := map[model.VirtualServiceKey][]ipvs.DestinationState{}
+	for k, e := range f.table {
+		if _, mark := ipvs.MarkOf(k); !mark {
+			out[k] = slices.Clone(e.Destinations)
+		}
+	}
+	if err := f.interrupted(OpReadTable); err != nil {
+		return nil, err
 	}
 	return out, nil
 }

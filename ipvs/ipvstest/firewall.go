@@ -1,8 +1,10 @@
 package ipvstest
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
 	"sync"
 
@@ -18,6 +20,7 @@ type FakeFirewall struct {
 	mu     sync.Mutex
 	specs  []ipvs.FirewallSpec
 	table  *ipvs.FirewallSpec
+	stamp  string // the table's
 	writes int
 	err    error
 }
@@ -41,6 +44,7 @@ func (f *FakeFirewall) Sync(spec ipvs.FirewallSpec) error {
 	spec.Owned = slices.Clone(spec.Owned)
 	spec.Internal = slices.Clone(spec.Internal)
 	f.table = &spec
+	f.stamp = spec.Stamp()
 	f.writes++
 	return nil
 }
@@ -95,7 +99,57 @@ func (f *FakeFirewall) Load() (ipvs.FirewallState, error) {
 	if f.table == nil {
 		return ipvs.FirewallState{}, nil
 	}
-	return ipvs.FirewallState{Stamp: f.table.Stamp(), Owned: slices.Clone(f.table.Owned), Internal: slices.Clone(f.table.Internal)}, nil
+	t := f.table
+	return ipvs.FirewallState{Stamp: f.stamp, Owned: slices.Clone(t.Owned), Internal: slices.Clone(t.Internal),
+		Content: ipvs.FirewallSpec{ClusterIPs: slices.Clone(t.ClusterIPs), ExternalIPs: slices.Clone(t.ExternalIPs),
+			NodePorts: slices.Clone(t.NodePorts), Endpoints: slices.Clone(t.Endpoints)}}, nil
+}
+
+// Update applies the delta as nftables would: it fails without a table,
+// or when the table's stamp is not delta.From, and changes nothing then.
+func (f *FakeFirewall) Update(delta ipvs.FirewallDelta) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil {
+		return f.err
+	}
+	if f.table == nil || f.stamp != delta.From {
+		return fmt.Errorf("ipvstest: update the table: not at stamp %q: %w", delta.From, ipvs.ErrNotFound)
+	}
+	t := *f.table
+	t.ClusterIPs = apply(t.ClusterIPs, delta.Add.ClusterIPs, delta.Remove.ClusterIPs, netip.Addr.Compare)
+	t.ExternalIPs = apply(t.ExternalIPs, delta.Add.ExternalIPs, delta.Remove.ExternalIPs, netip.Addr.Compare)
+	t.NodePorts = apply(t.NodePorts, delta.Add.NodePorts, delta.Remove.NodePorts, model.VirtualServiceKey.Compare)
+	t.Endpoints = apply(t.Endpoints, delta.Add.Endpoints, delta.Remove.Endpoints, netip.Addr.Compare)
+	t.Internal = apply(t.Internal, delta.Add.Internal, delta.Remove.Internal, func(a, b ipvs.InternalMark) int {
+		if c := a.Key.Compare(b.Key); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Mark, b.Mark)
+	})
+	f.table = &t
+	f.stamp = delta.To
+	f.specs = append(f.specs, t)
+	f.writes++
+	return nil
+}
+
+// apply returns the sorted elements of have without remove and with add.
+func apply[T comparable](have, add, remove []T, compare func(T, T) int) []T {
+	out := slices.DeleteFunc(slices.Clone(have), func(x T) bool { return slices.Contains(remove, x) })
+	out = append(out, add...)
+	slices.SortFunc(out, compare)
+	return slices.Compact(out)
+}
+
+// Tamper changes the table behind the dataplane's back, as an
+// administrator's `nft delete element` would: its stamp stays.
+func (f *FakeFirewall) Tamper(change func(*ipvs.FirewallSpec)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t := *f.table
+	change(&t)
+	f.table = &t
 }
 
 // DeleteTable drops the table, as an administrator's `nft delete table`

@@ -38,6 +38,12 @@ type countingKernel struct {
 	n atomic.Int32
 }
 
+// ReadTable reads the table in one pass, as the dataplane's full resync
+// does with the real Kernel.
+func (c *countingKernel) ReadTable() (map[model.VirtualServiceKey][]ipvs.DestinationState, error) {
+	return c.Kernel.(ipvs.TableReader).ReadTable()
+}
+
 func (c *countingKernel) AddService(s ipvs.Service) error {
 	c.n.Add(1)
 	return c.Kernel.AddService(s)

@@ -54,7 +54,9 @@ func envInt(b *testing.B, name string, def int) int {
 // flags, such as --v=4), KPBENCH_PROFILE (a duration: profile the
 // daemon's CPU that long from its start, saved to KPBENCH_PROFILE_OUT),
 // KPBENCH_COMPLETE_POLL (how often the guest reads the kernel's table
-// until it is complete, default 100ms). kube-proxy comes from
+// until it is complete, default 100ms), KPBENCH_RESYNC=1 (after the
+// changes, print switchyard's CPU over one syncPeriod holding a periodic
+// full resync). kube-proxy comes from
 // $SWITCHYARD_KUBE_BIN, built by test/tools/kube-binaries.sh --kube-proxy.
 //
 //	SWITCHYARD_KUBE_BIN=$(test/tools/kube-binaries.sh --kube-proxy) \
@@ -140,7 +142,8 @@ func BenchmarkIntegrationKubeProxyIPVS(b *testing.B) {
 			"-kube-proxy", kubeProxy, "-switchyard", switchyard, "-only", only,
 			"-switchyard-args", os.Getenv("KPBENCH_SWITCHYARD_ARGS"), "-switchyard-profile", envDuration(b, "KPBENCH_PROFILE").String(),
 			"-complete-poll", cmp.Or(envDuration(b, "KPBENCH_COMPLETE_POLL"), 100*time.Millisecond).String(),
-			"-log-tail", strconv.Itoa(envInt(b, "KPBENCH_LOG_TAIL", 0))},
+			"-log-tail", strconv.Itoa(envInt(b, "KPBENCH_LOG_TAIL", 0)),
+			"-resync=" + strconv.FormatBool(os.Getenv("KPBENCH_RESYNC") == "1")},
 		MemoryMB: mem,
 		Timeout:  3 * time.Hour,
 		Output:   io.MultiWriter(&out, prefixWriter{w: os.Stderr, prefix: "guest: "}),

@@ -45,6 +45,7 @@ type options struct {
 	changeTimeout                 time.Duration
 	completePoll                  time.Duration
 	logTail                       int
+	resync                        bool
 }
 
 func main() {
@@ -64,6 +65,7 @@ func main() {
 	flag.DurationVar(&o.changeTimeout, "change-timeout", 5*time.Minute, "how long one endpoint change may take to show and its sync to end")
 	flag.DurationVar(&o.completePoll, "complete-poll", 100*time.Millisecond, "how often to read the kernel's table (/proc/net/ip_vs, nft list) until it is complete, at most (reads are spaced 4 times their cost)")
 	flag.IntVar(&o.logTail, "log-tail", 0, "print the last this many bytes of each proxy's log after its run")
+	flag.BoolVar(&o.resync, "resync", false, "after the changes, measure switchyard's CPU over one syncPeriod holding a periodic full resync")
 	flag.Parse()
 	if err := run(o, os.Stdout); err != nil {
 		fmt.Printf("kpguest: %v\n", err)
@@ -386,8 +388,63 @@ func (b *bench) measure(p *kpbench.Proxy, bin string, args []string, syncs syncM
 		fmt.Fprintf(b.out, "== %s: change %d visible after %s, sync ended after %s (CPU %s)\n", p.Name, len(p.Changes),
 			visible.Round(100*time.Microsecond), time.Since(changeStart).Round(time.Millisecond), cpuAfter-cpuBefore)
 	}
+	if p.Name == kpbench.Switchyard && b.o.resync {
+		if err := b.resyncCPU(exited, pid); err != nil {
+			return fmt.Errorf("periodic resync: %w", err)
+		}
+	}
 	syncs.printDiag(b.out, p.Name)
 	p.RSS, p.PeakRSS, _ = memory(pid)
+	return nil
+}
+
+// resyncCPU prints switchyard's CPU between the ends of two periodic full
+// resyncs: one syncPeriod holding one resync (and the statistics ticks and
+// the metrics reads of this wait, every 500 ms), and how long the second
+// resync took, and its CPU, from the read that saw it start
+// (syncs_total{mode="full"} counts it) to the one that saw it end
+// (sync_duration_seconds_count): up to 500 ms of its start are missed.
+func (b *bench) resyncCPU(exited <-chan error, pid int) error {
+	full := syncMetric{name: "switchyard_syncs_total", label: `mode="full"`}
+	ended := syncMetric{name: "switchyard_sync_duration_seconds_count"}
+	// next waits for the next full resync to start and end, and returns
+	// when it was seen to start, and the CPU then.
+	var startCPU time.Duration
+	next := func() (time.Time, error) {
+		n, err := full.read()
+		if err != nil {
+			return time.Time{}, err
+		}
+		var started time.Time
+		var endedBefore float64
+		err = poll(exited, 2*time.Minute, 500*time.Millisecond, func() (bool, error) {
+			if started.IsZero() {
+				m, err := full.read()
+				if err != nil || m <= n {
+					return false, err
+				}
+				started = time.Now()
+				startCPU, _ = cpu(pid)
+				endedBefore, err = ended.read()
+				return false, err
+			}
+			e, err := ended.read()
+			return e > endedBefore, err
+		})
+		return started, err
+	}
+	if _, err := next(); err != nil {
+		return err
+	}
+	cpu0, _ := cpu(pid)
+	t0 := time.Now()
+	started, err := next()
+	if err != nil {
+		return err
+	}
+	cpu1, _ := cpu(pid)
+	fmt.Fprintf(b.out, "== switchyard: one syncPeriod with a full resync: CPU %s over %s; the resync took %s, CPU %s (500 ms polls)\n",
+		cpu1-cpu0, time.Since(t0).Round(time.Millisecond), time.Since(started).Round(time.Millisecond), cpu1-startCPU)
 	return nil
 }
 
