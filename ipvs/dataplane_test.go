@@ -4,7 +4,6 @@ import (
 	"errors"
 	"net/netip"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,27 +12,10 @@ import (
 	"github.com/switchyard-lb/switchyard/core/model"
 	"github.com/switchyard-lb/switchyard/core/plan"
 	"github.com/switchyard-lb/switchyard/core/plugin"
+	"github.com/switchyard-lb/switchyard/core/runner/runnertest"
 	"github.com/switchyard-lb/switchyard/ipvs"
 	"github.com/switchyard-lb/switchyard/ipvs/ipvstest"
 )
-
-// fakeClock is a settable clock.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 // rig is a Dataplane over fakes.
 type rig struct {
@@ -41,7 +23,7 @@ type rig struct {
 	addrs   *ipvstest.FakeAddresses
 	sysctls *ipvstest.FakeSysctls
 	ct      *ipvstest.FakeConntrack
-	clock   *fakeClock
+	clock   *runnertest.Clock
 }
 
 func newRig() *rig {
@@ -55,7 +37,7 @@ func newRig() *rig {
 			"net/ipv4/conf/all/arp_ignore": "0", "net/ipv4/conf/all/arp_announce": "0",
 		}),
 		ct:    &ipvstest.FakeConntrack{},
-		clock: &fakeClock{now: time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)},
+		clock: runnertest.NewClock(time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)),
 	}
 }
 
@@ -258,7 +240,7 @@ func TestDataplaneGracefulTermination(t *testing.T) {
 	if got := len(destsOf(keyNP)); got != 2 {
 		t.Errorf("NodePort destinations before the timeout = %d, want 2", got)
 	}
-	r.clock.Advance(time.Minute)
+	r.clock.Step(time.Minute)
 	if err := dp.Drain(); err != nil {
 		t.Fatal(err)
 	}
@@ -438,7 +420,7 @@ func TestDataplaneDrainCancelledAtWeightZero(t *testing.T) {
 	if err := dp.Apply(t.Context(), plugin.Update{Plan: back, Changed: []model.ServiceKey{svcWeb}}); err != nil {
 		t.Fatal(err)
 	}
-	r.clock.Advance(time.Minute)
+	r.clock.Step(time.Minute)
 	if err := dp.Drain(); err != nil {
 		t.Fatal(err)
 	}
@@ -659,7 +641,7 @@ func TestDataplaneSetDrainTimeout(t *testing.T) {
 	}
 	for _, s := range steps {
 		dp.SetDrainTimeout(s.timeout)
-		r.clock.Advance(s.advance)
+		r.clock.Step(s.advance)
 		if err := dp.Drain(); err != nil {
 			t.Fatal(err)
 		}

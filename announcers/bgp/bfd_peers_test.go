@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchyard-lb/switchyard/test/harness"
 	"github.com/switchyard-lb/switchyard/test/netns"
 	"github.com/switchyard-lb/switchyard/test/netns/routers"
 )
@@ -176,7 +177,7 @@ func TestPeersBFD(t *testing.T) {
 	for _, r := range rs {
 		waitHops(t, r.name+" FIB learns A", r.fib, node)
 		steps = append(steps, fmt.Sprintf("%s route %d ms", r.name, time.Since(start).Milliseconds()))
-		waitFor(t, time.Minute, r.name+"'s BFD session with A up", func() (bool, string) { return r.up(t, node) })
+		harness.Poll(t, time.Minute, waitingFor(r.name+"'s BFD session with A up", func() (bool, string) { return r.up(t, node) }))
 		steps = append(steps, fmt.Sprintf("%s BFD up %d ms", r.name, time.Since(start).Milliseconds()))
 	}
 	t.Logf("measured: speaker start -> route in both FIBs and both BFD sessions up: %d ms (%s)",
@@ -195,7 +196,7 @@ func TestPeersBFD(t *testing.T) {
 			waitHops(t, fmt.Sprintf("%s withdraws A after BFD loss (run %d)", r.name, i+1), r.fib)
 			took = append(took, time.Since(t0))
 			dropBFD(t, r.ns, node, false)
-			waitFor(t, time.Minute, r.name+"'s BFD session with A up again", func() (bool, string) { return r.up(t, node) })
+			harness.Poll(t, time.Minute, waitingFor(r.name+"'s BFD session with A up again", func() (bool, string) { return r.up(t, node) }))
 			waitHops(t, r.name+" FIB relearns A", r.fib, node)
 		}
 		for _, d := range took {
@@ -219,7 +220,7 @@ func TestPeersBFD(t *testing.T) {
 		}
 		t.Logf("measured: bfd 300ms x3 %s: node drops the router's BFD packets -> speaker tears BGP down -> route gone from %s's FIB: %d ms",
 			r.name, r.name, d.Milliseconds())
-		waitFor(t, time.Minute, r.name+"'s BFD session with A up again", func() (bool, string) { return r.up(t, node) })
+		harness.Poll(t, time.Minute, waitingFor(r.name+"'s BFD session with A up again", func() (bool, string) { return r.up(t, node) }))
 		waitHops(t, r.name+" FIB relearns A", r.fib, node)
 	}
 }

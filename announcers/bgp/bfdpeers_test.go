@@ -2,6 +2,7 @@ package bgp
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/netip"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/switchyard-lb/switchyard/announcers/bgp/bfd"
 	"github.com/switchyard-lb/switchyard/announcers/bgp/bfd/bfdtest"
+	"github.com/switchyard-lb/switchyard/test/harness"
 )
 
 // TestBFDTearsDownAndRestores: a router (a GoBGP server) holds the
@@ -118,17 +120,12 @@ func TestBFDRemoteRestartKeepsBGP(t *testing.T) {
 
 func waitBFD(t *testing.T, s *Speaker, want bfd.State) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		ss := s.BFDSessions()
-		if len(ss) == 1 && ss[0].State == want {
-			return
+	harness.Poll(t, time.Minute, func() error {
+		if ss := s.BFDSessions(); len(ss) != 1 || ss[0].State != want {
+			return fmt.Errorf("BFD sessions %+v, want one %s", ss, want)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("BFD sessions %+v, want one %s", ss, want)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func peerAdminState(t *testing.T, s *Speaker, addr netip.Addr) api.PeerState_AdminState {

@@ -22,6 +22,7 @@ import (
 	"github.com/osrg/gobgp/v3/pkg/server"
 
 	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/test/harness"
 )
 
 // loopbackSeq hands every test its own 127.0.x.y addresses, so that no
@@ -171,17 +172,12 @@ func (p *testPeer) rib(t *testing.T) map[string]route {
 // last difference after a generous deadline.
 func (p *testPeer) waitRIB(t *testing.T, want map[string]route) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		d := cmp.Diff(want, p.rib(t))
-		if d == "" {
-			return
+	harness.Poll(t, time.Minute, func() error {
+		if d := cmp.Diff(want, p.rib(t)); d != "" {
+			return fmt.Errorf("peer %s rib (-want +got):\n%s", p.addr, d)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("peer %s rib (-want +got):\n%s", p.addr, d)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // session returns the peer's view of its session with the speaker.
@@ -197,17 +193,12 @@ func (p *testPeer) session(t *testing.T) *api.PeerState {
 
 func (p *testPeer) waitSession(t *testing.T, want api.PeerState_SessionState) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		got := p.session(t).GetSessionState()
-		if got == want {
-			return
+	harness.Poll(t, time.Minute, func() error {
+		if got := p.session(t).GetSessionState(); got != want {
+			return fmt.Errorf("peer %s session state %v, want %v", p.addr, got, want)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("peer %s session state %v, want %v", p.addr, got, want)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // peerConf is the speaker-side Peer for p, dialled from src.

@@ -33,6 +33,7 @@ import (
 	vnetns "github.com/vishvananda/netns"
 
 	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/test/harness"
 	"github.com/switchyard-lb/switchyard/test/netns"
 	"github.com/switchyard-lb/switchyard/test/netns/routers"
 )
@@ -355,10 +356,10 @@ func waitHops(t *testing.T, what string, get func(*testing.T) []string, want ...
 	t.Helper()
 	start := time.Now()
 	var got []string
-	waitFor(t, 20*time.Second, what, func() (bool, string) {
+	harness.Poll(t, 20*time.Second, waitingFor(what, func() (bool, string) {
 		got = get(t)
 		return slices.Equal(got, want), fmt.Sprintf("next hops %q, want %q", got, want)
-	})
+	}))
 	return time.Since(start)
 }
 
@@ -368,7 +369,7 @@ func waitAll(t *testing.T, what string, get map[string]func(*testing.T) []string
 	t.Helper()
 	start := time.Now()
 	took := map[string]time.Duration{}
-	waitFor(t, 20*time.Second, what, func() (bool, string) {
+	harness.Poll(t, 20*time.Second, waitingFor(what, func() (bool, string) {
 		var pending []string
 		for name, g := range get {
 			if _, done := took[name]; done {
@@ -381,22 +382,22 @@ func waitAll(t *testing.T, what string, get map[string]func(*testing.T) []string
 			}
 		}
 		return len(pending) == 0, fmt.Sprintf("want %q; still %s", want, strings.Join(pending, ", "))
-	})
+	}))
 	return took
 }
 
 func (l *lab) waitSessions(t *testing.T, nodes ...string) {
 	t.Helper()
 	for _, n := range nodes {
-		waitFor(t, 20*time.Second, "FRR session with "+n, func() (bool, string) {
+		harness.Poll(t, 20*time.Second, waitingFor("FRR session with "+n, func() (bool, string) {
 			out, _ := l.frr.Exec("vtysh", "--vty_socket", l.frrDir, "-c", "show bgp neighbor "+n+" json")
 			return strings.Contains(out, `"bgpState":"Established"`), out
-		})
+		}))
 		proto := map[string]string{"10.0.0.11": "node_a", "10.0.0.12": "node_b"}[n]
-		waitFor(t, 20*time.Second, "BIRD session with "+n, func() (bool, string) {
+		harness.Poll(t, 20*time.Second, waitingFor("BIRD session with "+n, func() (bool, string) {
 			out, _ := l.bird.Exec("birdc", "-s", l.birdDir+"/bird.ctl", "show", "protocols", proto)
 			return strings.Contains(out, "Established"), out
-		})
+		}))
 	}
 }
 
@@ -485,14 +486,14 @@ func TestPeersGracefulRestart(t *testing.T) {
 	waitHops(t, "BIRD RIB learns A", l.birdRIB, "10.0.0.11")
 
 	signalProc(t, a, syscall.SIGKILL)
-	waitFor(t, 10*time.Second, "FRR marks A's path stale", func() (bool, string) {
+	harness.Poll(t, 10*time.Second, waitingFor("FRR marks A's path stale", func() (bool, string) {
 		hops, stale := l.frrPaths(t, vip+"/32")
 		return stale == 1, fmt.Sprintf("next hops %q, %d stale", hops, stale)
-	})
+	}))
 	a = l.speakerGR(t, l.a, "10.0.0.11", true, restart)
 	// Until the new speaker's routes replace the stale one, FRR and BIRD
 	// must keep a path via A at every poll.
-	waitFor(t, 20*time.Second, "FRR refreshes A's path", func() (bool, string) {
+	harness.Poll(t, 20*time.Second, waitingFor("FRR refreshes A's path", func() (bool, string) {
 		hops, stale := l.frrPaths(t, vip+"/32")
 		if !slices.Equal(hops, []string{"10.0.0.11"}) {
 			t.Fatalf("FRR lost A's route during graceful restart: next hops %q", hops)
@@ -501,7 +502,7 @@ func TestPeersGracefulRestart(t *testing.T) {
 			t.Fatalf("BIRD lost A's route during graceful restart: next hops %q", b)
 		}
 		return stale == 0, fmt.Sprintf("%d stale paths", stale)
-	})
+	}))
 	l.waitSessions(t, "10.0.0.11")
 
 	// CloseForRestart ends the sessions without a NOTIFICATION: FRR marks
@@ -519,33 +520,33 @@ func TestPeersGracefulRestart(t *testing.T) {
 	}
 	stopped := time.Now()
 	signalProc(t, a, syscall.SIGHUP)
-	waitFor(t, 10*time.Second, "FRR marks A's path stale after CloseForRestart", func() (bool, string) {
+	harness.Poll(t, 10*time.Second, waitingFor("FRR marks A's path stale after CloseForRestart", func() (bool, string) {
 		fibsKeepA("after CloseForRestart")
 		hops, stale := l.frrPaths(t, vip+"/32")
 		return stale == 1, fmt.Sprintf("next hops %q, %d stale", hops, stale)
-	})
+	}))
 	a = l.speakerGR(t, l.a, "10.0.0.11", true, restart)
-	waitFor(t, 20*time.Second, "FRR refreshes A's path after CloseForRestart", func() (bool, string) {
+	harness.Poll(t, 20*time.Second, waitingFor("FRR refreshes A's path after CloseForRestart", func() (bool, string) {
 		fibsKeepA("while A restarts")
 		hops, stale := l.frrPaths(t, vip+"/32")
 		if !slices.Equal(hops, []string{"10.0.0.11"}) {
 			t.Fatalf("FRR lost A's route during graceful restart: next hops %q", hops)
 		}
 		return stale == 0, fmt.Sprintf("%d stale paths", stale)
-	})
+	}))
 	t.Logf("measured: graceful restart, CloseForRestart -> refreshed at FRR %d ms, the route in both FIBs throughout", time.Since(stopped).Milliseconds())
 	l.waitSessions(t, "10.0.0.11")
 
 	// Close ends the sessions with a Cease: FRR drops the route at once and
 	// never keeps it as stale.
 	signalProc(t, a, syscall.SIGTERM)
-	waitFor(t, 20*time.Second, "FRR drops A's route after Close", func() (bool, string) {
+	harness.Poll(t, 20*time.Second, waitingFor("FRR drops A's route after Close", func() (bool, string) {
 		hops, stale := l.frrPaths(t, vip+"/32")
 		if stale > 0 {
 			t.Fatalf("FRR kept A's route as stale after Close: next hops %q", hops)
 		}
 		return len(hops) == 0, fmt.Sprintf("next hops %q", hops)
-	})
+	}))
 	waitHops(t, "BIRD drops A's route after Close", l.birdRIB)
 
 	// Killed and never back: gone after the restart time.
@@ -573,10 +574,10 @@ func TestPeersIPv6(t *testing.T) {
 		PeerASNs: []uint32{64513},
 		Announce: []string{vip6},
 	})
-	waitFor(t, 20*time.Second, "FRR session with fd00::11", func() (bool, string) {
+	harness.Poll(t, 20*time.Second, waitingFor("FRR session with fd00::11", func() (bool, string) {
 		out, _ := l.frr.Exec("vtysh", "--vty_socket", l.frrDir, "-c", "show bgp neighbor fd00::11 json")
 		return strings.Contains(out, `"bgpState":"Established"`), out
-	})
+	}))
 	frrFIB := fibFor(t, l.frr, netip.MustParsePrefix(vip6+"/128"))
 	frrRIB := func(t *testing.T) []string { h, _ := l.frrPaths(t, vip6+"/128"); return h }
 
@@ -590,24 +591,20 @@ func TestPeersIPv6(t *testing.T) {
 	waitHops(t, "FRR RIB withdraws the /128", frrRIB)
 }
 
+// waitingFor adapts a check that says why it does not hold yet to
+// harness.Poll.
+func waitingFor(what string, ok func() (bool, string)) func() error {
+	return func() error {
+		if done, last := ok(); !done {
+			return fmt.Errorf("waiting for %s: %s", what, last)
+		}
+		return nil
+	}
+}
+
 func signalProc(t *testing.T, c *exec.Cmd, s syscall.Signal) {
 	t.Helper()
 	if err := c.Process.Signal(s); err != nil {
 		t.Fatalf("sending %v to pid %d: %v", s, c.Process.Pid, err)
-	}
-}
-
-func waitFor(t *testing.T, timeout time.Duration, what string, ok func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		done, last := ok()
-		if done {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s: %s", timeout, what, last)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	api "github.com/osrg/gobgp/v3/api"
 
 	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/test/harness"
 )
 
 const (
@@ -207,13 +208,9 @@ func TestCloseWithdraws(t *testing.T) {
 	}
 	peer.waitRIB(t, map[string]route{})
 	// The withdrawal arrives before the Cease that ends the session.
-	deadline := time.Now().Add(30 * time.Second)
-	for peer.session(t).GetSessionState() == api.PeerState_ESTABLISHED {
-		if time.Now().After(deadline) {
-			t.Fatalf("router session still established 30s after Close")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	harness.Poll(t, time.Minute, harness.Cond("the router's session to end after Close", func() bool {
+		return peer.session(t).GetSessionState() != api.PeerState_ESTABLISHED
+	}))
 	if n := peer.session(t).GetMessages().GetReceived().GetNotification(); n != 1 {
 		t.Errorf("router received %d NOTIFICATIONs, want 1 (Cease)", n)
 	}
@@ -234,18 +231,17 @@ func TestSessions(t *testing.T) {
 	s := newSpeaker(t, Config{LocalASN: nodeASN, RouterID: netip.MustParseAddr("10.0.0.11"),
 		Peers: []Peer{up.peerConf(routerASN, node), deadPeer}})
 	var got []Session
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	harness.Poll(t, time.Minute, func() error {
 		var err error
 		got, err = s.Sessions(context.Background())
 		if err != nil {
 			t.Fatalf("Sessions: %v", err)
 		}
-		if len(got) > 0 && got[0].Up || time.Now().After(deadline) {
-			break
+		if len(got) == 0 || !got[0].Up {
+			return fmt.Errorf("sessions %+v, want the first up", got)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	for i := range got {
 		if !got[i].Up {
 			got[i].State = "" // idle, active or connect, depending on timing

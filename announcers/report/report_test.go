@@ -15,6 +15,7 @@ import (
 	"github.com/switchyard-lb/switchyard/core/model"
 	"github.com/switchyard-lb/switchyard/core/plugin"
 	"github.com/switchyard-lb/switchyard/core/plugin/plugintest"
+	"github.com/switchyard-lb/switchyard/core/runner/runnertest"
 )
 
 var (
@@ -62,10 +63,10 @@ func TestAnnounceFailures(t *testing.T) {
 	rec := &reporttest.Recorder{}
 	inner := plugintest.NewAnnouncer("tor")
 	start := time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)
-	var now time.Time
-	a := report.New(inner, report.Options{Recorder: rec, Now: func() time.Time { return now }})
+	clock := runnertest.NewClock(start)
+	a := report.New(inner, report.Options{Recorder: rec, Now: clock.Now})
 	for _, s := range steps {
-		now = start.Add(s.at)
+		clock.StepTo(start.Add(s.at))
 		if s.err != nil {
 			inner.FailNext(s.err)
 		}
@@ -86,8 +87,8 @@ func TestAnnounceFailures(t *testing.T) {
 // Result says it is done.
 func TestResult(t *testing.T) {
 	rec := &reporttest.Recorder{}
-	now := time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)
-	a := report.New(plugintest.NewAnnouncer("provider"), report.Options{Recorder: rec, Async: true, Now: func() time.Time { return now }})
+	clock := runnertest.NewClock(time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC))
+	a := report.New(plugintest.NewAnnouncer("provider"), report.Options{Recorder: rec, Async: true, Now: clock.Now})
 	ctx := context.Background()
 	if err := a.Announce(ctx, []model.Announcement{{Addr: addrA, Service: web}}); err != nil {
 		t.Fatal(err)
@@ -98,7 +99,7 @@ func TestResult(t *testing.T) {
 	}
 	a.Result(addrA, true, errors.New("timeout"))
 	a.Result(addrA, true, nil) // done
-	now = now.Add(time.Hour)
+	clock.Step(time.Hour)
 	a.Result(addrA, true, errors.New("late")) // nobody's any more
 	a.Result(addrB, false, errors.New("never announced"))
 	want := []reporttest.Event{

@@ -14,53 +14,16 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/switchyard-lb/switchyard/core/config"
+	"github.com/switchyard-lb/switchyard/core/k8s/k8stest"
 	"github.com/switchyard-lb/switchyard/core/plugin"
 	"github.com/switchyard-lb/switchyard/ipvs"
 	"github.com/switchyard-lb/switchyard/ipvs/dryrun"
 	"github.com/switchyard-lb/switchyard/ipvs/ipvstest"
 )
-
-func testService(ns, name, clusterIP string) *corev1.Service {
-	return &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: corev1.ServiceSpec{
-			Type:       corev1.ServiceTypeClusterIP,
-			ClusterIP:  clusterIP,
-			ClusterIPs: []string{clusterIP},
-			Ports: []corev1.ServicePort{{
-				Name: "http", Protocol: corev1.ProtocolTCP, Port: 80, TargetPort: intstr.FromInt32(8080),
-			}},
-		},
-	}
-}
-
-func testSlice(ns, service string, addrs ...string) *discoveryv1.EndpointSlice {
-	ready := true
-	s := &discoveryv1.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{
-			Namespace: ns, Name: service + "-abc",
-			Labels: map[string]string{discoveryv1.LabelServiceName: service},
-		},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Ports: []discoveryv1.EndpointPort{{
-			Name: ptr("http"), Protocol: ptr(corev1.ProtocolTCP), Port: ptr(int32(8080)),
-		}},
-	}
-	for _, a := range addrs {
-		s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{
-			Addresses: []string{a}, Conditions: discoveryv1.EndpointConditions{Ready: &ready},
-		})
-	}
-	return s
-}
-
-func ptr[T any](v T) *T { return &v }
 
 // daemonUnderTest runs runDaemon against a fake clientset.
 type daemonUnderTest struct {
@@ -89,8 +52,8 @@ func startDaemonWith(t *testing.T, extraConfig string, newDP func(*config.Config
 	}
 	client := fake.NewClientset(
 		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}},
-		testService("default", "web", "10.96.0.10"),
-		testSlice("default", "web", "10.1.0.1", "10.1.0.2"),
+		k8stest.Service("default", "web", "10.96.0.10"),
+		k8stest.Slice("default", "web-abc", "web", true, "10.1.0.1", "10.1.0.2"),
 	)
 	d.client = client
 	logs := &syncBuffer{}
@@ -175,7 +138,7 @@ func TestDaemonServesPlanAndShutsDownWithoutFlushing(t *testing.T) {
 func TestDaemonSchedulerAnnotation(t *testing.T) {
 	d := startDaemon(t, "")
 	for _, s := range []struct{ name, ip, scheduler string }{{"pinned", "10.96.0.11", "mh"}, {"unknown", "10.96.0.12", "fastest"}} {
-		svc := testService("default", s.name, s.ip)
+		svc := k8stest.Service("default", s.name, s.ip)
 		svc.Annotations = map[string]string{"switchyard.dev/scheduler": s.scheduler}
 		if _, err := d.client.CoreV1().Services("default").Create(t.Context(), svc, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -365,7 +328,7 @@ func TestDaemonHealthzWhileNodeIsDeleted(t *testing.T) {
 	setTaints("node-a", corev1.Taint{Key: "example.com/other", Effect: corev1.TaintEffectNoSchedule})
 	// The daemon has seen both changes once a sync after them is done:
 	// a Service created after them shows in the plan.
-	if _, err := d.client.CoreV1().Services("default").Create(t.Context(), testService("default", "api", "10.96.0.11"), metav1.CreateOptions{}); err != nil {
+	if _, err := d.client.CoreV1().Services("default").Create(t.Context(), k8stest.Service("default", "api", "10.96.0.11"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	d.waitPlan(t, []string{
@@ -458,7 +421,7 @@ func TestDaemonLogsAndCountsDataplaneErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A sync without error counts nothing more.
-	if _, err := d.client.CoreV1().Services("default").Create(t.Context(), testService("default", "api", "10.96.0.11"), metav1.CreateOptions{}); err != nil {
+	if _, err := d.client.CoreV1().Services("default").Create(t.Context(), k8stest.Service("default", "api", "10.96.0.11"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	poll(t, 60*time.Second, func() error {

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/switchyard-lb/switchyard/core/config"
+	"github.com/switchyard-lb/switchyard/core/k8s/k8stest"
 	"github.com/switchyard-lb/switchyard/core/model"
 	"github.com/switchyard-lb/switchyard/core/plugin"
 	"github.com/switchyard-lb/switchyard/core/runner/runnertest"
@@ -77,7 +78,7 @@ func TestDaemonReloadsDrainTimeout(t *testing.T) {
 	}
 
 	// The endpoint goes: its real server drains at weight 0.
-	if _, err := d.client.DiscoveryV1().EndpointSlices("default").Update(t.Context(), testSlice("default", "web", "10.1.0.2"), metav1.UpdateOptions{}); err != nil {
+	if _, err := d.client.DiscoveryV1().EndpointSlices("default").Update(t.Context(), k8stest.Slice("default", "web-abc", "web", true, "10.1.0.2"), metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitDests("10.1.0.1:8080/0 10.1.0.2:8080/1")

@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/switchyard-lb/switchyard/core/config"
+	"github.com/switchyard-lb/switchyard/core/k8s/k8stest"
 	"github.com/switchyard-lb/switchyard/core/plugin"
 	"github.com/switchyard-lb/switchyard/core/reconcile"
 	"github.com/switchyard-lb/switchyard/ipvs/dryrun"
@@ -210,7 +211,7 @@ func readyAt(addr, node string) e2eEndpoint {
 // (or ports), in family.
 func e2eSlice(service, name string, family discoveryv1.AddressType, ports []discoveryv1.EndpointPort, eps ...e2eEndpoint) *discoveryv1.EndpointSlice {
 	if ports == nil {
-		ports = []discoveryv1.EndpointPort{{Name: ptr("http"), Protocol: ptr(corev1.ProtocolTCP), Port: ptr(int32(8080))}}
+		ports = []discoveryv1.EndpointPort{{Name: k8stest.Ptr("http"), Protocol: k8stest.Ptr(corev1.ProtocolTCP), Port: k8stest.Ptr(int32(8080))}}
 	}
 	s := &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{
@@ -224,11 +225,11 @@ func e2eSlice(service, name string, family discoveryv1.AddressType, ports []disc
 		ep := discoveryv1.Endpoint{
 			Addresses: []string{e.addr},
 			Conditions: discoveryv1.EndpointConditions{
-				Ready: ptr(e.ready), Serving: ptr(e.serving), Terminating: ptr(e.terminating),
+				Ready: k8stest.Ptr(e.ready), Serving: k8stest.Ptr(e.serving), Terminating: k8stest.Ptr(e.terminating),
 			},
 		}
 		if e.node != "" {
-			ep.NodeName = ptr(e.node)
+			ep.NodeName = k8stest.Ptr(e.node)
 		}
 		s.Endpoints = append(s.Endpoints, ep)
 	}

@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/switchyard-lb/switchyard/core/k8s/k8stest"
 	"github.com/switchyard-lb/switchyard/test/apitest"
 )
 
@@ -42,14 +43,14 @@ func TestIntegrationDaemon(t *testing.T) {
 	d := startMain(t, srv.Kubeconfig, "node-a", tc, "--v=2")
 	defer d.finishUnchecked(t)
 
-	svc := testService(ns, "web", "")
+	svc := k8stest.Service(ns, "web", "")
 	svc.Spec.ClusterIP, svc.Spec.ClusterIPs = "", nil
 	svc, err := client.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ip := svc.Spec.ClusterIP
-	slice, err := client.DiscoveryV1().EndpointSlices(ns).Create(ctx, testSlice(ns, "web", "10.1.0.1"), metav1.CreateOptions{})
+	slice, err := client.DiscoveryV1().EndpointSlices(ns).Create(ctx, k8stest.Slice(ns, "web-abc", "web", true, "10.1.0.1"), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +84,7 @@ func TestIntegrationDaemon(t *testing.T) {
 	})
 
 	// An endpoint added to the slice reaches the plan.
-	slice.Endpoints = append(slice.Endpoints, testSlice(ns, "web", "10.1.0.2").Endpoints...)
+	slice.Endpoints = append(slice.Endpoints, k8stest.Slice(ns, "web-abc", "web", true, "10.1.0.2").Endpoints...)
 	if _, err := client.DiscoveryV1().EndpointSlices(ns).Update(ctx, slice, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}

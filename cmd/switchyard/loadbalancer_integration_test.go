@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/switchyard-lb/switchyard/announcers/cloud/cloudtest"
+	"github.com/switchyard-lb/switchyard/core/k8s/k8stest"
 	"github.com/switchyard-lb/switchyard/core/lbipam"
 	"github.com/switchyard-lb/switchyard/test/apitest"
 )
@@ -94,7 +95,7 @@ membership:
 	if _, err := client.CoreV1().Services(ns).Create(ctx, lbService(ns, "web"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := client.DiscoveryV1().EndpointSlices(ns).Create(ctx, testSlice(ns, "web", "10.1.0.1"), metav1.CreateOptions{}); err != nil {
+	if _, err := client.DiscoveryV1().EndpointSlices(ns).Create(ctx, k8stest.Slice(ns, "web-abc", "web", true, "10.1.0.1"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -223,15 +224,15 @@ membership:
 func localTrafficPolicy(t *testing.T, client kubernetes.Interface, ns string, provider *cloudtest.Server) {
 	t.Helper()
 	ctx := t.Context()
-	svc := testService(ns, "local", "")
+	svc := k8stest.Service(ns, "local", "")
 	svc.Spec.Type = corev1.ServiceTypeLoadBalancer
 	svc.Spec.ClusterIP, svc.Spec.ClusterIPs = "", nil
 	svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
 	if _, err := client.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	slice := testSlice(ns, "local", "10.1.1.2")
-	slice.Endpoints[0].NodeName = ptr("node-b")
+	slice := k8stest.Slice(ns, "local-abc", "local", true, "10.1.1.2")
+	slice.Endpoints[0].NodeName = k8stest.Ptr("node-b")
 	if _, err := client.DiscoveryV1().EndpointSlices(ns).Create(ctx, slice, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -250,8 +251,8 @@ func localTrafficPolicy(t *testing.T, client kubernetes.Interface, ns string, pr
 	// An endpoint appears on node-a: both nodes serve the address now
 	// (whichever owns it).
 	slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{
-		Addresses: []string{"10.1.1.1"}, NodeName: ptr("node-a"),
-		Conditions: discoveryv1.EndpointConditions{Ready: ptr(true)},
+		Addresses: []string{"10.1.1.1"}, NodeName: k8stest.Ptr("node-a"),
+		Conditions: discoveryv1.EndpointConditions{Ready: k8stest.Ptr(true)},
 	})
 	if _, err := client.DiscoveryV1().EndpointSlices(ns).Update(ctx, slice, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
@@ -269,9 +270,9 @@ func localTrafficPolicy(t *testing.T, client kubernetes.Interface, ns string, pr
 	// weight alone changes, in one more ensure.
 	before := countPuts(provider, ip)
 	slice.Endpoints = append(slice.Endpoints,
-		discoveryv1.Endpoint{Addresses: []string{"10.1.1.3"}, NodeName: ptr("node-b"), Conditions: discoveryv1.EndpointConditions{Ready: ptr(true)}},
-		discoveryv1.Endpoint{Addresses: []string{"10.1.1.4"}, NodeName: ptr("node-b"), Conditions: discoveryv1.EndpointConditions{Ready: ptr(true)}},
-		discoveryv1.Endpoint{Addresses: []string{"10.1.1.5"}, NodeName: ptr("node-b"), Conditions: discoveryv1.EndpointConditions{Ready: ptr(false)}},
+		discoveryv1.Endpoint{Addresses: []string{"10.1.1.3"}, NodeName: k8stest.Ptr("node-b"), Conditions: discoveryv1.EndpointConditions{Ready: k8stest.Ptr(true)}},
+		discoveryv1.Endpoint{Addresses: []string{"10.1.1.4"}, NodeName: k8stest.Ptr("node-b"), Conditions: discoveryv1.EndpointConditions{Ready: k8stest.Ptr(true)}},
+		discoveryv1.Endpoint{Addresses: []string{"10.1.1.5"}, NodeName: k8stest.Ptr("node-b"), Conditions: discoveryv1.EndpointConditions{Ready: k8stest.Ptr(false)}},
 	)
 	if _, err := client.DiscoveryV1().EndpointSlices(ns).Update(ctx, slice, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/switchyard-lb/switchyard/announcers/cloud/cloudtest"
+	"github.com/switchyard-lb/switchyard/core/k8s/k8stest"
 	"github.com/switchyard-lb/switchyard/core/lbipam"
 	"github.com/switchyard-lb/switchyard/test/apitest"
 )
@@ -187,7 +188,7 @@ func ensureNamespace(t *testing.T, client kubernetes.Interface, name string) {
 // lbService is testService as a LoadBalancer Service with the cluster IP
 // and node port left to the API server.
 func lbService(ns, name string) *corev1.Service {
-	svc := testService(ns, name, "")
+	svc := k8stest.Service(ns, name, "")
 	svc.Spec.Type = corev1.ServiceTypeLoadBalancer
 	svc.Spec.ClusterIP, svc.Spec.ClusterIPs = "", nil
 	svc.Spec.Ports[0].NodePort = 0

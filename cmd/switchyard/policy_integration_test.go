@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 
+	"github.com/switchyard-lb/switchyard/core/k8s/k8stest"
 	"github.com/switchyard-lb/switchyard/plugins/registry"
 	"github.com/switchyard-lb/switchyard/plugins/wasm/wasmtest"
 	"github.com/switchyard-lb/switchyard/test/apitest"
@@ -120,16 +121,16 @@ func zoneAwareModule(t *testing.T) []byte {
 func createZonedService(t *testing.T, client kubernetes.Interface, ns, name, policy string) {
 	t.Helper()
 	ctx := t.Context()
-	svc := testService(ns, name, "")
+	svc := k8stest.Service(ns, name, "")
 	svc.Spec.ClusterIP, svc.Spec.ClusterIPs = "", nil
 	svc.Annotations = map[string]string{"switchyard.dev/policy": policy}
 	if _, err := client.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	zoneA, zoneB := "zone-a", "zone-b"
-	slice := testSlice(ns, name, "10.1.0.1", "10.1.0.2")
-	slice.Endpoints[0].Zone, slice.Endpoints[0].NodeName = &zoneA, ptr("node-a")
-	slice.Endpoints[1].Zone, slice.Endpoints[1].NodeName = &zoneB, ptr("node-b")
+	slice := k8stest.Slice(ns, name+"-abc", name, true, "10.1.0.1", "10.1.0.2")
+	slice.Endpoints[0].Zone, slice.Endpoints[0].NodeName = &zoneA, k8stest.Ptr("node-a")
+	slice.Endpoints[1].Zone, slice.Endpoints[1].NodeName = &zoneB, k8stest.Ptr("node-b")
 	if _, err := client.DiscoveryV1().EndpointSlices(ns).Create(ctx, slice, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 
+	"github.com/switchyard-lb/switchyard/core/k8s/k8stest"
 	"github.com/switchyard-lb/switchyard/core/policystage"
 	"github.com/switchyard-lb/switchyard/core/reconcile"
 	"github.com/switchyard-lb/switchyard/plugins/registry"
@@ -300,16 +301,16 @@ func TestIntegrationPolicyApply(t *testing.T) {
 			ns := srv.Namespace(t)
 			name, service := "zone-"+lang, "web"
 			key := ns + "/" + service
-			svc := testService(ns, service, "")
+			svc := k8stest.Service(ns, service, "")
 			svc.Spec.ClusterIP, svc.Spec.ClusterIPs = "", nil
 			svc.Annotations = map[string]string{"switchyard.dev/policy": name}
 			if _, err := client.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
 			zoneA, zoneB := "zone-a", "zone-b"
-			slice := testSlice(ns, service, "10.1.0.1", "10.1.0.2")
-			slice.Endpoints[0].Zone, slice.Endpoints[0].NodeName = &zoneA, ptr("node-a")
-			slice.Endpoints[1].Zone, slice.Endpoints[1].NodeName = &zoneB, ptr("node-b")
+			slice := k8stest.Slice(ns, service+"-abc", service, true, "10.1.0.1", "10.1.0.2")
+			slice.Endpoints[0].Zone, slice.Endpoints[0].NodeName = &zoneA, k8stest.Ptr("node-a")
+			slice.Endpoints[1].Zone, slice.Endpoints[1].NodeName = &zoneB, k8stest.Ptr("node-b")
 			slice, err := client.DiscoveryV1().EndpointSlices(ns).Create(ctx, slice, metav1.CreateOptions{})
 			if err != nil {
 				t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/switchyard-lb/switchyard/core/k8s/k8stest"
 	"github.com/switchyard-lb/switchyard/plugins/registry"
 	"github.com/switchyard-lb/switchyard/plugins/wasm/wasmtest"
 	"github.com/switchyard-lb/switchyard/wasm-sdk/walkthrough"
@@ -134,14 +135,14 @@ func TestIntegrationPolicyWalkthrough(t *testing.T) {
 			}
 
 			ns := srv.Namespace(t)
-			svc := testService(ns, "web", "")
+			svc := k8stest.Service(ns, "web", "")
 			svc.Spec.ClusterIP, svc.Spec.ClusterIPs = "", nil
 			if _, err := client.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			slice := testSlice(ns, "web", "10.1.0.1", "10.1.0.2", "10.1.0.3")
+			slice := k8stest.Slice(ns, "web-abc", "web", true, "10.1.0.1", "10.1.0.2", "10.1.0.3")
 			for i, zone := range []string{"zone-a", "zone-b", "zone-c"} {
-				slice.Endpoints[i].Zone, slice.Endpoints[i].NodeName = ptr(zone), ptr("node-"+zone[len("zone-"):])
+				slice.Endpoints[i].Zone, slice.Endpoints[i].NodeName = k8stest.Ptr(zone), k8stest.Ptr("node-"+zone[len("zone-"):])
 			}
 			if _, err := client.DiscoveryV1().EndpointSlices(ns).Create(ctx, slice, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/switchyard-lb/switchyard/core/k8s"
+	"github.com/switchyard-lb/switchyard/core/k8s/k8stest"
 	"github.com/switchyard-lb/switchyard/test/apitest"
 )
 
@@ -30,7 +31,7 @@ func TestIntegrationDaemonServiceProxyName(t *testing.T) {
 
 	ips := map[string]string{}
 	for name, proxy := range map[string]string{"plain": "", "mine": "edge", "theirs": "kube-proxy", "hl": ""} {
-		svc := testService(ns, name, "")
+		svc := k8stest.Service(ns, name, "")
 		svc.Spec.ClusterIP, svc.Spec.ClusterIPs = "", nil
 		if proxy != "" {
 			svc.Labels = map[string]string{k8s.LabelServiceProxyName: proxy}
@@ -40,7 +41,7 @@ func TestIntegrationDaemonServiceProxyName(t *testing.T) {
 			t.Fatal(err)
 		}
 		ips[name] = created.Spec.ClusterIP
-		slice := testSlice(ns, name, "10.1.0.1")
+		slice := k8stest.Slice(ns, name+"-abc", name, true, "10.1.0.1")
 		if name == "hl" {
 			slice.Labels[k8s.LabelHeadless] = ""
 		}

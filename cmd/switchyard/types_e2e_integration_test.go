@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/switchyard-lb/switchyard/core/k8s/k8stest"
 	"github.com/switchyard-lb/switchyard/core/reconcile"
 	"github.com/switchyard-lb/switchyard/test/apitest"
 )
@@ -34,8 +35,8 @@ func TestIntegrationE2EServiceTypes(t *testing.T) {
 		return e2eEndpoint{addr: addr, node: node, serving: serving, terminating: true}
 	}
 	multiPorts := []discoveryv1.EndpointPort{
-		{Name: ptr("dns"), Protocol: ptr(corev1.ProtocolUDP), Port: ptr(int32(5353))},
-		{Name: ptr("sig"), Protocol: ptr(corev1.ProtocolSCTP), Port: ptr(int32(3868))},
+		{Name: k8stest.Ptr("dns"), Protocol: k8stest.Ptr(corev1.ProtocolUDP), Port: k8stest.Ptr(int32(5353))},
+		{Name: k8stest.Ptr("sig"), Protocol: k8stest.Ptr(corev1.ProtocolSCTP), Port: k8stest.Ptr(int32(3868))},
 	}
 	svcs := createAll(t, client, ns, []*corev1.Service{
 		e2eService("cluster"),
@@ -46,20 +47,22 @@ func TestIntegrationE2EServiceTypes(t *testing.T) {
 		}),
 		e2eService("lb-foreign", func(s *corev1.ServiceSpec) {
 			s.Type = corev1.ServiceTypeLoadBalancer
-			s.LoadBalancerClass = ptr("example.com/other")
-			s.AllocateLoadBalancerNodePorts = ptr(false)
+			s.LoadBalancerClass = k8stest.Ptr("example.com/other")
+			s.AllocateLoadBalancerNodePorts = k8stest.Ptr(false)
 		}),
 		e2eService("external", func(s *corev1.ServiceSpec) { s.ExternalIPs = []string{"198.51.100.7"} }),
-		e2eService("itp-local", func(s *corev1.ServiceSpec) { s.InternalTrafficPolicy = ptr(corev1.ServiceInternalTrafficPolicyLocal) }),
+		e2eService("itp-local", func(s *corev1.ServiceSpec) {
+			s.InternalTrafficPolicy = k8stest.Ptr(corev1.ServiceInternalTrafficPolicyLocal)
+		}),
 		e2eService("affinity", func(s *corev1.ServiceSpec) {
 			s.SessionAffinity = corev1.ServiceAffinityClientIP
-			s.SessionAffinityConfig = &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: ptr(int32(600))}}
+			s.SessionAffinityConfig = &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: k8stest.Ptr(int32(600))}}
 		}),
 		e2eService("terminating-only"),
 		e2eService("terminating-and-ready"),
 		e2eService("dual", func(s *corev1.ServiceSpec) {
 			s.Type = corev1.ServiceTypeNodePort
-			s.IPFamilyPolicy = ptr(corev1.IPFamilyPolicyRequireDualStack)
+			s.IPFamilyPolicy = k8stest.Ptr(corev1.IPFamilyPolicyRequireDualStack)
 			s.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}
 		}),
 		e2eService("udp-sctp", func(s *corev1.ServiceSpec) {
@@ -195,22 +198,16 @@ func TestIntegrationE2EServiceTypes(t *testing.T) {
 		cmpopts.EquateComparable(netip.Addr{}, netip.AddrPort{}, netip.Prefix{}),
 	}
 	began := time.Now()
-	var lastDiff string
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	poll(t, 2*time.Minute, func() error {
 		got, err := d.applied(ns)
-		if err == nil {
-			if lastDiff = cmp.Diff(want, got, opts); lastDiff == "" {
-				break
-			}
-		} else {
-			lastDiff = err.Error()
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("applied table after 60s (-want +got):\n%s", lastDiff)
+		if diff := cmp.Diff(want, got, opts); diff != "" {
+			return fmt.Errorf("applied table (-want +got):\n%s", diff)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	t.Logf("%d Services applied as expected %s after the daemon started", len(want), time.Since(began).Round(time.Millisecond))
 	d.waitReady(t, 30*time.Second)
 

@@ -66,15 +66,22 @@ type Check func(*Config) Errors
 
 // Load reads, parses and validates the config file at path.
 func Load(path string, checks ...Check) (*Config, error) {
+	c, _, err := load(path, checks...)
+	return c, err
+}
+
+// load reads and parses the config file at path, returning it with the
+// bytes read.
+func load(path string, checks ...Check) (*Config, []byte, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("read config: %w", err)
+		return nil, nil, fmt.Errorf("read config: %w", err)
 	}
 	c, err := Parse(data, checks...)
 	if err != nil {
-		return nil, fmt.Errorf("config %s: %w", path, err)
+		return nil, nil, fmt.Errorf("config %s: %w", path, err)
 	}
-	return c, nil
+	return c, data, nil
 }
 
 // Parse decodes a config strictly, applies the defaults and validates it,

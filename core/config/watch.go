@@ -33,13 +33,9 @@ type Watcher struct {
 // unreadable or invalid, so a daemon never starts on a bad config. Every
 // config it reads is parsed with checks (Parse), at start and on change.
 func NewWatcher(path string, checks ...Check) (*Watcher, error) {
-	data, err := os.ReadFile(path)
+	c, data, err := load(path, checks...)
 	if err != nil {
-		return nil, fmt.Errorf("read config: %w", err)
-	}
-	c, err := Parse(data, checks...)
-	if err != nil {
-		return nil, fmt.Errorf("config %s: %w", path, err)
+		return nil, err
 	}
 	return &Watcher{path: path, checks: checks, current: c, deprecation: Deprecation(data), seen: sha256.Sum256(data)}, nil
 }

@@ -17,7 +17,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/core/model/modeltest"
 	"github.com/switchyard-lb/switchyard/test/apitest"
+	"github.com/switchyard-lb/switchyard/test/harness"
 )
 
 const waitTimeout = 90 * time.Second
@@ -106,17 +108,6 @@ func (w *watcher) services(what, ns string, want map[model.ServiceKey]model.Serv
 	w.until(what, func(r *reported) string { return cmp.Diff(want, r.inNamespace(ns), deltaOpts...) })
 }
 
-func pollUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", waitTimeout, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // must returns v, or panics on err: an API call a test needs failed (Go
 // cannot pass a call's two results after a *testing.T argument).
 func must[T any](v T, err error) T {
@@ -171,7 +162,11 @@ func terminatingEP(ip, node string) discoveryv1.Endpoint {
 }
 
 func modelEP(ip, node string, opts ...func(*model.Endpoint)) model.Endpoint {
-	return ep(ip, append([]func(*model.Endpoint){onNode(node)}, opts...)...)
+	e := modeltest.Ready(ip, node)
+	for _, o := range opts {
+		o(&e)
+	}
+	return e
 }
 
 func createSlice(t *testing.T, c kubernetes.Interface, ns string, s testSlice) {
@@ -200,7 +195,7 @@ func TestIntegrationServiceTypes(t *testing.T) {
 	srv := apitest.Start(t)
 	c, ctx, ns := srv.Client, t.Context(), srv.Namespace(t)
 	w := startWatcher(t, c)
-	pollUntil(t, "the first sync", w.src.HasSynced)
+	harness.Poll(t, waitTimeout, harness.Cond("the first sync", w.src.HasSynced))
 
 	dual := corev1.IPFamilyPolicyRequireDualStack
 	local := corev1.ServiceInternalTrafficPolicyLocal
@@ -517,7 +512,7 @@ func TestIntegrationSourceRestart(t *testing.T) {
 	first.stop()
 
 	second := startWatcher(t, c)
-	pollUntil(t, "the second Source to sync", second.src.HasSynced)
+	harness.Poll(t, waitTimeout, harness.Cond("the second Source to sync", second.src.HasSynced))
 	var got reported
 	got.apply(second.src.Take())
 	if diff := cmp.Diff(first.got.Services, got.Services, deltaOpts...); diff != "" {
@@ -551,7 +546,7 @@ func TestIntegrationAPIServerRestart(t *testing.T) {
 	before := w.got
 
 	srv.StopAPIServer(t)
-	pollUntil(t, "Healthy() to report the lost API server", func() bool { return w.src.Healthy() != nil })
+	harness.Poll(t, waitTimeout, harness.Cond("Healthy() to report the lost API server", func() bool { return w.src.Healthy() != nil }))
 	t.Logf("while the API server is down: %v", w.src.Healthy())
 	if !w.src.HasSynced() {
 		t.Errorf("HasSynced = false while the API server is down, want the synced state kept")
@@ -575,7 +570,7 @@ func TestIntegrationAPIServerRestart(t *testing.T) {
 	if diff := cmp.Diff(before.Nodes, w.got.Nodes, deltaOpts...); diff != "" {
 		t.Errorf("Nodes changed across the restart (-before +after):\n%s", diff)
 	}
-	pollUntil(t, "Healthy() to recover", func() bool { return w.src.Healthy() == nil })
+	harness.Poll(t, waitTimeout, harness.Cond("Healthy() to recover", func() bool { return w.src.Healthy() == nil }))
 }
 
 func TestIntegrationRBACDenied(t *testing.T) {
@@ -585,7 +580,7 @@ func TestIntegrationRBACDenied(t *testing.T) {
 	w := startWatcher(t, alice)
 
 	denied := regexp.MustCompile(`^cannot (list|watch) services: forbidden for user "alice": grant it with the ClusterRole in deploy/: `)
-	pollUntil(t, "Healthy() to report the denial", func() bool { return w.src.Healthy() != nil })
+	harness.Poll(t, waitTimeout, harness.Cond("Healthy() to report the denial", func() bool { return w.src.Healthy() != nil }))
 	if err := w.src.Healthy(); !denied.MatchString(err.Error()) {
 		t.Errorf("Healthy() = %q, want it to match %s", err, denied)
 	}
@@ -604,13 +599,13 @@ func TestIntegrationRBACDenied(t *testing.T) {
 	}
 	grant("core", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"services", "nodes"}, Verbs: []string{"list", "watch"}})
 	slicesDenied := regexp.MustCompile(`^cannot (list|watch) endpointslices.discovery.k8s.io: forbidden for user "alice": grant it with the ClusterRole in deploy/: `)
-	pollUntil(t, "Healthy() to name only EndpointSlices", func() bool {
+	harness.Poll(t, waitTimeout, harness.Cond("Healthy() to name only EndpointSlices", func() bool {
 		err := w.src.Healthy()
 		return err != nil && slicesDenied.MatchString(err.Error())
-	})
+	}))
 	t.Logf("with Services and Nodes granted: %v", w.src.Healthy())
 
 	grant("slices", rbacv1.PolicyRule{APIGroups: []string{discoveryv1.GroupName}, Resources: []string{"endpointslices"}, Verbs: []string{"list", "watch"}})
-	pollUntil(t, "the caches to sync once granted", w.src.HasSynced)
-	pollUntil(t, "Healthy() to recover", func() bool { return w.src.Healthy() == nil })
+	harness.Poll(t, waitTimeout, harness.Cond("the caches to sync once granted", w.src.HasSynced))
+	harness.Poll(t, waitTimeout, harness.Cond("Healthy() to recover", func() bool { return w.src.Healthy() == nil }))
 }

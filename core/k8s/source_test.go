@@ -13,7 +13,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -23,7 +22,10 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/switchyard-lb/switchyard/core/k8s/k8stest"
 	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/core/model/modeltest"
+	"github.com/switchyard-lb/switchyard/test/harness"
 )
 
 func testLogger(t *testing.T) *slog.Logger {
@@ -71,18 +73,6 @@ func (c *fakeCluster) watching(resources ...string) bool {
 	return true
 }
 
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // startSource runs a Source until the test ends or stop is called; the
 // returned channel receives a value for OnChange calls (coalesced).
 func startSource(t *testing.T, src func(Options) *Source) (s *Source, changed <-chan struct{}, stop func()) {
@@ -121,31 +111,11 @@ func nextDelta(t *testing.T, s *Source, changed <-chan struct{}) model.Delta {
 	}
 }
 
-func fakeService(name string, port int32) *corev1.Service {
-	return &corev1.Service{ObjectMeta: meta(name), Spec: corev1.ServiceSpec{
-		ClusterIP: "10.96.0.10", ClusterIPs: []string{"10.96.0.10"},
-		Ports: []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: port}}}}
-}
-
-func fakeSlice(name, service string, ready bool, ips ...string) *discoveryv1.EndpointSlice {
-	s := &discoveryv1.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name,
-			Labels: map[string]string{discoveryv1.LabelServiceName: service}},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Ports:       []discoveryv1.EndpointPort{{Name: ptr("http"), Port: ptr[int32](8080), Protocol: ptr(corev1.ProtocolTCP)}},
-	}
-	for _, ip := range ips {
-		s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{Addresses: []string{ip},
-			Conditions: discoveryv1.EndpointConditions{Ready: ptr(ready)}})
-	}
-	return s
-}
-
 func TestSourceWithFakeClient(t *testing.T) {
 	web := model.ServiceKey{Namespace: "ns", Name: "web"}
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Status: corev1.NodeStatus{
 		Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
-	client := newFakeCluster(fakeService("web", 80), fakeSlice("web-1", "web", true, "10.0.0.1"), node)
+	client := newFakeCluster(k8stest.Service("ns", "web", "10.96.0.10"), k8stest.Slice("ns", "web-1", "web", true, "10.0.0.1"), node)
 	var s *Source
 	s, changed, _ := startSource(t, func(o Options) *Source {
 		s = New(client, o, testLogger(t))
@@ -158,38 +128,38 @@ func TestSourceWithFakeClient(t *testing.T) {
 		return s
 	})
 
-	webSvc, _ := convertService(fakeService("web", 80))
+	webSvc, _ := convertService(k8stest.Service("ns", "web", "10.96.0.10"))
 	want := model.Delta{
 		Services: map[model.ServiceKey]model.ServiceState{web: {Service: webSvc,
-			Endpoints: eps(ep("10.0.0.1"))}},
+			Endpoints: eps(modeltest.Ready("10.0.0.1", ""))}},
 		Nodes: map[string]*model.Node{"n1": {Name: "n1", Ready: true}},
 	}
 	if diff := cmp.Diff(want, nextDelta(t, s, changed), deltaOpts...); diff != "" {
 		t.Fatalf("first Take (-want +got):\n%s", diff)
 	}
-	eventually(t, "the informers to watch", func() bool {
+	harness.Poll(t, time.Minute, harness.Cond("the informers to watch", func() bool {
 		return client.watching("services", "endpointslices", "nodes")
-	})
+	}))
 
 	ctx := context.Background()
 	slices := client.DiscoveryV1().EndpointSlices("ns")
-	if _, err := slices.Update(ctx, fakeSlice("web-1", "web", false, "10.0.0.1"), metav1.UpdateOptions{}); err != nil {
+	if _, err := slices.Update(ctx, k8stest.Slice("ns", "web-1", "web", false, "10.0.0.1"), metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	want = model.Delta{Services: map[model.ServiceKey]model.ServiceState{web: {Service: webSvc,
-		Endpoints: eps(ep("10.0.0.1", func(e *model.Endpoint) { e.Ready, e.Serving = false, false }))}}}
+		Endpoints: eps(modeltest.NotReady("10.0.0.1", ""))}}}
 	if diff := cmp.Diff(want, nextDelta(t, s, changed), deltaOpts...); diff != "" {
 		t.Fatalf("Take after the slice update (-want +got):\n%s", diff)
 	}
 
 	// A slice relabelled to another Service moves to it.
-	if _, err := slices.Update(ctx, fakeSlice("web-1", "api", true, "10.0.0.1"), metav1.UpdateOptions{}); err != nil {
+	if _, err := slices.Update(ctx, k8stest.Slice("ns", "web-1", "api", true, "10.0.0.1"), metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	api := model.ServiceKey{Namespace: "ns", Name: "api"}
 	want = model.Delta{Services: map[model.ServiceKey]model.ServiceState{
 		web: {Service: webSvc},
-		api: {Endpoints: eps(ep("10.0.0.1"))},
+		api: {Endpoints: eps(modeltest.Ready("10.0.0.1", ""))},
 	}}
 	if diff := cmp.Diff(want, nextDelta(t, s, changed), deltaOpts...); diff != "" {
 		t.Fatalf("Take after relabelling (-want +got):\n%s", diff)
@@ -232,7 +202,7 @@ func TestHandlers(t *testing.T) {
 	s := New(fake.NewClientset(), Options{ServiceProxyName: "ours"}, testLogger(t))
 	web := model.ServiceKey{Namespace: "ns", Name: "web"}
 	api := model.ServiceKey{Namespace: "ns", Name: "api"}
-	webSvc, _ := convertService(fakeService("web", 80))
+	webSvc, _ := convertService(k8stest.Service("ns", "web", "10.96.0.10"))
 	steps := []struct {
 		name string
 		do   func()
@@ -240,37 +210,37 @@ func TestHandlers(t *testing.T) {
 	}{{
 		name: "adds",
 		do: func() {
-			s.onService(0, fakeService("web", 80), false)
-			s.onSlice(nil, fakeSlice("web-1", "web", true, "10.0.0.1"))
+			s.onService(0, k8stest.Service("ns", "web", "10.96.0.10"), false)
+			s.onSlice(nil, k8stest.Slice("ns", "web-1", "web", true, "10.0.0.1"))
 			s.onNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, false)
 		},
 		want: model.Delta{
-			Services: map[model.ServiceKey]model.ServiceState{web: {Service: webSvc, Endpoints: eps(ep("10.0.0.1"))}},
+			Services: map[model.ServiceKey]model.ServiceState{web: {Service: webSvc, Endpoints: eps(modeltest.Ready("10.0.0.1", ""))}},
 			Nodes:    map[string]*model.Node{"n1": {Name: "n1"}},
 		},
 	}, {
 		name: "a relabelled slice moves; a slice without the label is ignored",
 		do: func() {
-			s.onSlice(fakeSlice("web-1", "web", true, "10.0.0.1"), fakeSlice("web-1", "api", true, "10.0.0.1"))
-			unlabelled := fakeSlice("web-2", "", true, "10.0.0.9")
+			s.onSlice(k8stest.Slice("ns", "web-1", "web", true, "10.0.0.1"), k8stest.Slice("ns", "web-1", "api", true, "10.0.0.1"))
+			unlabelled := k8stest.Slice("ns", "web-2", "", true, "10.0.0.9")
 			s.onSlice(nil, unlabelled)
 		},
 		want: model.Delta{Services: map[model.ServiceKey]model.ServiceState{
 			web: {Service: webSvc},
-			api: {Endpoints: eps(ep("10.0.0.1"))},
+			api: {Endpoints: eps(modeltest.Ready("10.0.0.1", ""))},
 		}},
 	}, {
 		name: "a Service labelled with our name enters the named watch before it leaves the other: kept",
 		do: func() {
-			ours := named(fakeService("web", 80), "ours")
+			ours := named(k8stest.Service("ns", "web", "10.96.0.10"), "ours")
 			mustAdd(t, s.services[1], ours)
 			s.onService(1, ours, false)
-			s.onService(0, fakeService("web", 80), true)
+			s.onService(0, k8stest.Service("ns", "web", "10.96.0.10"), true)
 		},
 	}, {
 		name: "a Service unlabelled leaves the named watch before it enters the other: gone, then back",
 		do: func() {
-			ours := named(fakeService("web", 80), "ours")
+			ours := named(k8stest.Service("ns", "web", "10.96.0.10"), "ours")
 			mustDelete(t, s.services[1], ours)
 			s.onService(1, ours, true)
 			s.mu.Lock()
@@ -278,15 +248,15 @@ func TestHandlers(t *testing.T) {
 				t.Errorf("after the delete from the only watch holding it, the Service is %+v, want gone", d.Services[web])
 			}
 			s.mu.Unlock()
-			mustAdd(t, s.services[0], fakeService("web", 80))
-			s.onService(0, fakeService("web", 80), false)
+			mustAdd(t, s.services[0], k8stest.Service("ns", "web", "10.96.0.10"))
+			s.onService(0, k8stest.Service("ns", "web", "10.96.0.10"), false)
 		},
 		want: model.Delta{Services: map[model.ServiceKey]model.ServiceState{web: {Service: webSvc}}},
 	}, {
 		name: "tombstones of missed deletes",
 		do: func() {
-			s.onService(0, cache.DeletedFinalStateUnknown{Key: "ns/web", Obj: fakeService("web", 80)}, true)
-			s.onSlice(cache.DeletedFinalStateUnknown{Key: "ns/web-1", Obj: fakeSlice("web-1", "api", true)}, nil)
+			s.onService(0, cache.DeletedFinalStateUnknown{Key: "ns/web", Obj: k8stest.Service("ns", "web", "10.96.0.10")}, true)
+			s.onSlice(cache.DeletedFinalStateUnknown{Key: "ns/web-1", Obj: k8stest.Slice("ns", "web-1", "api", true)}, nil)
 			s.onNode(cache.DeletedFinalStateUnknown{Key: "n1", Obj: &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}}, true)
 		},
 		want: model.Delta{
@@ -345,7 +315,7 @@ func TestSourceForbidden(t *testing.T) {
 	client.PrependReactor("list", "endpointslices", forbid)
 
 	s, _, _ := startSource(t, func(o Options) *Source { return New(client, o, testLogger(t)) })
-	eventually(t, "Healthy() to report the denial", func() bool { return s.Healthy() != nil })
+	harness.Poll(t, time.Minute, harness.Cond("Healthy() to report the denial", func() bool { return s.Healthy() != nil }))
 	err := s.Healthy()
 	const want = `cannot list endpointslices.discovery.k8s.io: forbidden for user "alice": grant it with the ClusterRole in deploy/`
 	if !strings.HasPrefix(err.Error(), want) {
@@ -362,7 +332,7 @@ func TestSourceForbidden(t *testing.T) {
 	}
 
 	deny.Store(false) // the ClusterRole got granted: the reflector's retry succeeds
-	eventually(t, "the caches to sync once allowed", s.HasSynced)
+	harness.Poll(t, time.Minute, harness.Cond("the caches to sync once allowed", s.HasSynced))
 	if err := s.Healthy(); err != nil {
 		t.Errorf("Healthy() after the grant = %v, want nil", err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/core/model/modeltest"
 )
 
 var (
@@ -19,24 +20,12 @@ var (
 )
 
 func svc(key model.ServiceKey, port uint16) *model.Service {
-	return &model.Service{Key: key, Type: model.ClusterIP, ClusterIPs: addrs("10.96.0.1"),
-		Ports: []model.ServicePort{{Name: "http", Protocol: model.TCP, Port: port}}}
-}
-
-// ep is a ready endpoint of port "http" 8080 unless changed by opts.
-func ep(addr string, opts ...func(*model.Endpoint)) model.Endpoint {
-	e := model.Endpoint{Addr: netip.MustParseAddr(addr), Port: 8080, PortName: "http", Protocol: model.TCP,
-		Ready: true, Serving: true}
-	for _, o := range opts {
-		o(&e)
-	}
-	return e
+	s := modeltest.ClusterIP(key, "10.96.0.1")
+	s.Ports[0].Port = port
+	return s
 }
 
 func terminating(e *model.Endpoint) { e.Ready, e.Terminating = false, true }
-func onNode(n string) func(*model.Endpoint) {
-	return func(e *model.Endpoint) { e.NodeName = n }
-}
 
 func eps(e ...model.Endpoint) []model.Endpoint { return e }
 
@@ -81,11 +70,11 @@ func TestTracker(t *testing.T) {
 		name: "first take reports everything, the next nothing",
 		steps: []trackerStep{
 			{do: setService(keyA, svc(keyA, 80)), wantChanged: true},
-			{do: setSlice(keyA, "a-1", eps(ep("10.0.0.2"), ep("10.0.0.1")), time.Time{}), wantChanged: true},
+			{do: setSlice(keyA, "a-1", eps(modeltest.Ready("10.0.0.2", ""), modeltest.Ready("10.0.0.1", "")), time.Time{}), wantChanged: true},
 			{do: setNode("n1", node1), wantChanged: true},
 			{take: true, want: model.Delta{
 				Services: map[model.ServiceKey]model.ServiceState{keyA: {Service: svc(keyA, 80),
-					Endpoints: eps(ep("10.0.0.1"), ep("10.0.0.2"))}},
+					Endpoints: eps(modeltest.Ready("10.0.0.1", ""), modeltest.Ready("10.0.0.2", ""))}},
 				Nodes: map[string]*model.Node{"n1": node1}}},
 			{take: true},
 			{name: "an equal update is no change", do: setService(keyA, svc(keyA, 80))},
@@ -96,15 +85,15 @@ func TestTracker(t *testing.T) {
 		name: "a change and its undo collapse",
 		steps: []trackerStep{
 			{do: setService(keyA, svc(keyA, 80)), wantChanged: true},
-			{do: setSlice(keyA, "a-1", eps(ep("10.0.0.1")), time.Time{}), wantChanged: true},
+			{do: setSlice(keyA, "a-1", eps(modeltest.Ready("10.0.0.1", "")), time.Time{}), wantChanged: true},
 			{do: setNode("n1", node1), wantChanged: true},
 			{take: true, want: model.Delta{
-				Services: map[model.ServiceKey]model.ServiceState{keyA: {Service: svc(keyA, 80), Endpoints: eps(ep("10.0.0.1"))}},
+				Services: map[model.ServiceKey]model.ServiceState{keyA: {Service: svc(keyA, 80), Endpoints: eps(modeltest.Ready("10.0.0.1", ""))}},
 				Nodes:    map[string]*model.Node{"n1": node1}}},
 			{do: setService(keyA, svc(keyA, 81)), wantChanged: true},
 			{do: setService(keyA, svc(keyA, 80)), wantChanged: true},
-			{do: setSlice(keyA, "a-1", eps(ep("10.0.0.1"), ep("10.0.0.2")), start.Add(time.Second)), wantChanged: true},
-			{do: setSlice(keyA, "a-1", eps(ep("10.0.0.1")), start.Add(2*time.Second)), wantChanged: true},
+			{do: setSlice(keyA, "a-1", eps(modeltest.Ready("10.0.0.1", ""), modeltest.Ready("10.0.0.2", "")), start.Add(time.Second)), wantChanged: true},
+			{do: setSlice(keyA, "a-1", eps(modeltest.Ready("10.0.0.1", "")), start.Add(2*time.Second)), wantChanged: true},
 			{do: setNode("n1", node1NotReady), wantChanged: true},
 			{do: setNode("n1", node1), wantChanged: true},
 			{name: "nothing, and no trigger times", take: true},
@@ -128,25 +117,25 @@ func TestTracker(t *testing.T) {
 	}, {
 		name: "slices before their Service, and after it",
 		steps: []trackerStep{
-			{do: setSlice(keyB, "b-1", eps(ep("10.0.0.1")), time.Time{}), wantChanged: true},
-			{take: true, want: model.Delta{Services: map[model.ServiceKey]model.ServiceState{keyB: {Endpoints: eps(ep("10.0.0.1"))}}}},
+			{do: setSlice(keyB, "b-1", eps(modeltest.Ready("10.0.0.1", "")), time.Time{}), wantChanged: true},
+			{take: true, want: model.Delta{Services: map[model.ServiceKey]model.ServiceState{keyB: {Endpoints: eps(modeltest.Ready("10.0.0.1", ""))}}}},
 			{do: setService(keyB, svc(keyB, 80)), wantChanged: true},
-			{take: true, want: model.Delta{Services: map[model.ServiceKey]model.ServiceState{keyB: {Service: svc(keyB, 80), Endpoints: eps(ep("10.0.0.1"))}}}},
+			{take: true, want: model.Delta{Services: map[model.ServiceKey]model.ServiceState{keyB: {Service: svc(keyB, 80), Endpoints: eps(modeltest.Ready("10.0.0.1", ""))}}}},
 			{do: setService(keyB, nil), wantChanged: true},
-			{take: true, want: model.Delta{Services: map[model.ServiceKey]model.ServiceState{keyB: {Endpoints: eps(ep("10.0.0.1"))}}}},
+			{take: true, want: model.Delta{Services: map[model.ServiceKey]model.ServiceState{keyB: {Endpoints: eps(modeltest.Ready("10.0.0.1", ""))}}}},
 			{do: deleteSlice(keyB, "b-1"), wantChanged: true},
 			{take: true, want: model.Delta{Services: map[model.ServiceKey]model.ServiceState{keyB: {}}}},
 		},
 	}, {
 		name: "duplicates across slices collapse, the ready copy wins",
 		steps: []trackerStep{
-			{do: setSlice(keyA, "a-2", eps(ep("10.0.0.1", onNode("n1"))), time.Time{}), wantChanged: true},
-			{name: "a terminating copy in an earlier slice loses", do: setSlice(keyA, "a-1", eps(ep("10.0.0.1", terminating), ep("10.0.0.3")), time.Time{}), wantChanged: true},
+			{do: setSlice(keyA, "a-2", eps(modeltest.Ready("10.0.0.1", "n1")), time.Time{}), wantChanged: true},
+			{name: "a terminating copy in an earlier slice loses", do: setSlice(keyA, "a-1", eps(modeltest.Terminating("10.0.0.1", ""), modeltest.Ready("10.0.0.3", "")), time.Time{}), wantChanged: true},
 			{take: true, want: model.Delta{Services: map[model.ServiceKey]model.ServiceState{keyA: {
-				Endpoints: eps(ep("10.0.0.1", onNode("n1")), ep("10.0.0.3"))}}}},
+				Endpoints: eps(modeltest.Ready("10.0.0.1", "n1"), modeltest.Ready("10.0.0.3", ""))}}}},
 			{do: deleteSlice(keyA, "a-2"), wantChanged: true},
 			{take: true, want: model.Delta{Services: map[model.ServiceKey]model.ServiceState{keyA: {
-				Endpoints: eps(ep("10.0.0.1", terminating), ep("10.0.0.3"))}}}},
+				Endpoints: eps(modeltest.Terminating("10.0.0.1", ""), modeltest.Ready("10.0.0.3", ""))}}}},
 			{name: "an empty slice changes nothing", do: setSlice(keyA, "a-3", nil, time.Time{})},
 			{take: true},
 		},
@@ -155,21 +144,21 @@ func TestTracker(t *testing.T) {
 		steps: []trackerStep{
 			{do: setService(keyA, svc(keyA, 80)), wantChanged: true},
 			{name: "a trigger time from before tracking started is not reported",
-				do: setSlice(keyA, "a-1", eps(ep("10.0.0.1")), start.Add(-time.Hour)), wantChanged: true},
+				do: setSlice(keyA, "a-1", eps(modeltest.Ready("10.0.0.1", "")), start.Add(-time.Hour)), wantChanged: true},
 			{take: true, want: model.Delta{Services: map[model.ServiceKey]model.ServiceState{keyA: {
-				Service: svc(keyA, 80), Endpoints: eps(ep("10.0.0.1"))}}}},
-			{do: setSlice(keyA, "a-1", eps(ep("10.0.0.1", terminating)), start.Add(2*time.Second)), wantChanged: true},
-			{do: setSlice(keyA, "a-2", eps(ep("10.0.0.2")), start.Add(time.Second)), wantChanged: true},
+				Service: svc(keyA, 80), Endpoints: eps(modeltest.Ready("10.0.0.1", ""))}}}},
+			{do: setSlice(keyA, "a-1", eps(modeltest.Terminating("10.0.0.1", "")), start.Add(2*time.Second)), wantChanged: true},
+			{do: setSlice(keyA, "a-2", eps(modeltest.Ready("10.0.0.2", "")), start.Add(time.Second)), wantChanged: true},
 			{take: true, want: model.Delta{
 				Services: map[model.ServiceKey]model.ServiceState{keyA: {
-					Service: svc(keyA, 80), Endpoints: eps(ep("10.0.0.1", terminating), ep("10.0.0.2"))}},
+					Service: svc(keyA, 80), Endpoints: eps(modeltest.Terminating("10.0.0.1", ""), modeltest.Ready("10.0.0.2", ""))}},
 				TriggerTimes: []time.Time{start.Add(time.Second), start.Add(2 * time.Second)}}},
 			{do: setSlice(keyA, "a-1", nil, start.Add(3*time.Second)), wantChanged: true},
 			{take: true, want: model.Delta{
 				Services: map[model.ServiceKey]model.ServiceState{keyA: {
-					Service: svc(keyA, 80), Endpoints: eps(ep("10.0.0.2"))}},
+					Service: svc(keyA, 80), Endpoints: eps(modeltest.Ready("10.0.0.2", ""))}},
 				TriggerTimes: []time.Time{start.Add(3 * time.Second)}}},
-			{name: "a trigger time alone is no change", do: setSlice(keyA, "a-2", eps(ep("10.0.0.2")), start.Add(4*time.Second))},
+			{name: "a trigger time alone is no change", do: setSlice(keyA, "a-2", eps(modeltest.Ready("10.0.0.2", "")), start.Add(4*time.Second))},
 			{take: true},
 		},
 	}, {
@@ -214,11 +203,11 @@ func TestTracker(t *testing.T) {
 // slices as before.
 func TestTrackerSliceWorkIsLocal(t *testing.T) {
 	tr := newTracker(start)
-	tr.setSlice(keyA, "a-1", eps(ep("10.0.0.1")), time.Time{})
-	tr.setSlice(keyB, "b-1", eps(ep("10.0.1.1")), time.Time{})
+	tr.setSlice(keyA, "a-1", eps(modeltest.Ready("10.0.0.1", "")), time.Time{})
+	tr.setSlice(keyB, "b-1", eps(modeltest.Ready("10.0.1.1", "")), time.Time{})
 	tr.take()
 	before := &tr.services[keyB].endpoints[0]
-	tr.setSlice(keyA, "a-1", eps(ep("10.0.0.2")), time.Time{})
+	tr.setSlice(keyA, "a-1", eps(modeltest.Ready("10.0.0.2", "")), time.Time{})
 	if &tr.services[keyB].endpoints[0] != before {
 		t.Errorf("Service b's endpoints were rebuilt by a slice event of Service a")
 	}
@@ -228,8 +217,8 @@ func TestTrackerSliceWorkIsLocal(t *testing.T) {
 }
 
 func TestMergeEndpointsWithinOneSlice(t *testing.T) {
-	got := mergeEndpoints(map[string][]model.Endpoint{"a-1": eps(ep("10.0.0.1", terminating), ep("10.0.0.1"), ep("10.0.0.2"))})
-	want := eps(ep("10.0.0.1"), ep("10.0.0.2"))
+	got := mergeEndpoints(map[string][]model.Endpoint{"a-1": eps(modeltest.Terminating("10.0.0.1", ""), modeltest.Ready("10.0.0.1", ""), modeltest.Ready("10.0.0.2", ""))})
+	want := eps(modeltest.Ready("10.0.0.1", ""), modeltest.Ready("10.0.0.2", ""))
 	if diff := cmp.Diff(want, got, deltaOpts...); diff != "" {
 		t.Errorf("mergeEndpoints (-want +got):\n%s", diff)
 	}
@@ -248,7 +237,7 @@ func BenchmarkTrackerEndpointChange(b *testing.B) {
 				tr.setService(key, svc(key, 80))
 				var e []model.Endpoint
 				for j := range 10 {
-					e = append(e, ep(fmt.Sprintf("10.%d.%d.%d", i>>8&255, i&255, j+1)))
+					e = append(e, modeltest.Ready(fmt.Sprintf("10.%d.%d.%d", i>>8&255, i&255, j+1), ""))
 				}
 				tr.setSlice(key, key.Name+"-1", e, time.Time{})
 				if i == 0 {
@@ -283,7 +272,7 @@ func BenchmarkTrackerInitialSync(b *testing.B) {
 				keys[i] = model.ServiceKey{Namespace: "ns", Name: fmt.Sprintf("svc-%d", i)}
 				svcs[i] = svc(keys[i], 80)
 				for j := range 10 {
-					endpoints[i] = append(endpoints[i], ep(fmt.Sprintf("10.%d.%d.%d", i>>8&255, i&255, j+1)))
+					endpoints[i] = append(endpoints[i], modeltest.Ready(fmt.Sprintf("10.%d.%d.%d", i>>8&255, i&255, j+1), ""))
 				}
 			}
 			b.ReportAllocs()

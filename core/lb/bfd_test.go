@@ -3,6 +3,7 @@ package lb
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/switchyard-lb/switchyard/announcers/bgp"
 	"github.com/switchyard-lb/switchyard/announcers/bgp/bfd"
 	"github.com/switchyard-lb/switchyard/announcers/bgp/bfd/bfdtest"
+	"github.com/switchyard-lb/switchyard/test/harness"
 )
 
 type collectFunc func(chan<- prometheus.Metric)
@@ -45,13 +47,12 @@ func TestBFDMetricsAndState(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	deadline := time.Now().Add(time.Minute)
-	for ss := s.BFDSessions(); len(ss) != 1 || ss[0].State != bfd.Up; ss = s.BFDSessions() {
-		if time.Now().After(deadline) {
-			t.Fatalf("BFD sessions %+v, want one up", ss)
+	harness.Poll(t, time.Minute, func() error {
+		if ss := s.BFDSessions(); len(ss) != 1 || ss[0].State != bfd.Up {
+			return fmt.Errorf("BFD sessions %+v, want one up", ss)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 
 	want := `
 # HELP switchyard_bfd_bgp_held_down 1 while the BGP session with the peer is held down by a BFD failure.

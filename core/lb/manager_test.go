@@ -21,6 +21,7 @@ import (
 	"github.com/switchyard-lb/switchyard/core/election"
 	"github.com/switchyard-lb/switchyard/core/ipam"
 	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/test/harness"
 )
 
 // TestAnnouncerSlot: an announcer's pools and node selector follow
@@ -268,19 +269,14 @@ func TestManagerRegisteredType(t *testing.T) {
 	})
 	wait := func(want []string, calls int) {
 		t.Helper()
-		deadline := time.Now().Add(time.Minute)
-		for {
-			self, got, n := rec.last()
-			if n >= calls {
-				if self != "n1" || !slices.Equal(got, want) {
-					t.Fatalf("started for %q with nodes %v, want n1 with %v", self, got, want)
-				}
-				return
+		harness.Poll(t, time.Minute, func() error {
+			if _, _, n := rec.last(); n < calls {
+				return fmt.Errorf("the announcer got %d node sets, want %d", n, calls)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the announcer got %d node sets, want %d", n, calls)
-			}
-			time.Sleep(10 * time.Millisecond)
+			return nil
+		})
+		if self, got, _ := rec.last(); self != "n1" || !slices.Equal(got, want) {
+			t.Fatalf("started for %q with nodes %v, want n1 with %v", self, got, want)
 		}
 	}
 	wait([]string{"n1", "n4"}, 1)

@@ -6,15 +6,17 @@ import (
 	"time"
 
 	"github.com/switchyard-lb/switchyard/announcers/bgp"
+	"github.com/switchyard-lb/switchyard/core/runner/runnertest"
 )
 
 // TestAnnouncerHealth steps a fake clock through failures of two
 // announcers: each turns the pod unready only once it has failed for its
 // grace, and recovering resets its clock.
 func TestAnnouncerHealth(t *testing.T) {
-	now := time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)
+	start := time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)
+	clock := runnertest.NewClock(start)
 	var bgpErr, arpErr error
-	h := newAnnouncerHealth(func() time.Time { return now })
+	h := newAnnouncerHealth(clock.Now)
 	h.add(announcerCheck{name: "tor", probe: func() error { return bgpErr }, grace: func() time.Duration { return 90 * time.Second }})
 	h.add(announcerCheck{name: "l2", probe: func() error { return arpErr }, grace: func() time.Duration { return 10 * time.Second }})
 	noSession := errors.New("no bgp session established (1 peers configured)")
@@ -37,7 +39,7 @@ func TestAnnouncerHealth(t *testing.T) {
 		{name: "bgp fails again: its clock restarted", at: 100 * time.Second, bgp: noSession},
 	}
 	for _, s := range steps {
-		now = time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC).Add(s.at)
+		clock.StepTo(start.Add(s.at))
 		bgpErr, arpErr = s.bgp, s.arp
 		got := ""
 		if err := h.err(); err != nil {

@@ -4,6 +4,7 @@ package lb
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/switchyard-lb/switchyard/core/election"
 	"github.com/switchyard-lb/switchyard/core/model"
 	"github.com/switchyard-lb/switchyard/test/apitest"
+	"github.com/switchyard-lb/switchyard/test/harness"
 )
 
 // TestIntegrationLBSecretFollow runs a Manager against a real API server
@@ -80,8 +82,7 @@ func TestIntegrationLBSecretFollow(t *testing.T) {
 
 	last := func(want string) {
 		t.Helper()
-		deadline := time.Now().Add(2 * time.Minute)
-		for {
+		harness.Poll(t, 2*time.Minute, func() error {
 			mu.Lock()
 			n := len(got)
 			var l string
@@ -89,14 +90,11 @@ func TestIntegrationLBSecretFollow(t *testing.T) {
 				l = got[n-1]
 			}
 			mu.Unlock()
-			if l == want {
-				return
+			if l != want {
+				return fmt.Errorf("the announcer last got %q, want %q", l, want)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the announcer last got %q, want %q", l, want)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 	put := func(name, value string) {
 		t.Helper()

@@ -17,6 +17,7 @@ import (
 
 	"github.com/switchyard-lb/switchyard/core/ipam"
 	"github.com/switchyard-lb/switchyard/core/lbipam"
+	"github.com/switchyard-lb/switchyard/test/harness"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -56,23 +57,6 @@ func TestNewRejects(t *testing.T) {
 	}
 }
 
-// poll waits until fn returns nil, failing the test after a generous
-// deadline: a fake client answers at once.
-func poll(t *testing.T, fn func() error) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		err := fn()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(err)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func addrsOf(t *testing.T, c kubernetes.Interface, name string) []string {
 	t.Helper()
 	svc, err := c.CoreV1().Services("default").Get(context.Background(), name, metav1.GetOptions{})
@@ -88,7 +72,7 @@ func addrsOf(t *testing.T, c kubernetes.Interface, name string) []string {
 
 func waitAddrs(t *testing.T, c kubernetes.Interface, name string, want []string) {
 	t.Helper()
-	poll(t, func() error {
+	harness.Poll(t, time.Minute, func() error {
 		if diff := cmp.Diff(want, addrsOf(t, c, name)); diff != "" {
 			return fmt.Errorf("%s ingress (-want +got):\n%s", name, diff)
 		}
@@ -118,7 +102,7 @@ func TestControllerFake(t *testing.T) {
 		stops = append(stops, func() { cancel(); <-done })
 		ctls[id] = c
 		if id == "node-a" {
-			poll(t, func() error {
+			harness.Poll(t, time.Minute, func() error {
 				if !c.IsLeader() {
 					return errors.New("node-a does not lead")
 				}
@@ -149,7 +133,7 @@ func TestControllerFake(t *testing.T) {
 			waitAddrs(t, client, name, []string{fmt.Sprintf("192.0.2.1%d", map[string]int{"one": 0, "two": 1}[name])})
 		}
 	}
-	poll(t, func() error {
+	harness.Poll(t, time.Minute, func() error {
 		evs, err := client.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{})
 		if err != nil {
 			return err
@@ -178,7 +162,7 @@ func TestControllerFake(t *testing.T) {
 	if err := client.CoreV1().Services("default").Delete(context.Background(), "one", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, func() error {
+	harness.Poll(t, time.Minute, func() error {
 		two, three := addrsOf(t, client, "two"), addrsOf(t, client, "three")
 		if len(two)+len(three) != 1 {
 			return fmt.Errorf("two %v, three %v: want one of them on 192.0.2.10", two, three)
@@ -188,7 +172,7 @@ func TestControllerFake(t *testing.T) {
 
 	// node-a stops; node-b takes over with the pools it was given.
 	stops[0]()
-	poll(t, func() error {
+	harness.Poll(t, time.Minute, func() error {
 		if !b.IsLeader() {
 			return errors.New("node-b does not lead")
 		}

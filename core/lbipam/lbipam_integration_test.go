@@ -28,25 +28,10 @@ import (
 	"github.com/switchyard-lb/switchyard/core/ipam"
 	"github.com/switchyard-lb/switchyard/core/lbipam"
 	"github.com/switchyard-lb/switchyard/test/apitest"
+	"github.com/switchyard-lb/switchyard/test/harness"
 )
 
 const waitTimeout = 30 * time.Second
-
-// eventually polls fn until it returns nil, failing the test at the deadline.
-func eventually(t testing.TB, timeout time.Duration, fn func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := fn()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %v", timeout, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
 
 func ensureNamespace(t testing.TB, c kubernetes.Interface, name string) {
 	t.Helper()
@@ -121,7 +106,7 @@ func (w tWriter) Write(p []byte) (int, error) {
 
 func waitLeader(t testing.TB, c *running) {
 	t.Helper()
-	eventually(t, waitTimeout, func() error {
+	harness.Poll(t, waitTimeout, func() error {
 		if !c.IsLeader() {
 			return errors.New("controller is not leading")
 		}
@@ -196,7 +181,7 @@ func ingress(svc *corev1.Service) []string {
 func waitIngress(t testing.TB, c kubernetes.Interface, ns, name string) []string {
 	t.Helper()
 	var got []string
-	eventually(t, waitTimeout, func() error {
+	harness.Poll(t, waitTimeout, func() error {
 		got = ingress(getService(t, c, ns, name))
 		if len(got) == 0 {
 			return fmt.Errorf("Service %s/%s has no address", ns, name)
@@ -209,7 +194,7 @@ func waitIngress(t testing.TB, c kubernetes.Interface, ns, name string) []string
 // waitIngressEqual waits until the Service publishes exactly want.
 func waitIngressEqual(t testing.TB, c kubernetes.Interface, ns, name string, want []string) {
 	t.Helper()
-	eventually(t, waitTimeout, func() error {
+	harness.Poll(t, waitTimeout, func() error {
 		if diff := cmp.Diff(want, ingress(getService(t, c, ns, name))); diff != "" {
 			return fmt.Errorf("Service %s/%s ingress (-want +got):\n%s", ns, name, diff)
 		}
@@ -222,7 +207,7 @@ func waitIngressEqual(t testing.TB, c kubernetes.Interface, ns, name string, wan
 func waitFailed(t testing.TB, c kubernetes.Interface, ns, name, want string) string {
 	t.Helper()
 	var msg string
-	eventually(t, waitTimeout, func() error {
+	harness.Poll(t, waitTimeout, func() error {
 		evs, err := c.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{
 			FieldSelector: fields.Set{"involvedObject.name": name, "reason": lbipam.ReasonAllocationFailed}.String(),
 		})
@@ -246,7 +231,7 @@ func waitFailed(t testing.TB, c kubernetes.Interface, ns, name, want string) str
 func waitCondition(t testing.TB, c kubernetes.Interface, ns, name string, status metav1.ConditionStatus) *metav1.Condition {
 	t.Helper()
 	var cond *metav1.Condition
-	eventually(t, waitTimeout, func() error {
+	harness.Poll(t, waitTimeout, func() error {
 		cond = meta.FindStatusCondition(getService(t, c, ns, name).Status.Conditions, lbipam.ConditionAddressAllocated)
 		if cond == nil || cond.Status != status {
 			return fmt.Errorf("Service %s/%s condition %s = %+v, want status %s", ns, name, lbipam.ConditionAddressAllocated, cond, status)
@@ -454,7 +439,7 @@ func TestIntegrationExhaustionAndRelease(t *testing.T) {
 			t.Fatalf("change type: %v", err)
 		}
 		waitIngressEqual(t, c, ns, "two", nil)
-		eventually(t, waitTimeout, func() error {
+		harness.Poll(t, waitTimeout, func() error {
 			if cond := meta.FindStatusCondition(getService(t, c, ns, "two").Status.Conditions, lbipam.ConditionAddressAllocated); cond != nil {
 				return fmt.Errorf("condition still set: %+v", cond)
 			}
@@ -645,7 +630,7 @@ func TestIntegrationFailover(t *testing.T) {
 	takeOver := func(t *testing.T, stop func(), next *running, newSvc string) time.Duration {
 		began := time.Now()
 		stop()
-		eventually(t, 30*time.Second, func() error {
+		harness.Poll(t, 30*time.Second, func() error {
 			if !next.IsLeader() {
 				return errors.New("no new leader")
 			}
@@ -694,7 +679,7 @@ func TestIntegrationFailover(t *testing.T) {
 		if max := lbipam.DefaultLeaseDuration + 5*lbipam.DefaultRetryPeriod + time.Second; took > max {
 			t.Errorf("takeover from a partitioned leader took %s, want within %s", took, max)
 		}
-		eventually(t, waitTimeout, func() error {
+		harness.Poll(t, waitTimeout, func() error {
 			if b.IsLeader() {
 				return errors.New("partitioned controller still acting")
 			}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/switchyard-lb/switchyard/core/election"
 	"github.com/switchyard-lb/switchyard/core/membership"
+	"github.com/switchyard-lb/switchyard/test/harness"
 )
 
 // TestElectionMovesAddressOffKilledMember runs the real election over
@@ -53,10 +54,10 @@ func TestElectionMovesAddressOffKilledMember(t *testing.T) {
 			continue
 		}
 		// The next in the ranking takes over: the same answer everywhere.
-		eventually(t, fmt.Sprintf("%s moves %s off %s to the runner-up %s", name(i), ip, owner, runnerUp), func() bool {
+		harness.Poll(t, deadline, harness.Cond(fmt.Sprintf("%s moves %s off %s to the runner-up %s", name(i), ip, owner, runnerUp), func() bool {
 			o, ok := election.Layer2Owner(input(m), ip)
 			return ok && o == runnerUp
-		})
+		}))
 		t.Logf("%s: %s moved off %s after %v", name(i), ip, owner, time.Since(killed))
 	}
 }
@@ -95,13 +96,13 @@ func TestCutOffMemberAnnouncesNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, "node-2 stops announcing "+ip.String(), func() bool {
+	harness.Poll(t, deadline, harness.Cond("node-2 stops announcing "+ip.String(), func() bool {
 		return len(election.Announced(election.Layer2, name(2), input(ms[2]), ips)) == 0
-	})
-	eventually(t, "node-2 sees both others dead", func() bool {
+	}))
+	harness.Poll(t, deadline, harness.Cond("node-2 sees both others dead", func() bool {
 		st := states(ms[2])
 		return st["node-0"] == "dead" && st["node-1"] == "dead"
-	})
+	}))
 	if !ms[2].CutOff() {
 		t.Error("node-2 does not report itself cut off")
 	}
@@ -117,7 +118,7 @@ func TestCutOffMemberAnnouncesNothing(t *testing.T) {
 		t.Errorf("node-2: cut off %v, quorum %v once the others are NotReady; want false, true", ms[2].CutOff(), ms[2].HasQuorum())
 	}
 	// It answers again after the window it waits once no longer cut off.
-	eventually(t, "node-2 announces "+ip.String()+" once the others are NotReady", func() bool {
+	harness.Poll(t, deadline, harness.Cond("node-2 announces "+ip.String()+" once the others are NotReady", func() bool {
 		return len(election.Announced(election.Layer2, name(2), input(ms[2]), ips)) == 1
-	})
+	}))
 }

@@ -9,24 +9,12 @@ import (
 	"time"
 
 	"github.com/switchyard-lb/switchyard/core/membership"
+	"github.com/switchyard-lb/switchyard/test/harness"
 )
 
 // deadline bounds every wait: generous, since tests share a loaded
 // machine and run under -race. Nothing asserts on how fast it is.
-const deadline = 20 * time.Second
-
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, what string, cond func() bool) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for !cond() {
-		if time.Since(start) > deadline {
-			t.Fatalf("%s: not within %v", what, deadline)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-	return time.Since(start)
-}
+const deadline = 2 * time.Minute
 
 // addr returns the i-th loopback address used as a node: 127.0.0.(10+i).
 func addr(i int) string { return fmt.Sprintf("127.0.0.%d", 10+i) }
@@ -99,13 +87,13 @@ func cluster(t *testing.T, n int, opts ...option) []*membership.Membership {
 		m.SetPeers(peersOf(ms[0]))
 	}
 	for i, m := range ms {
-		eventually(t, fmt.Sprintf("%s sees %d alive", name(i), n), func() bool { return m.Size() == n })
+		harness.Poll(t, deadline, harness.Cond(fmt.Sprintf("%s sees %d alive", name(i), n), func() bool { return m.Size() == n }))
 		// A daemon that just started waits a window before it counts
 		// itself alive (the guard).
-		eventually(t, fmt.Sprintf("%s counts itself alive", name(i)), func() bool {
+		harness.Poll(t, deadline, harness.Cond(fmt.Sprintf("%s counts itself alive", name(i)), func() bool {
 			alive, _ := m.Alive(name(i))
 			return alive
-		})
+		}))
 	}
 	return ms
 }

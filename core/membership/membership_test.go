@@ -9,8 +9,10 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
 	"github.com/switchyard-lb/switchyard/core/election"
 	"github.com/switchyard-lb/switchyard/core/membership"
+	"github.com/switchyard-lb/switchyard/test/harness"
 )
 
 // Membership serves the election directly.
@@ -58,10 +60,10 @@ func TestDeadDetected(t *testing.T) {
 	}
 	var times []time.Duration
 	for i, m := range ms[:3] {
-		eventually(t, fmt.Sprintf("%s sees node-3 dead", name(i)), func() bool {
+		harness.Poll(t, deadline, harness.Cond(fmt.Sprintf("%s sees node-3 dead", name(i)), func() bool {
 			alive, known := m.Alive("node-3")
 			return known && !alive
-		})
+		}))
 		times = append(times, time.Since(killed))
 	}
 	// Polling one survivor after the other only overstates the later
@@ -98,7 +100,7 @@ func TestGracefulLeave(t *testing.T) {
 		t.Fatalf("Close: %v", err)
 	}
 	for i, m := range ms[:2] {
-		eventually(t, fmt.Sprintf("%s sees node-2 left", name(i)), func() bool { return states(m)["node-2"] == "left" })
+		harness.Poll(t, deadline, harness.Cond(fmt.Sprintf("%s sees node-2 left", name(i)), func() bool { return states(m)["node-2"] == "left" }))
 		if alive, known := m.Alive("node-2"); alive || !known {
 			t.Errorf("%s: Alive(node-2) = %v, %v; want false, true", name(i), alive, known)
 		}
@@ -119,15 +121,15 @@ func TestRejoinAfterRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, m := range ms[:2] {
-		eventually(t, fmt.Sprintf("%s sees node-2 dead", name(i)), func() bool { return states(m)["node-2"] == "dead" })
+		harness.Poll(t, deadline, harness.Cond(fmt.Sprintf("%s sees node-2 dead", name(i)), func() bool { return states(m)["node-2"] == "dead" }))
 	}
 	// The daemon restarts on the same node: same name, same address.
 	again := start(t, 2, func(c *membership.Config) { c.BindPort = int(port) })
 	again.SetPeers(peersOf(ms[0], ms[1]))
 	for i, m := range append(ms[:2], again) {
-		eventually(t, fmt.Sprintf("%s sees all three alive", name(i)), func() bool {
+		harness.Poll(t, deadline, harness.Cond(fmt.Sprintf("%s sees all three alive", name(i)), func() bool {
 			return cmp.Equal(map[string]string{"node-0": "alive", "node-1": "alive", "node-2": "alive"}, states(m))
-		})
+		}))
 	}
 }
 
@@ -138,13 +140,13 @@ func TestPeersRejoinAndForget(t *testing.T) {
 	if err := ms[3].Crash(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "node-0 sees node-3 dead", func() bool { return states(ms[0])["node-3"] == "dead" })
+	harness.Poll(t, deadline, harness.Cond("node-0 sees node-3 dead", func() bool { return states(ms[0])["node-3"] == "dead" }))
 	// node-3 still exists in Kubernetes: still known, and dead once its
 	// fence ended.
 	ms[0].SetPeers(peersOf(ms[1], ms[2], ms[3]))
-	eventually(t, "node-0 reports node-3 dead after the fence", func() bool {
+	harness.Poll(t, deadline, harness.Cond("node-0 reports node-3 dead after the fence", func() bool {
 		return cmp.Equal(map[string]string{"node-3": "alive=false known=true"}, view(ms[0], "node-3"))
-	})
+	}))
 	// node-3 is deleted from Kubernetes: forgotten.
 	ms[0].SetPeers(peersOf(ms[1], ms[2]))
 	if diff := cmp.Diff(map[string]string{"node-1": "alive=true known=true", "node-3": "alive=false known=false"},
@@ -167,7 +169,7 @@ func TestQuorumGuard(t *testing.T) {
 		m.SetPeers(peersOf(ms[0]))
 	}
 	for i, m := range ms {
-		eventually(t, fmt.Sprintf("%s sees 4 alive", name(i)), func() bool { return m.Size() == 4 })
+		harness.Poll(t, deadline, harness.Cond(fmt.Sprintf("%s sees 4 alive", name(i)), func() bool { return m.Size() == 4 }))
 	}
 	for _, m := range ms[2:] {
 		if err := m.Crash(); err != nil {
@@ -175,15 +177,15 @@ func TestQuorumGuard(t *testing.T) {
 		}
 	}
 	for i, m := range ms[:2] {
-		eventually(t, fmt.Sprintf("%s sees two dead", name(i)), func() bool { return m.Size() == 2 && len(m.Members()) == 4 })
+		harness.Poll(t, deadline, harness.Cond(fmt.Sprintf("%s sees two dead", name(i)), func() bool { return m.Size() == 2 && len(m.Members()) == 4 }))
 		if m.HasQuorum() {
 			t.Errorf("%s: HasQuorum with 2 of 4 alive", name(i))
 		}
 	}
 	names := []string{"node-0", "node-2"}
-	eventually(t, "the guarded member has no opinion", func() bool {
+	harness.Poll(t, deadline, harness.Cond("the guarded member has no opinion", func() bool {
 		return cmp.Equal(map[string]string{"node-0": "alive=false known=false", "node-2": "alive=false known=false"}, view(ms[0], names...))
-	})
+	}))
 	if diff := cmp.Diff(map[string]string{"node-0": "alive=true known=true", "node-2": "alive=false known=true"},
 		view(ms[1], names...)); diff != "" {
 		t.Errorf("unguarded member (-want +got):\n%s", diff)
@@ -194,9 +196,9 @@ func TestQuorumGuard(t *testing.T) {
 	if !ms[0].HasQuorum() {
 		t.Errorf("node-0: no quorum after forgetting the dead members")
 	}
-	eventually(t, "the guarded member trusts gossip again", func() bool {
+	harness.Poll(t, deadline, harness.Cond("the guarded member trusts gossip again", func() bool {
 		return cmp.Equal(map[string]string{"node-0": "alive=true known=true", "node-2": "alive=false known=false"}, view(ms[0], names...))
-	})
+	}))
 }
 
 func TestEncryption(t *testing.T) {
@@ -207,9 +209,9 @@ func TestEncryption(t *testing.T) {
 	b := start(t, 1, withKeys(key, other)) // rotating: encrypts with key, accepts other too
 	c := start(t, 2, withKeys(other))
 	b.SetPeers(peersOf(a))
-	eventually(t, "a and b joined with a shared key", func() bool { return a.Size() == 2 && b.Size() == 2 })
+	harness.Poll(t, deadline, harness.Cond("a and b joined with a shared key", func() bool { return a.Size() == 2 && b.Size() == 2 }))
 	c.SetPeers(peersOf(a))
-	eventually(t, "c fails to join a with a key a lacks", func() bool { return c.JoinErr() != nil })
+	harness.Poll(t, deadline, harness.Cond("c fails to join a with a key a lacks", func() bool { return c.JoinErr() != nil }))
 	if got := c.Size(); got != 1 {
 		t.Errorf("c's Size = %d, want 1 (alone)", got)
 	}
@@ -219,7 +221,7 @@ func TestEncryption(t *testing.T) {
 	// A member gossiping in clear is refused by an encrypted one too.
 	d := start(t, 3)
 	d.SetPeers(peersOf(a))
-	eventually(t, "d fails to join a without a key", func() bool { return d.JoinErr() != nil })
+	harness.Poll(t, deadline, harness.Cond("d fails to join a without a key", func() bool { return d.JoinErr() != nil }))
 	if got := d.Size(); got != 1 {
 		t.Errorf("d's Size = %d, want 1 (alone)", got)
 	}
@@ -242,7 +244,7 @@ func TestSetKeys(t *testing.T) {
 	a := start(t, 0, withKeys(oldKey))
 	b := start(t, 1, withKeys(oldKey))
 	b.SetPeers(peersOf(a))
-	eventually(t, "a and b joined", func() bool { return a.Size() == 2 && b.Size() == 2 })
+	harness.Poll(t, deadline, harness.Cond("a and b joined", func() bool { return a.Size() == 2 && b.Size() == 2 }))
 
 	for _, step := range [][][]byte{{oldKey, newKey}, {newKey, oldKey}, {newKey}} {
 		for _, m := range []*membership.Membership{a, b} {
@@ -253,14 +255,14 @@ func TestSetKeys(t *testing.T) {
 	}
 	fresh := start(t, 2, withKeys(newKey))
 	fresh.SetPeers(peersOf(a))
-	eventually(t, "a member with the new key joins", func() bool { return a.Size() == 3 && fresh.Size() == 3 })
+	harness.Poll(t, deadline, harness.Cond("a member with the new key joins", func() bool { return a.Size() == 3 && fresh.Size() == 3 }))
 	stale := start(t, 3, withKeys(oldKey))
 	stale.SetPeers(peersOf(a))
-	eventually(t, "a member with the old key fails to join", func() bool { return stale.JoinErr() != nil })
+	harness.Poll(t, deadline, harness.Cond("a member with the old key fails to join", func() bool { return stale.JoinErr() != nil }))
 	if _, known := a.Alive("node-3"); known {
 		t.Error("a knows a member gossiping with the removed key")
 	}
-	eventually(t, "b learns the newcomer through gossip with the new key", func() bool { return b.Size() == 3 })
+	harness.Poll(t, deadline, harness.Cond("b learns the newcomer through gossip with the new key", func() bool { return b.Size() == 3 }))
 
 	for _, tc := range []struct {
 		name string
@@ -324,7 +326,7 @@ func TestPeerWithoutPort(t *testing.T) {
 	port := int(a.LocalAddr().Port())
 	b := start(t, 1, func(c *membership.Config) { c.BindPort = port })
 	b.SetPeers([]membership.Peer{{Name: "node-0", Addr: addr(0)}, {Name: "node-1", Addr: addr(1)}})
-	eventually(t, "node-1 joins node-0 by address alone", func() bool { return a.Size() == 2 && b.Size() == 2 })
+	harness.Poll(t, deadline, harness.Cond("node-1 joins node-0 by address alone", func() bool { return a.Size() == 2 && b.Size() == 2 }))
 	if err := b.JoinErr(); err != nil {
 		t.Errorf("JoinErr = %v", err)
 	}
@@ -339,7 +341,7 @@ func TestAdvertiseAddr(t *testing.T) {
 	}
 	b := start(t, 1)
 	b.SetPeers(peersOf(a))
-	eventually(t, "join through the advertised address", func() bool { return a.Size() == 2 && b.Size() == 2 })
+	harness.Poll(t, deadline, harness.Cond("join through the advertised address", func() bool { return a.Size() == 2 && b.Size() == 2 }))
 }
 
 // TestStartWaitsAWindow: a daemon that just started may have been dead a
@@ -353,9 +355,10 @@ func TestStartWaitsAWindow(t *testing.T) {
 	if diff := cmp.Diff(map[string]string{"node-0": "alive=false known=true"}, view(m, "node-0")); diff != "" {
 		t.Errorf("right after start (-want +got):\n%s", diff)
 	}
-	waited := eventually(t, "node-0 counts itself alive", func() bool {
+	began := time.Now()
+	harness.Poll(t, deadline, harness.Cond("node-0 counts itself alive", func() bool {
 		alive, _ := m.Alive("node-0")
 		return alive
-	})
-	t.Logf("node-0 counted itself alive after %v", waited)
+	}))
+	t.Logf("node-0 counted itself alive after %v", time.Since(began))
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/switchyard-lb/switchyard/core/membership"
+	"github.com/switchyard-lb/switchyard/test/harness"
 )
 
 func withGrace(d time.Duration) option {
@@ -48,14 +49,14 @@ func TestRestartGrace(t *testing.T) {
 				t.Fatal(err)
 			}
 			for i, m := range ms[:2] {
-				eventually(t, fmt.Sprintf("%s sees node-2 %s", name(i), tt.state), func() bool { return states(m)["node-2"] == tt.state })
+				harness.Poll(t, deadline, harness.Cond(fmt.Sprintf("%s sees node-2 %s", name(i), tt.state), func() bool { return states(m)["node-2"] == tt.state }))
 			}
 			if !tt.held {
 				for i, m := range ms[:2] {
-					eventually(t, fmt.Sprintf("%s reports node-2 not alive", name(i)), func() bool {
+					harness.Poll(t, deadline, harness.Cond(fmt.Sprintf("%s reports node-2 not alive", name(i)), func() bool {
 						alive, _ := m.Alive("node-2")
 						return !alive
-					})
+					}))
 				}
 				return
 			}
@@ -86,12 +87,12 @@ func TestRestartedMemberRejoins(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, m := range ms[:2] {
-		eventually(t, fmt.Sprintf("%s sees node-2 restarting", name(i)), func() bool { return states(m)["node-2"] == "restarting" })
+		harness.Poll(t, deadline, harness.Cond(fmt.Sprintf("%s sees node-2 restarting", name(i)), func() bool { return states(m)["node-2"] == "restarting" }))
 	}
 	again := start(t, 2, withGrace(time.Hour), func(c *membership.Config) { c.BindPort = int(port) })
 	again.SetPeers(peersOf(ms[0], ms[1]))
 	all := map[string]string{"node-0": "alive", "node-1": "alive", "node-2": "alive"}
 	for i, m := range append(ms[:2], again) {
-		eventually(t, fmt.Sprintf("%s sees all three alive", name(i)), func() bool { return cmp.Equal(all, states(m)) })
+		harness.Poll(t, deadline, harness.Cond(fmt.Sprintf("%s sees all three alive", name(i)), func() bool { return cmp.Equal(all, states(m)) }))
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/core/model/modeltest"
 	"github.com/switchyard-lb/switchyard/core/plan"
 )
 
@@ -12,15 +13,15 @@ import (
 // endpoint.
 func externalIPState(key model.ServiceKey, clusterIP string, port uint16, backend string) model.ServiceState {
 	return model.ServiceState{
-		Service: &model.Service{Key: key, Type: model.ClusterIP, ClusterIPs: ips(clusterIP), ExternalIPs: ips("192.0.2.30"),
+		Service: &model.Service{Key: key, Type: model.ClusterIP, ClusterIPs: modeltest.Addrs(clusterIP), ExternalIPs: modeltest.Addrs("192.0.2.30"),
 			Ports: []model.ServicePort{{Name: "http", Protocol: model.TCP, Port: port}}},
-		Endpoints: []model.Endpoint{ready(backend, "n2")},
+		Endpoints: []model.Endpoint{modeltest.Ready(backend, "n2")},
 	}
 }
 
 // contested is the Contest for 192.0.2.30:80/TCP held by owner.
 func contested(owner model.ServiceKey) []model.Contest {
-	return []model.Contest{{VirtualServiceKey: model.VirtualServiceKey{Addr: ip("192.0.2.30"), Port: 80, Protocol: model.TCP}, Owner: owner}}
+	return []model.Contest{{VirtualServiceKey: model.VirtualServiceKey{Addr: modeltest.Addr("192.0.2.30"), Port: 80, Protocol: model.TCP}, Owner: owner}}
 }
 
 // TestPlannerContests: a virtual service several Services ask for goes
@@ -73,7 +74,7 @@ func TestPlannerContests(t *testing.T) {
 		{
 			name: "the loser's contested backend changes: nothing to apply",
 			services: map[model.ServiceKey]model.ServiceState{keyB: {Service: b80.Service,
-				Endpoints: []model.Endpoint{ready("10.0.2.1", "n2"), notReady("10.0.2.9", "n2")}}},
+				Endpoints: []model.Endpoint{modeltest.Ready("10.0.2.1", "n2"), modeltest.NotReady("10.0.2.9", "n2")}}},
 			want: map[model.ServiceKey]*model.ServicePlan{keyA: planA80, keyB: with(lostB, contested(keyA))},
 		},
 		{

@@ -8,6 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/core/model/modeltest"
 )
 
 // Shared fixtures: this node is "n1" in zone "z1"; the Service is
@@ -19,71 +20,8 @@ var (
 	cmpAddrs = cmpopts.EquateComparable(netip.Addr{}, netip.Prefix{})
 )
 
-func ip(s string) netip.Addr       { return netip.MustParseAddr(s) }
-func prefix(s string) netip.Prefix { return netip.MustParsePrefix(s) }
-
-func ips(ss ...string) []netip.Addr {
-	out := make([]netip.Addr, len(ss))
-	for i, s := range ss {
-		out[i] = ip(s)
-	}
-	return out
-}
-
-func prefixes(ss ...string) []netip.Prefix {
-	out := make([]netip.Prefix, len(ss))
-	for i, s := range ss {
-		out[i] = prefix(s)
-	}
-	return out
-}
-
 func thisNode() *model.Node {
-	return &model.Node{Name: "n1", Zone: "z1", Addresses: ips("192.168.0.1", "fd00::1"), Ready: true}
-}
-
-var httpPort = model.ServicePort{Name: "http", Protocol: model.TCP, Port: 80}
-
-// clusterIPService returns default/web with the given cluster IPs and the
-// http port.
-func clusterIPService(clusterIPs ...string) *model.Service {
-	return &model.Service{Key: webKey, Type: model.ClusterIP, ClusterIPs: ips(clusterIPs...),
-		Ports: []model.ServicePort{httpPort}}
-}
-
-// lbService returns default/web of type LoadBalancer with NodePort 30080,
-// and the given cluster IPs and ingress IPs.
-func lbService(clusterIPs []string, ingress ...string) *model.Service {
-	return &model.Service{Key: webKey, Type: model.LoadBalancer, ClusterIPs: ips(clusterIPs...),
-		LoadBalancerIPs: ips(ingress...),
-		Ports:           []model.ServicePort{{Name: "http", Protocol: model.TCP, Port: 80, NodePort: 30080}}}
-}
-
-// ready returns a ready endpoint of the http port on node.
-func ready(addr, node string) model.Endpoint {
-	return model.Endpoint{Addr: ip(addr), Port: 8080, PortName: "http", Protocol: model.TCP,
-		NodeName: node, Ready: true, Serving: true}
-}
-
-// terminating returns a serving, terminating endpoint of the http port.
-func terminating(addr, node string) model.Endpoint {
-	e := ready(addr, node)
-	e.Ready, e.Terminating = false, true
-	return e
-}
-
-// stopped returns a terminating endpoint that no longer serves.
-func stopped(addr, node string) model.Endpoint {
-	e := terminating(addr, node)
-	e.Serving = false
-	return e
-}
-
-// notReady returns an endpoint that is neither ready nor terminating.
-func notReady(addr, node string) model.Endpoint {
-	e := ready(addr, node)
-	e.Ready, e.Serving = false, false
-	return e
+	return &model.Node{Name: "n1", Zone: "z1", Addresses: modeltest.Addrs("192.168.0.1", "fd00::1"), Ready: true}
 }
 
 func zoneHints(e model.Endpoint, zones ...string) model.Endpoint {
@@ -103,7 +41,7 @@ func dests(addrs ...string) []model.Destination {
 	}
 	out := make([]model.Destination, len(addrs))
 	for i, a := range addrs {
-		out[i] = model.Destination{Addr: ip(a), Port: 8080, Weight: 1}
+		out[i] = model.Destination{Addr: modeltest.Addr(a), Port: 8080, Weight: 1}
 	}
 	return out
 }
@@ -111,7 +49,7 @@ func dests(addrs ...string) []model.Destination {
 // vs returns a frontend of the http port with the default scheduler.
 func vs(kind model.FrontendKind, addr string, port uint16, d []model.Destination) model.VirtualService {
 	return model.VirtualService{
-		VirtualServiceKey: model.VirtualServiceKey{Addr: ip(addr), Port: port, Protocol: model.TCP},
+		VirtualServiceKey: model.VirtualServiceKey{Addr: modeltest.Addr(addr), Port: port, Protocol: model.TCP},
 		Kind:              kind, PortName: "http", Scheduler: "rr", Destinations: d,
 	}
 }
@@ -127,7 +65,7 @@ func withInternal(v model.VirtualService, d []model.Destination) model.VirtualSe
 }
 
 func withRanges(v model.VirtualService, ranges ...string) model.VirtualService {
-	v.SourceRanges = prefixes(ranges...)
+	v.SourceRanges = modeltest.Prefixes(ranges...)
 	return v
 }
 

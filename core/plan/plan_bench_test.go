@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/core/model/modeltest"
 	"github.com/switchyard-lb/switchyard/core/plan"
 )
 
@@ -57,7 +58,7 @@ func benchCluster(n int) map[model.ServiceKey]model.ServiceState {
 }
 
 func benchNode() *model.Node {
-	return &model.Node{Name: "node-0", Zone: "zone-0", Addresses: ips("192.168.0.10", "10.0.0.10")}
+	return &model.Node{Name: "node-0", Zone: "zone-0", Addresses: modeltest.Addrs("192.168.0.10", "10.0.0.10")}
 }
 
 // BenchmarkPlanFull plans a whole cluster from nothing: the first sync.

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/core/model/modeltest"
 	"github.com/switchyard-lb/switchyard/core/plan"
 )
 
@@ -20,24 +21,24 @@ var (
 // stateA: ClusterIP. stateB: NodePort with both traffic policies Local.
 // stateC: LoadBalancer whose endpoints carry zone hints.
 func stateA(eps ...model.Endpoint) model.ServiceState {
-	s := clusterIPService("10.96.0.1")
+	s := modeltest.ClusterIP(webKey, "10.96.0.1")
 	s.Key = keyA
 	return model.ServiceState{Service: s, Endpoints: eps}
 }
 
 func stateB(eps ...model.Endpoint) model.ServiceState {
-	return model.ServiceState{Service: &model.Service{Key: keyB, Type: model.NodePort, ClusterIPs: ips("10.96.0.2"),
+	return model.ServiceState{Service: &model.Service{Key: keyB, Type: model.NodePort, ClusterIPs: modeltest.Addrs("10.96.0.2"),
 		ExternalTrafficPolicy: model.PolicyLocal, InternalTrafficPolicy: model.PolicyLocal,
 		Ports: []model.ServicePort{{Name: "http", Protocol: model.TCP, Port: 80, NodePort: 30002}}},
 		Endpoints: eps}
 }
 
 func stateC() model.ServiceState {
-	s := lbService([]string{"10.96.0.3"}, "198.51.100.3")
+	s := modeltest.LoadBalancer(webKey, []string{"10.96.0.3"}, "198.51.100.3")
 	s.Key = keyC
 	return model.ServiceState{Service: s, Endpoints: []model.Endpoint{
-		zoneHints(ready("10.0.3.1", "n3"), "z1"),
-		zoneHints(ready("10.0.3.2", "n4"), "z2"),
+		zoneHints(modeltest.Ready("10.0.3.1", "n3"), "z1"),
+		zoneHints(modeltest.Ready("10.0.3.2", "n4"), "z2"),
 	}}
 }
 
@@ -74,7 +75,7 @@ func (r *reference) update(node *model.Node, services map[model.ServiceKey]model
 
 func TestPlannerUpdate(t *testing.T) {
 	n1 := func() *model.Node {
-		return &model.Node{Name: "n1", Zone: "z1", Addresses: ips("192.168.0.1", "192.168.0.2"), Ready: true}
+		return &model.Node{Name: "n1", Zone: "z1", Addresses: modeltest.Addrs("192.168.0.1", "192.168.0.2"), Ready: true}
 	}
 	type step struct {
 		name     string
@@ -87,7 +88,7 @@ func TestPlannerUpdate(t *testing.T) {
 	steps := []step{
 		{
 			name:     "before the node is known",
-			services: map[model.ServiceKey]model.ServiceState{keyA: stateA(ready("10.0.1.1", "n1")), keyB: stateB(ready("10.0.2.1", "n1"))},
+			services: map[model.ServiceKey]model.ServiceState{keyA: stateA(modeltest.Ready("10.0.1.1", "n1")), keyB: stateB(modeltest.Ready("10.0.2.1", "n1"))},
 			want:     []model.ServiceKey{keyA, keyB},
 		},
 		{
@@ -99,18 +100,18 @@ func TestPlannerUpdate(t *testing.T) {
 		{
 			name:     "unchanged re-report",
 			node:     n1(),
-			services: map[model.ServiceKey]model.ServiceState{keyA: stateA(ready("10.0.1.1", "n1")), keyC: stateC()},
+			services: map[model.ServiceKey]model.ServiceState{keyA: stateA(modeltest.Ready("10.0.1.1", "n1")), keyC: stateC()},
 		},
 		{
 			name:     "endpoint added",
-			services: map[model.ServiceKey]model.ServiceState{keyA: stateA(ready("10.0.1.1", "n1"), ready("10.0.1.2", "n2"))},
+			services: map[model.ServiceKey]model.ServiceState{keyA: stateA(modeltest.Ready("10.0.1.1", "n1"), modeltest.Ready("10.0.1.2", "n2"))},
 			want:     []model.ServiceKey{keyA},
 		},
 		{
 			name: "endpoint change that leaves the plan alone",
 			services: map[model.ServiceKey]model.ServiceState{
-				keyA: stateA(ready("10.0.1.1", "n1"), ready("10.0.1.2", "n2"), notReady("10.0.1.3", "n2")),
-				keyB: stateB(ready("10.0.2.1", "n1"), ready("10.0.2.2", "n2")), // remote: unused with ETP and ITP Local
+				keyA: stateA(modeltest.Ready("10.0.1.1", "n1"), modeltest.Ready("10.0.1.2", "n2"), modeltest.NotReady("10.0.1.3", "n2")),
+				keyB: stateB(modeltest.Ready("10.0.2.1", "n1"), modeltest.Ready("10.0.2.2", "n2")), // remote: unused with ETP and ITP Local
 			},
 		},
 		{
@@ -119,7 +120,7 @@ func TestPlannerUpdate(t *testing.T) {
 		},
 		{
 			name: "node addresses reordered",
-			node: func() *model.Node { n := n1(); n.Addresses = ips("192.168.0.2", "192.168.0.1"); return n }(),
+			node: func() *model.Node { n := n1(); n.Addresses = modeltest.Addrs("192.168.0.2", "192.168.0.1"); return n }(),
 		},
 		{
 			name: "nil node keeps the last known node",
@@ -128,19 +129,19 @@ func TestPlannerUpdate(t *testing.T) {
 			name: "node address added: only Services with NodePorts change",
 			node: func() *model.Node {
 				n := n1()
-				n.Addresses = ips("192.168.0.1", "192.168.0.2", "192.168.0.3")
+				n.Addresses = modeltest.Addrs("192.168.0.1", "192.168.0.2", "192.168.0.3")
 				return n
 			}(),
 			want: []model.ServiceKey{keyB, keyC},
 		},
 		{
 			name: "zone change: only the Service with zone hints changes",
-			node: &model.Node{Name: "n1", Zone: "z2", Addresses: ips("192.168.0.1", "192.168.0.2", "192.168.0.3")},
+			node: &model.Node{Name: "n1", Zone: "z2", Addresses: modeltest.Addrs("192.168.0.1", "192.168.0.2", "192.168.0.3")},
 			want: []model.ServiceKey{keyC},
 		},
 		{
 			name: "name change: only the Service using local endpoints changes",
-			node: &model.Node{Name: "n9", Zone: "z2", Addresses: ips("192.168.0.1", "192.168.0.2", "192.168.0.3")},
+			node: &model.Node{Name: "n9", Zone: "z2", Addresses: modeltest.Addrs("192.168.0.1", "192.168.0.2", "192.168.0.3")},
 			want: []model.ServiceKey{keyB},
 		},
 		{
@@ -152,7 +153,7 @@ func TestPlannerUpdate(t *testing.T) {
 			name: "delete of an unknown Service, and endpoints without their Service",
 			services: map[model.ServiceKey]model.ServiceState{
 				keyA: deleted(),
-				keyD: {Endpoints: []model.Endpoint{ready("10.0.4.1", "n1")}},
+				keyD: {Endpoints: []model.Endpoint{modeltest.Ready("10.0.4.1", "n1")}},
 			},
 		},
 		{
@@ -171,7 +172,7 @@ func TestPlannerUpdate(t *testing.T) {
 		},
 		{
 			name: "node change and a delete in one Update",
-			node: &model.Node{Name: "n9", Zone: "z2", Addresses: ips("192.168.0.1")},
+			node: &model.Node{Name: "n9", Zone: "z2", Addresses: modeltest.Addrs("192.168.0.1")},
 			services: map[model.ServiceKey]model.ServiceState{
 				keyB: deleted(),
 				keyD: {Service: &model.Service{Key: keyD, Type: model.ExternalName}},
@@ -197,7 +198,7 @@ func TestPlannerUpdate(t *testing.T) {
 			name: "same primary, addresses reported in another order",
 			node: func() *model.Node {
 				n := n9Internal("192.168.0.2", "192.168.0.1")
-				n.Addresses = ips("192.168.0.2", "192.168.0.1")
+				n.Addresses = modeltest.Addrs("192.168.0.2", "192.168.0.1")
 				return n
 			}(),
 		},
@@ -242,7 +243,7 @@ func TestPlannerUpdate(t *testing.T) {
 // n9Internal is node n9 in zone z2 whose InternalIPs are addrs, in the
 // Node's order.
 func n9Internal(addrs ...string) *model.Node {
-	n := &model.Node{Name: "n9", Zone: "z2", Addresses: ips(addrs...)}
+	n := &model.Node{Name: "n9", Zone: "z2", Addresses: modeltest.Addrs(addrs...)}
 	for _, a := range addrs {
 		n.StatusAddresses = append(n.StatusAddresses, model.NodeAddress{Type: model.NodeInternalIP, Address: a})
 	}
@@ -255,9 +256,9 @@ func n9Internal(addrs ...string) *model.Node {
 func TestPlannerRandom(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 11))
 	nodes := []*model.Node{
-		{Name: "n1", Zone: "z1", Addresses: ips("192.168.0.1", "fd00::1")},
-		{Name: "n1", Zone: "z2", Addresses: ips("192.168.0.1", "fd00::1")},
-		{Name: "n2", Zone: "z1", Addresses: ips("192.168.0.2")},
+		{Name: "n1", Zone: "z1", Addresses: modeltest.Addrs("192.168.0.1", "fd00::1")},
+		{Name: "n1", Zone: "z2", Addresses: modeltest.Addrs("192.168.0.1", "fd00::1")},
+		{Name: "n2", Zone: "z1", Addresses: modeltest.Addrs("192.168.0.2")},
 		nil,
 	}
 	randomState := func(k model.ServiceKey) model.ServiceState {
@@ -265,14 +266,14 @@ func TestPlannerRandom(t *testing.T) {
 			return deleted()
 		}
 		i := r.IntN(200)
-		svc := lbService([]string{fmt.Sprintf("10.96.%d.%d", i/100, i%100), "fd96::1"}, fmt.Sprintf("198.51.100.%d", i))
+		svc := modeltest.LoadBalancer(webKey, []string{fmt.Sprintf("10.96.%d.%d", i/100, i%100), "fd96::1"}, fmt.Sprintf("198.51.100.%d", i))
 		svc.Key = k
 		svc.ExternalTrafficPolicy = model.TrafficPolicy(r.IntN(2))
 		svc.InternalTrafficPolicy = model.TrafficPolicy(r.IntN(2))
 		svc.HealthCheckNodePort = 32000
 		var eps []model.Endpoint
 		for j := range r.IntN(5) {
-			mk := []func(string, string) model.Endpoint{ready, ready, terminating, stopped, notReady}[r.IntN(5)]
+			mk := []func(string, string) model.Endpoint{modeltest.Ready, modeltest.Ready, modeltest.Terminating, modeltest.Stopped, modeltest.NotReady}[r.IntN(5)]
 			e := mk(fmt.Sprintf("10.0.%d.%d", i, j), fmt.Sprintf("n%d", 1+r.IntN(3)))
 			if r.IntN(2) == 0 {
 				e = zoneHints(e, fmt.Sprintf("z%d", 1+r.IntN(2)))

@@ -2,11 +2,13 @@ package plan_test
 
 import (
 	"math/rand/v2"
+	"net/netip"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/core/model/modeltest"
 	"github.com/switchyard-lb/switchyard/core/plan"
 	"github.com/switchyard-lb/switchyard/core/plugin/plugintest"
 	"github.com/switchyard-lb/switchyard/ipvs/dryrun"
@@ -31,16 +33,16 @@ func TestPlanService(t *testing.T) {
 	}{
 		{
 			name: "ClusterIP uses ready endpoints of its port, sorted and deduplicated",
-			svc:  clusterIPService("10.96.0.10"),
+			svc:  modeltest.ClusterIP(webKey, "10.96.0.10"),
 			eps: []model.Endpoint{
-				ready("10.0.0.3", "n2"),
-				ready("10.0.0.1", "n1"),
-				ready("10.0.0.3", "n2"), // same endpoint from two slices
-				notReady("10.0.0.4", "n2"),
-				stopped("10.0.0.5", "n2"),
-				func() model.Endpoint { e := ready("10.0.0.6", "n2"); e.PortName = "metrics"; return e }(),
-				func() model.Endpoint { e := ready("10.0.0.7", "n2"); e.Protocol = model.UDP; return e }(),
-				func() model.Endpoint { e := ready("10.0.0.8", "n2"); e.Port = 0; return e }(),
+				modeltest.Ready("10.0.0.3", "n2"),
+				modeltest.Ready("10.0.0.1", "n1"),
+				modeltest.Ready("10.0.0.3", "n2"), // same endpoint from two slices
+				modeltest.NotReady("10.0.0.4", "n2"),
+				modeltest.Stopped("10.0.0.5", "n2"),
+				func() model.Endpoint { e := modeltest.Ready("10.0.0.6", "n2"); e.PortName = "metrics"; return e }(),
+				func() model.Endpoint { e := modeltest.Ready("10.0.0.7", "n2"); e.Protocol = model.UDP; return e }(),
+				func() model.Endpoint { e := modeltest.Ready("10.0.0.8", "n2"); e.Port = 0; return e }(),
 			},
 			want: &model.ServicePlan{Key: webKey, VirtualServices: []model.VirtualService{
 				vs(CIP, "10.96.0.10", 80, dests("10.0.0.1", "10.0.0.3")),
@@ -48,27 +50,27 @@ func TestPlanService(t *testing.T) {
 		},
 		{
 			name: "ExternalName is rejected",
-			svc:  &model.Service{Key: webKey, Type: model.ExternalName, Ports: []model.ServicePort{httpPort}},
-			eps:  []model.Endpoint{ready("10.0.0.1", "n1")},
+			svc:  &model.Service{Key: webKey, Type: model.ExternalName, Ports: []model.ServicePort{modeltest.HTTP}},
+			eps:  []model.Endpoint{modeltest.Ready("10.0.0.1", "n1")},
 			want: &model.ServicePlan{Key: webKey, Rejected: plan.ReasonExternalName},
 		},
 		{
 			name: "an unknown type (left zero by the watch layer) is rejected",
-			svc:  &model.Service{Key: webKey, ClusterIPs: ips("10.96.0.10"), Ports: []model.ServicePort{httpPort}},
-			eps:  []model.Endpoint{ready("10.0.0.1", "n1")},
+			svc:  &model.Service{Key: webKey, ClusterIPs: modeltest.Addrs("10.96.0.10"), Ports: []model.ServicePort{modeltest.HTTP}},
+			eps:  []model.Endpoint{modeltest.Ready("10.0.0.1", "n1")},
 			want: &model.ServicePlan{Key: webKey, Rejected: plan.ReasonUnknownType},
 		},
 		{
 			name: "headless is rejected, external IPs included, as kube-proxy skips it",
-			svc: &model.Service{Key: webKey, Type: model.ClusterIP, ExternalIPs: ips("203.0.113.1"),
-				Ports: []model.ServicePort{httpPort}},
-			eps:  []model.Endpoint{ready("10.0.0.1", "n1")},
+			svc: &model.Service{Key: webKey, Type: model.ClusterIP, ExternalIPs: modeltest.Addrs("203.0.113.1"),
+				Ports: []model.ServicePort{modeltest.HTTP}},
+			eps:  []model.Endpoint{modeltest.Ready("10.0.0.1", "n1")},
 			want: &model.ServicePlan{Key: webKey, Rejected: plan.ReasonHeadless},
 		},
 		{
 			name: "no endpoints: frontends without destinations",
-			svc:  lbService([]string{"10.96.0.10"}, "198.51.100.1"),
-			want: &model.ServicePlan{Key: webKey, Announce: ips("198.51.100.1"), VirtualServices: []model.VirtualService{
+			svc:  modeltest.LoadBalancer(webKey, []string{"10.96.0.10"}, "198.51.100.1"),
+			want: &model.ServicePlan{Key: webKey, Announce: modeltest.Addrs("198.51.100.1"), VirtualServices: []model.VirtualService{
 				vs(CIP, "10.96.0.10", 80, nil),
 				vs(NP, "192.168.0.1", 30080, nil),
 				vs(LB, "198.51.100.1", 80, nil),
@@ -76,37 +78,37 @@ func TestPlanService(t *testing.T) {
 		},
 		{
 			name: "TCP, UDP and SCTP ports match endpoints by name and protocol",
-			svc: &model.Service{Key: webKey, Type: model.ClusterIP, ClusterIPs: ips("10.96.0.10"), Ports: []model.ServicePort{
+			svc: &model.Service{Key: webKey, Type: model.ClusterIP, ClusterIPs: modeltest.Addrs("10.96.0.10"), Ports: []model.ServicePort{
 				{Name: "dns", Protocol: model.UDP, Port: 53},
 				{Name: "dns-tcp", Protocol: model.TCP, Port: 53},
 				{Name: "sig", Protocol: model.SCTP, Port: 2905},
 				{Name: "bad", Protocol: 0, Port: 1},
 			}},
 			eps: []model.Endpoint{
-				{Addr: ip("10.0.0.1"), Port: 5353, PortName: "dns", Protocol: model.UDP, Ready: true, Serving: true},
-				{Addr: ip("10.0.0.1"), Port: 5354, PortName: "dns-tcp", Protocol: model.TCP, Ready: true, Serving: true},
-				{Addr: ip("10.0.0.2"), Port: 5353, PortName: "dns", Protocol: model.TCP, Ready: true, Serving: true},
-				{Addr: ip("10.0.0.3"), Port: 2905, PortName: "sig", Protocol: model.SCTP, Ready: true, Serving: true},
-				{Addr: ip("10.0.0.4"), Port: 2905, PortName: "sig", Protocol: model.TCP, Ready: true, Serving: true},
+				{Addr: modeltest.Addr("10.0.0.1"), Port: 5353, PortName: "dns", Protocol: model.UDP, Ready: true, Serving: true},
+				{Addr: modeltest.Addr("10.0.0.1"), Port: 5354, PortName: "dns-tcp", Protocol: model.TCP, Ready: true, Serving: true},
+				{Addr: modeltest.Addr("10.0.0.2"), Port: 5353, PortName: "dns", Protocol: model.TCP, Ready: true, Serving: true},
+				{Addr: modeltest.Addr("10.0.0.3"), Port: 2905, PortName: "sig", Protocol: model.SCTP, Ready: true, Serving: true},
+				{Addr: modeltest.Addr("10.0.0.4"), Port: 2905, PortName: "sig", Protocol: model.TCP, Ready: true, Serving: true},
 			},
 			want: &model.ServicePlan{Key: webKey, VirtualServices: []model.VirtualService{
-				{VirtualServiceKey: model.VirtualServiceKey{Addr: ip("10.96.0.10"), Port: 53, Protocol: model.TCP},
+				{VirtualServiceKey: model.VirtualServiceKey{Addr: modeltest.Addr("10.96.0.10"), Port: 53, Protocol: model.TCP},
 					Kind: CIP, PortName: "dns-tcp", Scheduler: "rr",
-					Destinations: []model.Destination{{Addr: ip("10.0.0.1"), Port: 5354, Weight: 1}}},
-				{VirtualServiceKey: model.VirtualServiceKey{Addr: ip("10.96.0.10"), Port: 53, Protocol: model.UDP},
+					Destinations: []model.Destination{{Addr: modeltest.Addr("10.0.0.1"), Port: 5354, Weight: 1}}},
+				{VirtualServiceKey: model.VirtualServiceKey{Addr: modeltest.Addr("10.96.0.10"), Port: 53, Protocol: model.UDP},
 					Kind: CIP, PortName: "dns", Scheduler: "rr",
-					Destinations: []model.Destination{{Addr: ip("10.0.0.1"), Port: 5353, Weight: 1}}},
-				{VirtualServiceKey: model.VirtualServiceKey{Addr: ip("10.96.0.10"), Port: 2905, Protocol: model.SCTP},
+					Destinations: []model.Destination{{Addr: modeltest.Addr("10.0.0.1"), Port: 5353, Weight: 1}}},
+				{VirtualServiceKey: model.VirtualServiceKey{Addr: modeltest.Addr("10.96.0.10"), Port: 2905, Protocol: model.SCTP},
 					Kind: CIP, PortName: "sig", Scheduler: "rr",
-					Destinations: []model.Destination{{Addr: ip("10.0.0.3"), Port: 2905, Weight: 1}}},
+					Destinations: []model.Destination{{Addr: modeltest.Addr("10.0.0.3"), Port: 2905, Weight: 1}}},
 			}},
 		},
 		{
 			name: "NodePort on every node address of the family, never loopback",
-			svc: &model.Service{Key: webKey, Type: model.NodePort, ClusterIPs: ips("10.96.0.10"),
+			svc: &model.Service{Key: webKey, Type: model.NodePort, ClusterIPs: modeltest.Addrs("10.96.0.10"),
 				Ports: []model.ServicePort{{Name: "http", Protocol: model.TCP, Port: 80, NodePort: 30080}}},
-			eps: []model.Endpoint{ready("10.0.0.1", "n2"), ready("fd01::1", "n2")},
-			node: &model.Node{Name: "n1", Addresses: ips("192.168.0.1", "127.0.0.1", "10.1.0.1", "fd00::1",
+			eps: []model.Endpoint{modeltest.Ready("10.0.0.1", "n2"), modeltest.Ready("fd01::1", "n2")},
+			node: &model.Node{Name: "n1", Addresses: modeltest.Addrs("192.168.0.1", "127.0.0.1", "10.1.0.1", "fd00::1",
 				"192.168.0.1")},
 			want: &model.ServicePlan{Key: webKey, VirtualServices: []model.VirtualService{
 				vs(NP, "10.1.0.1", 30080, dests("10.0.0.1")),
@@ -116,10 +118,10 @@ func TestPlanService(t *testing.T) {
 		},
 		{
 			name: "NodePort only on addresses inside NodePortAddresses",
-			svc: &model.Service{Key: webKey, Type: model.NodePort, ClusterIPs: ips("10.96.0.10", "fd96::10"),
+			svc: &model.Service{Key: webKey, Type: model.NodePort, ClusterIPs: modeltest.Addrs("10.96.0.10", "fd96::10"),
 				Ports: []model.ServicePort{{Name: "http", Protocol: model.TCP, Port: 80, NodePort: 30080}}},
-			node: &model.Node{Name: "n1", Addresses: ips("192.168.0.1", "10.1.0.1", "fd00::1", "fd02::1")},
-			opts: &plan.Options{NodePortAddresses: prefixes("192.168.0.0/16", "fd02::/64")},
+			node: &model.Node{Name: "n1", Addresses: modeltest.Addrs("192.168.0.1", "10.1.0.1", "fd00::1", "fd02::1")},
+			opts: &plan.Options{NodePortAddresses: modeltest.Prefixes("192.168.0.0/16", "fd02::/64")},
 			want: &model.ServicePlan{Key: webKey, VirtualServices: []model.VirtualService{
 				vs(CIP, "10.96.0.10", 80, nil),
 				vs(NP, "192.168.0.1", 30080, nil),
@@ -129,10 +131,10 @@ func TestPlanService(t *testing.T) {
 		},
 		{
 			name: "NodePortAddresses without a prefix of a family allow every address of it",
-			svc: &model.Service{Key: webKey, Type: model.NodePort, ClusterIPs: ips("10.96.0.10", "fd96::10"),
+			svc: &model.Service{Key: webKey, Type: model.NodePort, ClusterIPs: modeltest.Addrs("10.96.0.10", "fd96::10"),
 				Ports: []model.ServicePort{{Name: "http", Protocol: model.TCP, Port: 80, NodePort: 30080}}},
-			node: &model.Node{Name: "n1", Addresses: ips("192.168.0.1", "10.1.0.1", "fd00::1", "fd02::1")},
-			opts: &plan.Options{NodePortAddresses: prefixes("fd02::/64")},
+			node: &model.Node{Name: "n1", Addresses: modeltest.Addrs("192.168.0.1", "10.1.0.1", "fd00::1", "fd02::1")},
+			opts: &plan.Options{NodePortAddresses: modeltest.Prefixes("fd02::/64")},
 			want: &model.ServicePlan{Key: webKey, VirtualServices: []model.VirtualService{
 				vs(NP, "10.1.0.1", 30080, nil),
 				vs(CIP, "10.96.0.10", 80, nil),
@@ -143,9 +145,9 @@ func TestPlanService(t *testing.T) {
 		},
 		{
 			name: "NodePortPrimary: the first InternalIP of each family, never an ExternalIP then",
-			svc: &model.Service{Key: webKey, Type: model.NodePort, ClusterIPs: ips("10.96.0.10", "fd96::10"),
+			svc: &model.Service{Key: webKey, Type: model.NodePort, ClusterIPs: modeltest.Addrs("10.96.0.10", "fd96::10"),
 				Ports: []model.ServicePort{{Name: "http", Protocol: model.TCP, Port: 80, NodePort: 30080}}},
-			node: &model.Node{Name: "n1", Addresses: ips("10.1.0.1", "192.168.0.1", "198.51.100.7", "fd00::1", "fd02::1"),
+			node: &model.Node{Name: "n1", Addresses: modeltest.Addrs("10.1.0.1", "192.168.0.1", "198.51.100.7", "fd00::1", "fd02::1"),
 				StatusAddresses: []model.NodeAddress{
 					{Type: model.NodeHostname, Address: "n1"},
 					{Type: model.NodeExternalIP, Address: "198.51.100.7"},
@@ -156,7 +158,7 @@ func TestPlanService(t *testing.T) {
 				}},
 			// A CIDR beside the keyword is ignored: the config refuses
 			// the mix.
-			opts: &plan.Options{NodePortPrimary: true, NodePortAddresses: prefixes("10.1.0.0/16")},
+			opts: &plan.Options{NodePortPrimary: true, NodePortAddresses: modeltest.Prefixes("10.1.0.0/16")},
 			want: &model.ServicePlan{Key: webKey, VirtualServices: []model.VirtualService{
 				vs(CIP, "10.96.0.10", 80, nil),
 				vs(NP, "192.168.0.1", 30080, nil),
@@ -166,9 +168,9 @@ func TestPlanService(t *testing.T) {
 		},
 		{
 			name: "NodePortPrimary: an ExternalIP when the family has no InternalIP, none for a family without either",
-			svc: &model.Service{Key: webKey, Type: model.NodePort, ClusterIPs: ips("10.96.0.10", "fd96::10"),
+			svc: &model.Service{Key: webKey, Type: model.NodePort, ClusterIPs: modeltest.Addrs("10.96.0.10", "fd96::10"),
 				Ports: []model.ServicePort{{Name: "http", Protocol: model.TCP, Port: 80, NodePort: 30080}}},
-			node: &model.Node{Name: "n1", Addresses: ips("198.51.100.7", "198.51.100.8"),
+			node: &model.Node{Name: "n1", Addresses: modeltest.Addrs("198.51.100.7", "198.51.100.8"),
 				StatusAddresses: []model.NodeAddress{
 					{Type: model.NodeExternalIP, Address: "198.51.100.8"},
 					{Type: model.NodeExternalIP, Address: "198.51.100.7"},
@@ -183,9 +185,9 @@ func TestPlanService(t *testing.T) {
 		},
 		{
 			name: "NodePortPrimary: a loopback primary carries no NodePort",
-			svc: &model.Service{Key: webKey, Type: model.NodePort, ClusterIPs: ips("10.96.0.10"),
+			svc: &model.Service{Key: webKey, Type: model.NodePort, ClusterIPs: modeltest.Addrs("10.96.0.10"),
 				Ports: []model.ServicePort{{Name: "http", Protocol: model.TCP, Port: 80, NodePort: 30080}}},
-			node: &model.Node{Name: "n1", Addresses: ips("127.0.0.1", "192.168.0.1"),
+			node: &model.Node{Name: "n1", Addresses: modeltest.Addrs("127.0.0.1", "192.168.0.1"),
 				StatusAddresses: []model.NodeAddress{
 					{Type: model.NodeInternalIP, Address: "127.0.0.1"},
 					{Type: model.NodeInternalIP, Address: "192.168.0.1"},
@@ -198,13 +200,13 @@ func TestPlanService(t *testing.T) {
 		{
 			name: "unknown node: no NodePort, nothing local",
 			svc: func() *model.Service {
-				s := lbService([]string{"10.96.0.10"}, "198.51.100.1")
+				s := modeltest.LoadBalancer(webKey, []string{"10.96.0.10"}, "198.51.100.1")
 				s.ExternalTrafficPolicy = model.PolicyLocal
 				return s
 			}(),
-			eps:    []model.Endpoint{ready("10.0.0.1", "n1"), ready("10.0.0.2", "")},
+			eps:    []model.Endpoint{modeltest.Ready("10.0.0.1", "n1"), modeltest.Ready("10.0.0.2", "")},
 			noNode: true,
-			want: &model.ServicePlan{Key: webKey, Announce: ips("198.51.100.1"), VirtualServices: []model.VirtualService{
+			want: &model.ServicePlan{Key: webKey, Announce: modeltest.Addrs("198.51.100.1"), VirtualServices: []model.VirtualService{
 				vs(CIP, "10.96.0.10", 80, dests("10.0.0.1", "10.0.0.2")),
 				withInternal(local(vs(LB, "198.51.100.1", 80, nil)), dests("10.0.0.1", "10.0.0.2")),
 			}},
@@ -212,12 +214,12 @@ func TestPlanService(t *testing.T) {
 		{
 			name: "LoadBalancer: ingress IPs of the family with its source ranges, announced",
 			svc: func() *model.Service {
-				s := lbService([]string{"10.96.0.10"}, "198.51.100.2", "198.51.100.1", "2001:db8::1")
-				s.LoadBalancerSourceRanges = prefixes("203.0.113.7/24", "192.0.2.0/24", "203.0.113.0/24", "2001:db8:1::/48")
+				s := modeltest.LoadBalancer(webKey, []string{"10.96.0.10"}, "198.51.100.2", "198.51.100.1", "2001:db8::1")
+				s.LoadBalancerSourceRanges = modeltest.Prefixes("203.0.113.7/24", "192.0.2.0/24", "203.0.113.0/24", "2001:db8:1::/48")
 				return s
 			}(),
-			eps: []model.Endpoint{ready("10.0.0.1", "n2")},
-			want: &model.ServicePlan{Key: webKey, Announce: ips("198.51.100.1", "198.51.100.2"),
+			eps: []model.Endpoint{modeltest.Ready("10.0.0.1", "n2")},
+			want: &model.ServicePlan{Key: webKey, Announce: modeltest.Addrs("198.51.100.1", "198.51.100.2"),
 				VirtualServices: []model.VirtualService{
 					vs(CIP, "10.96.0.10", 80, dests("10.0.0.1")),
 					vs(NP, "192.168.0.1", 30080, dests("10.0.0.1")),
@@ -228,29 +230,29 @@ func TestPlanService(t *testing.T) {
 		{
 			name: "LoadBalancer with two ports announces each address once",
 			svc: func() *model.Service {
-				s := lbService([]string{"10.96.0.10"}, "198.51.100.1")
+				s := modeltest.LoadBalancer(webKey, []string{"10.96.0.10"}, "198.51.100.1")
 				s.Ports = append(s.Ports, model.ServicePort{Name: "https", Protocol: model.TCP, Port: 443})
 				return s
 			}(),
 			node: &model.Node{Name: "n1"},
-			want: &model.ServicePlan{Key: webKey, Announce: ips("198.51.100.1"), VirtualServices: []model.VirtualService{
+			want: &model.ServicePlan{Key: webKey, Announce: modeltest.Addrs("198.51.100.1"), VirtualServices: []model.VirtualService{
 				vs(model.FrontendClusterIP, "10.96.0.10", 80, nil),
-				{VirtualServiceKey: model.VirtualServiceKey{Addr: ip("10.96.0.10"), Port: 443, Protocol: model.TCP},
+				{VirtualServiceKey: model.VirtualServiceKey{Addr: modeltest.Addr("10.96.0.10"), Port: 443, Protocol: model.TCP},
 					Kind: CIP, PortName: "https", Scheduler: "rr"},
 				vs(LB, "198.51.100.1", 80, nil),
-				{VirtualServiceKey: model.VirtualServiceKey{Addr: ip("198.51.100.1"), Port: 443, Protocol: model.TCP},
+				{VirtualServiceKey: model.VirtualServiceKey{Addr: modeltest.Addr("198.51.100.1"), Port: 443, Protocol: model.TCP},
 					Kind: LB, PortName: "https", Scheduler: "rr"},
 			}},
 		},
 		{
 			name: "LoadBalancer: a /0 source range allows everyone; another family's ranges do not apply",
 			svc: func() *model.Service {
-				s := lbService([]string{"10.96.0.10", "fd96::10"}, "198.51.100.1", "2001:db8::1")
-				s.LoadBalancerSourceRanges = prefixes("0.0.0.0/0", "192.0.2.0/24")
+				s := modeltest.LoadBalancer(webKey, []string{"10.96.0.10", "fd96::10"}, "198.51.100.1", "2001:db8::1")
+				s.LoadBalancerSourceRanges = modeltest.Prefixes("0.0.0.0/0", "192.0.2.0/24")
 				return s
 			}(),
 			node: &model.Node{Name: "n1"},
-			want: &model.ServicePlan{Key: webKey, Announce: ips("198.51.100.1", "2001:db8::1"),
+			want: &model.ServicePlan{Key: webKey, Announce: modeltest.Addrs("198.51.100.1", "2001:db8::1"),
 				VirtualServices: []model.VirtualService{
 					vs(CIP, "10.96.0.10", 80, nil),
 					vs(LB, "198.51.100.1", 80, nil),
@@ -261,7 +263,7 @@ func TestPlanService(t *testing.T) {
 		{
 			name: "LoadBalancer of a foreign class: proxied, not announced",
 			svc: func() *model.Service {
-				s := lbService([]string{"10.96.0.10"}, "198.51.100.1")
+				s := modeltest.LoadBalancer(webKey, []string{"10.96.0.10"}, "198.51.100.1")
 				s.LoadBalancerClass = "example.com/other"
 				return s
 			}(),
@@ -274,13 +276,13 @@ func TestPlanService(t *testing.T) {
 		{
 			name: "LoadBalancer of our configured class is announced",
 			svc: func() *model.Service {
-				s := lbService([]string{"10.96.0.10"}, "198.51.100.1")
+				s := modeltest.LoadBalancer(webKey, []string{"10.96.0.10"}, "198.51.100.1")
 				s.LoadBalancerClass = "example.com/ours"
 				return s
 			}(),
 			node: &model.Node{Name: "n1"},
 			opts: &plan.Options{LoadBalancerClass: "example.com/ours", IgnoreUnclassed: true},
-			want: &model.ServicePlan{Key: webKey, Announce: ips("198.51.100.1"), VirtualServices: []model.VirtualService{
+			want: &model.ServicePlan{Key: webKey, Announce: modeltest.Addrs("198.51.100.1"), VirtualServices: []model.VirtualService{
 				vs(CIP, "10.96.0.10", 80, nil),
 				vs(LB, "198.51.100.1", 80, nil),
 			}},
@@ -288,19 +290,19 @@ func TestPlanService(t *testing.T) {
 		{
 			name: "LoadBalancer of the default class is announced",
 			svc: func() *model.Service {
-				s := lbService([]string{"10.96.0.10"}, "198.51.100.1")
+				s := modeltest.LoadBalancer(webKey, []string{"10.96.0.10"}, "198.51.100.1")
 				s.LoadBalancerClass = "switchyard.dev/lb"
 				return s
 			}(),
 			node: &model.Node{Name: "n1"},
-			want: &model.ServicePlan{Key: webKey, Announce: ips("198.51.100.1"), VirtualServices: []model.VirtualService{
+			want: &model.ServicePlan{Key: webKey, Announce: modeltest.Addrs("198.51.100.1"), VirtualServices: []model.VirtualService{
 				vs(CIP, "10.96.0.10", 80, nil),
 				vs(LB, "198.51.100.1", 80, nil),
 			}},
 		},
 		{
 			name: "unclassed LoadBalancer with IgnoreUnclassed: proxied, not announced",
-			svc:  lbService([]string{"10.96.0.10"}, "198.51.100.1"),
+			svc:  modeltest.LoadBalancer(webKey, []string{"10.96.0.10"}, "198.51.100.1"),
 			node: &model.Node{Name: "n1"},
 			opts: &plan.Options{IgnoreUnclassed: true},
 			want: &model.ServicePlan{Key: webKey, VirtualServices: []model.VirtualService{
@@ -311,13 +313,13 @@ func TestPlanService(t *testing.T) {
 		{
 			name: "external IPs; one equal to an ingress IP keeps the LoadBalancer frontend",
 			svc: func() *model.Service {
-				s := clusterIPService("10.96.0.10")
-				s.ExternalIPs = ips("203.0.113.9", "198.51.100.1", "2001:db8::9")
-				s.LoadBalancerIPs = ips("198.51.100.1")
-				s.LoadBalancerSourceRanges = prefixes("192.0.2.0/24")
+				s := modeltest.ClusterIP(webKey, "10.96.0.10")
+				s.ExternalIPs = modeltest.Addrs("203.0.113.9", "198.51.100.1", "2001:db8::9")
+				s.LoadBalancerIPs = modeltest.Addrs("198.51.100.1")
+				s.LoadBalancerSourceRanges = modeltest.Prefixes("192.0.2.0/24")
 				return s
 			}(),
-			eps: []model.Endpoint{ready("10.0.0.1", "n2")},
+			eps: []model.Endpoint{modeltest.Ready("10.0.0.1", "n2")},
 			want: &model.ServicePlan{Key: webKey, VirtualServices: []model.VirtualService{
 				vs(CIP, "10.96.0.10", 80, dests("10.0.0.1")),
 				withRanges(vs(LB, "198.51.100.1", 80, dests("10.0.0.1")), "192.0.2.0/24"),
@@ -327,12 +329,12 @@ func TestPlanService(t *testing.T) {
 		{
 			name: "dual-stack: every family's frontends use that family's endpoints",
 			svc: func() *model.Service {
-				s := lbService([]string{"10.96.0.10", "fd96::10"}, "198.51.100.1", "2001:db8::1")
-				s.ExternalIPs = ips("203.0.113.9", "2001:db8::9")
+				s := modeltest.LoadBalancer(webKey, []string{"10.96.0.10", "fd96::10"}, "198.51.100.1", "2001:db8::1")
+				s.ExternalIPs = modeltest.Addrs("203.0.113.9", "2001:db8::9")
 				return s
 			}(),
-			eps: []model.Endpoint{ready("10.0.0.1", "n2"), ready("fd01::1", "n2"), ready("fd01::2", "n1")},
-			want: &model.ServicePlan{Key: webKey, Announce: ips("198.51.100.1", "2001:db8::1"),
+			eps: []model.Endpoint{modeltest.Ready("10.0.0.1", "n2"), modeltest.Ready("fd01::1", "n2"), modeltest.Ready("fd01::2", "n1")},
+			want: &model.ServicePlan{Key: webKey, Announce: modeltest.Addrs("198.51.100.1", "2001:db8::1"),
 				VirtualServices: []model.VirtualService{
 					vs(CIP, "10.96.0.10", 80, dests("10.0.0.1")),
 					vs(NP, "192.168.0.1", 30080, dests("10.0.0.1")),
@@ -347,12 +349,12 @@ func TestPlanService(t *testing.T) {
 		{
 			name: "IPv6-only: no IPv4 frontends even with IPv4 ingress, external IPs and endpoints",
 			svc: func() *model.Service {
-				s := lbService([]string{"fd96::10"}, "198.51.100.1", "2001:db8::1")
-				s.ExternalIPs = ips("203.0.113.9")
+				s := modeltest.LoadBalancer(webKey, []string{"fd96::10"}, "198.51.100.1", "2001:db8::1")
+				s.ExternalIPs = modeltest.Addrs("203.0.113.9")
 				return s
 			}(),
-			eps: []model.Endpoint{ready("10.0.0.1", "n2"), ready("fd01::1", "n2")},
-			want: &model.ServicePlan{Key: webKey, Announce: ips("2001:db8::1"), VirtualServices: []model.VirtualService{
+			eps: []model.Endpoint{modeltest.Ready("10.0.0.1", "n2"), modeltest.Ready("fd01::1", "n2")},
+			want: &model.ServicePlan{Key: webKey, Announce: modeltest.Addrs("2001:db8::1"), VirtualServices: []model.VirtualService{
 				vs(LB, "2001:db8::1", 80, dests("fd01::1")),
 				vs(NP, "fd00::1", 30080, dests("fd01::1")),
 				vs(CIP, "fd96::10", 80, dests("fd01::1")),
@@ -361,12 +363,12 @@ func TestPlanService(t *testing.T) {
 		{
 			name: "sessionAffinity ClientIP sets the timeout on every frontend",
 			svc: func() *model.Service {
-				s := lbService([]string{"10.96.0.10"}, "198.51.100.1")
+				s := modeltest.LoadBalancer(webKey, []string{"10.96.0.10"}, "198.51.100.1")
 				s.AffinityTimeout = 3 * time.Hour
 				return s
 			}(),
 			node: &model.Node{Name: "n1"},
-			want: &model.ServicePlan{Key: webKey, Announce: ips("198.51.100.1"), VirtualServices: []model.VirtualService{
+			want: &model.ServicePlan{Key: webKey, Announce: modeltest.Addrs("198.51.100.1"), VirtualServices: []model.VirtualService{
 				withAffinity(vs(CIP, "10.96.0.10", 80, nil), 3*time.Hour),
 				withAffinity(vs(LB, "198.51.100.1", 80, nil), 3*time.Hour),
 			}},
@@ -374,7 +376,7 @@ func TestPlanService(t *testing.T) {
 		{
 			name: "scheduler annotation naming a scheduler IPVS supports wins",
 			svc: func() *model.Service {
-				s := clusterIPService("10.96.0.10")
+				s := modeltest.ClusterIP(webKey, "10.96.0.10")
 				s.Scheduler = "mh"
 				return s
 			}(),
@@ -386,7 +388,7 @@ func TestPlanService(t *testing.T) {
 		{
 			name: "invalid scheduler annotation falls back to the configured scheduler",
 			svc: func() *model.Service {
-				s := clusterIPService("10.96.0.10")
+				s := modeltest.ClusterIP(webKey, "10.96.0.10")
 				s.Scheduler = "fastest"
 				return s
 			}(),
@@ -398,7 +400,7 @@ func TestPlanService(t *testing.T) {
 		{
 			name: "scheduler annotation IPVS accepts but the dataplane does not falls back",
 			svc: func() *model.Service {
-				s := clusterIPService("10.96.0.10")
+				s := modeltest.ClusterIP(webKey, "10.96.0.10")
 				s.Scheduler = "mh"
 				return s
 			}(),
@@ -410,7 +412,7 @@ func TestPlanService(t *testing.T) {
 		{
 			name: "scheduler annotation the smaller set supports wins",
 			svc: func() *model.Service {
-				s := clusterIPService("10.96.0.10")
+				s := modeltest.ClusterIP(webKey, "10.96.0.10")
 				s.Scheduler = "wrr"
 				return s
 			}(),
@@ -422,7 +424,7 @@ func TestPlanService(t *testing.T) {
 		{
 			name: "without the dataplane's schedulers an annotation falls back",
 			svc: func() *model.Service {
-				s := clusterIPService("10.96.0.10")
+				s := modeltest.ClusterIP(webKey, "10.96.0.10")
 				s.Scheduler = "mh"
 				return s
 			}(),
@@ -433,25 +435,25 @@ func TestPlanService(t *testing.T) {
 		},
 		{
 			name: "terminating endpoints unused while one is ready",
-			svc:  clusterIPService("10.96.0.10"),
-			eps:  []model.Endpoint{terminating("10.0.0.1", "n1"), ready("10.0.0.2", "n2"), stopped("10.0.0.3", "n2")},
+			svc:  modeltest.ClusterIP(webKey, "10.96.0.10"),
+			eps:  []model.Endpoint{modeltest.Terminating("10.0.0.1", "n1"), modeltest.Ready("10.0.0.2", "n2"), modeltest.Stopped("10.0.0.3", "n2")},
 			want: &model.ServicePlan{Key: webKey, VirtualServices: []model.VirtualService{
 				vs(CIP, "10.96.0.10", 80, dests("10.0.0.2")),
 			}},
 		},
 		{
 			name: "serving terminating endpoints used when none is ready; non-serving never",
-			svc:  clusterIPService("10.96.0.10"),
-			eps: []model.Endpoint{terminating("10.0.0.2", "n2"), terminating("10.0.0.1", "n1"),
-				stopped("10.0.0.3", "n2"), notReady("10.0.0.4", "n2")},
+			svc:  modeltest.ClusterIP(webKey, "10.96.0.10"),
+			eps: []model.Endpoint{modeltest.Terminating("10.0.0.2", "n2"), modeltest.Terminating("10.0.0.1", "n1"),
+				modeltest.Stopped("10.0.0.3", "n2"), modeltest.NotReady("10.0.0.4", "n2")},
 			want: &model.ServicePlan{Key: webKey, VirtualServices: []model.VirtualService{
 				vs(CIP, "10.96.0.10", 80, dests("10.0.0.1", "10.0.0.2")),
 			}},
 		},
 		{
 			name: "terminating fallback is per family",
-			svc:  clusterIPService("10.96.0.10", "fd96::10"),
-			eps:  []model.Endpoint{ready("10.0.0.1", "n2"), terminating("10.0.0.2", "n2"), terminating("fd01::2", "n2")},
+			svc:  modeltest.ClusterIP(webKey, "10.96.0.10", "fd96::10"),
+			eps:  []model.Endpoint{modeltest.Ready("10.0.0.1", "n2"), modeltest.Terminating("10.0.0.2", "n2"), modeltest.Terminating("fd01::2", "n2")},
 			want: &model.ServicePlan{Key: webKey, VirtualServices: []model.VirtualService{
 				vs(CIP, "10.96.0.10", 80, dests("10.0.0.1")),
 				vs(CIP, "fd96::10", 80, dests("fd01::2")),
@@ -460,37 +462,37 @@ func TestPlanService(t *testing.T) {
 		{
 			name: "health check: distinct ready local addresses of a LoadBalancer with ETP Local",
 			svc: func() *model.Service {
-				s := lbService([]string{"10.96.0.10"})
+				s := modeltest.LoadBalancer(webKey, []string{"10.96.0.10"})
 				s.ExternalTrafficPolicy = model.PolicyLocal
 				s.HealthCheckNodePort = 32000
 				s.Ports = append(s.Ports, model.ServicePort{Name: "https", Protocol: model.TCP, Port: 443})
 				return s
 			}(),
 			eps: func() []model.Endpoint {
-				https := ready("10.0.0.1", "n1")
+				https := modeltest.Ready("10.0.0.1", "n1")
 				https.PortName, https.Port = "https", 8443
-				return []model.Endpoint{ready("10.0.0.1", "n1"), https, ready("10.0.0.2", "n1"),
-					terminating("10.0.0.3", "n1"), ready("10.0.0.4", "n2")}
+				return []model.Endpoint{modeltest.Ready("10.0.0.1", "n1"), https, modeltest.Ready("10.0.0.2", "n1"),
+					modeltest.Terminating("10.0.0.3", "n1"), modeltest.Ready("10.0.0.4", "n2")}
 			}(),
 			node: &model.Node{Name: "n1"},
 			want: &model.ServicePlan{Key: webKey, HealthCheckNodePort: 32000, LocalEndpoints: 2,
 				VirtualServices: []model.VirtualService{
 					vs(CIP, "10.96.0.10", 80, dests("10.0.0.1", "10.0.0.2", "10.0.0.4")),
-					{VirtualServiceKey: model.VirtualServiceKey{Addr: ip("10.96.0.10"), Port: 443, Protocol: model.TCP},
+					{VirtualServiceKey: model.VirtualServiceKey{Addr: modeltest.Addr("10.96.0.10"), Port: 443, Protocol: model.TCP},
 						Kind: CIP, PortName: "https", Scheduler: "rr",
-						Destinations: []model.Destination{{Addr: ip("10.0.0.1"), Port: 8443, Weight: 1}}},
+						Destinations: []model.Destination{{Addr: modeltest.Addr("10.0.0.1"), Port: 8443, Weight: 1}}},
 				}},
 		},
 		{
 			name: "health check: a dual-stack pod counts once",
 			svc: func() *model.Service {
-				s := lbService([]string{"10.96.0.10", "fd96::10"})
+				s := modeltest.LoadBalancer(webKey, []string{"10.96.0.10", "fd96::10"})
 				s.ExternalTrafficPolicy = model.PolicyLocal
 				s.HealthCheckNodePort = 32000
 				s.Ports[0].NodePort = 0
 				return s
 			}(),
-			eps:  []model.Endpoint{ready("10.0.0.1", "n1"), ready("fd01::1", "n1")},
+			eps:  []model.Endpoint{modeltest.Ready("10.0.0.1", "n1"), modeltest.Ready("fd01::1", "n1")},
 			node: &model.Node{Name: "n1"},
 			want: &model.ServicePlan{Key: webKey, HealthCheckNodePort: 32000, LocalEndpoints: 1,
 				VirtualServices: []model.VirtualService{
@@ -500,10 +502,10 @@ func TestPlanService(t *testing.T) {
 		},
 		{
 			name: "health check: none for a NodePort Service with ETP Local",
-			svc: &model.Service{Key: webKey, Type: model.NodePort, ClusterIPs: ips("10.96.0.10"),
+			svc: &model.Service{Key: webKey, Type: model.NodePort, ClusterIPs: modeltest.Addrs("10.96.0.10"),
 				ExternalTrafficPolicy: model.PolicyLocal, HealthCheckNodePort: 32000,
 				Ports: []model.ServicePort{{Name: "http", Protocol: model.TCP, Port: 80, NodePort: 30080}}},
-			eps: []model.Endpoint{ready("10.0.0.1", "n1"), ready("10.0.0.2", "n2")},
+			eps: []model.Endpoint{modeltest.Ready("10.0.0.1", "n1"), modeltest.Ready("10.0.0.2", "n2")},
 			want: &model.ServicePlan{Key: webKey, VirtualServices: []model.VirtualService{
 				vs(CIP, "10.96.0.10", 80, dests("10.0.0.1", "10.0.0.2")),
 				local(vs(NP, "192.168.0.1", 30080, dests("10.0.0.1"))),
@@ -539,31 +541,31 @@ func TestPlanServiceTrafficPolicies(t *testing.T) {
 	}{
 		{
 			name:       "local and remote ready",
-			eps:        []model.Endpoint{ready("10.0.0.1", "n1"), ready("10.0.0.2", "n2"), terminating("10.0.0.3", "n1")},
+			eps:        []model.Endpoint{modeltest.Ready("10.0.0.1", "n1"), modeltest.Ready("10.0.0.2", "n2"), modeltest.Terminating("10.0.0.3", "n1")},
 			cluster:    dests("10.0.0.1", "10.0.0.2"),
 			local:      dests("10.0.0.1"),
 			localReady: 1,
 		},
 		{
 			name:    "only remote endpoints",
-			eps:     []model.Endpoint{ready("10.0.0.2", "n2"), terminating("10.0.0.3", "n2")},
+			eps:     []model.Endpoint{modeltest.Ready("10.0.0.2", "n2"), modeltest.Terminating("10.0.0.3", "n2")},
 			cluster: dests("10.0.0.2"),
 		},
 		{
 			name:    "local terminating, remote ready",
-			eps:     []model.Endpoint{terminating("10.0.0.1", "n1"), ready("10.0.0.2", "n2")},
+			eps:     []model.Endpoint{modeltest.Terminating("10.0.0.1", "n1"), modeltest.Ready("10.0.0.2", "n2")},
 			cluster: dests("10.0.0.2"),
 			local:   dests("10.0.0.1"),
 		},
 		{
 			name:    "only terminating endpoints",
-			eps:     []model.Endpoint{terminating("10.0.0.1", "n1"), terminating("10.0.0.2", "n2"), stopped("10.0.0.3", "n1")},
+			eps:     []model.Endpoint{modeltest.Terminating("10.0.0.1", "n1"), modeltest.Terminating("10.0.0.2", "n2"), modeltest.Stopped("10.0.0.3", "n1")},
 			cluster: dests("10.0.0.1", "10.0.0.2"),
 			local:   dests("10.0.0.1"),
 		},
 		{
 			name: "no usable endpoints",
-			eps:  []model.Endpoint{notReady("10.0.0.1", "n1"), stopped("10.0.0.2", "n2")},
+			eps:  []model.Endpoint{modeltest.NotReady("10.0.0.1", "n1"), modeltest.Stopped("10.0.0.2", "n2")},
 		},
 	}
 	policies := []model.TrafficPolicy{model.PolicyCluster, model.PolicyLocal}
@@ -571,7 +573,7 @@ func TestPlanServiceTrafficPolicies(t *testing.T) {
 		for _, itp := range policies {
 			for _, set := range sets {
 				t.Run("ETP="+etp.String()+"/ITP="+itp.String()+"/"+set.name, func(t *testing.T) {
-					svc := lbService([]string{"10.96.0.10"}, "198.51.100.1")
+					svc := modeltest.LoadBalancer(webKey, []string{"10.96.0.10"}, "198.51.100.1")
 					svc.ExternalTrafficPolicy, svc.InternalTrafficPolicy = etp, itp
 					svc.HealthCheckNodePort = 32000
 
@@ -579,7 +581,7 @@ func TestPlanServiceTrafficPolicies(t *testing.T) {
 					if itp == model.PolicyLocal {
 						internal = set.local
 					}
-					want := &model.ServicePlan{Key: webKey, Announce: ips("198.51.100.1")}
+					want := &model.ServicePlan{Key: webKey, Announce: modeltest.Addrs("198.51.100.1")}
 					lb := vs(model.FrontendLoadBalancer, "198.51.100.1", 80, external)
 					np := vs(model.FrontendNodePort, "192.168.0.1", 30080, external)
 					if etp == model.PolicyLocal {
@@ -594,7 +596,7 @@ func TestPlanServiceTrafficPolicies(t *testing.T) {
 						vs(model.FrontendClusterIP, "10.96.0.10", 80, internal), np, lb,
 					}
 
-					got := plan.PlanService(svc, set.eps, &model.Node{Name: "n1", Addresses: ips("192.168.0.1")}, nil)
+					got := plan.PlanService(svc, set.eps, &model.Node{Name: "n1", Addresses: modeltest.Addrs("192.168.0.1")}, nil)
 					if d := diff(want, got); d != "" {
 						t.Errorf("PlanService() mismatch (-want +got):\n%s", d)
 					}
@@ -616,8 +618,8 @@ func TestPlanServiceInternal(t *testing.T) {
 		EIP = model.FrontendExternalIP
 	)
 	svc := func(etp, itp model.TrafficPolicy) *model.Service {
-		s := lbService([]string{"10.96.0.10"}, "198.51.100.1")
-		s.ExternalIPs = ips("203.0.113.1")
+		s := modeltest.LoadBalancer(webKey, []string{"10.96.0.10"}, "198.51.100.1")
+		s.ExternalIPs = modeltest.Addrs("203.0.113.1")
 		s.ExternalTrafficPolicy, s.InternalTrafficPolicy = etp, itp
 		return s
 	}
@@ -630,7 +632,7 @@ func TestPlanServiceInternal(t *testing.T) {
 		{
 			name: "ETP Cluster: no internal set",
 			svc:  svc(model.PolicyCluster, model.PolicyCluster),
-			eps:  []model.Endpoint{ready("10.0.0.2", "n2")},
+			eps:  []model.Endpoint{modeltest.Ready("10.0.0.2", "n2")},
 			want: []model.VirtualService{
 				vs(CIP, "10.96.0.10", 80, dests("10.0.0.2")),
 				vs(NP, "192.168.0.1", 30080, dests("10.0.0.2")),
@@ -641,7 +643,7 @@ func TestPlanServiceInternal(t *testing.T) {
 		{
 			name: "ETP Local, no local endpoint: LoadBalancer and external IP reach the remote one from inside",
 			svc:  svc(model.PolicyLocal, model.PolicyCluster),
-			eps:  []model.Endpoint{ready("10.0.0.2", "n2"), notReady("10.0.0.3", "n2")},
+			eps:  []model.Endpoint{modeltest.Ready("10.0.0.2", "n2"), modeltest.NotReady("10.0.0.3", "n2")},
 			want: []model.VirtualService{
 				vs(CIP, "10.96.0.10", 80, dests("10.0.0.2")),
 				local(vs(NP, "192.168.0.1", 30080, nil)),
@@ -652,7 +654,7 @@ func TestPlanServiceInternal(t *testing.T) {
 		{
 			name: "ETP and ITP Local: the internal set is still cluster-wide",
 			svc:  svc(model.PolicyLocal, model.PolicyLocal),
-			eps:  []model.Endpoint{ready("10.0.0.1", "n1"), ready("10.0.0.2", "n2")},
+			eps:  []model.Endpoint{modeltest.Ready("10.0.0.1", "n1"), modeltest.Ready("10.0.0.2", "n2")},
 			want: []model.VirtualService{
 				vs(CIP, "10.96.0.10", 80, dests("10.0.0.1")),
 				local(vs(NP, "192.168.0.1", 30080, dests("10.0.0.1"))),
@@ -664,8 +666,8 @@ func TestPlanServiceInternal(t *testing.T) {
 			name: "zone hints narrow the internal set as they narrow the ClusterIP's",
 			svc:  svc(model.PolicyLocal, model.PolicyCluster),
 			eps: []model.Endpoint{
-				zoneHints(ready("10.0.0.2", "n2"), "z1"),
-				zoneHints(ready("10.0.0.3", "n3"), "z2"),
+				zoneHints(modeltest.Ready("10.0.0.2", "n2"), "z1"),
+				zoneHints(modeltest.Ready("10.0.0.3", "n3"), "z2"),
 			},
 			want: []model.VirtualService{
 				vs(CIP, "10.96.0.10", 80, dests("10.0.0.2")),
@@ -677,7 +679,7 @@ func TestPlanServiceInternal(t *testing.T) {
 		{
 			name: "no usable endpoint: no internal set either",
 			svc:  svc(model.PolicyLocal, model.PolicyCluster),
-			eps:  []model.Endpoint{notReady("10.0.0.2", "n2")},
+			eps:  []model.Endpoint{modeltest.NotReady("10.0.0.2", "n2")},
 			want: []model.VirtualService{
 				vs(CIP, "10.96.0.10", 80, nil),
 				local(vs(NP, "192.168.0.1", 30080, nil)),
@@ -688,8 +690,8 @@ func TestPlanServiceInternal(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := plan.PlanService(tt.svc, tt.eps, &model.Node{Name: "n1", Zone: "z1", Addresses: ips("192.168.0.1")}, nil)
-			want := &model.ServicePlan{Key: webKey, Announce: ips("198.51.100.1"), VirtualServices: tt.want}
+			got := plan.PlanService(tt.svc, tt.eps, &model.Node{Name: "n1", Zone: "z1", Addresses: modeltest.Addrs("192.168.0.1")}, nil)
+			want := &model.ServicePlan{Key: webKey, Announce: modeltest.Addrs("198.51.100.1"), VirtualServices: tt.want}
 			if d := diff(want, got); d != "" {
 				t.Errorf("PlanService() mismatch (-want +got):\n%s", d)
 			}
@@ -713,7 +715,7 @@ func TestPlanServiceTopology(t *testing.T) {
 		{
 			name:         "no hints: every ready endpoint",
 			distribution: model.DistributionPreferClose,
-			eps:          []model.Endpoint{ready("10.0.0.1", "n1"), ready("10.0.0.2", "n2")},
+			eps:          []model.Endpoint{modeltest.Ready("10.0.0.1", "n1"), modeltest.Ready("10.0.0.2", "n2")},
 			internal:     dests("10.0.0.1", "10.0.0.2"),
 			external:     dests("10.0.0.1", "10.0.0.2"),
 		},
@@ -721,10 +723,10 @@ func TestPlanServiceTopology(t *testing.T) {
 			name:         "zone hints: only endpoints hinted for this zone",
 			distribution: model.DistributionPreferSameZone,
 			eps: []model.Endpoint{
-				zoneHints(ready("10.0.0.1", "n2"), "z1"),
-				zoneHints(ready("10.0.0.2", "n3"), "z2"),
-				zoneHints(ready("10.0.0.3", "n4"), "z2", "z1"),
-				notReady("10.0.0.4", "n5"), // unhinted but not ready: ignored
+				zoneHints(modeltest.Ready("10.0.0.1", "n2"), "z1"),
+				zoneHints(modeltest.Ready("10.0.0.2", "n3"), "z2"),
+				zoneHints(modeltest.Ready("10.0.0.3", "n4"), "z2", "z1"),
+				modeltest.NotReady("10.0.0.4", "n5"), // unhinted but not ready: ignored
 			},
 			internal: dests("10.0.0.1", "10.0.0.3"),
 			external: dests("10.0.0.1", "10.0.0.3"),
@@ -733,8 +735,8 @@ func TestPlanServiceTopology(t *testing.T) {
 			name:         "zone hints apply whatever trafficDistribution says, as in kube-proxy",
 			distribution: "",
 			eps: []model.Endpoint{
-				zoneHints(ready("10.0.0.1", "n2"), "z1"),
-				zoneHints(ready("10.0.0.2", "n3"), "z2"),
+				zoneHints(modeltest.Ready("10.0.0.1", "n2"), "z1"),
+				zoneHints(modeltest.Ready("10.0.0.2", "n3"), "z2"),
 			},
 			internal: dests("10.0.0.1"),
 			external: dests("10.0.0.1"),
@@ -743,8 +745,8 @@ func TestPlanServiceTopology(t *testing.T) {
 			name:         "a ready endpoint without a zone hint: hints ignored",
 			distribution: model.DistributionPreferClose,
 			eps: []model.Endpoint{
-				zoneHints(ready("10.0.0.1", "n2"), "z1"),
-				ready("10.0.0.2", "n3"),
+				zoneHints(modeltest.Ready("10.0.0.1", "n2"), "z1"),
+				modeltest.Ready("10.0.0.2", "n3"),
 			},
 			internal: dests("10.0.0.1", "10.0.0.2"),
 			external: dests("10.0.0.1", "10.0.0.2"),
@@ -753,8 +755,8 @@ func TestPlanServiceTopology(t *testing.T) {
 			name:         "no endpoint hinted for this zone: hints ignored",
 			distribution: model.DistributionPreferClose,
 			eps: []model.Endpoint{
-				zoneHints(ready("10.0.0.1", "n2"), "z2"),
-				zoneHints(ready("10.0.0.2", "n3"), "z3"),
+				zoneHints(modeltest.Ready("10.0.0.1", "n2"), "z2"),
+				zoneHints(modeltest.Ready("10.0.0.2", "n3"), "z3"),
 			},
 			internal: dests("10.0.0.1", "10.0.0.2"),
 			external: dests("10.0.0.1", "10.0.0.2"),
@@ -762,10 +764,10 @@ func TestPlanServiceTopology(t *testing.T) {
 		{
 			name:         "node without a zone: hints ignored",
 			distribution: model.DistributionPreferClose,
-			node:         &model.Node{Name: "n1", Addresses: ips("192.168.0.1")},
+			node:         &model.Node{Name: "n1", Addresses: modeltest.Addrs("192.168.0.1")},
 			eps: []model.Endpoint{
-				zoneHints(ready("10.0.0.1", "n2"), "z1"),
-				zoneHints(ready("10.0.0.2", "n3"), "z2"),
+				zoneHints(modeltest.Ready("10.0.0.1", "n2"), "z1"),
+				zoneHints(modeltest.Ready("10.0.0.2", "n3"), "z2"),
 			},
 			internal: dests("10.0.0.1", "10.0.0.2"),
 			external: dests("10.0.0.1", "10.0.0.2"),
@@ -774,8 +776,8 @@ func TestPlanServiceTopology(t *testing.T) {
 			name:         "only terminating endpoints: hints ignored",
 			distribution: model.DistributionPreferClose,
 			eps: []model.Endpoint{
-				zoneHints(terminating("10.0.0.1", "n2"), "z1"),
-				zoneHints(terminating("10.0.0.2", "n3"), "z2"),
+				zoneHints(modeltest.Terminating("10.0.0.1", "n2"), "z1"),
+				zoneHints(modeltest.Terminating("10.0.0.2", "n3"), "z2"),
 			},
 			internal: dests("10.0.0.1", "10.0.0.2"),
 			external: dests("10.0.0.1", "10.0.0.2"),
@@ -784,9 +786,9 @@ func TestPlanServiceTopology(t *testing.T) {
 			name:         "node hints: only endpoints hinted for this node",
 			distribution: model.DistributionPreferSameNode,
 			eps: []model.Endpoint{
-				nodeHints(zoneHints(ready("10.0.0.1", "n1"), "z1"), "n1"),
-				nodeHints(zoneHints(ready("10.0.0.2", "n2"), "z1"), "n2"),
-				nodeHints(zoneHints(ready("10.0.0.3", "n3"), "z2"), "n3"),
+				nodeHints(zoneHints(modeltest.Ready("10.0.0.1", "n1"), "z1"), "n1"),
+				nodeHints(zoneHints(modeltest.Ready("10.0.0.2", "n2"), "z1"), "n2"),
+				nodeHints(zoneHints(modeltest.Ready("10.0.0.3", "n3"), "z2"), "n3"),
 			},
 			internal: dests("10.0.0.1"),
 			external: dests("10.0.0.1"),
@@ -795,8 +797,8 @@ func TestPlanServiceTopology(t *testing.T) {
 			name:         "node hints, none for this node: zone hints",
 			distribution: model.DistributionPreferSameNode,
 			eps: []model.Endpoint{
-				nodeHints(zoneHints(ready("10.0.0.2", "n2"), "z1"), "n2"),
-				nodeHints(zoneHints(ready("10.0.0.3", "n3"), "z2"), "n3"),
+				nodeHints(zoneHints(modeltest.Ready("10.0.0.2", "n2"), "z1"), "n2"),
+				nodeHints(zoneHints(modeltest.Ready("10.0.0.3", "n3"), "z2"), "n3"),
 			},
 			internal: dests("10.0.0.2"),
 			external: dests("10.0.0.2"),
@@ -805,9 +807,9 @@ func TestPlanServiceTopology(t *testing.T) {
 			name:         "a ready endpoint without a node hint: zone hints",
 			distribution: model.DistributionPreferSameNode,
 			eps: []model.Endpoint{
-				nodeHints(zoneHints(ready("10.0.0.1", "n1"), "z1"), "n1"),
-				zoneHints(ready("10.0.0.2", "n2"), "z1"),
-				zoneHints(ready("10.0.0.3", "n3"), "z2"),
+				nodeHints(zoneHints(modeltest.Ready("10.0.0.1", "n1"), "z1"), "n1"),
+				zoneHints(modeltest.Ready("10.0.0.2", "n2"), "z1"),
+				zoneHints(modeltest.Ready("10.0.0.3", "n3"), "z2"),
 			},
 			internal: dests("10.0.0.1", "10.0.0.2"),
 			external: dests("10.0.0.1", "10.0.0.2"),
@@ -817,8 +819,8 @@ func TestPlanServiceTopology(t *testing.T) {
 			distribution: model.DistributionPreferClose,
 			itp:          model.PolicyLocal,
 			eps: []model.Endpoint{
-				zoneHints(ready("10.0.0.1", "n1"), "z2"),
-				zoneHints(ready("10.0.0.2", "n2"), "z1"),
+				zoneHints(modeltest.Ready("10.0.0.1", "n1"), "z2"),
+				zoneHints(modeltest.Ready("10.0.0.2", "n2"), "z1"),
 			},
 			internal: dests("10.0.0.1"),
 			external: dests("10.0.0.2"),
@@ -828,8 +830,8 @@ func TestPlanServiceTopology(t *testing.T) {
 			distribution: model.DistributionPreferClose,
 			etp:          model.PolicyLocal,
 			eps: []model.Endpoint{
-				zoneHints(ready("10.0.0.1", "n1"), "z2"),
-				zoneHints(ready("10.0.0.2", "n2"), "z1"),
+				zoneHints(modeltest.Ready("10.0.0.1", "n1"), "z2"),
+				zoneHints(modeltest.Ready("10.0.0.2", "n2"), "z1"),
 			},
 			internal: dests("10.0.0.2"),
 			external: dests("10.0.0.1"),
@@ -837,12 +839,12 @@ func TestPlanServiceTopology(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			svc := &model.Service{Key: webKey, Type: model.NodePort, ClusterIPs: ips("10.96.0.10"),
+			svc := &model.Service{Key: webKey, Type: model.NodePort, ClusterIPs: modeltest.Addrs("10.96.0.10"),
 				TrafficDistribution: tt.distribution, InternalTrafficPolicy: tt.itp, ExternalTrafficPolicy: tt.etp,
 				Ports: []model.ServicePort{{Name: "http", Protocol: model.TCP, Port: 80, NodePort: 30080}}}
 			node := tt.node
 			if node == nil {
-				node = &model.Node{Name: "n1", Zone: "z1", Addresses: ips("192.168.0.1")}
+				node = &model.Node{Name: "n1", Zone: "z1", Addresses: modeltest.Addrs("192.168.0.1")}
 			}
 			np := vs(model.FrontendNodePort, "192.168.0.1", 30080, tt.external)
 			np.Local = tt.etp == model.PolicyLocal
@@ -860,12 +862,12 @@ func TestPlanServiceTopology(t *testing.T) {
 // TestPlanServiceDeterministic checks that the order of the inputs does not
 // matter and that frontends share no memory.
 func TestPlanServiceDeterministic(t *testing.T) {
-	svc := lbService([]string{"10.96.0.10", "fd96::10"}, "198.51.100.1", "198.51.100.2", "2001:db8::1")
-	svc.ExternalIPs = ips("203.0.113.9", "2001:db8::9")
-	svc.LoadBalancerSourceRanges = prefixes("192.0.2.0/24", "203.0.113.0/24", "2001:db8:1::/48")
+	svc := modeltest.LoadBalancer(webKey, []string{"10.96.0.10", "fd96::10"}, "198.51.100.1", "198.51.100.2", "2001:db8::1")
+	svc.ExternalIPs = modeltest.Addrs("203.0.113.9", "2001:db8::9")
+	svc.LoadBalancerSourceRanges = modeltest.Prefixes("192.0.2.0/24", "203.0.113.0/24", "2001:db8:1::/48")
 	var eps []model.Endpoint
 	for _, a := range []string{"10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4", "fd01::1", "fd01::2", "fd01::3"} {
-		eps = append(eps, ready(a, "n2"))
+		eps = append(eps, modeltest.Ready(a, "n2"))
 	}
 	want := plan.PlanService(svc, eps, thisNode(), nil)
 
@@ -903,14 +905,14 @@ func TestPlanServiceDeterministic(t *testing.T) {
 			v.Destinations[j].Weight = 7
 		}
 		for j := range v.SourceRanges {
-			v.SourceRanges[j] = prefix("0.0.0.0/32")
+			v.SourceRanges[j] = netip.MustParsePrefix("0.0.0.0/32")
 		}
 		for k, other := range got.VirtualServices {
 			if k == i {
 				continue
 			}
 			if slices.ContainsFunc(other.Destinations, func(d model.Destination) bool { return d.Weight == 7 }) ||
-				slices.Contains(other.SourceRanges, prefix("0.0.0.0/32")) {
+				slices.Contains(other.SourceRanges, netip.MustParsePrefix("0.0.0.0/32")) {
 				t.Fatalf("frontends %v and %v share memory", v.VirtualServiceKey, other.VirtualServiceKey)
 			}
 		}
@@ -919,7 +921,7 @@ func TestPlanServiceDeterministic(t *testing.T) {
 }
 
 func TestPlanServiceNil(t *testing.T) {
-	if got := plan.PlanService(nil, []model.Endpoint{ready("10.0.0.1", "n1")}, thisNode(), nil); got != nil {
+	if got := plan.PlanService(nil, []model.Endpoint{modeltest.Ready("10.0.0.1", "n1")}, thisNode(), nil); got != nil {
 		t.Errorf("PlanService(nil) = %+v, want nil", got)
 	}
 }

@@ -9,9 +9,11 @@ import (
 	"time"
 
 	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/core/model/modeltest"
 	"github.com/switchyard-lb/switchyard/core/plugin"
 	"github.com/switchyard-lb/switchyard/core/plugin/plugintest"
 	"github.com/switchyard-lb/switchyard/core/policystage"
+	"github.com/switchyard-lb/switchyard/core/runner/runnertest"
 	"github.com/switchyard-lb/switchyard/ipvs/dryrun"
 )
 
@@ -57,10 +59,10 @@ func benchmarkReevaluateAll(b *testing.B, work, workers int) {
 	d := model.Delta{Nodes: map[string]*model.Node{"node-a": nodeA}, Services: map[model.ServiceKey]model.ServiceState{}}
 	for i := range services {
 		key := model.ServiceKey{Namespace: "bench", Name: fmt.Sprint("svc-", i)}
-		st := clusterIP(key, netip.AddrFrom4([4]byte{10, 96, byte(i >> 8), byte(i)}).String())
+		st := modeltest.State(modeltest.ClusterIP(key, netip.AddrFrom4([4]byte{10, 96, byte(i >> 8), byte(i)}).String()))
 		st.Service.Policy = "weights"
 		for j := range 3 {
-			st.Endpoints = append(st.Endpoints, ep(fmt.Sprintf("10.%d.%d.%d:8080", 100+j, byte(i>>8), byte(i)), "node-a"))
+			st.Endpoints = append(st.Endpoints, modeltest.Ready(fmt.Sprintf("10.%d.%d.%d", 100+j, byte(i>>8), byte(i)), "node-a"))
 		}
 		d.Services[key] = st
 	}
@@ -75,14 +77,14 @@ func benchmarkReevaluateAll(b *testing.B, work, workers int) {
 		}
 		return fn(ctx, in)
 	}), nil, nil)
-	now := t0
-	loop := newLoop(src, dryrun.New(), func() time.Time { return now }, policystage.Config{Policies: pols, StatsInterval: time.Second, Workers: workers})
+	clock := runnertest.NewClock(t0)
+	loop := newLoop(src, dryrun.New(), clock.Now, policystage.Config{Policies: pols, StatsInterval: time.Second, Workers: workers})
 	if err := loop.Sync(context.Background()); err != nil {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		now = now.Add(time.Second)
+		clock.Step(time.Second)
 		if err := loop.Sync(context.Background()); err != nil {
 			b.Fatal(err)
 		}

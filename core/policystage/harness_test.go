@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/core/model/modeltest"
 	"github.com/switchyard-lb/switchyard/core/plan"
 	"github.com/switchyard-lb/switchyard/core/plugin"
 	"github.com/switchyard-lb/switchyard/core/plugin/plugintest"
@@ -24,25 +25,9 @@ var (
 	apiKey = model.ServiceKey{Namespace: "prod", Name: "api"}
 	nodeA  = &model.Node{Name: "node-a", Addresses: []netip.Addr{netip.MustParseAddr("192.168.1.10")}, Ready: true}
 
-	webEndpoints = []model.Endpoint{ep("10.244.1.2:8080", "node-a"), ep("10.244.2.2:8080", "node-b")}
+	webEndpoints = []model.Endpoint{modeltest.Ready("10.244.1.2", "node-a"), modeltest.Ready("10.244.2.2", "node-b")}
 	cmpOpts      = []cmp.Option{cmpopts.EquateEmpty(), cmpopts.EquateComparable(netip.Addr{}, netip.AddrPort{}, netip.Prefix{})}
 )
-
-func ip(s string) netip.Addr { return netip.MustParseAddr(s) }
-
-// ep is a ready endpoint of port "http".
-func ep(addrPort, node string) model.Endpoint {
-	ap := netip.MustParseAddrPort(addrPort)
-	return model.Endpoint{Addr: ap.Addr(), Port: ap.Port(), PortName: "http", Protocol: model.TCP, NodeName: node, Ready: true, Serving: true}
-}
-
-func clusterIP(key model.ServiceKey, vip string, eps ...model.Endpoint) model.ServiceState {
-	return model.ServiceState{
-		Service: &model.Service{Key: key, Type: model.ClusterIP, ClusterIPs: []netip.Addr{ip(vip)},
-			Ports: []model.ServicePort{{Name: "http", Protocol: model.TCP, Port: 80}}},
-		Endpoints: eps,
-	}
-}
 
 func cat(parts ...[]string) []string {
 	var out []string

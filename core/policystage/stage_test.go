@@ -14,9 +14,11 @@ import (
 
 	"github.com/switchyard-lb/switchyard/core/config"
 	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/core/model/modeltest"
 	"github.com/switchyard-lb/switchyard/core/plugin"
 	"github.com/switchyard-lb/switchyard/core/plugin/plugintest"
 	"github.com/switchyard-lb/switchyard/core/policystage"
+	"github.com/switchyard-lb/switchyard/core/runner/runnertest"
 )
 
 // Deadlines of the tests' evaluations: generous, since a deadline that
@@ -31,10 +33,10 @@ const (
 // policy table, with web on policy "weights" and api on the default.
 type policyHarness struct {
 	*harness
-	pols *plugintest.Policies
-	rep  *plugintest.Reporter
-	pm   *policystage.Metrics
-	now  time.Time
+	pols  *plugintest.Policies
+	rep   *plugintest.Reporter
+	pm    *policystage.Metrics
+	clock *runnertest.Clock
 }
 
 func newPolicyHarness(t *testing.T, stats time.Duration) *policyHarness {
@@ -43,9 +45,9 @@ func newPolicyHarness(t *testing.T, stats time.Duration) *policyHarness {
 
 func newPolicyHarnessDeadline(t *testing.T, stats, deadline time.Duration) *policyHarness {
 	h := &policyHarness{harness: newHarness(t), pols: plugintest.NewPolicies("uniform"),
-		rep: plugintest.NewReporter(), pm: policystage.NewMetrics(nil), now: t0}
+		rep: plugintest.NewReporter(), pm: policystage.NewMetrics(nil), clock: runnertest.NewClock(t0)}
 	h.pols.Set("uniform", plugintest.NewFunc("uniform", weights()), nil, nil)
-	h.loop = newLoop(h.src, h.dry, func() time.Time { return h.now }, policystage.Config{
+	h.loop = newLoop(h.src, h.dry, h.clock.Now, policystage.Config{
 		Policies: h.pols, Reporter: h.rep, Metrics: h.pm, Deadline: deadline, StatsInterval: stats,
 	})
 	return h
@@ -80,9 +82,9 @@ func TestPolicySchedulers(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := &policyHarness{harness: newHarness(t), pols: plugintest.NewPolicies("uniform"),
-				rep: plugintest.NewReporter(), pm: policystage.NewMetrics(nil), now: t0}
+				rep: plugintest.NewReporter(), pm: policystage.NewMetrics(nil), clock: runnertest.NewClock(t0)}
 			h.pols.Set("uniform", plugintest.NewFunc("uniform", weights()), nil, nil)
-			h.loop = newLoop(h.src, h.dry, func() time.Time { return h.now }, policystage.Config{
+			h.loop = newLoop(h.src, h.dry, h.clock.Now, policystage.Config{
 				Policies: h.pols, Reporter: h.rep, Metrics: h.pm, Deadline: generousDeadline, Schedulers: tc.schedulers,
 			})
 			h.pols.Set("weights", plugintest.NewFunc("weights", func(ctx context.Context, in *plugin.PolicyInput) (plugin.PolicyResult, error) {
@@ -125,9 +127,9 @@ func failing(err error) func(context.Context, *plugin.PolicyInput) (plugin.Polic
 }
 
 func (h *policyHarness) start(t *testing.T) {
-	web := clusterIP(webKey, "10.96.0.1", webEndpoints...)
+	web := modeltest.State(modeltest.ClusterIP(webKey, "10.96.0.1"), webEndpoints...)
 	web.Service.Policy = "weights"
-	api := clusterIP(apiKey, "10.96.0.30", ep("10.244.1.9:8080", "node-a"), ep("10.244.2.9:8080", "node-b"))
+	api := modeltest.State(modeltest.ClusterIP(apiKey, "10.96.0.30"), modeltest.Ready("10.244.1.9", "node-a"), modeltest.Ready("10.244.2.9", "node-b"))
 	h.src.Push(model.Delta{Nodes: map[string]*model.Node{"node-a": nodeA},
 		Services: map[model.ServiceKey]model.ServiceState{webKey: web, apiKey: api}})
 	h.src.SetSynced(true)
@@ -179,7 +181,7 @@ func TestPolicyStage(t *testing.T) {
 	}, {
 		name: "new endpoints while failing: uniform weights",
 		do: func() {
-			web := clusterIP(webKey, "10.96.0.1", webEndpoints[0])
+			web := modeltest.State(modeltest.ClusterIP(webKey, "10.96.0.1"), webEndpoints[0])
 			web.Service.Policy = "weights"
 			h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{webKey: web}})
 		},
@@ -196,7 +198,7 @@ func TestPolicyStage(t *testing.T) {
 		name: "the policy recovers",
 		do: func() {
 			h.pols.Set("weights", plugintest.NewFunc("weights", weights(3, 1)), nil, nil)
-			web := clusterIP(webKey, "10.96.0.1", webEndpoints...)
+			web := modeltest.State(modeltest.ClusterIP(webKey, "10.96.0.1"), webEndpoints...)
 			web.Service.Policy = "weights"
 			h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{webKey: web}})
 		},
@@ -205,7 +207,7 @@ func TestPolicyStage(t *testing.T) {
 	}, {
 		name: "switching the annotation to another policy",
 		do: func() {
-			web := clusterIP(webKey, "10.96.0.1", webEndpoints...)
+			web := modeltest.State(modeltest.ClusterIP(webKey, "10.96.0.1"), webEndpoints...)
 			h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{webKey: web}})
 		},
 		wantTable:   cat(webUniform, apiTable),
@@ -378,7 +380,7 @@ func TestPolicyReevaluation(t *testing.T) {
 		{11 * time.Second, 3, 2}, // web's next is due at 12s
 		{20 * time.Second, 4, 3}, // tick
 	} {
-		h.now = t0.Add(s.at)
+		h.clock.StepTo(t0.Add(s.at))
 		mustSync(t, h.loop)
 		if got, got2 := periodic.Calls(), uniform.Calls(); got != s.wantPeriodic || got2 != s.wantUnifm {
 			t.Errorf("at %v: evaluations web %d, api %d; want %d, %d", s.at, got, got2, s.wantPeriodic, s.wantUnifm)
@@ -427,14 +429,14 @@ func TestPolicyTickSkipsFailing(t *testing.T) {
 		do   func()
 		want int
 	}{
-		{"tick", func() { h.now = h.now.Add(10 * time.Second) }, 1},
+		{"tick", func() { h.clock.Step(10 * time.Second) }, 1},
 		{"the Service changes", func() {
-			web := clusterIP(webKey, "10.96.0.1", webEndpoints[0])
+			web := modeltest.State(modeltest.ClusterIP(webKey, "10.96.0.1"), webEndpoints[0])
 			web.Service.Policy = "weights"
 			h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{webKey: web}})
 		}, 2},
 		{"the policy changes", func() { h.pols.Set("weights", broken, nil, nil) }, 3},
-		{"tick again", func() { h.now = h.now.Add(10 * time.Second) }, 3},
+		{"tick again", func() { h.clock.Step(10 * time.Second) }, 3},
 	}
 	for _, s := range steps {
 		s.do()
@@ -470,7 +472,7 @@ func TestPolicyForgetsDeletedService(t *testing.T) {
 	}
 
 	h.pols.Set("weights", plugintest.NewFunc("weights", failing(errors.New("trap"))), nil, nil)
-	web := clusterIP(webKey, "10.96.0.1", webEndpoints...)
+	web := modeltest.State(modeltest.ClusterIP(webKey, "10.96.0.1"), webEndpoints...)
 	web.Service.Policy = "weights"
 	h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{webKey: web}})
 	mustSync(t, h.loop)
@@ -516,7 +518,7 @@ func TestPolicyStandIn(t *testing.T) {
 	// v2 fails to load; v1 stands in.
 	failed := "garbage (running its last good version, sha256 a1a1a1a1a1a1, instead)"
 	h.pols.Set("weights", v1, nil, errors.New(failed))
-	web := clusterIP(webKey, "10.96.0.1", append(slices.Clone(webEndpoints), ep("10.244.3.2:8080", "node-c"))...)
+	web := modeltest.State(modeltest.ClusterIP(webKey, "10.96.0.1"), append(slices.Clone(webEndpoints), modeltest.Ready("10.244.3.2", "node-c"))...)
 	web.Service.Policy = "weights"
 	h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{webKey: web}})
 	mustSync(t, h.loop)
@@ -543,7 +545,7 @@ func TestPolicyStandIn(t *testing.T) {
 		t.Errorf("status with v1 standing in (-want +got):\n%s", diff)
 	}
 	calls := v1.Calls()
-	h.now = h.now.Add(10 * time.Second)
+	h.clock.Step(10 * time.Second)
 	mustSync(t, h.loop)
 	if got := v1.Calls(); got != calls+1 {
 		t.Errorf("the statistics tick evaluated the stand-in %d times, want 1", got-calls)
@@ -568,7 +570,7 @@ func TestPolicyLoadFailuresCountedOnce(t *testing.T) {
 	h.pols.Set("weights", v1, nil, nil)
 	h.start(t)
 	// A second Service on the policy.
-	api := clusterIP(apiKey, "10.96.0.30", ep("10.244.1.9:8080", "node-a"), ep("10.244.2.9:8080", "node-b"))
+	api := modeltest.State(modeltest.ClusterIP(apiKey, "10.96.0.30"), modeltest.Ready("10.244.1.9", "node-a"), modeltest.Ready("10.244.2.9", "node-b"))
 	api.Service.Policy = "weights"
 	h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{apiKey: api}})
 	mustSync(t, h.loop)
@@ -578,7 +580,7 @@ func TestPolicyLoadFailuresCountedOnce(t *testing.T) {
 	}
 	ticks := func(n int) {
 		for range n {
-			h.now = h.now.Add(10 * time.Second)
+			h.clock.Step(10 * time.Second)
 			mustSync(t, h.loop)
 		}
 	}
@@ -593,7 +595,7 @@ func TestPolicyLoadFailuresCountedOnce(t *testing.T) {
 		}, 1},
 		{"an endpoint change re-evaluates both Services", func() {
 			api.Endpoints = api.Endpoints[:1]
-			web := clusterIP(webKey, "10.96.0.1", webEndpoints[:1]...)
+			web := modeltest.State(modeltest.ClusterIP(webKey, "10.96.0.1"), webEndpoints[:1]...)
 			web.Service.Policy = "weights"
 			h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{apiKey: api, webKey: web}})
 			mustSync(t, h.loop)

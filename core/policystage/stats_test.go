@@ -10,9 +10,11 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/core/model/modeltest"
 	"github.com/switchyard-lb/switchyard/core/plugin"
 	"github.com/switchyard-lb/switchyard/core/plugin/plugintest"
 	"github.com/switchyard-lb/switchyard/core/policystage"
+	"github.com/switchyard-lb/switchyard/core/runner/runnertest"
 	"github.com/switchyard-lb/switchyard/ipvs"
 	"github.com/switchyard-lb/switchyard/ipvs/ipvstest"
 )
@@ -73,11 +75,11 @@ func TestPolicySeesDataplaneStats(t *testing.T) {
 	fn := plugintest.NewFunc("leastconns", lc.evaluate)
 	pols.Set("leastconns", fn, nil, nil)
 	src := plugintest.NewSource()
-	now := t0
-	loop := newLoop(src, dp, func() time.Time { return now }, policystage.Config{Policies: pols, Stats: dp, StatsInterval: tick})
+	clock := runnertest.NewClock(t0)
+	loop := newLoop(src, dp, clock.Now, policystage.Config{Policies: pols, Stats: dp, StatsInterval: tick})
 
-	eps := []model.Endpoint{ep("10.244.1.2:8080", "node-a"), ep("10.244.2.2:8080", "node-b"), ep("10.244.3.2:8080", "node-c")}
-	web := clusterIP(webKey, "10.96.0.1", eps...)
+	eps := []model.Endpoint{modeltest.Ready("10.244.1.2", "node-a"), modeltest.Ready("10.244.2.2", "node-b"), modeltest.Ready("10.244.3.2", "node-c")}
+	web := modeltest.State(modeltest.ClusterIP(webKey, "10.96.0.1"), eps...)
 	web.Service.Type = model.NodePort
 	web.Service.Ports[0].NodePort = 30080
 	src.Push(model.Delta{Nodes: map[string]*model.Node{"node-a": nodeA},
@@ -85,7 +87,7 @@ func TestPolicySeesDataplaneStats(t *testing.T) {
 	src.SetSynced(true)
 	mustSync(t, loop)
 
-	cip := model.VirtualServiceKey{Addr: ip("10.96.0.1"), Port: 80, Protocol: model.TCP}
+	cip := model.VirtualServiceKey{Addr: modeltest.Addr("10.96.0.1"), Port: 80, Protocol: model.TCP}
 	np := model.VirtualServiceKey{Addr: node, Port: 30080, Protocol: model.TCP}
 	dst := func(s string) ipvs.DestinationKey {
 		ap := netip.MustParseAddrPort(s)
@@ -134,7 +136,7 @@ func TestPolicySeesDataplaneStats(t *testing.T) {
 				setConns(cip, "10.244.2.2:8080", 1)
 				setConns(np, "10.244.2.2:8080", 1)
 				setConns(np, "10.244.3.2:8080", 0)
-				now = now.Add(tick)
+				clock.Step(tick)
 			},
 			// Inactive: 1 on each frontend an endpoint was set on.
 			wantSeen: map[netip.AddrPort]plugin.EndpointStats{
@@ -149,7 +151,7 @@ func TestPolicySeesDataplaneStats(t *testing.T) {
 			name: "between ticks an evaluation sees the last read, not the kernel",
 			do: func() {
 				setConns(cip, "10.244.1.2:8080", 0)
-				now = now.Add(tick / 2)
+				clock.Step(tick / 2)
 				src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{webKey: web}})
 			},
 			wantSeen: map[netip.AddrPort]plugin.EndpointStats{
@@ -168,7 +170,7 @@ func TestPolicySeesDataplaneStats(t *testing.T) {
 				setConns(cip, "10.244.3.2:8080", 0)
 				setConns(cip, "10.244.2.2:8080", 0)
 				setConns(np, "10.244.3.2:8080", 6)
-				now = now.Add(tick)
+				clock.Step(tick)
 			},
 			wantSeen:    stats(0, 0, 6, 2),
 			wantWeights: both(7, 7, 1),

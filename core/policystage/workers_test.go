@@ -18,9 +18,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/core/model/modeltest"
 	"github.com/switchyard-lb/switchyard/core/plugin"
 	"github.com/switchyard-lb/switchyard/core/plugin/plugintest"
 	"github.com/switchyard-lb/switchyard/core/policystage"
+	"github.com/switchyard-lb/switchyard/core/runner/runnertest"
 	"github.com/switchyard-lb/switchyard/ipvs/dryrun"
 )
 
@@ -60,8 +62,9 @@ func newWorkersLoop(t *testing.T, n, workers int, policyOf func(i int) string) *
 	src := plugintest.NewSource()
 	d := model.Delta{Nodes: map[string]*model.Node{"node-a": nodeA}, Services: map[model.ServiceKey]model.ServiceState{}}
 	for i := range n {
-		st := clusterIP(workerKey(i), fmt.Sprintf("10.96.1.%d", i),
-			ep(fmt.Sprintf("10.244.1.%d:8080", i), "node-a"), ep(fmt.Sprintf("10.244.2.%d:8080", i), "node-b"))
+		st := modeltest.State(modeltest.ClusterIP(workerKey(i), fmt.Sprintf("10.96.1.%d", i)),
+			modeltest.Ready(fmt.Sprintf("10.244.1.%d", i), "node-a"), modeltest.Ready(fmt.Sprintf("10.244.2.%d", i), "node-b"))
+
 		st.Service.Policy = "p"
 		if policyOf != nil {
 			st.Service.Policy = policyOf(i)
@@ -330,20 +333,20 @@ func TestPolicyStatsReadFailures(t *testing.T) {
 	}), nil, nil)
 	pm := policystage.NewMetrics(nil)
 	src := plugintest.NewSource()
-	now := t0
+	clock := runnertest.NewClock(t0)
 	var logs bytes.Buffer // written by Sync only
-	loop := newLoop(src, dp, func() time.Time { return now }, policystage.Config{
+	loop := newLoop(src, dp, clock.Now, policystage.Config{
 		Policies: pols, Metrics: pm, Stats: dp, StatsInterval: tick, Workers: 2,
 		Log: slog.New(slog.NewTextHandler(&logs, nil)),
 	})
 	src.Push(model.Delta{Nodes: map[string]*model.Node{"node-a": nodeA}, Services: map[model.ServiceKey]model.ServiceState{
-		webKey: clusterIP(webKey, "10.96.0.1", webEndpoints[0]),
-		apiKey: clusterIP(apiKey, "10.96.0.30", ep("10.244.1.9:8080", "node-a")),
+		webKey: modeltest.State(modeltest.ClusterIP(webKey, "10.96.0.1"), webEndpoints[0]),
+		apiKey: modeltest.State(modeltest.ClusterIP(apiKey, "10.96.0.30"), modeltest.Ready("10.244.1.9", "node-a")),
 	}})
 	src.SetSynced(true)
 
-	web := model.VirtualServiceKey{Addr: ip("10.96.0.1"), Port: 80, Protocol: model.TCP}
-	api := model.VirtualServiceKey{Addr: ip("10.96.0.30"), Port: 80, Protocol: model.TCP}
+	web := model.VirtualServiceKey{Addr: modeltest.Addr("10.96.0.1"), Port: 80, Protocol: model.TCP}
+	api := model.VirtualServiceKey{Addr: modeltest.Addr("10.96.0.30"), Port: 80, Protocol: model.TCP}
 	read := func(webConns, apiConns int) map[model.VirtualServiceKey]map[netip.AddrPort]plugin.EndpointStats {
 		out := map[model.VirtualServiceKey]map[netip.AddrPort]plugin.EndpointStats{}
 		if webConns >= 0 {
@@ -369,7 +372,7 @@ func TestPolicyStatsReadFailures(t *testing.T) {
 	}
 	for _, s := range steps {
 		dp.set(s.stats, s.err)
-		now = now.Add(tick)
+		clock.Step(tick)
 		mustSync(t, loop)
 		mu.Lock()
 		got := maps.Clone(seen)
@@ -409,15 +412,15 @@ func TestPolicyTickSkipsStatsBlind(t *testing.T) {
 	pols.Set("blind", statsBlind{blind}, nil, nil)
 	pols.Set("p", seeing, nil, nil)
 	src := plugintest.NewSource()
-	now := t0
-	loop := newLoop(src, dp, func() time.Time { return now }, policystage.Config{Policies: pols, Stats: dp, StatsInterval: tick})
+	clock := runnertest.NewClock(t0)
+	loop := newLoop(src, dp, clock.Now, policystage.Config{Policies: pols, Stats: dp, StatsInterval: tick})
 	service := func(k model.ServiceKey, vip, endpoint, policy string) model.ServiceState {
-		st := clusterIP(k, vip, ep(endpoint, "node-a"))
+		st := modeltest.State(modeltest.ClusterIP(k, vip), modeltest.Ready(endpoint, "node-a"))
 		st.Service.Policy = policy
 		return st
 	}
-	web := service(webKey, "10.96.0.1", "10.244.1.2:8080", "blind")
-	api := service(apiKey, "10.96.0.30", "10.244.1.9:8080", "blind")
+	web := service(webKey, "10.96.0.1", "10.244.1.2", "blind")
+	api := service(apiKey, "10.96.0.30", "10.244.1.9", "blind")
 	src.Push(model.Delta{Nodes: map[string]*model.Node{"node-a": nodeA},
 		Services: map[model.ServiceKey]model.ServiceState{webKey: web, apiKey: api}})
 	src.SetSynced(true)
@@ -430,17 +433,17 @@ func TestPolicyTickSkipsStatsBlind(t *testing.T) {
 	}{
 		// Nothing is known of the policies before their first evaluation.
 		{"first sync", func() {}, counts{Blind: 2, Reads: 1}},
-		{"tick, every policy blind", func() { now = now.Add(tick) }, counts{Blind: 2, Reads: 1}},
+		{"tick, every policy blind", func() { clock.Step(tick) }, counts{Blind: 2, Reads: 1}},
 		{"api switches to a policy that reads statistics", func() {
 			api.Service.Policy = "p"
 			src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{apiKey: api}})
 		}, counts{Blind: 2, Seeing: 1, Reads: 1}},
-		{"tick: only api is re-evaluated", func() { now = now.Add(tick) }, counts{Blind: 2, Seeing: 2, Reads: 2}},
+		{"tick: only api is re-evaluated", func() { clock.Step(tick) }, counts{Blind: 2, Seeing: 2, Reads: 2}},
 		{"api back to the blind policy", func() {
 			api.Service.Policy = "blind"
 			src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{apiKey: api}})
 		}, counts{Blind: 3, Seeing: 2, Reads: 2}},
-		{"tick, every policy blind again", func() { now = now.Add(tick) }, counts{Blind: 3, Seeing: 2, Reads: 2}},
+		{"tick, every policy blind again", func() { clock.Step(tick) }, counts{Blind: 3, Seeing: 2, Reads: 2}},
 	}
 	for _, s := range steps {
 		s.do()

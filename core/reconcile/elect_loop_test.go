@@ -10,6 +10,7 @@ import (
 
 	"github.com/switchyard-lb/switchyard/core/election"
 	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/core/model/modeltest"
 	"github.com/switchyard-lb/switchyard/core/plan"
 	"github.com/switchyard-lb/switchyard/core/plugin"
 	"github.com/switchyard-lb/switchyard/core/plugin/plugintest"
@@ -69,12 +70,12 @@ func newElectedNode(name string, members *fakeMembership) *electedNode {
 func TestLoopElectsOneLayer2Owner(t *testing.T) {
 	members := &fakeMembership{alive: map[string]bool{}}
 	nodes := map[string]*model.Node{
-		"node-a": {Name: "node-a", Ready: true, Addresses: []netip.Addr{ip("192.168.1.10")}},
-		"node-b": {Name: "node-b", Ready: true, Addresses: []netip.Addr{ip("192.168.1.11")}},
+		"node-a": {Name: "node-a", Ready: true, Addresses: []netip.Addr{modeltest.Addr("192.168.1.10")}},
+		"node-b": {Name: "node-b", Ready: true, Addresses: []netip.Addr{modeltest.Addr("192.168.1.11")}},
 	}
-	lb := lbLocal(lbKey, "10.96.0.20", "192.0.2.7", ep("10.1.0.1:8080", "node-a"), ep("10.1.0.2:8080", "node-b"))
+	lb := lbLocal(lbKey, "10.96.0.20", "192.0.2.7", modeltest.Ready("10.1.0.1", "node-a"), modeltest.Ready("10.1.0.2", "node-b"))
 	lb.Service.ExternalTrafficPolicy, lb.Service.HealthCheckNodePort = model.PolicyCluster, 0
-	other := lbLocal(webKey, "10.96.0.21", "198.51.100.1", ep("10.1.0.3:8080", "node-a"))
+	other := lbLocal(webKey, "10.96.0.21", "198.51.100.1", modeltest.Ready("10.1.0.3", "node-a"))
 	other.Service.ExternalTrafficPolicy, other.Service.HealthCheckNodePort = model.PolicyCluster, 0
 	cluster := map[string]*electedNode{"node-a": newElectedNode("node-a", members), "node-b": newElectedNode("node-b", members)}
 	syncAll := func() {
@@ -91,7 +92,7 @@ func TestLoopElectsOneLayer2Owner(t *testing.T) {
 	syncAll()
 
 	in := &election.Input{Nodes: []election.Candidate{{Name: "node-a", Ready: true}, {Name: "node-b", Ready: true}}}
-	owner, _ := election.Layer2Owner(in, ip("192.0.2.7"))
+	owner, _ := election.Layer2Owner(in, modeltest.Addr("192.0.2.7"))
 	standby := "node-a"
 	if owner == standby {
 		standby = "node-b"
@@ -196,23 +197,23 @@ func TestLoopReannouncesWhenServingNodesChange(t *testing.T) {
 	}{
 		{"Local, endpoint on node-b only",
 			model.Delta{Nodes: nodes, Services: map[model.ServiceKey]model.ServiceState{
-				lbKey: lbLocal(lbKey, "10.96.0.20", addr.String(), ep("10.1.0.2:8080", "node-b")),
+				lbKey: lbLocal(lbKey, "10.96.0.20", addr.String(), modeltest.Ready("10.1.0.2", "node-b")),
 			}},
 			to([]string{"node-b"}, 1)},
 		{"an endpoint appears on node-a",
 			model.Delta{Services: map[model.ServiceKey]model.ServiceState{
-				lbKey: lbLocal(lbKey, "10.96.0.20", addr.String(), ep("10.1.0.1:8080", "node-a"), ep("10.1.0.2:8080", "node-b")),
+				lbKey: lbLocal(lbKey, "10.96.0.20", addr.String(), modeltest.Ready("10.1.0.1", "node-a"), modeltest.Ready("10.1.0.2", "node-b")),
 			}},
 			to([]string{"node-a", "node-b"}, 1, 1)},
 		{"nothing changes: no call", model.Delta{}, [][]model.Announcement{}},
 		{"a second endpoint on node-b: only its weight changes",
 			model.Delta{Services: map[model.ServiceKey]model.ServiceState{
-				lbKey: lbLocal(lbKey, "10.96.0.20", addr.String(), ep("10.1.0.1:8080", "node-a"), ep("10.1.0.2:8080", "node-b"), ep("10.1.0.3:8080", "node-b")),
+				lbKey: lbLocal(lbKey, "10.96.0.20", addr.String(), modeltest.Ready("10.1.0.1", "node-a"), modeltest.Ready("10.1.0.2", "node-b"), modeltest.Ready("10.1.0.3", "node-b")),
 			}},
 			to([]string{"node-a", "node-b"}, 1, 2)},
 		{"the same endpoints again (a resync): no call",
 			model.Delta{Services: map[model.ServiceKey]model.ServiceState{
-				lbKey: lbLocal(lbKey, "10.96.0.20", addr.String(), ep("10.1.0.1:8080", "node-a"), ep("10.1.0.2:8080", "node-b"), ep("10.1.0.3:8080", "node-b")),
+				lbKey: lbLocal(lbKey, "10.96.0.20", addr.String(), modeltest.Ready("10.1.0.1", "node-a"), modeltest.Ready("10.1.0.2", "node-b"), modeltest.Ready("10.1.0.3", "node-b")),
 			}},
 			[][]model.Announcement{}},
 		{"node-a NotReady",

@@ -14,8 +14,10 @@ import (
 
 	"github.com/switchyard-lb/switchyard/core/metrics"
 	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/core/model/modeltest"
 	"github.com/switchyard-lb/switchyard/core/plan"
 	"github.com/switchyard-lb/switchyard/core/reconcile"
+	"github.com/switchyard-lb/switchyard/core/runner/runnertest"
 )
 
 // initial pushes node-a with web and lb and marks the source synced.
@@ -23,7 +25,7 @@ func (h *harness) initial() {
 	h.src.Push(model.Delta{
 		Nodes: map[string]*model.Node{"node-a": nodeA},
 		Services: map[model.ServiceKey]model.ServiceState{
-			webKey: clusterIP(webKey, "10.96.0.1", webEndpoints...),
+			webKey: modeltest.State(modeltest.ClusterIP(webKey, "10.96.0.1"), webEndpoints...),
 			lbKey:  lbLocal(lbKey, "10.96.0.20", "203.0.113.10", lbEndpoints...),
 		},
 	})
@@ -69,11 +71,11 @@ func TestStateShowsDesiredAndApplied(t *testing.T) {
 	}
 	h.src.Push(model.Delta{
 		Nodes:    map[string]*model.Node{"node-a": nodeA},
-		Services: map[model.ServiceKey]model.ServiceState{webKey: clusterIP(webKey, "10.96.0.1", webEndpoints...)},
+		Services: map[model.ServiceKey]model.ServiceState{webKey: modeltest.State(modeltest.ClusterIP(webKey, "10.96.0.1"), webEndpoints...)},
 	})
 	h.src.SetSynced(true)
 	mustSync(t, h.loop)
-	h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{webKey: clusterIP(webKey, "10.96.0.1", webEndpoints[0])}})
+	h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{webKey: modeltest.State(modeltest.ClusterIP(webKey, "10.96.0.1"), webEndpoints[0])}})
 	h.dp.FailNext(errors.New("boom"))
 	if _, err := h.loop.Sync(context.Background()); err == nil {
 		t.Fatal("Sync succeeded with a failing dataplane")
@@ -132,16 +134,13 @@ func TestSetOptionsReplansEverything(t *testing.T) {
 // of a periodic full resync: the NodePort follows it.
 func TestPeriodicResyncAndNodeChange(t *testing.T) {
 	h := newHarness(t)
-	now := t0
-	h.loop = reconcile.New(reconcile.Config{
-		NodeName: "node-a", Source: h.src, Planner: plan.New(plan.Options{}), Dataplane: h.dp,
-		Now: func() time.Time { return now }, FullSyncPeriod: time.Minute,
-	})
+	clock := runnertest.NewClock(t0)
+	h.resyncEveryMinute(clock)
 	h.initial()
 	mustSync(t, h.loop)
 	moved := &model.Node{Name: "node-a", Addresses: []netip.Addr{netip.MustParseAddr("192.168.1.99")}}
 	h.src.Push(model.Delta{Nodes: map[string]*model.Node{"node-a": moved, "node-b": {Name: "node-b"}}})
-	now = now.Add(time.Minute)
+	clock.Step(time.Minute)
 	mustSync(t, h.loop)
 	if got := h.dry.Stats().FullApplies; got != 2 {
 		t.Errorf("FullApplies = %d after the period, want 2", got)
@@ -154,26 +153,23 @@ func TestPeriodicResyncAndNodeChange(t *testing.T) {
 
 func TestBusyLoopStillResyncsFully(t *testing.T) {
 	h := newHarness(t)
-	now := t0
-	h.loop = reconcile.New(reconcile.Config{
-		NodeName: "node-a", Source: h.src, Planner: plan.New(plan.Options{}), Dataplane: h.dp,
-		Now: func() time.Time { return now }, FullSyncPeriod: time.Minute,
-	})
+	clock := runnertest.NewClock(t0)
+	h.resyncEveryMinute(clock)
 	h.initial()
 	mustSync(t, h.loop)
 	for i, want := range []int{1, 1, 2} { // at 0s (full), 30s, 60s
-		now = t0.Add(time.Duration(i) * 30 * time.Second)
+		clock.StepTo(t0.Add(time.Duration(i) * 30 * time.Second))
 		if i == 0 {
 			continue
 		}
-		eps := append(webEndpoints, ep("10.244.9.9:8080", "node-z"))
+		eps := append(webEndpoints, modeltest.Ready("10.244.9.9", "node-z"))
 		if i == 2 {
 			eps = webEndpoints
 		}
-		h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{webKey: clusterIP(webKey, "10.96.0.1", eps...)}})
+		h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{webKey: modeltest.State(modeltest.ClusterIP(webKey, "10.96.0.1"), eps...)}})
 		mustSync(t, h.loop)
 		if got := h.dry.Stats().FullApplies; got != want {
-			t.Errorf("at %v: %d full applies, want %d", now.Sub(t0), got, want)
+			t.Errorf("at %v: %d full applies, want %d", clock.Now().Sub(t0), got, want)
 		}
 	}
 }
@@ -181,7 +177,7 @@ func TestBusyLoopStillResyncsFully(t *testing.T) {
 // TestSyncResult checks what Sync says it did, round by round.
 func TestSyncResult(t *testing.T) {
 	h := newHarness(t)
-	web2 := clusterIP(webKey, "10.96.0.1", webEndpoints[0])
+	web2 := modeltest.State(modeltest.ClusterIP(webKey, "10.96.0.1"), webEndpoints[0])
 	steps := []struct {
 		name     string
 		do       func()
@@ -195,7 +191,7 @@ func TestSyncResult(t *testing.T) {
 			h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{webKey: web2}})
 		}, reconcile.SyncResult{Ran: true, Applied: true, Changed: 1}, false},
 		{"the Apply fails", func() {
-			h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{webKey: clusterIP(webKey, "10.96.0.1", webEndpoints...)}})
+			h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{webKey: modeltest.State(modeltest.ClusterIP(webKey, "10.96.0.1"), webEndpoints...)}})
 			h.dp.FailNext(errors.New("boom"))
 		}, reconcile.SyncResult{Ran: true, Changed: 1}, true},
 		{"the retry is full", func() {}, reconcile.SyncResult{Ran: true, Full: true, Applied: true}, false},
@@ -220,14 +216,14 @@ func TestContestedVirtualServiceHandedOver(t *testing.T) {
 	h := newHarness(t)
 	a, b := model.ServiceKey{Namespace: "x", Name: "a"}, model.ServiceKey{Namespace: "x", Name: "b"}
 	withExternalIP := func(st model.ServiceState) model.ServiceState {
-		st.Service.ExternalIPs = []netip.Addr{ip("192.0.2.30")}
+		st.Service.ExternalIPs = []netip.Addr{modeltest.Addr("192.0.2.30")}
 		return st
 	}
 	h.src.Push(model.Delta{
 		Nodes: map[string]*model.Node{"node-a": nodeA},
 		Services: map[model.ServiceKey]model.ServiceState{
-			a: withExternalIP(clusterIP(a, "10.96.0.1", ep("10.244.1.2:8080", "node-a"))),
-			b: withExternalIP(clusterIP(b, "10.96.0.2", ep("10.244.2.2:8080", "node-b"))),
+			a: withExternalIP(modeltest.State(modeltest.ClusterIP(a, "10.96.0.1"), modeltest.Ready("10.244.1.2", "node-a"))),
+			b: withExternalIP(modeltest.State(modeltest.ClusterIP(b, "10.96.0.2"), modeltest.Ready("10.244.2.2", "node-b"))),
 		},
 	})
 	h.src.SetSynced(true)

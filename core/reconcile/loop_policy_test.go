@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/core/model/modeltest"
 	"github.com/switchyard-lb/switchyard/core/plan"
 	"github.com/switchyard-lb/switchyard/core/plugin"
 	"github.com/switchyard-lb/switchyard/core/plugin/plugintest"
@@ -34,7 +35,7 @@ func (d statsDryrun) Stats() (map[model.VirtualServiceKey]map[netip.AddrPort]plu
 // statistics reach the policies, and State shows each Service's policy.
 func TestLoopRunsPolicyStage(t *testing.T) {
 	dp := statsDryrun{Dataplane: dryrun.New(), stats: map[model.VirtualServiceKey]map[netip.AddrPort]plugin.EndpointStats{
-		{Addr: ip("10.96.0.1"), Port: 80, Protocol: model.TCP}: {netip.MustParseAddrPort("10.244.1.2:8080"): {ActiveConns: 7}},
+		{Addr: modeltest.Addr("10.96.0.1"), Port: 80, Protocol: model.TCP}: {netip.MustParseAddrPort("10.244.1.2:8080"): {ActiveConns: 7}},
 	}}
 	var seen atomic.Uint32 // active connections of web's first endpoint
 	pols := plugintest.NewPolicies("uniform")
@@ -49,7 +50,7 @@ func TestLoopRunsPolicyStage(t *testing.T) {
 		Now:         func() time.Time { return t0 },
 		PolicyStage: policystage.Config{Policies: pols, StatsInterval: time.Second, Deadline: time.Minute},
 	})
-	web := clusterIP(webKey, "10.96.0.1", webEndpoints...)
+	web := modeltest.State(modeltest.ClusterIP(webKey, "10.96.0.1"), webEndpoints...)
 	web.Service.Policy = "weights"
 	src.Push(model.Delta{Nodes: map[string]*model.Node{"node-a": nodeA}, Services: map[model.ServiceKey]model.ServiceState{webKey: web}})
 	src.SetSynced(true)

@@ -15,9 +15,11 @@ import (
 	"github.com/switchyard-lb/switchyard/core/election"
 	"github.com/switchyard-lb/switchyard/core/metrics"
 	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/core/model/modeltest"
 	"github.com/switchyard-lb/switchyard/core/plan"
 	"github.com/switchyard-lb/switchyard/core/plugin"
 	"github.com/switchyard-lb/switchyard/core/reconcile"
+	"github.com/switchyard-lb/switchyard/core/runner/runnertest"
 )
 
 // applied is what one Apply was asked to do.
@@ -26,16 +28,22 @@ type applied struct {
 	Changed []model.ServiceKey
 }
 
-// newResyncHarness returns a harness whose loop resyncs every minute on
-// the clock *now, and the record of its successful Applies. An Apply
-// advances the clock by applyTook (a full one by fullTook), as a slow
-// dataplane would, after calling onApply when set.
-func newResyncHarness(t *testing.T, now *time.Time, applyTook, fullTook time.Duration, onApply func(plugin.Update)) (*harness, *[]applied) {
-	h := newHarness(t)
+// resyncEveryMinute replaces h's loop by one that resyncs fully every
+// minute on clock.
+func (h *harness) resyncEveryMinute(clock *runnertest.Clock) {
 	h.loop = reconcile.New(reconcile.Config{
 		NodeName: "node-a", Source: h.src, Planner: plan.New(plan.Options{}), Dataplane: h.dp,
-		Now: func() time.Time { return *now }, FullSyncPeriod: time.Minute,
+		Now: clock.Now, FullSyncPeriod: time.Minute,
 	})
+}
+
+// newResyncHarness returns a harness whose loop resyncs every minute on
+// the clock, and the record of its successful Applies. An Apply
+// advances the clock by applyTook (a full one by fullTook), as a slow
+// dataplane would, after calling onApply when set.
+func newResyncHarness(t *testing.T, clock *runnertest.Clock, applyTook, fullTook time.Duration, onApply func(plugin.Update)) (*harness, *[]applied) {
+	h := newHarness(t)
+	h.resyncEveryMinute(clock)
 	var got []applied
 	h.dp.AfterApply(func(u plugin.Update) {
 		got = append(got, applied{Full: u.Full, Changed: u.Changed})
@@ -43,19 +51,19 @@ func newResyncHarness(t *testing.T, now *time.Time, applyTook, fullTook time.Dur
 			onApply(u)
 		}
 		if u.Full {
-			*now = now.Add(fullTook)
+			clock.Step(fullTook)
 		} else {
-			*now = now.Add(applyTook)
+			clock.Step(applyTook)
 		}
 	})
 	return h, &got
 }
 
 func TestPeriodicResyncAppliesPendingChangesFirst(t *testing.T) {
-	now := t0
+	clock := runnertest.NewClock(t0)
 	var h *harness
 	var servedBeforeResync bool
-	h, got := newResyncHarness(t, &now, 0, 0, func(u plugin.Update) {
+	h, got := newResyncHarness(t, clock, 0, 0, func(u plugin.Update) {
 		if !u.Full {
 			servedBeforeResync = hasBackend(h, "10.244.9.9")
 		}
@@ -64,8 +72,8 @@ func TestPeriodicResyncAppliesPendingChangesFirst(t *testing.T) {
 	mustSync(t, h.loop)
 	*got = nil
 
-	now = t0.Add(time.Minute) // the resync is due
-	moved := clusterIP(webKey, "10.96.0.1", ep("10.244.9.9:8080", "node-z"))
+	clock.StepTo(t0.Add(time.Minute)) // the resync is due
+	moved := modeltest.State(modeltest.ClusterIP(webKey, "10.96.0.1"), modeltest.Ready("10.244.9.9", "node-z"))
 	h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{webKey: moved}})
 	mustSync(t, h.loop)
 	want := []applied{{Changed: []model.ServiceKey{webKey}}, {Full: true, Changed: []model.ServiceKey{webKey}}}
@@ -84,20 +92,20 @@ func TestPeriodicResyncAppliesPendingChangesFirst(t *testing.T) {
 // next sync must be full, and its changes are not applied on their own
 // first even when the periodic resync is due as well.
 func TestRequiredFullSyncIsNotPrecededByAPartial(t *testing.T) {
-	now := t0
-	h, got := newResyncHarness(t, &now, 0, 0, nil)
+	clock := runnertest.NewClock(t0)
+	h, got := newResyncHarness(t, clock, 0, 0, nil)
 	h.initial()
 	mustSync(t, h.loop) // the first sync is full by necessity
 	h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{
-		webKey: clusterIP(webKey, "10.96.0.1", ep("10.244.8.8:8080", "node-z")),
+		webKey: modeltest.State(modeltest.ClusterIP(webKey, "10.96.0.1"), modeltest.Ready("10.244.8.8", "node-z")),
 	}})
 	h.dp.FailNext(errors.New("netlink: dump interrupted"))
 	if _, err := h.loop.Sync(context.Background()); err == nil {
 		t.Fatal("Sync succeeded with a failing dataplane")
 	}
-	now = t0.Add(time.Minute) // the periodic resync is due too
+	clock.StepTo(t0.Add(time.Minute)) // the periodic resync is due too
 	h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{
-		webKey: clusterIP(webKey, "10.96.0.1", ep("10.244.9.9:8080", "node-z")),
+		webKey: modeltest.State(modeltest.ClusterIP(webKey, "10.96.0.1"), modeltest.Ready("10.244.9.9", "node-z")),
 	}})
 	mustSync(t, h.loop)
 	var modes []bool
@@ -110,20 +118,20 @@ func TestRequiredFullSyncIsNotPrecededByAPartial(t *testing.T) {
 }
 
 func TestSlowResyncIsNotFollowedByAnother(t *testing.T) {
-	now := t0
+	clock := runnertest.NewClock(t0)
 	// A full Apply takes longer than the period, as the first one can
 	// at thousands of Services under emulation.
-	h, got := newResyncHarness(t, &now, time.Second, 90*time.Second, nil)
+	h, got := newResyncHarness(t, clock, time.Second, 90*time.Second, nil)
 	h.initial()
 	mustSync(t, h.loop) // t0 to t0+90s
 	change := func(backend string) {
 		h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{
-			webKey: clusterIP(webKey, "10.96.0.1", ep(backend+":8080", "node-z")),
+			webKey: modeltest.State(modeltest.ClusterIP(webKey, "10.96.0.1"), modeltest.Ready(backend, "node-z")),
 		}})
 	}
 	var fulls []bool
 	for i, at := range []time.Duration{91 * time.Second, 100 * time.Second, 120 * time.Second} {
-		now = t0.Add(at)
+		clock.StepTo(t0.Add(at))
 		*got = nil
 		change("10.244.9." + string(rune('1'+i)))
 		mustSync(t, h.loop)
@@ -155,14 +163,14 @@ func hasBackend(h *harness, addr string) bool {
 // the one of the changes applied before a periodic resync too (the
 // resync then applies them); a failed announcer likewise.
 func TestFailuresAreLoggedAndCounted(t *testing.T) {
-	now := t0
+	clock := runnertest.NewClock(t0)
 	h := newHarness(t)
 	var logs strings.Builder
 	h.loop = reconcile.New(reconcile.Config{
 		NodeName: "node-a", Source: h.src, Planner: plan.New(plan.Options{}), Dataplane: h.dp,
 		Elected: []plugin.ElectedAnnouncer{{Announcer: h.ann, Mode: election.BGP}}, Metrics: h.m,
 		Log: slog.New(slog.NewTextHandler(&logs, nil)),
-		Now: func() time.Time { return now }, FullSyncPeriod: time.Minute,
+		Now: clock.Now, FullSyncPeriod: time.Minute,
 	})
 	h.initial()
 	h.ann.FailNext(errors.New("injected: announce"))
@@ -170,9 +178,9 @@ func TestFailuresAreLoggedAndCounted(t *testing.T) {
 		t.Fatalf("Sync with a failing announcer = %v, want its error", err)
 	}
 
-	now = t0.Add(time.Minute) // the resync is due
+	clock.StepTo(t0.Add(time.Minute)) // the resync is due
 	h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{
-		webKey: clusterIP(webKey, "10.96.0.1", ep("10.244.9.9:8080", "node-z")),
+		webKey: modeltest.State(modeltest.ClusterIP(webKey, "10.96.0.1"), modeltest.Ready("10.244.9.9", "node-z")),
 	}})
 	h.dp.FailNext(errors.New("injected: partial"))
 	mustSync(t, h.loop) // the full Apply after it succeeds
@@ -181,7 +189,7 @@ func TestFailuresAreLoggedAndCounted(t *testing.T) {
 	}
 
 	h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{
-		webKey: clusterIP(webKey, "10.96.0.1", ep("10.244.9.8:8080", "node-z")),
+		webKey: modeltest.State(modeltest.ClusterIP(webKey, "10.96.0.1"), modeltest.Ready("10.244.9.8", "node-z")),
 	}})
 	h.dp.FailNext(errors.New("injected: full"))
 	if _, err := h.loop.Sync(context.Background()); err == nil || !strings.Contains(err.Error(), "injected: full") {

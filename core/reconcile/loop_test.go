@@ -18,6 +18,7 @@ import (
 	"github.com/switchyard-lb/switchyard/core/healthcheck"
 	"github.com/switchyard-lb/switchyard/core/metrics"
 	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/core/model/modeltest"
 	"github.com/switchyard-lb/switchyard/core/plan"
 	"github.com/switchyard-lb/switchyard/core/plugin"
 	"github.com/switchyard-lb/switchyard/core/plugin/plugintest"
@@ -33,32 +34,11 @@ var (
 	nodeA  = &model.Node{Name: "node-a", Addresses: []netip.Addr{netip.MustParseAddr("192.168.1.10")}, Ready: true}
 )
 
-func ip(s string) netip.Addr { return netip.MustParseAddr(s) }
-
-// ep is a ready endpoint of port "http"; "terminating" as state makes it
-// serving and terminating instead.
-func ep(addrPort, node string, state ...string) model.Endpoint {
-	ap := netip.MustParseAddrPort(addrPort)
-	e := model.Endpoint{Addr: ap.Addr(), Port: ap.Port(), PortName: "http", Protocol: model.TCP, NodeName: node, Ready: true, Serving: true}
-	if len(state) > 0 && state[0] == "terminating" {
-		e.Ready, e.Terminating = false, true
-	}
-	return e
-}
-
-func clusterIP(key model.ServiceKey, vip string, eps ...model.Endpoint) model.ServiceState {
-	return model.ServiceState{
-		Service: &model.Service{Key: key, Type: model.ClusterIP, ClusterIPs: []netip.Addr{ip(vip)},
-			Ports: []model.ServicePort{{Name: "http", Protocol: model.TCP, Port: 80}}},
-		Endpoints: eps,
-	}
-}
-
 // lbLocal is a LoadBalancer Service with externalTrafficPolicy Local.
 func lbLocal(key model.ServiceKey, vip, ingress string, eps ...model.Endpoint) model.ServiceState {
 	return model.ServiceState{
-		Service: &model.Service{Key: key, Type: model.LoadBalancer, ClusterIPs: []netip.Addr{ip(vip)},
-			LoadBalancerIPs:       []netip.Addr{ip(ingress)},
+		Service: &model.Service{Key: key, Type: model.LoadBalancer, ClusterIPs: []netip.Addr{modeltest.Addr(vip)},
+			LoadBalancerIPs:       []netip.Addr{modeltest.Addr(ingress)},
 			Ports:                 []model.ServicePort{{Name: "http", Protocol: model.TCP, Port: 80, NodePort: 30080}},
 			ExternalTrafficPolicy: model.PolicyLocal, HealthCheckNodePort: 32000},
 		Endpoints: eps,
@@ -134,7 +114,7 @@ func table(dp *dryrun.Dataplane) []string {
 }
 
 func announced(addr string, key model.ServiceKey) model.Announcement {
-	return model.Announcement{Addr: ip(addr), Service: key}
+	return model.Announcement{Addr: modeltest.Addr(addr), Service: key}
 }
 
 type step struct {
@@ -194,8 +174,8 @@ var (
 		}
 		return out
 	}
-	lbEndpoints  = []model.Endpoint{ep("10.244.1.5:8080", "node-a"), ep("10.244.2.5:8080", "node-b")}
-	webEndpoints = []model.Endpoint{ep("10.244.1.2:8080", "node-a"), ep("10.244.2.2:8080", "node-b")}
+	lbEndpoints  = []model.Endpoint{modeltest.Ready("10.244.1.5", "node-a"), modeltest.Ready("10.244.2.5", "node-b")}
+	webEndpoints = []model.Endpoint{modeltest.Ready("10.244.1.2", "node-a"), modeltest.Ready("10.244.2.2", "node-b")}
 )
 
 func TestLoopScenario(t *testing.T) {
@@ -209,7 +189,7 @@ func TestLoopScenario(t *testing.T) {
 			push: &model.Delta{
 				Nodes: map[string]*model.Node{"node-a": nodeA, "node-b": {Name: "node-b"}},
 				Services: map[model.ServiceKey]model.ServiceState{
-					webKey: clusterIP(webKey, "10.96.0.1", webEndpoints...),
+					webKey: modeltest.State(modeltest.ClusterIP(webKey, "10.96.0.1"), webEndpoints...),
 					lbKey:  lbLocal(lbKey, "10.96.0.20", "203.0.113.10", lbEndpoints...),
 				},
 				TriggerTimes: []time.Time{t0.Add(-2 * time.Second)},
@@ -228,7 +208,7 @@ func TestLoopScenario(t *testing.T) {
 		{
 			name: "endpoint added: only the changed Service is applied",
 			push: delta(time.Second, map[model.ServiceKey]model.ServiceState{
-				webKey: clusterIP(webKey, "10.96.0.1", append(webEndpoints, ep("10.244.3.2:8080", "node-c"))...),
+				webKey: modeltest.State(modeltest.ClusterIP(webKey, "10.96.0.1"), append(webEndpoints, modeltest.Ready("10.244.3.2", "node-c"))...),
 			}),
 			table:    cat(webTable3, lbTable("203.0.113.10")),
 			announce: []model.Announcement{announced("203.0.113.10", lbKey)},
@@ -251,7 +231,7 @@ func TestLoopScenario(t *testing.T) {
 		{
 			name: "the local endpoint terminates: health check reports 0, local frontends keep it",
 			push: delta(time.Second, map[model.ServiceKey]model.ServiceState{
-				lbKey: lbLocal(lbKey, "10.96.0.20", "203.0.113.11", ep("10.244.1.5:8080", "node-a", "terminating"), ep("10.244.2.5:8080", "node-b")),
+				lbKey: lbLocal(lbKey, "10.96.0.20", "203.0.113.11", modeltest.Terminating("10.244.1.5", "node-a"), modeltest.Ready("10.244.2.5", "node-b")),
 			}),
 			table: cat(webTable3, lbTerminatingTable),
 			// externalTrafficPolicy Local without a ready local endpoint:
@@ -294,7 +274,7 @@ func TestLoopScenario(t *testing.T) {
 		},
 		{
 			name:     "the dataplane fails: the error is returned and nothing counts as applied",
-			push:     delta(time.Second, map[model.ServiceKey]model.ServiceState{webKey: clusterIP(webKey, "10.96.0.1", webEndpoints[0])}),
+			push:     delta(time.Second, map[model.ServiceKey]model.ServiceState{webKey: modeltest.State(modeltest.ClusterIP(webKey, "10.96.0.1"), webEndpoints[0])}),
 			failNext: errors.New("netlink: device busy"),
 			wantErr:  "dataplane dryrun: netlink: device busy",
 			table:    webTable3,
@@ -305,7 +285,7 @@ func TestLoopScenario(t *testing.T) {
 		},
 		{
 			name: "the next sync is full, so it repairs what the failed one missed",
-			push: delta(0, map[model.ServiceKey]model.ServiceState{apiKey: clusterIP(apiKey, "10.96.0.30", ep("10.244.4.4:8080", "node-d"))}),
+			push: delta(0, map[model.ServiceKey]model.ServiceState{apiKey: modeltest.State(modeltest.ClusterIP(apiKey, "10.96.0.30"), modeltest.Ready("10.244.4.4", "node-d"))}),
 			table: []string{
 				"TCP 10.96.0.1:80 rr",
 				"-> 10.244.1.2:8080 Masq 1 0 0",

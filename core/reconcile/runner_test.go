@@ -10,6 +10,7 @@ import (
 
 	"github.com/switchyard-lb/switchyard/core/election"
 	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/core/model/modeltest"
 	"github.com/switchyard-lb/switchyard/core/plan"
 	"github.com/switchyard-lb/switchyard/core/plugin"
 	"github.com/switchyard-lb/switchyard/core/reconcile"
@@ -42,7 +43,7 @@ func TestRunnerDrivesLoop(t *testing.T) {
 	}
 
 	h.dp.FailNext(errors.New("busy"))
-	h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{webKey: clusterIP(webKey, "10.96.0.1", webEndpoints[0])}})
+	h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{webKey: modeltest.State(modeltest.ClusterIP(webKey, "10.96.0.1"), webEndpoints[0])}})
 	r.Trigger() // as the Source's OnChange does
 	if got := clk.WaitTimer(t); !got.Equal(at(time.Second)) {
 		t.Fatalf("triggered run waits until %v, want minInterval (1s)", got.Sub(t0))
@@ -72,7 +73,7 @@ func TestRunnerDrivesLoop(t *testing.T) {
 
 func TestNoTakeBeforeSynced(t *testing.T) {
 	h := newHarness(t)
-	h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{webKey: clusterIP(webKey, "10.96.0.1", webEndpoints...)}})
+	h.src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{webKey: modeltest.State(modeltest.ClusterIP(webKey, "10.96.0.1"), webEndpoints...)}})
 	mustSync(t, h.loop)
 	if n := h.src.Takes(); n != 0 {
 		t.Errorf("Take called %d times before the source synced", n)

@@ -67,7 +67,7 @@ func New(name string, fn func(context.Context) error, minInterval, maxInterval, 
 		minInterval:   max(minInterval, 0),
 		maxInterval:   max(maxInterval, 0),
 		retryInterval: max(retryInterval, 0),
-		clock:         realClock{},
+		clock:         SystemClock,
 		trigger:       make(chan struct{}, 1),
 		burst:         1,
 	}
@@ -186,6 +186,9 @@ func (r *Runner) nextToken(now time.Time) time.Time {
 	}
 	return now
 }
+
+// SystemClock is the real clock, the default of every Clock option.
+var SystemClock Clock = realClock{}
 
 type realClock struct{}
 

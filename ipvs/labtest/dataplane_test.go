@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/netip"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -24,6 +23,7 @@ import (
 
 	"github.com/switchyard-lb/switchyard/core/model"
 	"github.com/switchyard-lb/switchyard/core/plugin"
+	"github.com/switchyard-lb/switchyard/core/runner/runnertest"
 	"github.com/switchyard-lb/switchyard/ipvs"
 	"github.com/switchyard-lb/switchyard/test/netns"
 )
@@ -90,29 +90,12 @@ func (c *countingAddresses) DelAddr(name string, a netip.Addr) error {
 	return c.Addresses.DelAddr(name, a)
 }
 
-type labClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *labClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *labClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 // labDataplane is a Dataplane on the guest's kernel with counted changes.
 type labDataplane struct {
 	*ipvs.Dataplane
 	kernel *countingKernel
 	addrs  *countingAddresses
-	clock  *labClock
+	clock  *runnertest.Clock
 }
 
 func (l *labDataplane) changes() int { return int(l.kernel.n.Load() + l.addrs.n.Load()) }
@@ -133,7 +116,7 @@ func newLabDataplane(t *testing.T, opts ...func(*ipvs.Config)) *labDataplane {
 	}
 	t.Cleanup(func() { k.Close(); a.Close(); ct.Close() })
 	l := &labDataplane{kernel: &countingKernel{Kernel: k}, addrs: &countingAddresses{Addresses: a},
-		clock: &labClock{now: time.Now()}}
+		clock: runnertest.NewClock(time.Now())}
 	cfg := ipvs.Config{
 		Kernel: l.kernel, Addresses: l.addrs, Sysctls: ipvs.ProcSysctls{}, Conntrack: ct,
 		StrictARP: true, DrainTimeout: time.Hour, Now: l.clock.Now,
@@ -376,7 +359,7 @@ func TestDataplaneGracefulRemoval(t *testing.T) {
 		t.Errorf("draining real servers with a connection open = %d, want 1", n)
 	}
 	conn.Close()
-	dp.clock.Advance(time.Hour)
+	dp.clock.Step(time.Hour)
 	if err := dp.Drain(); err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,9 @@ import (
 
 	"github.com/switchyard-lb/switchyard/core/model"
 	"github.com/switchyard-lb/switchyard/core/plugin"
+	"github.com/switchyard-lb/switchyard/core/runner/runnertest"
 	"github.com/switchyard-lb/switchyard/ipvs"
+	"github.com/switchyard-lb/switchyard/test/harness"
 	"github.com/switchyard-lb/switchyard/test/netns"
 )
 
@@ -46,18 +48,6 @@ func holdSCTP(from *Namespace, target netip.AddrPort) (string, func(), error) {
 	}, nil
 }
 
-// waitFor polls cond every 100 ms until it holds, failing the test after
-// timeout.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(timeout); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, timeout)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 // without returns the weights 1/1/1 with the backend named name left out.
 func without(name string) []int {
 	w := []int{1, 1, 1}
@@ -84,7 +74,7 @@ func TestOpenDrainsRemovedRealServers(t *testing.T) {
 	}
 	clearPlan(t)
 	deleteTable(t)
-	clock := &labClock{now: time.Now()}
+	clock := runnertest.NewClock(time.Now())
 	dp, err := ipvs.Open(ipvs.Config{StrictARP: true, DrainTimeout: time.Hour, Now: clock.Now,
 		ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/24")}})
 	if err != nil {
@@ -164,9 +154,9 @@ func TestOpenDrainsRemovedRealServers(t *testing.T) {
 	}
 
 	endAssoc()
-	waitFor(t, 3*ipvs.DrainInterval, "the ended association's real server deleted", func() bool {
+	harness.Poll(t, 3*ipvs.DrainInterval, harness.Cond("the ended association's real server deleted", func() bool {
 		return cmp.Equal(table(true, false), ours(), cmpLab)
-	})
+	}))
 	if again, err := conn.Get(); err != nil || again != webBE {
 		t.Errorf("established connection while its real server drains: answer %q, %v; want %q", again, err, webBE)
 	}
@@ -175,10 +165,10 @@ func TestOpenDrainsRemovedRealServers(t *testing.T) {
 	}
 
 	conn.Close()
-	clock.Advance(time.Hour)
-	waitFor(t, 3*ipvs.DrainInterval, "the TCP real server deleted after the drain timeout", func() bool {
+	clock.Step(time.Hour)
+	harness.Poll(t, 3*ipvs.DrainInterval, harness.Cond("the TCP real server deleted after the drain timeout", func() bool {
 		return cmp.Equal(table(false, false), ours(), cmpLab)
-	})
+	}))
 	if n := dp.Draining(); n != 0 {
 		t.Errorf("draining real servers at the end = %d, want 0", n)
 	}

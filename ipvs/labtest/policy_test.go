@@ -18,6 +18,7 @@ import (
 	"github.com/switchyard-lb/switchyard/core/plugin/plugintest"
 	"github.com/switchyard-lb/switchyard/core/policystage"
 	"github.com/switchyard-lb/switchyard/core/reconcile"
+	"github.com/switchyard-lb/switchyard/core/runner/runnertest"
 	"github.com/switchyard-lb/switchyard/ipvs"
 )
 
@@ -77,6 +78,74 @@ func backendName(a netip.Addr) string {
 	return "unknown " + a.String()
 }
 
+// backendEndpoints returns one ready endpoint of port "http" per lab
+// backend, each on a node of its own.
+func backendEndpoints() []model.Endpoint {
+	var eps []model.Endpoint
+	for _, be := range topo.Backends {
+		eps = append(eps, model.Endpoint{Addr: be.IPv4, Port: HTTPPort, PortName: "http", Protocol: model.TCP,
+			NodeName: "node-" + be.Name, Ready: true, Serving: true})
+	}
+	return eps
+}
+
+// backendDests returns the lab backends as IPVS destinations with the
+// given weights, in topo.Backends' order.
+func backendDests(w ...uint32) []ipvs.Destination {
+	var ds []ipvs.Destination
+	for i, be := range topo.Backends {
+		ds = append(ds, ipvs.Destination{DestinationKey: ipvs.DestinationKey{Addr: be.IPv4, Port: HTTPPort}, Weight: w[i]})
+	}
+	return ds
+}
+
+// ipvsTable returns the kernel's virtual services whose names start with
+// prefix, with their destinations.
+func ipvsTable(t *testing.T, prefix string) map[string][]ipvs.Destination {
+	t.Helper()
+	all, _ := kernelDump(t)
+	out := map[string][]ipvs.Destination{}
+	for name, ds := range all {
+		if strings.HasPrefix(name, prefix) {
+			out[name] = ds
+		}
+	}
+	return out
+}
+
+// checkSplit sends n connections from the client to vip and checks how
+// many each backend answered.
+func checkSplit(t *testing.T, what string, vip netip.AddrPort, n int, want map[string]int) {
+	t.Helper()
+	got, err := Split(t.Context(), topo.Client, "tcp", vip, n)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("%s: answers per backend (-want +got):\n%s", what, diff)
+	}
+}
+
+// holdConnections opens n connections from the client to vip, kept open
+// until the test ends, and returns how many each backend answered.
+func holdConnections(t *testing.T, vip netip.AddrPort, n int) map[string]int {
+	t.Helper()
+	held := map[string]int{}
+	for range n {
+		c, err := DialHTTP(t.Context(), topo.Client, vip)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		name, err := c.Get()
+		if err != nil {
+			t.Fatal(err)
+		}
+		held[name]++
+	}
+	return held
+}
+
 // TestPolicyWeightsDriveTraffic runs the reconcile loop (planner, policy
 // stage, ipvs.Dataplane on the guest's kernel) for a ClusterIP Service
 // with an in-process policy. Its weights 1/2/3 are what IPVS holds and
@@ -90,11 +159,7 @@ func TestPolicyWeightsDriveTraffic(t *testing.T) {
 	const tick = time.Second
 	vip := netip.MustParseAddrPort("10.96.5.10:80")
 	key := model.ServiceKey{Namespace: "lab", Name: "policy"}
-	var eps []model.Endpoint
-	for _, be := range topo.Backends {
-		eps = append(eps, model.Endpoint{Addr: be.IPv4, Port: HTTPPort, PortName: "http", Protocol: model.TCP,
-			NodeName: "node-" + be.Name, Ready: true, Serving: true})
-	}
+	eps := backendEndpoints()
 	src := plugintest.NewSource()
 	src.Push(model.Delta{
 		Nodes: map[string]*model.Node{"lab": {Name: "lab", Ready: true}},
@@ -109,10 +174,13 @@ func TestPolicyWeightsDriveTraffic(t *testing.T) {
 	pols := plugintest.NewPolicies("split")
 	pols.Set("split", plugintest.NewFunc("split", pol.evaluate), nil, nil)
 	dp := newLabDataplane(t)
-	clock := &labClock{now: time.Now()}
+	clock := runnertest.NewClock(time.Now())
 	loop := reconcile.New(reconcile.Config{
 		NodeName: "lab", Source: src, Planner: plan.New(plan.Options{}), Dataplane: dp,
-		Now: clock.Now, PolicyStage: policystage.Config{Policies: pols, StatsInterval: tick},
+		// A generous evaluation deadline: under TCG on a loaded host the
+		// default 50 ms can pass before the first evaluation returns, and
+		// the Service would fall back to uniform weights.
+		Now: clock.Now, PolicyStage: policystage.Config{Policies: pols, Deadline: 2 * time.Second, StatsInterval: tick},
 	})
 	syncLoop := func() {
 		t.Helper()
@@ -120,34 +188,11 @@ func TestPolicyWeightsDriveTraffic(t *testing.T) {
 			t.Fatalf("Sync: %v", err)
 		}
 	}
-	table := func() map[string][]ipvs.Destination {
-		t.Helper()
-		all, _ := kernelDump(t)
-		out := map[string][]ipvs.Destination{}
-		for name, ds := range all {
-			if strings.HasPrefix(name, "TCP/10.96.5.10:80 ") {
-				out[name] = ds
-			}
-		}
-		return out
-	}
+	table := func() map[string][]ipvs.Destination { return ipvsTable(t, "TCP/10.96.5.10:80 ") }
 	want := func(w ...uint32) map[string][]ipvs.Destination {
-		var ds []ipvs.Destination
-		for i, be := range topo.Backends {
-			ds = append(ds, ipvs.Destination{DestinationKey: ipvs.DestinationKey{Addr: be.IPv4, Port: HTTPPort}, Weight: w[i]})
-		}
-		return map[string][]ipvs.Destination{"TCP/10.96.5.10:80 wrr flags=0x0 persist=0s": ds}
+		return map[string][]ipvs.Destination{"TCP/10.96.5.10:80 wrr flags=0x0 persist=0s": backendDests(w...)}
 	}
-	split := func(what string, n int, want map[string]int) {
-		t.Helper()
-		got, err := Split(t.Context(), topo.Client, "tcp", vip, n)
-		if err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-		if diff := cmp.Diff(want, got); diff != "" {
-			t.Errorf("%s: answers per backend (-want +got):\n%s", what, diff)
-		}
-	}
+	split := func(what string, n int, want map[string]int) { t.Helper(); checkSplit(t, what, vip, n, want) }
 
 	syncLoop()
 	if diff := cmp.Diff(want(1, 2, 3), table(), cmpLab); diff != "" {
@@ -190,25 +235,12 @@ func TestPolicyWeightsDriveTraffic(t *testing.T) {
 	t.Logf("rates after 30 connections: %v", last)
 
 	// Hold six connections: one wrr cycle, so 1/2/3 per backend.
-	held := map[string]int{}
-	for range 6 {
-		c, err := DialHTTP(t.Context(), topo.Client, vip)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		name, err := c.Get()
-		if err != nil {
-			t.Fatal(err)
-		}
-		held[name]++
-	}
-	if diff := cmp.Diff(map[string]int{"be1": 1, "be2": 2, "be3": 3}, held); diff != "" {
+	if diff := cmp.Diff(map[string]int{"be1": 1, "be2": 2, "be3": 3}, holdConnections(t, vip, 6)); diff != "" {
 		t.Fatalf("held connections per backend (-want +got):\n%s", diff)
 	}
 
 	pol.setLeastConns()
-	clock.Advance(tick)
+	clock.Step(tick)
 	syncLoop()
 	if diff := cmp.Diff(map[string]uint32{"be1": 1, "be2": 2, "be3": 3}, pol.lastSeen()); diff != "" {
 		t.Errorf("active connections the policy saw (-want +got):\n%s", diff)

@@ -21,6 +21,7 @@ import (
 	"github.com/switchyard-lb/switchyard/core/plugin/plugintest"
 	"github.com/switchyard-lb/switchyard/core/policystage"
 	"github.com/switchyard-lb/switchyard/core/reconcile"
+	"github.com/switchyard-lb/switchyard/core/runner/runnertest"
 	"github.com/switchyard-lb/switchyard/ipvs"
 	"github.com/switchyard-lb/switchyard/plugins/wasm"
 )
@@ -138,11 +139,7 @@ func TestWasmPolicyWeightsDriveTraffic(t *testing.T) {
 	pols.Set("hostile-loop", loaded["hostile"], []byte(`{"mode": "loop"}`), nil)
 	pols.Set("hostile-trap", loaded["hostile"], []byte(`{"mode": "trap"}`), nil)
 
-	var eps []model.Endpoint
-	for _, be := range topo.Backends {
-		eps = append(eps, model.Endpoint{Addr: be.IPv4, Port: HTTPPort, PortName: "http", Protocol: model.TCP,
-			NodeName: "node-" + be.Name, Ready: true, Serving: true})
-	}
+	eps := backendEndpoints()
 	service := func(name, vip, policy string) model.ServiceState {
 		k := model.ServiceKey{Namespace: "lab", Name: name}
 		return model.ServiceState{
@@ -164,7 +161,7 @@ func TestWasmPolicyWeightsDriveTraffic(t *testing.T) {
 	src.SetSynced(true)
 	const tick = time.Second
 	dp := newLabDataplane(t)
-	clock := &labClock{now: time.Now()}
+	clock := runnertest.NewClock(time.Now())
 	reporter := plugintest.NewReporter()
 	loop := reconcile.New(reconcile.Config{
 		NodeName: "lab", Source: src, Planner: plan.New(plan.Options{}), Dataplane: dp, Now: clock.Now,
@@ -178,33 +175,11 @@ func TestWasmPolicyWeightsDriveTraffic(t *testing.T) {
 		}
 		t.Logf("Sync with the wasm policies: %s", time.Since(start).Round(time.Millisecond))
 	}
-	table := func() map[string][]ipvs.Destination {
-		t.Helper()
-		all, _ := kernelDump(t)
-		out := map[string][]ipvs.Destination{}
-		for name, ds := range all {
-			if strings.HasPrefix(name, "TCP/10.96.7.") {
-				out[name] = ds
-			}
-		}
-		return out
-	}
-	dests := func(w ...uint32) []ipvs.Destination {
-		var ds []ipvs.Destination
-		for i, be := range topo.Backends {
-			ds = append(ds, ipvs.Destination{DestinationKey: ipvs.DestinationKey{Addr: be.IPv4, Port: HTTPPort}, Weight: w[i]})
-		}
-		return ds
-	}
+	table := func() map[string][]ipvs.Destination { return ipvsTable(t, "TCP/10.96.7.") }
+	dests := backendDests
 	split := func(what, vip string, n int, want map[string]int) {
 		t.Helper()
-		got, err := Split(ctx, topo.Client, "tcp", netip.AddrPortFrom(netip.MustParseAddr(vip), 80), n)
-		if err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-		if diff := cmp.Diff(want, got); diff != "" {
-			t.Errorf("%s: answers per backend (-want +got):\n%s", what, diff)
-		}
+		checkSplit(t, what, netip.AddrPortFrom(netip.MustParseAddr(vip), 80), n, want)
 	}
 	uniform := dests(1, 1, 1)
 	wantTable := func(canary []ipvs.Destination, canarySched string) map[string][]ipvs.Destination {
@@ -241,20 +216,7 @@ func TestWasmPolicyWeightsDriveTraffic(t *testing.T) {
 	split("trapping policy, uniform fallback", "10.96.7.12", 15, map[string]int{"be1": 5, "be2": 5, "be3": 5})
 
 	// Hold five connections: one wrr cycle of 2000/4000/4000.
-	held := map[string]int{}
-	for range 5 {
-		c, err := DialHTTP(ctx, topo.Client, netip.MustParseAddrPort("10.96.7.10:80"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		name, err := c.Get()
-		if err != nil {
-			t.Fatal(err)
-		}
-		held[name]++
-	}
-	if diff := cmp.Diff(map[string]int{"be1": 1, "be2": 2, "be3": 2}, held); diff != "" {
+	if diff := cmp.Diff(map[string]int{"be1": 1, "be2": 2, "be3": 2}, holdConnections(t, netip.MustParseAddrPort("10.96.7.10:80"), 5)); diff != "" {
 		t.Fatalf("held connections per backend (-want +got):\n%s", diff)
 	}
 
@@ -263,7 +225,7 @@ func TestWasmPolicyWeightsDriveTraffic(t *testing.T) {
 	// their own and stay on uniform weights.
 	canary.Service.Policy = "leastconn"
 	src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{canary.Service.Key: canary}})
-	clock.Advance(tick)
+	clock.Step(tick)
 	syncLoop()
 	if diff := cmp.Diff(wantTable(dests(300, 200, 200), "wrr"), table(), cmpLab); diff != "" {
 		t.Fatalf("IPVS table with leastconn over 1/2/2 held connections (-want +got):\n%s", diff)

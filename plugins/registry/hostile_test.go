@@ -17,10 +17,12 @@ import (
 	"github.com/switchyard-lb/switchyard/core/plugin/plugintest"
 	"github.com/switchyard-lb/switchyard/core/policystage"
 	"github.com/switchyard-lb/switchyard/core/reconcile"
+	"github.com/switchyard-lb/switchyard/core/runner/runnertest"
 	"github.com/switchyard-lb/switchyard/ipvs/dryrun"
 	"github.com/switchyard-lb/switchyard/plugins/registry"
 	"github.com/switchyard-lb/switchyard/plugins/wasm"
 	"github.com/switchyard-lb/switchyard/plugins/wasm/wasmtest"
+	"github.com/switchyard-lb/switchyard/test/harness"
 )
 
 // TestHostileModules runs the reconcile loop with this registry over the
@@ -120,12 +122,12 @@ func TestHostileModules(t *testing.T) {
 	src.SetSynced(true)
 	rep := plugintest.NewReporter()
 	dry := dryrun.New()
-	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	clock := runnertest.NewClock(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
 	pm := policystage.NewMetrics(nil)
 	loop := reconcile.New(reconcile.Config{NodeName: "node-a", Source: src, Planner: plan.New(plan.Options{}), Dataplane: dry,
 		PolicyStage: policystage.Config{Policies: r, Reporter: rep, Metrics: pm, Deadline: waitLimit, StatsInterval: 10 * time.Second},
-		Now:         func() time.Time { return now }})
-	eventually(t, "the registry's first load", r.HasSynced)
+		Now:         clock.Now})
+	harness.Poll(t, waitLimit, harness.Cond("the registry's first load", r.HasSynced))
 
 	for round := range 2 {
 		if _, err := loop.Sync(context.Background()); err != nil {
@@ -166,7 +168,7 @@ func TestHostileModules(t *testing.T) {
 				}
 			}
 		}
-		now = now.Add(10 * time.Second) // the statistics tick re-evaluates the working Services
+		clock.Step(10 * time.Second) // the statistics tick re-evaluates the working Services
 	}
 	if got := testutil.ToFloat64(pm.Evaluations.WithLabelValues("hostile", policystage.ResultSuccess)); got != 2 {
 		t.Errorf("successful evaluations of hostile = %v, want 2 (healthy, twice)", got)

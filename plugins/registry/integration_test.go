@@ -4,10 +4,10 @@ package registry_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,6 +19,7 @@ import (
 	"github.com/switchyard-lb/switchyard/core/model"
 	"github.com/switchyard-lb/switchyard/plugins/registry"
 	"github.com/switchyard-lb/switchyard/test/apitest"
+	"github.com/switchyard-lb/switchyard/test/harness"
 )
 
 // TestIntegrationReporter writes the PolicyReady condition and Events to a
@@ -55,8 +56,7 @@ func TestIntegrationReporter(t *testing.T) {
 	key := model.ServiceKey{Namespace: ns, Name: "web"}
 	waitCondition := func(status metav1.ConditionStatus, reason, message string) {
 		t.Helper()
-		deadline := time.Now().Add(waitLimit)
-		for {
+		harness.Poll(t, waitLimit, func() error {
 			got, err := services.Get(ctx, "web", metav1.GetOptions{})
 			if err != nil {
 				t.Fatal(err)
@@ -66,14 +66,11 @@ func TestIntegrationReporter(t *testing.T) {
 			if i >= 0 && hasOther {
 				c := got.Status.Conditions[i]
 				if c.Status == status && c.Reason == reason && c.Message == message {
-					return
+					return nil
 				}
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("conditions %+v, want %s=%s %s %q next to %s", got.Status.Conditions, registry.ConditionPolicyReady, status, reason, message, other.Type)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return fmt.Errorf("conditions %+v, want %s=%s %s %q next to %s", got.Status.Conditions, registry.ConditionPolicyReady, status, reason, message, other.Type)
+		})
 	}
 	rep.PolicyCondition(key, false, "LoadFailed", "policy zone: policy not found")
 	rep.PolicyEvent(key, "PolicyFailed", "policy zone: policy not found")
@@ -81,23 +78,21 @@ func TestIntegrationReporter(t *testing.T) {
 	rep.PolicyCondition(key, true, "Evaluated", "policy zone evaluated")
 	waitCondition(metav1.ConditionTrue, "Evaluated", "node node-a: policy zone evaluated")
 
-	deadline := time.Now().Add(waitLimit)
-	for {
+	var failed corev1.Event
+	harness.Poll(t, waitLimit, func() error {
 		evs, err := srv.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if i := slices.IndexFunc(evs.Items, func(e corev1.Event) bool { return e.Reason == "PolicyFailed" }); i >= 0 {
-			e := evs.Items[i]
-			if e.Type != corev1.EventTypeWarning || e.InvolvedObject.Kind != "Service" || e.InvolvedObject.Name != "web" || !strings.Contains(e.Message, "policy not found") {
-				t.Errorf("event %+v", e)
-			}
-			break
+		i := slices.IndexFunc(evs.Items, func(e corev1.Event) bool { return e.Reason == "PolicyFailed" })
+		if i < 0 {
+			return fmt.Errorf("no PolicyFailed event among %d", len(evs.Items))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no PolicyFailed event among %d", len(evs.Items))
-		}
-		time.Sleep(20 * time.Millisecond)
+		failed = evs.Items[i]
+		return nil
+	})
+	if e := failed; e.Type != corev1.EventTypeWarning || e.InvolvedObject.Kind != "Service" || e.InvolvedObject.Name != "web" || !strings.Contains(e.Message, "policy not found") {
+		t.Errorf("event %+v", e)
 	}
 
 	// A condition for a Service that is gone is dropped, not retried forever.

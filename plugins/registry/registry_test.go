@@ -19,6 +19,7 @@ import (
 	"github.com/switchyard-lb/switchyard/core/plugin"
 	"github.com/switchyard-lb/switchyard/plugins/lastgood"
 	"github.com/switchyard-lb/switchyard/plugins/registry"
+	"github.com/switchyard-lb/switchyard/test/harness"
 )
 
 func gz(t *testing.T, b []byte) []byte {
@@ -138,18 +139,6 @@ func (l *loader) count() int {
 // fail a test that would pass.
 const waitLimit = 2 * time.Minute
 
-// eventually polls cond until it holds, failing the test after waitLimit.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func TestRegistry(t *testing.T) {
 	client := fake.NewClientset(
 		policyCM("canary", map[string][]byte{registry.KeyModule: []byte("v1")}, map[string]string{registry.KeyParams: `{"w":1}`}),
@@ -163,7 +152,7 @@ func TestRegistry(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); r.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
-	eventually(t, "HasSynced", r.HasSynced)
+	harness.Poll(t, waitLimit, harness.Cond("HasSynced", r.HasSynced))
 
 	type resolved struct {
 		Name, Policy, Digest, Params, Err string
@@ -186,7 +175,7 @@ func TestRegistry(t *testing.T) {
 	waitChanged := func(what string) {
 		t.Helper()
 		changed = nil
-		eventually(t, what, func() bool { changed = append(changed, r.Changed()...); return len(changed) > 0 })
+		harness.Poll(t, waitLimit, harness.Cond(what, func() bool { changed = append(changed, r.Changed()...); return len(changed) > 0 }))
 	}
 	cms := client.CoreV1().ConfigMaps(registry.DefaultNamespace)
 	update := func(cm *corev1.ConfigMap) {
@@ -291,7 +280,7 @@ func TestRegistry(t *testing.T) {
 			if _, err := cms.Create(ctx, policyCM("zone", map[string][]byte{registry.KeyModule: []byte("z")}, nil), metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			eventually(t, "zone loaded", func() bool { return ld.count() == 6 })
+			harness.Poll(t, waitLimit, harness.Cond("zone loaded", func() bool { return ld.count() == 6 }))
 			r.Changed()
 			r.SetDefault("zone")
 		},
@@ -326,7 +315,7 @@ func TestRegistry(t *testing.T) {
 			t.Errorf("%s: %d loads, want %d", s.name, n, s.wantLoads)
 		}
 		for _, m := range s.wantClosed {
-			eventually(t, s.name+": module "+m+" retired", func() bool { return closed(m) })
+			harness.Poll(t, waitLimit, harness.Cond(s.name+": module "+m+" retired", func() bool { return closed(m) }))
 		}
 		if p := resolve("canary"); p.Policy != "" && closed(p.Policy) {
 			t.Errorf("%s: canary resolves to module %s, which is closed", s.name, p.Policy)
@@ -358,7 +347,7 @@ func TestRegistryLastGoodOnDisk(t *testing.T) {
 		rctx, cancel := context.WithCancel(ctx)
 		done := make(chan struct{})
 		go func() { defer close(done); r.Run(rctx) }()
-		eventually(t, "HasSynced", r.HasSynced)
+		harness.Poll(t, waitLimit, harness.Cond("HasSynced", r.HasSynced))
 		return r, ld, func() { cancel(); <-done }
 	}
 	resolve := func(r *registry.Registry) resolved {
@@ -421,12 +410,12 @@ func TestRegistryLastGoodOnDisk(t *testing.T) {
 
 	// A new good version replaces it, on disk too.
 	update(`{"w":2}`, "v2")
-	eventually(t, "v2 loaded", func() bool { return resolve(r).Policy == "v2" })
+	harness.Poll(t, waitLimit, harness.Cond("v2 loaded", func() bool { return resolve(r).Policy == "v2" }))
 	if got := kept(); got != `v2 {"w":2}` {
 		t.Errorf("kept after v2 loaded: %s", got)
 	}
 	update(`{"w":3}`, "v2")
-	eventually(t, "v2's new parameters", func() bool { return resolve(r).Params == `{"w":3}` })
+	harness.Poll(t, waitLimit, harness.Cond("v2's new parameters", func() bool { return resolve(r).Params == `{"w":3}` }))
 	if got := kept(); got != `v2 {"w":3}` {
 		t.Errorf("kept after new parameters: %s", got)
 	}
@@ -455,11 +444,11 @@ func TestRegistryLastGoodOnDisk(t *testing.T) {
 
 	// Deleted while running: forgotten.
 	update("", "v3")
-	eventually(t, "v3 loaded", func() bool { return resolve(r).Policy == "v3" })
+	harness.Poll(t, waitLimit, harness.Cond("v3 loaded", func() bool { return resolve(r).Policy == "v3" }))
 	if err := cms.Delete(ctx, "canary", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the deletion seen", func() bool { return resolve(r).Policy == "" })
+	harness.Poll(t, waitLimit, harness.Cond("the deletion seen", func() bool { return resolve(r).Policy == "" }))
 	if _, err := dir.Load("canary"); !errors.Is(err, lastgood.ErrNone) {
 		t.Errorf("kept after the ConfigMap was deleted: %v", err)
 	}

@@ -2,6 +2,7 @@ package harness
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -25,6 +26,17 @@ func Poll(t testing.TB, timeout time.Duration, f func() error) {
 			t.Fatalf("gave up after %s: %v", timeout, err)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Cond adapts a yes-or-no condition to Poll: the function it returns
+// fails, naming what it waits for, until cond holds.
+func Cond(what string, cond func() bool) func() error {
+	return func() error {
+		if cond() {
+			return nil
+		}
+		return fmt.Errorf("waiting for %s", what)
 	}
 }
 

@@ -52,6 +52,18 @@ func TestPollFailsWithTheLastError(t *testing.T) {
 	}
 }
 
+func TestCondNamesWhatItWaitsFor(t *testing.T) {
+	holds := false
+	f := Cond("the answer", func() bool { return holds })
+	if err := f(); err == nil || err.Error() != "waiting for the answer" {
+		t.Errorf("before it holds: %v, want \"waiting for the answer\"", err)
+	}
+	holds = true
+	if err := f(); err != nil {
+		t.Errorf("once it holds: %v, want nil", err)
+	}
+}
+
 func TestBufferIsSafeForConcurrentUse(t *testing.T) {
 	var b Buffer
 	var wg sync.WaitGroup

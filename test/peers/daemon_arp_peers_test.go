@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/switchyard-lb/switchyard/core/election"
+	"github.com/switchyard-lb/switchyard/test/harness"
 	"github.com/switchyard-lb/switchyard/test/netns"
 )
 
@@ -260,7 +261,7 @@ announcers:
 // dead owner's Node is still Ready.
 func survivorAbstains(t *testing.T, survivor *daemonNode, alive int) {
 	t.Helper()
-	poll(t, 10*time.Second, survivor.name+" sees the death", func() error {
+	harness.Poll(t, 10*time.Second, func() error {
 		v, err := survivor.metric("switchyard_membership_members ")
 		if err == nil && int(v) != alive {
 			err = fmt.Errorf("%s sees %v members alive, want %d", survivor.name, v, alive)
@@ -269,7 +270,7 @@ func survivorAbstains(t *testing.T, survivor *daemonNode, alive int) {
 	})
 	seen := time.Now()
 	var st *debugState
-	poll(t, 10*time.Second, survivor.name+" syncs after the death", func() error {
+	harness.Poll(t, 10*time.Second, func() error {
 		var err error
 		st, err = survivor.state()
 		if err == nil && !st.LastSync.After(seen) {
@@ -286,7 +287,7 @@ func survivorAbstains(t *testing.T, survivor *daemonNode, alive int) {
 // exactly the addresses in want (comma-separated, in order).
 func waitAnnounced(t *testing.T, nodes map[string]*daemonNode, announcer string, want map[string]string) {
 	t.Helper()
-	poll(t, 30*time.Second, "announcements", func() error {
+	harness.Poll(t, 30*time.Second, func() error {
 		for name, w := range want {
 			got, err := nodes[name].announced(announcer)
 			if err != nil {

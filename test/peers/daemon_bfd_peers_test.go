@@ -13,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/switchyard-lb/switchyard/test/harness"
 	"github.com/switchyard-lb/switchyard/test/netns"
 )
 
@@ -69,7 +70,7 @@ announcers:
 		}
 		return err
 	}
-	poll(t, time.Minute, "the daemon's BFD sessions up", func() error {
+	harness.Poll(t, time.Minute, func() error {
 		for _, p := range []string{frrAddr, birdAddr} {
 			if err := bfdUp(p); err != nil {
 				return err
@@ -112,7 +113,7 @@ announcers:
 		t.Errorf("FRR withdrew the route %s after BFD loss, not within the 9 s hold time", d["FRR"])
 	}
 	t.Logf("measured: daemon bfd 300ms x3: FRR drops the node's BFD packets -> route gone from FRR's FIB %.0f ms (hold time 9 s)", ms(d["FRR"]))
-	poll(t, time.Minute, "the daemon holds FRR's BGP session down", func() error {
+	harness.Poll(t, time.Minute, func() error {
 		v, err := a.metric(metric("switchyard_bfd_bgp_held_down", frrAddr))
 		if err == nil && v != 1 {
 			err = fmt.Errorf("switchyard_bfd_bgp_held_down for FRR is %v", v)
@@ -123,7 +124,7 @@ announcers:
 
 	nft("delete", "table", "inet", "bfdtest")
 	restored := time.Now()
-	poll(t, time.Minute, "BFD with FRR up again", func() error { return bfdUp(frrAddr) })
+	harness.Poll(t, time.Minute, func() error { return bfdUp(frrAddr) })
 	waitRoutes(t, routers, restored, web, node)
 	if v, err := a.metric(metric("switchyard_bfd_session_downs_total", frrAddr)); err != nil || v < 1 {
 		t.Errorf("switchyard_bfd_session_downs_total for FRR = %v, %v; want at least 1", v, err)

@@ -12,6 +12,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/switchyard-lb/switchyard/test/harness"
 )
 
 // TestPeersDaemonBGP runs the switchyard daemon on node-a and node-b with
@@ -51,7 +53,7 @@ announcers:
 	started := time.Now()
 	a.start(t, config)
 	b.start(t, config)
-	poll(t, 30*time.Second, "BGP sessions", func() error {
+	harness.Poll(t, 30*time.Second, func() error {
 		for _, r := range routers {
 			for _, n := range []*daemonNode{a, b} {
 				if err := r.established(n.addr4.String()); err != nil {
@@ -170,7 +172,7 @@ announcers:
 `, pool, nodeASN, frrAddr6, frrASN)
 	a.start(t, config)
 	b.start(t, config)
-	poll(t, 30*time.Second, "BGP sessions over IPv6", func() error {
+	harness.Poll(t, 30*time.Second, func() error {
 		for _, n := range []*daemonNode{a, b} {
 			if err := frr.established(n.addr6.String()); err != nil {
 				return err
@@ -225,7 +227,7 @@ announcers:
 func lbPrefix(t *testing.T, lab *daemonLab, name string, pool netip.Prefix) netip.Prefix {
 	t.Helper()
 	var got []string
-	poll(t, 30*time.Second, "Service "+name+" ingress", func() error {
+	harness.Poll(t, 30*time.Second, func() error {
 		var err error
 		got, err = lab.ingress(t.Context(), name)
 		if err == nil && len(got) != 1 {
@@ -250,7 +252,7 @@ func waitRoutes(t *testing.T, routers []*router, since time.Time, prefix netip.P
 		fibs[r.name] = r.fib(t, prefix)
 	}
 	took := map[string]time.Duration{}
-	poll(t, 20*time.Second, fmt.Sprintf("routes for %s over %v", prefix, hops), func() error {
+	harness.Poll(t, 20*time.Second, func() error {
 		var pending []string
 		for name, fib := range fibs {
 			if _, done := took[name]; done {
@@ -275,7 +277,7 @@ func waitRoutes(t *testing.T, routers []*router, since time.Time, prefix netip.P
 func checkRIBs(t *testing.T, routers []*router, prefix netip.Prefix, hops ...string) {
 	t.Helper()
 	for _, r := range routers {
-		poll(t, 10*time.Second, r.name+"'s BGP table", func() error {
+		harness.Poll(t, 10*time.Second, func() error {
 			if got := r.rib(t, prefix); !slices.Equal(got, hops) {
 				return fmt.Errorf("%s next hops %v, want %v", prefix, got, hops)
 			}

@@ -17,6 +17,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/switchyard-lb/switchyard/test/harness"
 )
 
 // TestPeersDaemonGracefulRestart runs the daemon on node-a with BGP
@@ -68,7 +70,7 @@ announcers:
 	gap := watchFIBs(t, routers, web, a.addr4.String())
 	stopped := time.Now()
 	a.stop(t)
-	poll(t, 30*time.Second, "FRR marks node-a's path stale", func() error {
+	harness.Poll(t, 30*time.Second, func() error {
 		if stale := frrStale(t, frr, web); !slices.Equal(stale, []string{a.addr4.String()}) {
 			return fmt.Errorf("stale paths via %v, want node-a's", stale)
 		}
@@ -80,7 +82,7 @@ announcers:
 	checkRIBs(t, routers, web, both...)
 	restarted := time.Now()
 	a.start(t, config(true))
-	poll(t, 60*time.Second, "FRR refreshes node-a's path", func() error {
+	harness.Poll(t, 60*time.Second, func() error {
 		if stale := frrStale(t, frr, web); len(stale) > 0 {
 			return fmt.Errorf("stale paths via %v", stale)
 		}
@@ -107,7 +109,7 @@ announcers:
 
 	// 3. node-a's Node is being deleted: its daemon withdraws on SIGTERM.
 	a.beingDeleted(t)
-	poll(t, 30*time.Second, "node-a's /healthz reports the node ineligible", func() error {
+	harness.Poll(t, 30*time.Second, func() error {
 		body, err := a.healthz()
 		if err != nil {
 			return err
@@ -141,7 +143,7 @@ func (n *daemonNode) stop(t *testing.T) {
 	if err := n.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatalf("stopping %s's daemon: %v", n.name, err)
 	}
-	poll(t, time.Minute, n.name+"'s daemon to exit", func() error {
+	harness.Poll(t, time.Minute, func() error {
 		if err := syscall.Kill(n.cmd.Process.Pid, 0); err == nil {
 			return fmt.Errorf("pid %d still running", n.cmd.Process.Pid)
 		}

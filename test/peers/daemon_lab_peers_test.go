@@ -28,6 +28,7 @@ import (
 
 	"github.com/switchyard-lb/switchyard/core/lbipam"
 	"github.com/switchyard-lb/switchyard/test/apitest"
+	"github.com/switchyard-lb/switchyard/test/harness"
 	"github.com/switchyard-lb/switchyard/test/netns"
 )
 
@@ -290,7 +291,7 @@ func (n *daemonNode) announced(announcer string) ([]string, error) {
 // waitMembers waits until every node's gossip sees all of them.
 func waitMembers(t *testing.T, nodes ...*daemonNode) {
 	t.Helper()
-	poll(t, 60*time.Second, "gossip membership of every daemon", func() error {
+	harness.Poll(t, 60*time.Second, func() error {
 		for _, n := range nodes {
 			v, err := n.metric("switchyard_membership_members ")
 			if err != nil {
@@ -302,23 +303,7 @@ func waitMembers(t *testing.T, nodes ...*daemonNode) {
 		}
 		return nil
 	})
-}
 
-// poll calls f until it returns nil, failing with its last error after
-// timeout.
-func poll(t *testing.T, timeout time.Duration, what string, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: gave up after %s: %v", what, timeout, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // createLB creates LoadBalancer Service name (port servePort, the port
@@ -396,7 +381,7 @@ func (l *daemonLab) ingress(ctx context.Context, name string) ([]string, error) 
 // Service's status.
 func (l *daemonLab) waitIngress(t *testing.T, name string, want ...string) {
 	t.Helper()
-	poll(t, 30*time.Second, "Service "+name+" ingress", func() error {
+	harness.Poll(t, 30*time.Second, func() error {
 		got, err := l.ingress(t.Context(), name)
 		if err != nil {
 			return err

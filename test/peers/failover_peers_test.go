@@ -25,6 +25,7 @@ import (
 	"github.com/switchyard-lb/switchyard/core/election"
 	"github.com/switchyard-lb/switchyard/core/membership"
 	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/test/harness"
 	"github.com/switchyard-lb/switchyard/test/netns"
 )
 
@@ -279,8 +280,7 @@ func testL2FailoverEndToEnd(t *testing.T, vip netip.Addr) {
 // owns the VIP.
 func waitSettled(t *testing.T, nodes map[string]*failNode, names []string, owner string) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	harness.Poll(t, time.Minute, func() error {
 		var why []string
 		for _, name := range names {
 			s, err := nodes[name].state()
@@ -293,14 +293,11 @@ func waitSettled(t *testing.T, nodes map[string]*failNode, names []string, owner
 				why = append(why, fmt.Sprintf("%s owns=%v", name, s.Owns))
 			}
 		}
-		if len(why) == 0 {
-			return
+		if len(why) > 0 {
+			return fmt.Errorf("nodes did not settle with %s owning the VIP: %s", owner, strings.Join(why, "; "))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("nodes did not settle with %s owning the VIP: %s", owner, strings.Join(why, "; "))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // whoAnswers connects once from client to vip and returns the name the

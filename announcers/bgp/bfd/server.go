@@ -93,7 +93,7 @@ type entry struct {
 // NewServer returns a Server on tr; Run runs its sessions.
 func NewServer(tr Transport, opts Options) *Server {
 	if opts.Clock == nil {
-		opts.Clock = realClock{}
+		opts.Clock = runner.SystemClock
 	}
 	return &Server{
 		tr: tr, opts: opts, wake: make(chan struct{}, 1), in: make(chan Datagram, 64),
@@ -341,14 +341,3 @@ func (s *Server) shutdown() {
 	s.notify(changes)
 	s.tr.Close()
 }
-
-type realClock struct{}
-
-func (realClock) Now() time.Time { return time.Now() }
-
-func (realClock) NewTimer(d time.Duration) runner.Timer { return realTimer{time.NewTimer(d)} }
-
-type realTimer struct{ t *time.Timer }
-
-func (t realTimer) C() <-chan time.Time { return t.t.C }
-func (t realTimer) Stop() bool          { return t.t.Stop() }

@@ -1,6 +1,8 @@
-// Package runnertest provides a fake clock for tests of code driven by a
-// runner.Runner: time moves only when the test says so, and the test can
-// wait until the runner has armed a timer, which is the moment it is idle.
+// Package runnertest provides the project's one fake clock, for every test
+// that needs time to move only when it says so: code driven by a
+// runner.Runner or taking a runner.Clock (the test can wait until a timer
+// has been armed, which is the moment the runner is idle), and code taking
+// a func() time.Time (pass the Clock's Now method value).
 package runnertest
 
 import (

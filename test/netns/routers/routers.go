@@ -8,11 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchyard-lb/switchyard/test/harness"
 	"github.com/switchyard-lb/switchyard/test/netns"
 )
 
 // startTimeout bounds how long a router may take to answer after start.
-const startTimeout = 10 * time.Second
+const startTimeout = time.Minute
 
 // FRR is zebra and bgpd running in NS, with their state in Dir.
 type FRR struct {
@@ -49,7 +50,7 @@ func startFRR(t testing.TB, ns *netns.NS, bgpdConf string, bfd bool) *FRR {
 			"-f", d + "/" + name + ".conf", "--log", "file:" + d + "/" + name + ".log"}
 	}
 	ns.Start(t, "/usr/lib/frr/zebra", common("zebra")...)
-	wait(t, "zebra's zserv socket", func() error {
+	harness.Poll(t, startTimeout, func() error {
 		_, err := os.Stat(d + "/zserv.api")
 		return err
 	})
@@ -59,13 +60,13 @@ func startFRR(t testing.TB, ns *netns.NS, bgpdConf string, bfd bool) *FRR {
 			t.Fatalf("chown bfdd.conf: %v: %s", err, out)
 		}
 		ns.Start(t, "/usr/lib/frr/bfdd", append(common("bfdd"), "--bfdctl", d+"/bfdd.sock")...)
-		wait(t, "bfdd's vty", func() error {
+		harness.Poll(t, startTimeout, func() error {
 			_, err := r.Vtysh("show bfd peers")
 			return err
 		})
 	}
 	ns.Start(t, "/usr/lib/frr/bgpd", common("bgpd")...)
-	wait(t, "bgpd's vty", func() error {
+	harness.Poll(t, startTimeout, func() error {
 		_, err := r.Vtysh("show bgp summary")
 		return err
 	})
@@ -101,7 +102,7 @@ func StartBIRD(t testing.TB, ns *netns.NS, conf string) *BIRD {
 	d := r.Dir
 	writeFile(t, filepath.Join(d, "bird.conf"), conf)
 	ns.Start(t, "/usr/sbin/bird", "-f", "-c", d+"/bird.conf", "-s", d+"/bird.ctl", "-P", d+"/bird.pid")
-	wait(t, "BIRD's control socket", func() error {
+	harness.Poll(t, startTimeout, func() error {
 		_, err := r.Birdc("show", "status")
 		return err
 	})
@@ -138,22 +139,6 @@ func writeFile(t testing.TB, path, body string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
-	}
-}
-
-// wait polls ok until it returns nil, failing t after startTimeout.
-func wait(t testing.TB, what string, ok func() error) {
-	t.Helper()
-	deadline := time.Now().Add(startTimeout)
-	for {
-		err := ok()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("waiting for %s: %v", what, err)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
 

@@ -7,36 +7,19 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/switchyard-lb/switchyard/core/runner/runnertest"
 )
-
-// fakeClock is a goroutine-safe settable clock.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Step(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
 
 var t0 = time.Date(2026, 11, 29, 20, 0, 0, 0, time.UTC)
 
 func TestSyncTracker(t *testing.T) {
-	clock := &fakeClock{t: t0}
+	clock := runnertest.NewClock(t0)
 	tr := NewSyncTracker(time.Minute, clock.Now)
 	var syncStart time.Time
 	steps := []struct {
@@ -79,7 +62,7 @@ func get(t *testing.T, h http.Handler, method, path string) (int, string, http.H
 }
 
 func TestHealthHandler(t *testing.T) {
-	clock := &fakeClock{t: t0}
+	clock := runnertest.NewClock(t0)
 	tr := NewSyncTracker(time.Minute, clock.Now)
 	var readyErr error
 	h := HealthHandler(tr, func() error { return readyErr })
