@@ -33,9 +33,11 @@ type Config struct {
 	// Conntrack, when set, deletes stale UDP conntrack entries.
 	Conntrack Conntrack
 	// Firewall, when set, gets the masquerade spec built from the plan
-	// with ClusterCIDRs and MasqueradeAll.
-	Firewall      Firewall
-	ClusterCIDRs  []netip.Prefix
+	// with Local and MasqueradeAll.
+	Firewall Firewall
+	// Local tells this node's pods from other clients; SetLocalDetector
+	// changes it.
+	Local         LocalDetector
 	MasqueradeAll bool
 	// Dummy defaults to DefaultDummy.
 	Dummy string
@@ -145,6 +147,15 @@ func (d *Dataplane) Close() error {
 		return nil
 	}
 	return d.close()
+}
+
+// SetLocalDetector replaces the detector of this node's pods (detect-local
+// mode NodeCIDR follows the Node's pod CIDRs); the next Apply programs it.
+func (d *Dataplane) SetLocalDetector(l LocalDetector) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	l.CIDRs = slices.Clone(l.CIDRs)
+	d.cfg.Local = l
 }
 
 // Apply programs the kernel for u. Errors on single objects do not stop
@@ -377,7 +388,7 @@ func (d *Dataplane) syncFirewall(full bool) error {
 	if d.cfg.Firewall == nil {
 		return nil
 	}
-	spec := BuildFirewallSpec(d.want, d.cfg.ClusterCIDRs, d.cfg.MasqueradeAll)
+	spec := BuildFirewallSpec(d.want, d.cfg.Local, d.cfg.MasqueradeAll)
 	owned := d.ownedOffDummy()
 	if full || d.firewall == nil || !d.firewall.Equal(spec) {
 		if d.fwStamp != spec.Stamp() {
@@ -452,7 +463,7 @@ func (d *Dataplane) recordIntent(ops []Op) (map[model.VirtualServiceKey]bool, er
 	}
 	// The table is missing or not as known: write it whole, with what
 	// the dataplane owns off the dummy already and what it is about to.
-	spec := BuildFirewallSpec(d.want, d.cfg.ClusterCIDRs, d.cfg.MasqueradeAll)
+	spec := BuildFirewallSpec(d.want, d.cfg.Local, d.cfg.MasqueradeAll)
 	spec.Owned = applyOwned(slices.AppendSeq(d.ownedOffDummy(), maps.Keys(d.journal)), add, nil)
 	d.firewall = nil
 	if err := d.cfg.Firewall.Sync(spec); err != nil {

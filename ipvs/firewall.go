@@ -44,10 +44,11 @@ type FirewallState struct {
 // traffic to service addresses that would otherwise not come back through
 // this node.
 type FirewallSpec struct {
-	// ClusterIPs are masqueraded when the client is outside every cluster
-	// CIDR (a hostNetwork client, another host), or always with
-	// MasqueradeAll. Without cluster CIDRs only the node's own traffic
-	// is, which has a ClusterIP as its source address.
+	// ClusterIPs are masqueraded when the client is not one of this
+	// node's pods as Local tells them (a hostNetwork client, another
+	// host), or always with MasqueradeAll. For a family Local has no
+	// match for, only the node's own traffic is, which has a ClusterIP
+	// as its source address.
 	ClusterIPs []netip.Addr
 	// ExternalIPs are LoadBalancer and external addresses with
 	// externalTrafficPolicy Cluster: always masqueraded. Local ones keep
@@ -55,8 +56,9 @@ type FirewallSpec struct {
 	ExternalIPs []netip.Addr
 	// NodePorts are NodePort virtual services with externalTrafficPolicy
 	// Cluster: always masqueraded. Sorted.
-	NodePorts     []model.VirtualServiceKey
-	ClusterCIDRs  []netip.Prefix
+	NodePorts []model.VirtualServiceKey
+	// Local tells this node's pods from other clients.
+	Local         LocalDetector
 	MasqueradeAll bool
 	// SourceRanges drop traffic to a virtual service from other sources
 	// (loadBalancerSourceRanges). Sorted by key.
@@ -67,7 +69,7 @@ type FirewallSpec struct {
 	// IPVS (hairpin). Sorted.
 	Endpoints []netip.Addr
 	// Internal are the Local frontends whose in-cluster traffic (from
-	// the node itself; from pods, told by ClusterCIDRs) is marked for
+	// the node itself; from pods, told by Local) is marked for
 	// their firewall-mark service, which holds every endpoint; the node's
 	// own is masqueraded too (its source may be the frontend's address,
 	// which every node holds), pods' is not. Sorted by key.
@@ -83,7 +85,8 @@ type FirewallSpec struct {
 // what the stamp covers, does, so that an upgraded daemon rewrites the
 // table. v3: the stamp no longer covers Owned. v4: without cluster CIDRs,
 // traffic from a ClusterIP source is masqueraded. v5: internal marks.
-const stampVersion = "switchyard-fw-v5"
+// v6: local detection by interface, and per family.
+const stampVersion = "switchyard-fw-v6"
 
 // Stamp is a content hash of the spec (and the table layout version),
 // Owned excepted: two specs with the same stamp program the same rules and
@@ -119,7 +122,11 @@ func (s FirewallSpec) Stamp() string {
 	addrs(s.ClusterIPs)
 	addrs(s.ExternalIPs)
 	keys(s.NodePorts)
-	prefixes(s.ClusterCIDRs)
+	prefixes(s.Local.CIDRs)
+	for _, name := range []string{s.Local.Interface, s.Local.InterfacePrefix} {
+		b = binary.BigEndian.AppendUint32(b, uint32(len(name)))
+		b = append(b, name...)
+	}
 	if s.MasqueradeAll {
 		b = append(b, 1)
 	} else {
@@ -150,7 +157,7 @@ type SourceRange struct {
 func (s FirewallSpec) Equal(o FirewallSpec) bool {
 	return slices.Equal(s.ClusterIPs, o.ClusterIPs) && slices.Equal(s.ExternalIPs, o.ExternalIPs) &&
 		slices.Equal(s.NodePorts, o.NodePorts) &&
-		slices.Equal(s.ClusterCIDRs, o.ClusterCIDRs) && s.MasqueradeAll == o.MasqueradeAll &&
+		s.Local.Equal(o.Local) && s.MasqueradeAll == o.MasqueradeAll &&
 		slices.EqualFunc(s.SourceRanges, o.SourceRanges, func(a, b SourceRange) bool {
 			return a.Key == b.Key && slices.Equal(a.Ranges, b.Ranges)
 		}) &&
@@ -158,12 +165,60 @@ func (s FirewallSpec) Equal(o FirewallSpec) bool {
 		slices.Equal(s.Internal, o.Internal)
 }
 
+// LocalDetector tells packets from this node's pods from other packets,
+// as kube-proxy's local traffic detectors (--detect-local-mode): by
+// source prefix (ClusterCIDR, NodeCIDR), by the interface a packet came
+// in on (BridgeInterface), or by that interface's name prefix
+// (InterfaceNamePrefix). Interfaces are matched by name, so a bridge that
+// does not exist yet (cni0 before the first pod) matches once it does;
+// the node's own packets come in on none and are never local. The zero
+// value tells nothing.
+type LocalDetector struct {
+	CIDRs           []netip.Prefix
+	Interface       string
+	InterfacePrefix string
+}
+
+// LocalMatch is one test that makes a packet local: its source is in
+// Source, or it came in on the interface named Interface, or, with
+// NamePrefix, on one whose name starts with Interface.
+type LocalMatch struct {
+	Source     netip.Prefix
+	Interface  string
+	NamePrefix bool
+}
+
+// Matches returns the tests for packets of one family (IPv4 when v4): a
+// packet that passes any is local. None: the detector tells nothing for
+// that family.
+func (l LocalDetector) Matches(v4 bool) []LocalMatch {
+	var out []LocalMatch
+	for _, p := range l.CIDRs {
+		if p.Addr().Is4() == v4 {
+			out = append(out, LocalMatch{Source: p.Masked()})
+		}
+	}
+	if l.Interface != "" {
+		out = append(out, LocalMatch{Interface: l.Interface})
+	}
+	if l.InterfacePrefix != "" {
+		out = append(out, LocalMatch{Interface: l.InterfacePrefix, NamePrefix: true})
+	}
+	return out
+}
+
+// Equal reports whether two detectors tell the same packets apart.
+func (l LocalDetector) Equal(o LocalDetector) bool {
+	return slices.Equal(l.CIDRs, o.CIDRs) && l.Interface == o.Interface && l.InterfacePrefix == o.InterfacePrefix
+}
+
 // BuildFirewallSpec derives the spec from the desired virtual services;
 // Owned is left to the caller. An address with both a Local and a Cluster
 // external frontend is masqueraded (the set is keyed by address only).
-func BuildFirewallSpec(want Desired, cidrs []netip.Prefix, masqueradeAll bool) FirewallSpec {
+func BuildFirewallSpec(want Desired, local LocalDetector, masqueradeAll bool) FirewallSpec {
 	cluster, external, endpoints := map[netip.Addr]bool{}, map[netip.Addr]bool{}, map[netip.Addr]bool{}
-	spec := FirewallSpec{ClusterCIDRs: slices.Clone(cidrs), MasqueradeAll: masqueradeAll}
+	local.CIDRs = slices.Clone(local.CIDRs)
+	spec := FirewallSpec{Local: local, MasqueradeAll: masqueradeAll}
 	for k, ds := range want.Services {
 		for _, d := range ds.Destinations {
 			endpoints[d.Addr] = true
