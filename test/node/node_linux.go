@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -285,6 +286,12 @@ func Open(dir string) (*Node, error) {
 
 // Close releases the handles; the node keeps running.
 func (n *Node) Close() { n.ns.Close() }
+
+// DialContext connects from inside the node's namespace (the host side
+// of the tap), where node and pod addresses are reachable.
+func (n *Node) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	return n.ns.DialContext(ctx, network, addr)
+}
 
 // Command is a host command inside the node's namespace (nsenter), with
 // KUBECONFIG set to the admin kubeconfig: kubectl, e2e.test, curl to a pod.

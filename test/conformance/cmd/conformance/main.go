@@ -13,6 +13,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -61,6 +62,7 @@ func run(ctx context.Context, args []string) error {
 	results := fs.String("results", "", "where each proxy's last report is kept")
 	timeout := fs.Duration("timeout", 6*time.Hour, "bound on each e2e.test run")
 	tableOnly := fs.Bool("table-only", false, "print the table from the stored reports, run nothing")
+	rollout := fs.Bool("rollout", false, "instead of e2e.test: kubectl rollout restart of the Switchyard DaemonSet under traffic, measured (results in -results/rollout.json)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -73,15 +75,19 @@ func run(ctx context.Context, args []string) error {
 	}
 	store := conformance.Store{Dir: *results}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	cfg := runConfig{
+		dir: *dir, kubeBin: *kubeBin, rootfs: *rootfs, userland: *userland, image: *image,
+		swBin: *swBin, deploy: *deploy, proxies: strings.Split(*proxies, ","),
+		e2e: conformance.E2E{
+			Bin: filepath.Join(*kubeBin, "e2e.test"), Kubectl: filepath.Join(*kubeBin, "kubectl"),
+			Focus: *focus, Skip: *skip, Timeout: *timeout,
+		},
+	}
+	if *rollout {
+		return runRollout(ctx, log, *results, cfg)
+	}
 	if !*tableOnly {
-		if err := runProxies(ctx, log, store, runConfig{
-			dir: *dir, kubeBin: *kubeBin, rootfs: *rootfs, userland: *userland, image: *image,
-			swBin: *swBin, deploy: *deploy, proxies: strings.Split(*proxies, ","),
-			e2e: conformance.E2E{
-				Bin: filepath.Join(*kubeBin, "e2e.test"), Kubectl: filepath.Join(*kubeBin, "kubectl"),
-				Focus: *focus, Skip: *skip, Timeout: *timeout,
-			},
-		}); err != nil {
+		if err := runProxies(ctx, log, store, cfg); err != nil {
 			return err
 		}
 	}
@@ -99,30 +105,9 @@ func run(ctx context.Context, args []string) error {
 	return nil
 }
 
-type runConfig struct {
-	dir, kubeBin, rootfs, userland, image, swBin, deploy string
-	proxies                                              []string
-	e2e                                                  conformance.E2E
-}
-
-func runProxies(ctx context.Context, log *slog.Logger, store conformance.Store, c runConfig) error {
-	for _, need := range []struct{ what, path string }{
-		{"-kube-bin", c.kubeBin}, {"-rootfs", c.rootfs}, {"-userland", c.userland},
-		{"-image", c.image}, {"-switchyard-bin", c.swBin},
-	} {
-		if need.path == "" {
-			return fmt.Errorf("%s is required", need.what)
-		}
-	}
-	all := conformance.Proxies{SwitchyardBin: c.swBin, Deploy: c.deploy, KubeProxyBin: filepath.Join(c.kubeBin, "kube-proxy"), Log: log}
-	var selected []conformance.Proxy
-	for _, name := range c.proxies {
-		p, err := all.Get(strings.TrimSpace(name))
-		if err != nil {
-			return err
-		}
-		selected = append(selected, p)
-	}
+// openNode reuses the running node when its Node is Ready, importing the
+// current switchyard:dev and applying the DNS add-on, or brings one up.
+func openNode(ctx context.Context, log *slog.Logger, c runConfig) (*node.Node, error) {
 	swImage := node.Image{Ref: "switchyard:dev", Path: c.image}
 	n, err := node.Open(c.dir)
 	if err == nil {
@@ -133,10 +118,12 @@ func runProxies(ctx context.Context, log *slog.Logger, store conformance.Store, 
 	if err == nil {
 		log.Info("reusing the running node", "dir", c.dir)
 		if err := n.Import(ctx, swImage); err != nil {
-			return err
+			n.Close()
+			return nil, err
 		}
 		if err := n.ApplyDNS(ctx); err != nil {
-			return err
+			n.Close()
+			return nil, err
 		}
 	} else {
 		if n != nil {
@@ -148,9 +135,100 @@ func runProxies(ctx context.Context, log *slog.Logger, store conformance.Store, 
 			Images: []node.Image{swImage}, Log: log,
 		})
 		if err != nil {
-			return err
+			return nil, err
 		}
 		log.Info("node up", "timings", n.Timings.String())
+	}
+	return n, nil
+}
+
+type runConfig struct {
+	dir, kubeBin, rootfs, userland, image, swBin, deploy string
+	proxies                                              []string
+	e2e                                                  conformance.E2E
+}
+
+// check names the first input c lacks.
+func (c runConfig) check() error {
+	for _, need := range []struct{ what, path string }{
+		{"-kube-bin", c.kubeBin}, {"-rootfs", c.rootfs}, {"-userland", c.userland},
+		{"-image", c.image}, {"-switchyard-bin", c.swBin},
+	} {
+		if need.path == "" {
+			return fmt.Errorf("%s is required", need.what)
+		}
+	}
+	return nil
+}
+
+// runRollout switches the node to Switchyard (kube-proxy stopped through
+// its cleanup), measures a rollout restart under traffic, writes the
+// result to results/rollout.json and prints it. It fails when an
+// established connection was lost or a request failed. Switchyard stays
+// deployed.
+func runRollout(ctx context.Context, log *slog.Logger, results string, c runConfig) error {
+	if err := c.check(); err != nil {
+		return err
+	}
+	all := conformance.Proxies{SwitchyardBin: c.swBin, Deploy: c.deploy, KubeProxyBin: filepath.Join(c.kubeBin, "kube-proxy"), Log: log}
+	sw, err := all.Get(conformance.Switchyard)
+	if err != nil {
+		return err
+	}
+	n, err := openNode(ctx, log, c)
+	if err != nil {
+		return err
+	}
+	defer n.Close()
+	for _, o := range all.Others(sw) {
+		if err := o.Stop(ctx, n); err != nil {
+			return fmt.Errorf("stop %s: %w", o.Name(), err)
+		}
+	}
+	if err := sw.Start(ctx, n); err != nil {
+		return fmt.Errorf("start %s: %w", sw.Name(), err)
+	}
+	res, err := conformance.RunRollout(ctx, n, conformance.RolloutSpec{
+		Conns: 20, ConnPeriod: time.Second, RequestPeriod: 200 * time.Millisecond,
+		Settle: 30 * time.Second, Timeout: 30 * time.Second,
+	}, log)
+	b, jerr := json.MarshalIndent(res, "", "  ")
+	if jerr != nil {
+		return errors.Join(err, jerr)
+	}
+	if err := os.MkdirAll(results, 0o755); err != nil {
+		return err
+	}
+	if werr := os.WriteFile(filepath.Join(results, "rollout.json"), b, 0o644); werr != nil {
+		return errors.Join(err, werr)
+	}
+	fmt.Printf("%s\n", b)
+	if err != nil {
+		return err
+	}
+	if res.ConnsLost > 0 || res.RequestsFailed > 0 {
+		return fmt.Errorf("rollout restart: %d of %d established connections lost, %d of %d requests failed",
+			res.ConnsLost, res.Conns, res.RequestsFailed, res.Requests)
+	}
+	return nil
+}
+
+func runProxies(ctx context.Context, log *slog.Logger, store conformance.Store, c runConfig) error {
+	if err := c.check(); err != nil {
+		return err
+	}
+	all := conformance.Proxies{SwitchyardBin: c.swBin, Deploy: c.deploy, KubeProxyBin: filepath.Join(c.kubeBin, "kube-proxy"), Log: log}
+	var selected []conformance.Proxy
+	for _, name := range c.proxies {
+		p, err := all.Get(strings.TrimSpace(name))
+		if err != nil {
+			return err
+		}
+		selected = append(selected, p)
+	}
+	n, err := openNode(ctx, log, c)
+	if err != nil {
+		return err
 	}
 	defer n.Close()
 	for _, p := range selected {
