@@ -24,6 +24,12 @@
 # after the rollout; fails when a connection is lost or a request fails.
 # Result in $(CONFORMANCE_RESULTS)/rollout.json; Switchyard stays deployed.
 #
+# make conformance-bootstrap: Switchyard started on a node with no service
+# proxy and without the lab's stand-in for the kubernetes Service's
+# ClusterIP: without deploy's API server address (the switchyard-apiserver
+# ConfigMap) its pod must stay unready for 3 minutes, with it turn Ready.
+# Result in $(CONFORMANCE_RESULTS)/bootstrap.json.
+#
 # make conformance-smoke: four fast Services [Conformance] specs against
 # Switchyard only, results in $(CACHE)/conformance-smoke.
 CONFORMANCE_PROXIES ?= switchyard,kube-proxy-nftables,kube-proxy-ipvs
@@ -48,7 +54,7 @@ define conformance-run
 		-timeout $(CONFORMANCE_TIMEOUT) $(5)
 endef
 
-.PHONY: conformance conformance-smoke conformance-table conformance-rollout
+.PHONY: conformance conformance-smoke conformance-table conformance-rollout conformance-bootstrap
 conformance: image
 	$(call conformance-run,$(CONFORMANCE_PROXIES),$(CONFORMANCE_FOCUS),$(CONFORMANCE_SKIP),$(CONFORMANCE_RESULTS))
 
@@ -57,6 +63,9 @@ conformance-smoke: image
 
 conformance-rollout: image
 	$(call conformance-run,switchyard,,,$(CONFORMANCE_RESULTS),-rollout)
+
+conformance-bootstrap: image
+	$(call conformance-run,switchyard,,,$(CONFORMANCE_RESULTS),-bootstrap)
 
 conformance-table:
 	$(GO) build -o $(CONFORMANCE) ./test/conformance/cmd/conformance

@@ -410,6 +410,22 @@ func createNetns() error {
 	return nil
 }
 
+// SetServiceIPOnHost adds (on) or removes KubernetesServiceIP from the
+// namespace's loopback: the lab's stand-in for a working kubernetes
+// Service before any service proxy runs (see APIPort). Without it an
+// in-cluster client that dials the ClusterIP waits for a proxy.
+func SetServiceIPOnHost(on bool) error {
+	op := "del"
+	if on {
+		op = "add"
+	}
+	argv := []string{"ip", "-n", NetnsName, "addr", op, KubernetesServiceIP + "/32", "dev", "lo"}
+	if b, err := exec.Command(argv[0], argv[1:]...).CombinedOutput(); err != nil {
+		return fmt.Errorf("node: %s: %w: %s", strings.Join(argv, " "), err, strings.TrimSpace(string(b)))
+	}
+	return nil
+}
+
 // deleteNetns kills what still runs in the namespace (only the node's
 // processes live there) and deletes it.
 func deleteNetns() {

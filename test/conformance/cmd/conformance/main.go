@@ -4,11 +4,15 @@
 //
 //	conformance -kube-bin DIR -rootfs FILE -userland FILE -image TAR -switchyard-bin FILE
 //	            [-proxies switchyard,kube-proxy-nftables,kube-proxy-ipvs] [-focus RE] [-skip RE]
-//	            [-results DIR] [-table-only]
+//	            [-results DIR] [-table-only | -rollout | -bootstrap]
 //
 // It reuses a running node (make node-up) or brings one up, and leaves
 // it running (make node-down). Each proxy's last report stays under
 // -results; -table-only prints the table from them without running.
+// -rollout (make conformance-rollout) and -bootstrap (make
+// conformance-bootstrap) run no e2e.test: they measure a rollout restart
+// of the Switchyard DaemonSet under traffic, and its start on a node
+// without a service proxy (RunRollout, RunBootstrap).
 package main
 
 import (
@@ -62,6 +66,7 @@ func run(ctx context.Context, args []string) error {
 	results := fs.String("results", "", "where each proxy's last report is kept")
 	timeout := fs.Duration("timeout", 6*time.Hour, "bound on each e2e.test run")
 	tableOnly := fs.Bool("table-only", false, "print the table from the stored reports, run nothing")
+	bootstrap := fs.Bool("bootstrap", false, "instead of e2e.test: Switchyard started with no proxy on the node and without the lab's stand-in for the kubernetes Service, first without deploy's API server address (must stay unready), then with it (results in -results/bootstrap.json)")
 	rollout := fs.Bool("rollout", false, "instead of e2e.test: kubectl rollout restart of the Switchyard DaemonSet under traffic, measured (results in -results/rollout.json)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -83,8 +88,8 @@ func run(ctx context.Context, args []string) error {
 			Focus: *focus, Skip: *skip, Timeout: *timeout,
 		},
 	}
-	if *rollout {
-		return runRollout(ctx, log, *results, cfg)
+	if *rollout || *bootstrap {
+		return runSwitchyard(ctx, log, *results, cfg, *bootstrap)
 	}
 	if !*tableOnly {
 		if err := runProxies(ctx, log, store, cfg); err != nil {
@@ -161,12 +166,13 @@ func (c runConfig) check() error {
 	return nil
 }
 
-// runRollout switches the node to Switchyard (kube-proxy stopped through
-// its cleanup), measures a rollout restart under traffic, writes the
-// result to results/rollout.json and prints it. It fails when an
-// established connection was lost or a request failed. Switchyard stays
-// deployed.
-func runRollout(ctx context.Context, log *slog.Logger, results string, c runConfig) error {
+// runSwitchyard measures one thing about Switchyard on the node, writes
+// the result to results/NAME.json and prints it: a rollout restart under
+// traffic (kube-proxy stopped through its cleanup first; it fails when an
+// established connection was lost or a request failed), or, with
+// bootstrap, the start without a service proxy (RunBootstrap).
+// Switchyard stays deployed.
+func runSwitchyard(ctx context.Context, log *slog.Logger, results string, c runConfig, bootstrap bool) error {
 	if err := c.check(); err != nil {
 		return err
 	}
@@ -180,37 +186,51 @@ func runRollout(ctx context.Context, log *slog.Logger, results string, c runConf
 		return err
 	}
 	defer n.Close()
-	for _, o := range all.Others(sw) {
-		if err := o.Stop(ctx, n); err != nil {
-			return fmt.Errorf("stop %s: %w", o.Name(), err)
-		}
+	var (
+		name string
+		res  any
+	)
+	if bootstrap {
+		name = "bootstrap"
+		res, err = conformance.RunBootstrap(ctx, n, sw, all.Others(sw), c.deploy, 3*time.Minute, log)
+	} else {
+		name = "rollout"
+		res, err = rollout(ctx, n, sw, all.Others(sw), log)
 	}
-	if err := sw.Start(ctx, n); err != nil {
-		return fmt.Errorf("start %s: %w", sw.Name(), err)
-	}
-	res, err := conformance.RunRollout(ctx, n, conformance.RolloutSpec{
-		Conns: 20, ConnPeriod: time.Second, RequestPeriod: 200 * time.Millisecond,
-		Settle: 30 * time.Second, Timeout: 30 * time.Second,
-	}, log)
 	b, jerr := json.MarshalIndent(res, "", "  ")
 	if jerr != nil {
 		return errors.Join(err, jerr)
 	}
-	if err := os.MkdirAll(results, 0o755); err != nil {
-		return err
+	if merr := os.MkdirAll(results, 0o755); merr != nil {
+		return errors.Join(err, merr)
 	}
-	if werr := os.WriteFile(filepath.Join(results, "rollout.json"), b, 0o644); werr != nil {
+	if werr := os.WriteFile(filepath.Join(results, name+".json"), b, 0o644); werr != nil {
 		return errors.Join(err, werr)
 	}
 	fmt.Printf("%s\n", b)
-	if err != nil {
-		return err
+	return err
+}
+
+// rollout switches the node to Switchyard and measures a rollout
+// restart under traffic; losing a connection or a request is an error.
+func rollout(ctx context.Context, n *node.Node, sw conformance.Proxy, others []conformance.Proxy, log *slog.Logger) (conformance.RolloutResult, error) {
+	for _, o := range others {
+		if err := o.Stop(ctx, n); err != nil {
+			return conformance.RolloutResult{}, fmt.Errorf("stop %s: %w", o.Name(), err)
+		}
 	}
-	if res.ConnsLost > 0 || res.RequestsFailed > 0 {
-		return fmt.Errorf("rollout restart: %d of %d established connections lost, %d of %d requests failed",
-			res.ConnsLost, res.Conns, res.RequestsFailed, res.Requests)
+	if err := sw.Start(ctx, n); err != nil {
+		return conformance.RolloutResult{}, fmt.Errorf("start %s: %w", sw.Name(), err)
 	}
-	return nil
+	r, err := conformance.RunRollout(ctx, n, conformance.RolloutSpec{
+		Conns: 20, ConnPeriod: time.Second, RequestPeriod: 200 * time.Millisecond,
+		Settle: 30 * time.Second, Timeout: 30 * time.Second,
+	}, log)
+	if err == nil && (r.ConnsLost > 0 || r.RequestsFailed > 0) {
+		err = fmt.Errorf("rollout restart: %d of %d established connections lost, %d of %d requests failed",
+			r.ConnsLost, r.Conns, r.RequestsFailed, r.Requests)
+	}
+	return r, err
 }
 
 func runProxies(ctx context.Context, log *slog.Logger, store conformance.Store, c runConfig) error {
