@@ -110,6 +110,9 @@ func New(cfg Config) (*Dataplane, error) {
 	if err := ValidateTimeouts(cfg.Timeouts); err != nil {
 		return nil, fmt.Errorf("ipvs: new dataplane: %w", err)
 	}
+	if err := cfg.Local.Validate(); err != nil {
+		return nil, fmt.Errorf("ipvs: new dataplane: %w", err)
+	}
 	if cfg.Dummy == "" {
 		cfg.Dummy = DefaultDummy
 	}

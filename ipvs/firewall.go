@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"fmt"
 	"maps"
 	"net/netip"
 	"slices"
@@ -205,6 +206,17 @@ func (l LocalDetector) Matches(v4 bool) []LocalMatch {
 		out = append(out, LocalMatch{Interface: l.InterfacePrefix, NamePrefix: true})
 	}
 	return out
+}
+
+// Validate refuses interface names the kernel cannot hold (IFNAMSIZ, its
+// terminating NUL included).
+func (l LocalDetector) Validate() error {
+	for _, name := range []string{l.Interface, l.InterfacePrefix} {
+		if len(name) >= 16 {
+			return fmt.Errorf("local interface %q is longer than 15 bytes", name)
+		}
+	}
+	return nil
 }
 
 // Equal reports whether two detectors tell the same packets apart.

@@ -3,6 +3,7 @@ package ipvs_test
 import (
 	"fmt"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -291,5 +292,14 @@ func TestLocalDetectorMatches(t *testing.T) {
 				t.Errorf("IPv6 (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+func TestNewRefusesLongLocalInterface(t *testing.T) {
+	r := newRig()
+	_, err := ipvs.New(ipvs.Config{Kernel: r.kernel, Addresses: r.addrs, Sysctls: r.sysctls,
+		Local: ipvs.LocalDetector{Interface: "a-name-too-long-x"}})
+	if err == nil || !strings.Contains(err.Error(), "longer than 15 bytes") {
+		t.Errorf("New with a 17-byte interface = %v, want an error naming its length", err)
 	}
 }
