@@ -36,6 +36,7 @@ type kustomization struct {
 		Name      string
 		Namespace string
 		Files     []string
+		Literals  []string
 		Options   struct {
 			DisableNameSuffixHash bool              `json:"disableNameSuffixHash"`
 			Labels                map[string]string `json:"labels"`
@@ -364,8 +365,14 @@ func TestLocalOverlayRunsTheImageMakeBuilds(t *testing.T) {
 	if err := yaml.UnmarshalStrict(data, &k); err != nil {
 		t.Fatalf("test/tools/image/deploy/kustomization.yaml: %v", err)
 	}
-	if !slices.Equal(k.Resources, []string{"../../../../deploy"}) || len(k.ConfigMapGenerator) != 0 {
-		t.Errorf("overlay resources %v, generators %v: want deploy/ alone", k.Resources, k.ConfigMapGenerator)
+	if !slices.Equal(k.Resources, []string{"../../../../deploy"}) {
+		t.Errorf("overlay resources %v: want deploy/ alone", k.Resources)
+	}
+	// Besides the image, only what a user adds: the API server's address
+	// (the node lab's), in the ConfigMap daemonset.yaml reads it from.
+	if g := k.ConfigMapGenerator; len(g) != 1 || g[0].Name != "switchyard-apiserver" || g[0].Namespace != "switchyard-system" ||
+		!slices.Equal(g[0].Literals, []string{"host=192.168.100.1", "port=443"}) || !g[0].Options.DisableNameSuffixHash {
+		t.Errorf("overlay generators %+v: want switchyard-apiserver with the node lab's host and port", g)
 	}
 	if len(k.Images) != 1 || k.Images[0].Name != "switchyard" || k.Images[0].NewName != "" {
 		t.Fatalf("overlay images = %+v, want one setting the tag of switchyard", k.Images)

@@ -33,9 +33,11 @@ type Config struct {
 	// Conntrack, when set, deletes stale UDP conntrack entries.
 	Conntrack Conntrack
 	// Firewall, when set, gets the masquerade spec built from the plan
-	// with ClusterCIDRs and MasqueradeAll.
-	Firewall      Firewall
-	ClusterCIDRs  []netip.Prefix
+	// with Local and MasqueradeAll.
+	Firewall Firewall
+	// Local tells this node's pods from other clients; SetLocalDetector
+	// changes it.
+	Local         LocalDetector
 	MasqueradeAll bool
 	// Dummy defaults to DefaultDummy.
 	Dummy string
@@ -113,6 +115,9 @@ func New(cfg Config) (*Dataplane, error) {
 	if err := ValidateTimeouts(cfg.Timeouts); err != nil {
 		return nil, fmt.Errorf("ipvs: new dataplane: %w", err)
 	}
+	if err := cfg.Local.Validate(); err != nil {
+		return nil, fmt.Errorf("ipvs: new dataplane: %w", err)
+	}
 	if cfg.Dummy == "" {
 		cfg.Dummy = DefaultDummy
 	}
@@ -151,6 +156,20 @@ func (d *Dataplane) Close() error {
 		return nil
 	}
 	return d.close()
+}
+
+// SetLocalDetector replaces the detector of this node's pods (detect-local
+// mode NodeCIDR follows the Node's pod CIDRs); the next Apply writes the
+// table's rules again.
+func (d *Dataplane) SetLocalDetector(l LocalDetector) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if l.Equal(d.cfg.Local) {
+		return
+	}
+	l.CIDRs = slices.Clone(l.CIDRs)
+	d.cfg.Local = l
+	d.fw.rulesChanged = true
 }
 
 // Apply programs the kernel for u. Errors on single objects do not stop
@@ -398,7 +417,7 @@ func (d *Dataplane) syncFirewall(reloaded bool, scope Scope, unbinds bool) error
 	}
 	loaded := d.fwLoaded
 	d.fwLoaded = nil
-	stamp := d.fw.stamp(d.cfg.ClusterCIDRs, d.cfg.MasqueradeAll)
+	stamp := d.fw.stamp(d.cfg.Local, d.cfg.MasqueradeAll)
 	if !reloaded && d.fwStamp != "" && !d.fw.rulesChanged && len(d.fw.pending) > 0 {
 		add, remove := d.fw.delta()
 		if err := d.cfg.Firewall.Update(FirewallDelta{From: d.fwStamp, To: stamp, Add: add, Remove: remove}); err != nil {
@@ -410,7 +429,7 @@ func (d *Dataplane) syncFirewall(reloaded bool, scope Scope, unbinds bool) error
 		}
 	}
 	if reloaded || d.fwStamp == "" || d.fw.rulesChanged {
-		spec := d.fw.spec(d.cfg.ClusterCIDRs, d.cfg.MasqueradeAll)
+		spec := d.fw.spec(d.cfg.Local, d.cfg.MasqueradeAll)
 		if d.fwStamp != stamp || (loaded != nil && !loaded.holds(spec)) {
 			spec.Owned = d.ownedOffDummy()
 			if err := d.cfg.Firewall.Sync(spec); err != nil {
@@ -526,13 +545,13 @@ func (d *Dataplane) recordIntent(ops []Op) (map[model.VirtualServiceKey]bool, er
 	}
 	// The table is missing or not as known: write it whole, with what
 	// the dataplane owns off the dummy already and what it is about to.
-	spec := d.fw.spec(d.cfg.ClusterCIDRs, d.cfg.MasqueradeAll)
+	spec := d.fw.spec(d.cfg.Local, d.cfg.MasqueradeAll)
 	spec.Owned = applyOwned(slices.AppendSeq(d.ownedOffDummy(), maps.Keys(d.journal)), add, nil)
 	if err := d.cfg.Firewall.Sync(spec); err != nil {
 		d.fwStamp = ""
 		return need, fmt.Errorf("ipvs: record owned services before creating them: %w", errors.Join(append(errs, err)...))
 	}
-	d.synced(spec, d.fw.stamp(d.cfg.ClusterCIDRs, d.cfg.MasqueradeAll))
+	d.synced(spec, d.fw.stamp(d.cfg.Local, d.cfg.MasqueradeAll))
 	return nil, nil
 }
 

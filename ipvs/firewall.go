@@ -2,6 +2,7 @@ package ipvs
 
 import (
 	"encoding/hex"
+	"fmt"
 	"maps"
 	"net/netip"
 	"slices"
@@ -72,10 +73,11 @@ func (st FirewallState) holds(spec FirewallSpec) bool {
 // traffic to service addresses that would otherwise not come back through
 // this node.
 type FirewallSpec struct {
-	// ClusterIPs are masqueraded when the client is outside every cluster
-	// CIDR (a hostNetwork client, another host), or always with
-	// MasqueradeAll. Without cluster CIDRs only the node's own traffic
-	// is, which has a ClusterIP as its source address.
+	// ClusterIPs are masqueraded when the client is not one of this
+	// node's pods as Local tells them (a hostNetwork client, another
+	// host), or always with MasqueradeAll. For a family Local has no
+	// match for, only the node's own traffic is, which has a ClusterIP
+	// as its source address.
 	ClusterIPs []netip.Addr
 	// ExternalIPs are LoadBalancer and external addresses with
 	// externalTrafficPolicy Cluster: always masqueraded. Local ones keep
@@ -83,8 +85,9 @@ type FirewallSpec struct {
 	ExternalIPs []netip.Addr
 	// NodePorts are NodePort virtual services with externalTrafficPolicy
 	// Cluster: always masqueraded. Sorted.
-	NodePorts     []model.VirtualServiceKey
-	ClusterCIDRs  []netip.Prefix
+	NodePorts []model.VirtualServiceKey
+	// Local tells this node's pods from other clients.
+	Local         LocalDetector
 	MasqueradeAll bool
 	// SourceRanges drop traffic to a virtual service from other sources
 	// (loadBalancerSourceRanges). Sorted by key.
@@ -95,7 +98,7 @@ type FirewallSpec struct {
 	// IPVS (hairpin). Sorted.
 	Endpoints []netip.Addr
 	// Internal are the Local frontends whose in-cluster traffic (from
-	// the node itself; from pods, told by ClusterCIDRs) is marked for
+	// the node itself; from pods, told by Local) is marked for
 	// their firewall-mark service, which holds every endpoint; the node's
 	// own is masqueraded too (its source may be the frontend's address,
 	// which every node holds), pods' is not. Sorted by key.
@@ -112,7 +115,8 @@ type FirewallSpec struct {
 // table. v3: the stamp no longer covers Owned. v4: without cluster CIDRs,
 // traffic from a ClusterIP source is masqueraded. v5: internal marks. v6:
 // the stamp sums its elements' hashes (elementSum), so that it follows
-// one changed element at the cost of one hash.
+// one changed element at the cost of one hash; local detection by
+// interface, and per family.
 const stampVersion = "switchyard-fw-v6"
 
 // Stamp is a content hash of the spec (and the table layout version),
@@ -129,7 +133,7 @@ func (s FirewallSpec) Stamp() string {
 	for _, r := range s.SourceRanges {
 		sum.add(sourceRangeBytes(r.Key, r.Ranges), 1)
 	}
-	return stampOf(s.ClusterCIDRs, s.MasqueradeAll, sum)
+	return stampOf(s.Local, s.MasqueradeAll, sum)
 }
 
 func hexString(b []byte) string { return hex.EncodeToString(b) }
@@ -140,15 +144,73 @@ type SourceRange struct {
 	Ranges []netip.Prefix
 }
 
+// LocalDetector tells packets from this node's pods from other packets,
+// as kube-proxy's local traffic detectors (--detect-local-mode): by
+// source prefix (ClusterCIDR, NodeCIDR), by the interface a packet came
+// in on (BridgeInterface), or by that interface's name prefix
+// (InterfaceNamePrefix). Interfaces are matched by name, so a bridge that
+// does not exist yet (cni0 before the first pod) matches once it does;
+// the node's own packets come in on none and are never local. The zero
+// value tells nothing.
+type LocalDetector struct {
+	CIDRs           []netip.Prefix
+	Interface       string
+	InterfacePrefix string
+}
+
+// LocalMatch is one test that makes a packet local: its source is in
+// Source, or it came in on the interface named Interface, or, with
+// NamePrefix, on one whose name starts with Interface.
+type LocalMatch struct {
+	Source     netip.Prefix
+	Interface  string
+	NamePrefix bool
+}
+
+// Matches returns the tests for packets of one family (IPv4 when v4): a
+// packet that passes any is local. None: the detector tells nothing for
+// that family.
+func (l LocalDetector) Matches(v4 bool) []LocalMatch {
+	var out []LocalMatch
+	for _, p := range l.CIDRs {
+		if p.Addr().Is4() == v4 {
+			out = append(out, LocalMatch{Source: p.Masked()})
+		}
+	}
+	if l.Interface != "" {
+		out = append(out, LocalMatch{Interface: l.Interface})
+	}
+	if l.InterfacePrefix != "" {
+		out = append(out, LocalMatch{Interface: l.InterfacePrefix, NamePrefix: true})
+	}
+	return out
+}
+
+// Validate refuses interface names the kernel cannot hold (IFNAMSIZ, its
+// terminating NUL included).
+func (l LocalDetector) Validate() error {
+	for _, name := range []string{l.Interface, l.InterfacePrefix} {
+		if len(name) >= 16 {
+			return fmt.Errorf("local interface %q is longer than 15 bytes", name)
+		}
+	}
+	return nil
+}
+
+// Equal reports whether two detectors tell the same packets apart.
+func (l LocalDetector) Equal(o LocalDetector) bool {
+	return slices.Equal(l.CIDRs, o.CIDRs) && l.Interface == o.Interface && l.InterfacePrefix == o.InterfacePrefix
+}
+
 // BuildFirewallSpec derives the spec from the desired virtual services;
 // Owned is left to the caller. An address with both a Local and a Cluster
 // external frontend is masqueraded (the set is keyed by address only).
-func BuildFirewallSpec(want Desired, cidrs []netip.Prefix, masqueradeAll bool) FirewallSpec {
+func BuildFirewallSpec(want Desired, local LocalDetector, masqueradeAll bool) FirewallSpec {
 	x := newFWIndex()
 	for k, ds := range want.Services {
 		x.service(k, ds, masqueradeAll, 1)
 	}
-	return x.spec(cidrs, masqueradeAll)
+	return x.spec(local, masqueradeAll)
 }
 
 // applyOwned returns the sorted keys of owned, with add and without drop.

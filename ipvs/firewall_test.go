@@ -3,6 +3,7 @@ package ipvs_test
 import (
 	"fmt"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -59,13 +60,13 @@ func TestBuildFirewallSpec(t *testing.T) {
 		want ipvs.FirewallSpec
 	}{
 		{name: "cluster CIDRs", want: ipvs.FirewallSpec{
-			ClusterIPs: []netip.Addr{vipA, vipB}, ExternalIPs: []netip.Addr{lbCluster}, ClusterCIDRs: cidrs,
+			ClusterIPs: []netip.Addr{vipA, vipB}, ExternalIPs: []netip.Addr{lbCluster}, Local: ipvs.LocalDetector{CIDRs: cidrs},
 			NodePorts:    []model.VirtualServiceKey{keyNP},
 			SourceRanges: []ipvs.SourceRange{{Key: lbLocalKey, Ranges: ranges}}, Endpoints: endpoints,
 			Internal: internal,
 		}},
 		{name: "masqueradeAll takes Local too", all: true, want: ipvs.FirewallSpec{
-			ClusterIPs: []netip.Addr{vipA, vipB}, ExternalIPs: []netip.Addr{lbCluster, lbLocal}, ClusterCIDRs: cidrs, MasqueradeAll: true,
+			ClusterIPs: []netip.Addr{vipA, vipB}, ExternalIPs: []netip.Addr{lbCluster, lbLocal}, Local: ipvs.LocalDetector{CIDRs: cidrs}, MasqueradeAll: true,
 			NodePorts:    []model.VirtualServiceKey{keyNP, keyNPLocal},
 			SourceRanges: []ipvs.SourceRange{{Key: lbLocalKey, Ranges: ranges}}, Endpoints: endpoints,
 			Internal: internal,
@@ -73,7 +74,7 @@ func TestBuildFirewallSpec(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got := ipvs.BuildFirewallSpec(want, cidrs, tc.all)
+			got := ipvs.BuildFirewallSpec(want, ipvs.LocalDetector{CIDRs: cidrs}, tc.all)
 			if diff := cmp.Diff(tc.want, got, cmpAddrs, cmpopts.EquateComparable(netip.Prefix{})); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
@@ -90,7 +91,9 @@ func TestFirewallSpecStamp(t *testing.T) {
 		{"cluster IPs", func(s *ipvs.FirewallSpec) { s.ClusterIPs = append(s.ClusterIPs, vipB) }},
 		{"external IPs", func(s *ipvs.FirewallSpec) { s.ExternalIPs = []netip.Addr{vipB} }},
 		{"node ports", func(s *ipvs.FirewallSpec) { s.NodePorts = nil }},
-		{"cluster CIDRs", func(s *ipvs.FirewallSpec) { s.ClusterCIDRs = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")} }},
+		{"local CIDRs", func(s *ipvs.FirewallSpec) { s.Local.CIDRs = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")} }},
+		{"local interface", func(s *ipvs.FirewallSpec) { s.Local.Interface = "cni0" }},
+		{"local interface prefix", func(s *ipvs.FirewallSpec) { s.Local.InterfacePrefix = "veth" }},
 		{"masquerade all", func(s *ipvs.FirewallSpec) { s.MasqueradeAll = true }},
 		{"source ranges", func(s *ipvs.FirewallSpec) {
 			s.SourceRanges = []ipvs.SourceRange{{Key: keyA, Ranges: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}}
@@ -167,7 +170,7 @@ func TestDataplaneRestartKeepsFirewall(t *testing.T) {
 	fw := &ipvstest.FakeFirewall{}
 	newDP := func() *ipvs.Dataplane {
 		dp, err := ipvs.New(ipvs.Config{Kernel: r.kernel, Addresses: r.addrs, Sysctls: r.sysctls, Firewall: fw,
-			ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}})
+			Local: ipvs.LocalDetector{CIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -331,5 +334,49 @@ func TestDataplaneFirewallDelta(t *testing.T) {
 	}
 	if diff := cmp.Diff(wantTable(), got, cmpAddrs); diff != "" {
 		t.Errorf("full resync after an element was removed: table (-want +got):\n%s", diff)
+	}
+}
+
+// TestLocalDetectorMatches covers the local detector's plan, per family:
+// prefixes of the family only (masked), interfaces for both families,
+// nothing for a family the detector cannot tell.
+func TestLocalDetectorMatches(t *testing.T) {
+	cmpPrefixes := cmp.Options{cmpopts.EquateComparable(netip.Prefix{}), cmpopts.EquateEmpty()}
+	p := netip.MustParsePrefix
+	dual := ipvs.LocalDetector{CIDRs: []netip.Prefix{p("10.244.1.0/24"), p("fd00:244:1::/64"), p("10.245.0.7/16")}}
+	for _, tc := range []struct {
+		name  string
+		det   ipvs.LocalDetector
+		want4 []ipvs.LocalMatch
+		want6 []ipvs.LocalMatch
+	}{
+		{name: "nothing"},
+		{name: "CIDRs of both families, host bits cleared", det: dual,
+			want4: []ipvs.LocalMatch{{Source: p("10.244.1.0/24")}, {Source: p("10.245.0.0/16")}},
+			want6: []ipvs.LocalMatch{{Source: p("fd00:244:1::/64")}}},
+		{name: "IPv4 only: nothing for IPv6", det: ipvs.LocalDetector{CIDRs: []netip.Prefix{p("10.244.0.0/16")}},
+			want4: []ipvs.LocalMatch{{Source: p("10.244.0.0/16")}}},
+		{name: "bridge", det: ipvs.LocalDetector{Interface: "cni0"},
+			want4: []ipvs.LocalMatch{{Interface: "cni0"}}, want6: []ipvs.LocalMatch{{Interface: "cni0"}}},
+		{name: "name prefix", det: ipvs.LocalDetector{InterfacePrefix: "veth"},
+			want4: []ipvs.LocalMatch{{Interface: "veth", NamePrefix: true}}, want6: []ipvs.LocalMatch{{Interface: "veth", NamePrefix: true}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want4, tc.det.Matches(true), cmpPrefixes); diff != "" {
+				t.Errorf("IPv4 (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.want6, tc.det.Matches(false), cmpPrefixes); diff != "" {
+				t.Errorf("IPv6 (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestNewRefusesLongLocalInterface(t *testing.T) {
+	r := newRig()
+	_, err := ipvs.New(ipvs.Config{Kernel: r.kernel, Addresses: r.addrs, Sysctls: r.sysctls,
+		Local: ipvs.LocalDetector{Interface: "a-name-too-long-x"}})
+	if err == nil || !strings.Contains(err.Error(), "longer than 15 bytes") {
+		t.Errorf("New with a 17-byte interface = %v, want an error naming its length", err)
 	}
 }

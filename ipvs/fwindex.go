@@ -78,14 +78,18 @@ func sourceRangeBytes(k model.VirtualServiceKey, ranges []netip.Prefix) []byte {
 	return b
 }
 
-// stampOf is the stamp of a spec's rules (cluster CIDRs, masquerade-all)
-// and of the sum of its elements.
-func stampOf(cidrs []netip.Prefix, masqueradeAll bool, sum elementSum) string {
+// stampOf is the stamp of a spec's rules (the local detector,
+// masquerade-all) and of the sum of its elements.
+func stampOf(local LocalDetector, masqueradeAll bool, sum elementSum) string {
 	b := []byte(stampVersion)
-	b = binary.BigEndian.AppendUint32(b, uint32(len(cidrs)))
-	for _, p := range cidrs {
+	b = binary.BigEndian.AppendUint32(b, uint32(len(local.CIDRs)))
+	for _, p := range local.CIDRs {
 		b = appendAddr(b, p.Addr())
 		b = append(b, byte(p.Bits()))
+	}
+	for _, name := range []string{local.Interface, local.InterfacePrefix} {
+		b = binary.BigEndian.AppendUint32(b, uint32(len(name)))
+		b = append(b, name...)
 	}
 	if masqueradeAll {
 		b = append(b, 1)
@@ -243,8 +247,9 @@ func (x *fwIndex) service(k model.VirtualServiceKey, ds DesiredService, masquera
 
 // spec returns the whole spec (Owned left to the caller), sorted: the
 // BuildFirewallSpec of the desired state.
-func (x *fwIndex) spec(cidrs []netip.Prefix, masqueradeAll bool) FirewallSpec {
-	spec := FirewallSpec{ClusterCIDRs: slices.Clone(cidrs), MasqueradeAll: masqueradeAll}
+func (x *fwIndex) spec(local LocalDetector, masqueradeAll bool) FirewallSpec {
+	local.CIDRs = slices.Clone(local.CIDRs)
+	spec := FirewallSpec{Local: local, MasqueradeAll: masqueradeAll}
 	for a := range x.cluster {
 		if x.external[a] == 0 {
 			spec.ClusterIPs = append(spec.ClusterIPs, a)
@@ -263,9 +268,9 @@ func (x *fwIndex) spec(cidrs []netip.Prefix, masqueradeAll bool) FirewallSpec {
 	return spec
 }
 
-// stamp is the stamp of spec(cidrs, masqueradeAll), without building it.
-func (x *fwIndex) stamp(cidrs []netip.Prefix, masqueradeAll bool) string {
-	return stampOf(cidrs, masqueradeAll, x.sum)
+// stamp is the stamp of spec(local, masqueradeAll), without building it.
+func (x *fwIndex) stamp(local LocalDetector, masqueradeAll bool) string {
+	return stampOf(local, masqueradeAll, x.sum)
 }
 
 // delta returns the element changes since the last flush, sorted.

@@ -51,10 +51,10 @@ func testFirewallContract(t *testing.T, fw ipvs.Firewall) {
 		t.Errorf("RecordOwned without a table = %v, want ErrNotFound", err)
 	}
 	spec := ipvs.FirewallSpec{
-		ClusterIPs:   []netip.Addr{netip.MustParseAddr("10.96.0.1"), netip.MustParseAddr("fd00:96::1")},
-		NodePorts:    []model.VirtualServiceKey{{Addr: node4, Port: 30080, Protocol: model.TCP}},
-		ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")},
-		Endpoints:    []netip.Addr{netip.MustParseAddr("10.244.1.2"), netip.MustParseAddr("fd00:244::2")},
+		ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.1"), netip.MustParseAddr("fd00:96::1")},
+		NodePorts:  []model.VirtualServiceKey{{Addr: node4, Port: 30080, Protocol: model.TCP}},
+		Local:      ipvs.LocalDetector{CIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}},
+		Endpoints:  []netip.Addr{netip.MustParseAddr("10.244.1.2"), netip.MustParseAddr("fd00:244::2")},
 		// Internal marks, and the firewall-mark services among the owned
 		// keys (ipvs.MarkKey).
 		Internal: []ipvs.InternalMark{

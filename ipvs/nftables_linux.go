@@ -43,13 +43,15 @@ const MasqueradeMark = 0x4000
 //	  chain source-ranges { type filter hook prerouting priority -110
 //	    ip daddr VIP meta l4proto P th dport PORT jump source-range-N ... }
 //	  chain source-range-N { ip saddr <range> return ...; drop }
-//	  chain mark-unless-cluster { ip saddr <cidr> return ...; meta mark set mark | 0x4000 }
-//	    (without cluster CIDRs: { ip saddr @cluster-ips4 meta mark set mark | 0x4000; return })
+//	  chain mark-unless-cluster { <local match> return ...; meta mark set mark | 0x4000 }
+//	    (a local match: ip saddr <cidr>, iifname <bridge> or iifname <prefix>*, from
+//	     spec.Local; for a family without one: { meta nfproto ipv4 ip saddr @cluster-ips4
+//	     meta mark set mark | 0x4000; meta nfproto ipv4 return })
 //	  set hairpin4 { type ipv4_addr . ipv4_addr }    (endpoint . endpoint; and 6)
 //	  map internal4 { type ipv4_addr . inet_proto . inet_service : mark } (and 6)
 //	    (mark-output, after jump mark: meta mark set ip daddr . meta l4proto . th dport map @internal4;
-//	     mark-prerouting, after jump mark, once per cluster CIDR:
-//	       ip saddr <cidr> meta mark set ip daddr . meta l4proto . th dport map @internal4)
+//	     mark-prerouting, after jump mark, once per local match:
+//	       <local match> meta mark set ip daddr . meta l4proto . th dport map @internal4)
 //	  set owned4 { type ipv4_addr . inet_proto . inet_service } (and 6; only read back)
 //	  set stamp { type inet_service; elements = { 0 comment "switchyard-spec <Stamp>" } }
 //	  chain masquerade { type nat hook postrouting priority srcnat
@@ -185,25 +187,15 @@ func (n *NFTables) rewrite(spec FirewallSpec) error {
 		hooked[h.name] = ch
 	}
 	// In-cluster traffic to a Local frontend: the node's own (output),
-	// and pods' by their source address (prerouting, from a cluster
-	// CIDR; without one, pods cannot be told from the outside and are
+	// and pods' as spec.Local tells them (prerouting; without a match
+	// for the family, pods cannot be told from the outside and are
 	// served like it, as kube-proxy does without a local detector). The
 	// mark replaces any other (IPVS matches it exactly); the masquerade
 	// chain below masquerades the node's own.
 	for _, fam := range []ipFamily{ipv4, ipv6} {
 		c.AddRule(&nftables.Rule{Table: table, Chain: hooked["mark-output"], Exprs: internalMark(fam, sets["internal"+fam.suffix], nil)})
-		for _, p := range spec.ClusterCIDRs {
-			if p.Addr().Is4() != (fam.proto == unix.NFPROTO_IPV4) {
-				continue
-			}
-			p = p.Masked()
-			from := []expr.Any{
-				&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: fam.src, Len: fam.size},
-				&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: fam.size,
-					Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen()), Xor: make([]byte, fam.size)},
-				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: p.Addr().AsSlice()},
-			}
-			c.AddRule(&nftables.Rule{Table: table, Chain: hooked["mark-prerouting"], Exprs: internalMark(fam, sets["internal"+fam.suffix], from)})
+		for _, m := range spec.Local.Matches(fam.proto == unix.NFPROTO_IPV4) {
+			c.AddRule(&nftables.Rule{Table: table, Chain: hooked["mark-prerouting"], Exprs: internalMark(fam, sets["internal"+fam.suffix], localMatch(fam, m))})
 		}
 	}
 	for _, fam := range []ipFamily{ipv4, ipv6} {
@@ -233,39 +225,31 @@ func (n *NFTables) rewrite(spec FirewallSpec) error {
 		if spec.MasqueradeAll {
 			continue
 		}
-		for _, p := range spec.ClusterCIDRs {
-			if p.Addr().Is4() != (fam.proto == unix.NFPROTO_IPV4) {
-				continue
-			}
-			p = p.Masked()
-			mask := net.CIDRMask(p.Bits(), p.Addr().BitLen())
-			c.AddRule(&nftables.Rule{Table: table, Chain: unless, Exprs: []expr.Any{
-				&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
-				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{fam.proto}},
-				&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: fam.src, Len: fam.size},
-				&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: fam.size, Mask: mask, Xor: make([]byte, fam.size)},
-				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: p.Addr().AsSlice()},
-				&expr.Verdict{Kind: expr.VerdictReturn},
-			}})
+		family := []expr.Any{
+			&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{fam.proto}},
 		}
-	}
-	if !spec.MasqueradeAll && len(spec.ClusterCIDRs) == 0 {
-		// Without cluster CIDRs nothing tells pods from others: like
-		// kube-proxy, masquerade no ClusterIP traffic but the node's own.
-		// A process on the node reaching a ClusterIP gets that address as
-		// its source (the address is local, on the dummy link), and an
-		// endpoint on another node would answer the address its own node
-		// holds too: masquerade traffic sourced from a ClusterIP.
-		for _, fam := range []ipFamily{ipv4, ipv6} {
+		matches := spec.Local.Matches(fam.proto == unix.NFPROTO_IPV4)
+		for _, m := range matches {
+			c.AddRule(&nftables.Rule{Table: table, Chain: unless, Exprs: slices.Concat(family, localMatch(fam, m),
+				[]expr.Any{&expr.Verdict{Kind: expr.VerdictReturn}})})
+		}
+		if len(matches) == 0 {
+			// Without a local detector for the family nothing tells
+			// pods from others: like kube-proxy, masquerade no ClusterIP
+			// traffic of the family but the node's own. A process on
+			// the node reaching a ClusterIP gets that address as its
+			// source (the address is local, on the dummy link), and an
+			// endpoint on another node would answer the address its own
+			// node holds too: masquerade traffic sourced from a
+			// ClusterIP.
 			set := sets["cluster-ips"+fam.suffix]
-			c.AddRule(&nftables.Rule{Table: table, Chain: unless, Exprs: append([]expr.Any{
-				&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
-				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{fam.proto}},
+			c.AddRule(&nftables.Rule{Table: table, Chain: unless, Exprs: slices.Concat(family, []expr.Any{
 				&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: fam.src, Len: fam.size},
 				&expr.Lookup{SourceRegister: 1, SetName: set.Name, SetID: set.ID},
-			}, setMark()...)})
+			}, setMark())})
+			c.AddRule(&nftables.Rule{Table: table, Chain: unless, Exprs: slices.Concat(family, []expr.Any{&expr.Verdict{Kind: expr.VerdictReturn}})})
 		}
-		c.AddRule(&nftables.Rule{Table: table, Chain: unless, Exprs: []expr.Any{&expr.Verdict{Kind: expr.VerdictReturn}}})
 	}
 	c.AddRule(&nftables.Rule{Table: table, Chain: unless, Exprs: setMark()})
 
@@ -290,14 +274,8 @@ func (n *NFTables) rewrite(spec FirewallSpec) error {
 				if p.Addr().Is4() != sr.Key.Addr.Is4() {
 					continue
 				}
-				p = p.Masked()
-				c.AddRule(&nftables.Rule{Table: table, Chain: check, Exprs: []expr.Any{
-					&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: fam.src, Len: fam.size},
-					&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: fam.size,
-						Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen()), Xor: make([]byte, fam.size)},
-					&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: p.Addr().AsSlice()},
-					&expr.Verdict{Kind: expr.VerdictReturn},
-				}})
+				c.AddRule(&nftables.Rule{Table: table, Chain: check, Exprs: append(localMatch(fam, LocalMatch{Source: p.Masked()}),
+					&expr.Verdict{Kind: expr.VerdictReturn})})
 			}
 			c.AddRule(&nftables.Rule{Table: table, Chain: check, Exprs: []expr.Any{&expr.Verdict{Kind: expr.VerdictDrop}}})
 		}
@@ -348,6 +326,29 @@ func (n *NFTables) rewrite(spec FirewallSpec) error {
 		return fmt.Errorf("ipvs: nftables: program table %s: %w", TableName, err)
 	}
 	return nil
+}
+
+// localMatch is the match m for a packet of family fam: "ip saddr
+// <prefix>", "iifname <name>" or "iifname <prefix>*".
+func localMatch(fam ipFamily, m LocalMatch) []expr.Any {
+	if m.Interface != "" {
+		name := []byte(m.Interface)
+		if !m.NamePrefix {
+			// The kernel compares the whole IFNAMSIZ buffer, NUL-padded.
+			name = append(name, make([]byte, unix.IFNAMSIZ-len(name))...)
+		}
+		return []expr.Any{
+			&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: name},
+		}
+	}
+	p := m.Source
+	return []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: fam.src, Len: fam.size},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: fam.size,
+			Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen()), Xor: make([]byte, fam.size)},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: p.Addr().AsSlice()},
+	}
 }
 
 // internalMark is "[pre] meta mark set <daddr> . meta l4proto . th

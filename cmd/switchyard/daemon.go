@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -120,11 +121,34 @@ func ipvsConfig(cfg *config.Config) ipvs.Config {
 	return ipvs.Config{
 		Scheduler:     ic.Scheduler,
 		StrictARP:     ic.StrictARP == nil || *ic.StrictARP,
-		ClusterCIDRs:  config.Prefixes(cfg.Dataplane.ClusterCIDRs),
+		Local:         localDetector(cfg.Dataplane),
 		MasqueradeAll: cfg.Dataplane.MasqueradeAll,
 		Timeouts:      ipvs.Timeouts{TCP: ic.TCPTimeout.Std(), TCPFin: ic.TCPFinTimeout.Std(), UDP: ic.UDPTimeout.Std()},
 		DrainTimeout:  ic.DrainTimeout.Std(),
 	}
+}
+
+// localDetector is the dataplane's detector of this node's pods for
+// dataplane.detectLocal at start. With mode NodeCIDR it detects nothing
+// until podCIDRFollower hands the dataplane this node's pod CIDRs. Every
+// cluster CIDR is kept (kube-proxy keeps the first of each family).
+func localDetector(d config.Dataplane) ipvs.LocalDetector {
+	switch d.DetectLocal.Mode {
+	case config.LocalModeClusterCIDR:
+		return ipvs.LocalDetector{CIDRs: config.Prefixes(d.ClusterCIDRs)}
+	case config.LocalModeBridgeInterface:
+		return ipvs.LocalDetector{Interface: d.DetectLocal.BridgeInterface}
+	case config.LocalModeInterfaceNamePrefix:
+		return ipvs.LocalDetector{InterfacePrefix: d.DetectLocal.InterfaceNamePrefix}
+	}
+	return ipvs.LocalDetector{}
+}
+
+// localDetectorSetter is a dataplane that tells this node's pods from
+// other clients (ipvs.Dataplane), fed this node's pod CIDRs with
+// detect-local mode NodeCIDR.
+type localDetectorSetter interface {
+	SetLocalDetector(ipvs.LocalDetector)
 }
 
 func openIPVS(cfg *config.Config, log *slog.Logger) (plugin.Dataplane, error) {
@@ -212,7 +236,12 @@ func runDaemon(ctx context.Context, dc daemonConfig) (err error) {
 	schedulers, _ := dp.(plugin.SchedulerSet)
 	planOpts := cfg.PlanOptions()
 	planOpts.Schedulers = schedulers
-	loop := reconcile.New(reconcile.Config{
+	if dpCfg.DetectLocal.Mode == config.LocalModeClusterCIDR && len(dpCfg.ClusterCIDRs) == 0 {
+		log.Warn("dataplane.detectLocal.mode is ClusterCIDR but dataplane.clusterCIDRs is empty: pods cannot be told from other clients, only the node's own traffic to a ClusterIP is masqueraded")
+	}
+	followPodCIDRs := podCIDRFollower(dp, dpCfg, log.With("component", "dataplane"))
+	var loop *reconcile.Loop
+	loop = reconcile.New(reconcile.Config{
 		NodeName:  dc.NodeName,
 		Source:    src,
 		Planner:   plan.New(planOpts),
@@ -225,6 +254,9 @@ func runDaemon(ctx context.Context, dc daemonConfig) (err error) {
 			// kube-proxy judges the deleted object.
 			if n := nodes[dc.NodeName]; n != nil {
 				tracker.SetNodeEligible(!n.Deleting)
+				if followPodCIDRs(n.PodCIDRs) {
+					loop.RequestFull() // this Sync programs the detector
+				}
 			}
 			lbm.SetNodes(nodes)
 		},
@@ -335,6 +367,35 @@ func runDaemon(ctx context.Context, dc daemonConfig) (err error) {
 	sctx, scancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer scancel()
 	return errors.Join(err, metricsSrv.Shutdown(sctx), healthSrv.Shutdown(sctx))
+}
+
+// podCIDRFollower returns what OnNodes calls with this node's pod CIDRs:
+// with detect-local mode NodeCIDR and a dataplane that detects pods, it
+// hands the dataplane a detector when they change and reports true;
+// otherwise it does nothing. Unlike kube-proxy, which waits for the Node
+// to have pod CIDRs before it starts and exits when they change, the
+// detector follows them; until the Node has some, only the node's own
+// traffic to a ClusterIP is masqueraded (as without a detector).
+func podCIDRFollower(dp plugin.Dataplane, d config.Dataplane, log *slog.Logger) func([]netip.Prefix) bool {
+	setter, ok := dp.(localDetectorSetter)
+	if !ok || d.DetectLocal.Mode != config.LocalModeNodeCIDR {
+		return func([]netip.Prefix) bool { return false }
+	}
+	var last []netip.Prefix
+	warned := false
+	return func(cidrs []netip.Prefix) bool {
+		if slices.Equal(cidrs, last) {
+			if len(cidrs) == 0 && !warned {
+				warned = true
+				log.Warn("detect-local mode NodeCIDR: this node's Node has no spec.podCIDRs yet: only the node's own traffic to a ClusterIP is masqueraded until it has")
+			}
+			return false
+		}
+		last = slices.Clone(cidrs)
+		setter.SetLocalDetector(ipvs.LocalDetector{CIDRs: last})
+		log.Info("detect-local mode NodeCIDR: pods are this node's pod CIDRs", "podCIDRs", fmt.Sprint(last))
+		return true
+	}
 }
 
 // drainTimeoutSetter is a dataplane whose graceful termination has a

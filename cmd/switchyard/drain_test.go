@@ -27,6 +27,27 @@ func TestDrainTimeoutDefaultsAgree(t *testing.T) {
 	}
 }
 
+// fakeIPVS opens what openIPVS opens, over the ipvs fakes (set changes
+// them), and sends the dataplane on dps.
+func fakeIPVS(dps chan<- *ipvs.Dataplane, set func(*ipvs.Config)) func(*config.Config, *slog.Logger) (plugin.Dataplane, error) {
+	return func(cfg *config.Config, log *slog.Logger) (plugin.Dataplane, error) {
+		c := ipvsConfig(cfg)
+		c.Log = log
+		c.Kernel, c.Addresses, c.Conntrack = ipvstest.NewFake(), ipvstest.NewFakeAddresses(), &ipvstest.FakeConntrack{}
+		c.Sysctls = ipvstest.NewFakeSysctls(map[string]string{
+			"net/ipv4/ip_forward": "1", "net/ipv4/vs/conntrack": "1",
+			"net/ipv4/vs/expire_nodest_conn": "1", "net/ipv4/vs/expire_quiescent_template": "1",
+			"net/ipv4/vs/conn_reuse_mode": "0", "net/ipv4/conf/all/arp_ignore": "1", "net/ipv4/conf/all/arp_announce": "2",
+		})
+		set(&c)
+		dp, err := ipvs.New(c)
+		if err == nil {
+			dps <- dp
+		}
+		return dp, err
+	}
+}
+
 // TestDaemonReloadsDrainTimeout runs the daemon on the IPVS dataplane
 // over the ipvs fakes: the real server of a removed endpoint that still
 // has connections drains for the configured drainTimeout, and a reload
@@ -36,22 +57,9 @@ func TestDaemonReloadsDrainTimeout(t *testing.T) {
 	clock := runnertest.NewClock(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
 	dps := make(chan *ipvs.Dataplane, 1)
 	const yaml = "dataplane:\n  mode: ipvs\n  ipvs:\n    drainTimeout: 20m\n"
-	d := startDaemonWith(t, yaml, func(cfg *config.Config, log *slog.Logger) (plugin.Dataplane, error) {
-		// What openIPVS opens, over the fakes.
-		c := ipvsConfig(cfg)
-		c.Log = log
-		c.Kernel, c.Addresses, c.Conntrack, c.Now = kernel, ipvstest.NewFakeAddresses(), &ipvstest.FakeConntrack{}, clock.Now
-		c.Sysctls = ipvstest.NewFakeSysctls(map[string]string{
-			"net/ipv4/ip_forward": "1", "net/ipv4/vs/conntrack": "1",
-			"net/ipv4/vs/expire_nodest_conn": "1", "net/ipv4/vs/expire_quiescent_template": "1",
-			"net/ipv4/vs/conn_reuse_mode": "0", "net/ipv4/conf/all/arp_ignore": "1", "net/ipv4/conf/all/arp_announce": "2",
-		})
-		dp, err := ipvs.New(c)
-		if err == nil {
-			dps <- dp
-		}
-		return dp, err
-	})
+	d := startDaemonWith(t, yaml, fakeIPVS(dps, func(c *ipvs.Config) {
+		c.Kernel, c.Now = kernel, clock.Now
+	}))
 	dp := <-dps
 	vs := model.VirtualServiceKey{Addr: netip.MustParseAddr("10.96.0.10"), Port: 80, Protocol: model.TCP}
 	gone := ipvs.DestinationKey{Addr: netip.MustParseAddr("10.1.0.1"), Port: 8080}

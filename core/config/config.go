@@ -74,9 +74,15 @@ type Dataplane struct {
 	// MasqueradeAll masquerades all traffic to service addresses. Default
 	// false.
 	MasqueradeAll bool `yaml:"masqueradeAll"`
-	// ClusterCIDRs are the pod networks: traffic from outside them to a
-	// service address is masqueraded. Default empty.
+	// ClusterCIDRs are the pod networks: with detectLocal.mode
+	// ClusterCIDR, traffic from outside them to a ClusterIP is
+	// masqueraded. Default empty.
 	ClusterCIDRs []Prefix `yaml:"clusterCIDRs"`
+	// DetectLocal tells traffic from this node's pods from other traffic
+	// (the node's own, other hosts'), as kube-proxy's
+	// --detect-local-mode: the other traffic to a ClusterIP is
+	// masqueraded, so that replies come back through this node.
+	DetectLocal DetectLocal `yaml:"detectLocal"`
 	// NodePortAddresses limits NodePorts to node addresses inside these
 	// prefixes, or, as [primary], to the node's primary address of each
 	// family (its first InternalIP of the family, else its first
@@ -85,6 +91,41 @@ type Dataplane struct {
 	NodePortAddresses NodePortAddresses `yaml:"nodePortAddresses"`
 	// IPVS holds the IPVS dataplane's own settings.
 	IPVS IPVS `yaml:"ipvs"`
+}
+
+// Local traffic detection modes (dataplane.detectLocal.mode), named as
+// kube-proxy's --detect-local-mode.
+const (
+	// LocalModeClusterCIDR: pods are sources inside dataplane.clusterCIDRs.
+	LocalModeClusterCIDR = "ClusterCIDR"
+	// LocalModeNodeCIDR: pods are sources inside this node's Node
+	// spec.podCIDRs, followed as the Node changes.
+	LocalModeNodeCIDR = "NodeCIDR"
+	// LocalModeBridgeInterface: pods' packets come in on one bridge.
+	LocalModeBridgeInterface = "BridgeInterface"
+	// LocalModeInterfaceNamePrefix: pods' packets come in on interfaces
+	// whose names start with a prefix (veth pairs).
+	LocalModeInterfaceNamePrefix = "InterfaceNamePrefix"
+)
+
+// DetectLocal is how the dataplane tells traffic from this node's pods
+// from other traffic, as kube-proxy's detectLocalMode and detectLocal.
+// Without a detector for a family (no CIDR of that family, no podCIDR
+// allocated yet) only the node's own traffic sourced from a ClusterIP is
+// masqueraded for it.
+type DetectLocal struct {
+	// Mode is ClusterCIDR, NodeCIDR, BridgeInterface or
+	// InterfaceNamePrefix. Default: ClusterCIDR when
+	// dataplane.clusterCIDRs is set, NodeCIDR otherwise, so that a fresh
+	// install detects pods without listing CIDRs.
+	Mode string `yaml:"mode"`
+	// BridgeInterface is the bridge pods are attached to (e.g. cni0);
+	// required with mode BridgeInterface, refused with another mode.
+	BridgeInterface string `yaml:"bridgeInterface"`
+	// InterfaceNamePrefix starts the names of pods' interfaces on the
+	// node (e.g. veth); required with mode InterfaceNamePrefix, refused
+	// with another mode.
+	InterfaceNamePrefix string `yaml:"interfaceNamePrefix"`
 }
 
 // Conntrack tunes the kernel's connection tracking as kube-proxy's

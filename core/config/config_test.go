@@ -40,6 +40,7 @@ func defaults() *Config {
 			Mode:          "ipvs",
 			SyncPeriod:    Duration(30 * time.Second),
 			MinSyncPeriod: Duration(time.Second),
+			DetectLocal:   DetectLocal{Mode: LocalModeNodeCIDR},
 			IPVS: IPVS{
 				Scheduler:    "rr",
 				StrictARP:    ptr(true),
@@ -103,6 +104,25 @@ announcers:
 			}(),
 		},
 		{
+			name: "detectLocal defaults to ClusterCIDR with clusterCIDRs",
+			in:   header + "dataplane:\n  clusterCIDRs: [10.244.0.0/16]\n",
+			want: func() *Config {
+				c := defaults()
+				c.Dataplane.ClusterCIDRs = []Prefix{mustPrefix("10.244.0.0/16")}
+				c.Dataplane.DetectLocal.Mode = LocalModeClusterCIDR
+				return c
+			}(),
+		},
+		{
+			name: "detectLocal by interface name prefix",
+			in:   header + "dataplane:\n  detectLocal: {mode: InterfaceNamePrefix, interfaceNamePrefix: veth}\n",
+			want: func() *Config {
+				c := defaults()
+				c.Dataplane.DetectLocal = DetectLocal{Mode: LocalModeInterfaceNamePrefix, InterfaceNamePrefix: "veth"}
+				return c
+			}(),
+		},
+		{
 			name: "bfd defaults",
 			in: header + `announcers:
 - {name: b, type: bgp, bgp: {asn: 1, peers: [{address: 10.0.0.1, asn: 2, bfd: {}}, {address: 10.0.0.2, asn: 2, bfd: {minTx: 50ms}}]}}
@@ -150,6 +170,7 @@ announcers:
 					MinSyncPeriod:     Duration(2 * time.Second),
 					MasqueradeAll:     true,
 					ClusterCIDRs:      []Prefix{mustPrefix("10.244.0.0/16"), mustPrefix("fd00:10:244::/56")},
+					DetectLocal:       DetectLocal{Mode: LocalModeClusterCIDR},
 					NodePortAddresses: NodePortAddresses{{Prefix: mustPrefix("192.168.0.0/24").Std()}},
 					IPVS: IPVS{
 						Scheduler:     "mh",
@@ -294,6 +315,10 @@ func TestParseErrors(t *testing.T) {
 			`line 5: dataplane.masqueradeAll: unknown field "masqueradeAll" (switchyard.dev/v1alpha1 has it at dataplane.ipvs.masqueradeAll; it is here in apiVersion switchyard.dev/v1alpha2)`,
 		},
 		{
+			"v1alpha2 field in v1alpha1", headerV1alpha1 + "dataplane:\n  detectLocal: {mode: NodeCIDR}\n",
+			`line 4: dataplane.detectLocal: unknown field "detectLocal" (switchyard.dev/v1alpha1 has no detectLocal: it was added in apiVersion switchyard.dev/v1alpha2)`,
+		},
+		{
 			"v1alpha2 layout in v1alpha1, before IPVS settings", headerV1alpha1 + "dataplane:\n  nodePortAddresses: []\n  ipvs: {scheduler: rr}\n",
 			`line 4: dataplane.nodePortAddresses: unknown field "nodePortAddresses" (switchyard.dev/v1alpha1 has it at dataplane.ipvs.nodePortAddresses; it is here in apiVersion switchyard.dev/v1alpha2)`,
 		},
@@ -340,6 +365,36 @@ func TestValidate(t *testing.T) {
 				{Path: "dataplane.clusterCIDRs[2]", Line: 7, Msg: `want a CIDR string such as "10.0.0.0/8"`},
 				{Path: "dataplane.ipvs.tcpTimeout", Line: 10, Msg: "-1s is negative"},
 				{Path: "dataplane.ipvs.udpTimeout", Line: 11, Msg: "1.5s is not a whole number of seconds"},
+			},
+		},
+		{
+			name: "detectLocal mode",
+			in:   header + "dataplane:\n  detectLocal: {mode: nodecidr}\n",
+			want: []FieldError{
+				{Path: "dataplane.detectLocal.mode", Line: 4, Msg: `unknown mode "nodecidr" (want ClusterCIDR, NodeCIDR, BridgeInterface or InterfaceNamePrefix)`},
+			},
+		},
+		{
+			name: "detectLocal interfaces",
+			in: header + `dataplane:
+  detectLocal:
+    mode: BridgeInterface
+    bridgeInterface: a-bridge-name-too-long
+    interfaceNamePrefix: veth
+`,
+			want: []FieldError{
+				{Path: "dataplane.detectLocal.bridgeInterface", Line: 6, Msg: `"a-bridge-name-too-long" is longer than 15 bytes, the kernel's limit for an interface name`},
+				{Path: "dataplane.detectLocal.interfaceNamePrefix", Line: 7, Msg: "set, but mode is BridgeInterface (it is read only with mode InterfaceNamePrefix)"},
+			},
+		},
+		{
+			name: "detectLocal interface missing or bad",
+			in: header + `dataplane:
+  detectLocal: {mode: InterfaceNamePrefix, bridgeInterface: "cni/0"}
+`,
+			want: []FieldError{
+				{Path: "dataplane.detectLocal.bridgeInterface", Line: 4, Msg: "set, but mode is InterfaceNamePrefix (it is read only with mode BridgeInterface)"},
+				{Path: "dataplane.detectLocal.interfaceNamePrefix", Line: 4, Msg: "required with mode InterfaceNamePrefix"},
 			},
 		},
 		{

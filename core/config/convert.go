@@ -26,6 +26,11 @@ var v1alpha1Moves = []struct{ v1alpha1, v1alpha2 string }{
 	{"dataplane.ipvs.nodePortAddresses", "dataplane.nodePortAddresses"},
 }
 
+// v1alpha2Only are the dataplane settings added after v1alpha1: a
+// v1alpha1 file cannot set them and is converted with their defaults
+// (detectLocal: ClusterCIDR when clusterCIDRs is set, NodeCIDR otherwise).
+var v1alpha2Only = []string{"detectLocal"}
+
 // v1alpha1Dataplane is the dataplane section of a v1alpha1 file.
 type v1alpha1Dataplane struct {
 	Mode string       `yaml:"mode"`
@@ -87,6 +92,11 @@ func v1alpha1Path(p string) string {
 // movedHint explains an unknown field at path that is a moved setting
 // written in the other version's layout, or returns "".
 func movedHint(version, path string) string {
+	for _, name := range v1alpha2Only {
+		if version == APIVersionV1alpha1 && path == "dataplane."+name {
+			return " (" + APIVersionV1alpha1 + " has no " + name + ": it was added in apiVersion " + APIVersion + ")"
+		}
+	}
 	for _, m := range v1alpha1Moves {
 		switch {
 		case version == APIVersion && path == m.v1alpha1:

@@ -52,6 +52,12 @@ func (c *Config) SetDefaults() {
 	setString(&c.Dataplane.Mode, DefaultMode)
 	setDuration(&c.Dataplane.SyncPeriod, DefaultSyncPeriod)
 	setDuration(&c.Dataplane.MinSyncPeriod, DefaultMinSyncPeriod)
+	if c.Dataplane.DetectLocal.Mode == "" {
+		c.Dataplane.DetectLocal.Mode = LocalModeNodeCIDR
+		if len(c.Dataplane.ClusterCIDRs) > 0 {
+			c.Dataplane.DetectLocal.Mode = LocalModeClusterCIDR
+		}
+	}
 	ipvs := &c.Dataplane.IPVS
 	setString(&ipvs.Scheduler, DefaultScheduler)
 	setBool(&ipvs.StrictARP, true)

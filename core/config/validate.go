@@ -60,6 +60,7 @@ func (v *validator) dataplane(path string, d *Dataplane) {
 	default:
 		v.add(path+".mode", "unknown mode %q (want %s or %s)", d.Mode, ModeIPVS, ModeDryRun)
 	}
+	v.detectLocal(path+".detectLocal", &d.DetectLocal)
 	d.NodePortAddresses.validate(v, path+".nodePortAddresses")
 	v.positive(path+".syncPeriod", d.SyncPeriod)
 	v.positive(path+".minSyncPeriod", d.MinSyncPeriod)
@@ -72,6 +73,45 @@ func (v *validator) dataplane(path string, d *Dataplane) {
 	v.seconds(p+".tcpFinTimeout", ipvs.TCPFinTimeout)
 	v.seconds(p+".udpTimeout", ipvs.UDPTimeout)
 	v.positive(p+".drainTimeout", ipvs.DrainTimeout)
+}
+
+func (v *validator) detectLocal(path string, d *DetectLocal) {
+	switch d.Mode {
+	case LocalModeClusterCIDR, LocalModeNodeCIDR, LocalModeBridgeInterface, LocalModeInterfaceNamePrefix:
+	default:
+		v.add(path+".mode", "unknown mode %q (want %s, %s, %s or %s)", d.Mode,
+			LocalModeClusterCIDR, LocalModeNodeCIDR, LocalModeBridgeInterface, LocalModeInterfaceNamePrefix)
+		return
+	}
+	for _, f := range []struct{ name, value, mode string }{
+		{"bridgeInterface", d.BridgeInterface, LocalModeBridgeInterface},
+		{"interfaceNamePrefix", d.InterfaceNamePrefix, LocalModeInterfaceNamePrefix},
+	} {
+		switch {
+		case d.Mode != f.mode && f.value != "":
+			v.add(path+"."+f.name, "set, but mode is %s (it is read only with mode %s)", d.Mode, f.mode)
+		case d.Mode == f.mode && f.value == "":
+			v.add(path+"."+f.name, "required with mode %s", d.Mode)
+		case d.Mode == f.mode:
+			if err := interfaceName(f.value); err != nil {
+				v.add(path+"."+f.name, "%v", err)
+			}
+		}
+	}
+}
+
+// interfaceName checks a network interface name (or a prefix of one) as
+// the kernel's dev_valid_name does.
+func interfaceName(s string) error {
+	switch {
+	case len(s) > 15:
+		return fmt.Errorf("%q is longer than 15 bytes, the kernel's limit for an interface name", s)
+	case s == "." || s == "..":
+		return fmt.Errorf("%q is not an interface name", s)
+	case strings.ContainsAny(s, "/: \t\n\r\v\f\x00"):
+		return fmt.Errorf("%q holds a character an interface name cannot ('/', ':' or white space)", s)
+	}
+	return nil
 }
 
 // SchedulerCheck returns a Check that refuses a default scheduler

@@ -387,7 +387,8 @@ func convertSlice(slice *discoveryv1.EndpointSlice) ([]model.Endpoint, []error) 
 }
 
 // convertNode converts a Node: its zone, every address with its type
-// (the InternalIP and ExternalIP ones also as NodePort addresses), Ready
+// (the InternalIP and ExternalIP ones also as NodePort addresses), its pod
+// CIDRs, Ready
 // condition, labels, whether it is being deleted (as kube-proxy's
 // health server tells: a deletionTimestamp, or the cluster autoscaler's
 // taint of any effect), cordoned, or shutting down.
@@ -406,6 +407,20 @@ func convertNode(node *corev1.Node) (*model.Node, []error) {
 		}
 	}
 	n.Addresses = sortedAddrs(n.Addresses)
+	podCIDRs := node.Spec.PodCIDRs
+	if len(podCIDRs) == 0 && node.Spec.PodCIDR != "" {
+		podCIDRs = []string{node.Spec.PodCIDR}
+	}
+	for i, s := range podCIDRs {
+		field := fmt.Sprintf("spec.podCIDRs[%d]", i)
+		if p, err := netip.ParsePrefix(s); err != nil {
+			c.skip(field, s, err)
+		} else if p.Addr().Zone() != "" || p.Addr().Is4In6() {
+			c.skip(field, s, fmt.Errorf("zoned or IPv4-mapped address"))
+		} else {
+			n.PodCIDRs = append(n.PodCIDRs, p.Masked())
+		}
+	}
 	for _, cond := range node.Status.Conditions {
 		if cond.Type == corev1.NodeReady {
 			n.Ready = cond.Status == corev1.ConditionTrue

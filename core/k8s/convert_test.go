@@ -361,11 +361,22 @@ func TestConvertNode(t *testing.T) {
 			{Key: corev1.TaintNodeOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute},
 		}}},
 		want: &model.Node{Name: "n8", ShuttingDown: true},
+	}, {
+		name: "pod CIDRs, one of them bad",
+		in: corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n9"}, Spec: corev1.NodeSpec{
+			PodCIDR: "10.244.1.0/24", PodCIDRs: []string{"10.244.1.0/24", "fd00:10:244:1::/64", "10.244.300.0/24"}}},
+		want:         &model.Node{Name: "n9", PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24"), netip.MustParsePrefix("fd00:10:244:1::/64")}},
+		wantProblems: 1,
+	}, {
+		name: "only the older spec.podCIDR",
+		in:   corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n10"}, Spec: corev1.NodeSpec{PodCIDR: "10.244.2.0/24"}},
+		want: &model.Node{Name: "n10", PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.2.0/24")}},
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, problems := convertNode(&tt.in)
-			if diff := cmp.Diff(tt.want, got, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
+			if diff := cmp.Diff(tt.want, got, cmp.Comparer(func(a, b netip.Addr) bool { return a == b }),
+				cmp.Comparer(func(a, b netip.Prefix) bool { return a == b })); diff != "" {
 				t.Errorf("convertNode (-want +got):\n%s", diff)
 			}
 			if len(problems) != tt.wantProblems {

@@ -209,8 +209,12 @@ type Node struct {
 	// StatusAddresses are every address of the Node's status, of every
 	// type, in the Node's order (a Hostname is no IP: see NodeAddress.IP).
 	StatusAddresses []NodeAddress
-	Ready           bool
-	Labels          map[string]string
+	// PodCIDRs are the Node's spec.podCIDRs (spec.podCIDR when only that
+	// is set), in its order: at most one per family. Empty until the
+	// node IPAM controller allocates them, or when it allocates none.
+	PodCIDRs []netip.Prefix
+	Ready    bool
+	Labels   map[string]string
 	// Deleting is true while the Node is being deleted: it has a
 	// deletionTimestamp, or the cluster autoscaler's
 	// ToBeDeletedByClusterAutoscaler taint (KEP-3836). /healthz fails

@@ -116,6 +116,8 @@ type Loop struct {
 	lastSuccess time.Time
 	lastErr     error
 	pendingOpts *plan.Options
+	// pendingFull asks the next Sync for a full apply (RequestFull).
+	pendingFull bool
 	policyView  []policystage.Status
 }
 
@@ -197,6 +199,16 @@ func (l *Loop) SetOptions(opts plan.Options) {
 	l.pendingOpts = &opts
 }
 
+// RequestFull makes the next Sync a full apply of the dataplane, when
+// something the dataplane holds besides the plan changed (its local
+// traffic detector, as a Node's pod CIDRs change): OnNodes may call it
+// for the Sync running it. Trigger the runner afterwards otherwise.
+func (l *Loop) RequestFull() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.pendingFull = true
+}
+
 // LastSync returns when the last successful Sync ended (zero before the
 // first) and the error of the last Sync (nil when it succeeded or when the
 // Source had not synced yet).
@@ -266,8 +278,8 @@ func (l *Loop) Sync(ctx context.Context) (res SyncResult, err error) {
 		}
 	}
 	l.mu.Lock()
-	opts := l.pendingOpts
-	l.pendingOpts = nil
+	opts, requested := l.pendingOpts, l.pendingFull
+	l.pendingOpts, l.pendingFull = nil, false
 	l.mu.Unlock()
 	changed := l.cfg.Planner.Update(l.nodes[l.cfg.NodeName], d.Services)
 	if opts != nil {
@@ -291,7 +303,7 @@ func (l *Loop) Sync(ctx context.Context) (res SyncResult, err error) {
 	// over for half a period, so that resyncs slower than the period
 	// (thousands of Services under emulation) do not follow one another.
 	periodic := start.Sub(l.lastFull) >= l.fullSync && start.Sub(l.lastFullEnd) >= l.fullSync/2
-	full := l.needFull || periodic
+	full := l.needFull || periodic || requested
 	res.Full, res.Changed = full, len(changed)
 	weighed := l.now()
 	// How long the oldest change this round takes waited for it: the

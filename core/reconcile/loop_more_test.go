@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -126,6 +127,41 @@ func TestSetOptionsReplansEverything(t *testing.T) {
 	for _, line := range table(h.dry) {
 		if strings.HasPrefix(line, "TCP ") && !strings.HasSuffix(line, " wlc") {
 			t.Errorf("virtual service %q does not use the new scheduler", line)
+		}
+	}
+}
+
+// TestRequestFullFromOnNodes: a Node change that changes no plan applies
+// nothing, unless OnNodes asks for a full apply (a dataplane's local
+// traffic detector following the Node's pod CIDRs), which that same Sync
+// makes.
+func TestRequestFullFromOnNodes(t *testing.T) {
+	h := newHarness(t)
+	var loop *reconcile.Loop
+	ask := false
+	loop = reconcile.New(reconcile.Config{
+		NodeName: "node-a", Source: h.src, Planner: plan.New(plan.Options{}), Dataplane: h.dp,
+		OnNodes: func(map[string]*model.Node) {
+			if ask {
+				loop.RequestFull()
+			}
+		},
+	})
+	h.initial()
+	mustSync(t, loop)
+	withCIDR := *nodeA
+	withCIDR.PodCIDRs = []netip.Prefix{netip.MustParsePrefix("10.244.0.0/24")}
+	for i, tc := range []struct {
+		ask  bool
+		want int
+	}{{false, 1}, {true, 2}} {
+		ask = tc.ask
+		n := withCIDR
+		n.Labels = map[string]string{"round": fmt.Sprint(i)}
+		h.src.Push(model.Delta{Nodes: map[string]*model.Node{"node-a": &n}})
+		mustSync(t, loop)
+		if got := h.dry.Stats().FullApplies; got != tc.want {
+			t.Errorf("round %d (RequestFull %v): %d full applies, want %d", i, tc.ask, got, tc.want)
 		}
 	}
 }

@@ -694,7 +694,7 @@ func TestDataplaneMasquerade(t *testing.T) {
 	})
 	dp := newLabDataplane(t, func(c *ipvs.Config) {
 		c.Firewall = ipvs.NewNFTables()
-		c.ClusterCIDRs = []netip.Prefix{netip.MustParsePrefix("10.244.0.0/24")}
+		c.Local.CIDRs = []netip.Prefix{netip.MustParsePrefix("10.244.0.0/24")}
 	})
 	if err := dp.Apply(t.Context(), plugin.Update{Plan: plan, Full: true}); err != nil {
 		t.Fatalf("Apply: %v", err)

@@ -44,7 +44,7 @@ func TestDataplaneInternalTraffic(t *testing.T) {
 		t.Helper()
 		dp := newLabDataplane(t, func(c *ipvs.Config) {
 			c.Firewall = ipvs.NewNFTables()
-			c.ClusterCIDRs = []netip.Prefix{netip.MustParsePrefix(cidr)}
+			c.Local.CIDRs = []netip.Prefix{netip.MustParsePrefix(cidr)}
 		})
 		if err := dp.Apply(t.Context(), plugin.Update{Plan: plan, Full: true}); err != nil {
 			t.Fatalf("Apply: %v", err)

@@ -76,7 +76,7 @@ func TestOpenDrainsRemovedRealServers(t *testing.T) {
 	deleteTable(t)
 	clock := runnertest.NewClock(time.Now())
 	dp, err := ipvs.Open(ipvs.Config{StrictARP: true, DrainTimeout: time.Hour, Now: clock.Now,
-		ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/24")}})
+		Local: ipvs.LocalDetector{CIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/24")}}})
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}

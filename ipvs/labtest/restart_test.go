@@ -88,7 +88,7 @@ func deleteTable(t *testing.T) {
 func withFirewall(fw *countingFirewall) func(*ipvs.Config) {
 	return func(c *ipvs.Config) {
 		c.Firewall = fw
-		c.ClusterCIDRs = []netip.Prefix{netip.MustParsePrefix("10.244.0.0/24"), netip.MustParsePrefix("fd00:244::/64")}
+		c.Local.CIDRs = []netip.Prefix{netip.MustParsePrefix("10.244.0.0/24"), netip.MustParsePrefix("fd00:244::/64")}
 	}
 }
 
@@ -216,7 +216,7 @@ func TestDataplaneHairpin(t *testing.T) {
 	// masquerades be1's traffic to its own ClusterIP.
 	dp := newLabDataplane(t, func(c *ipvs.Config) {
 		c.Firewall = ipvs.NewNFTables()
-		c.ClusterCIDRs = []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00:244::/32")}
+		c.Local.CIDRs = []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00:244::/32")}
 	})
 	if err := dp.Apply(t.Context(), plugin.Update{Plan: plan, Full: true}); err != nil {
 		t.Fatalf("Apply: %v", err)

@@ -40,9 +40,10 @@ func withClusterCIDRs(t *testing.T, cidr netip.Prefix) string {
 // configured a pod on node1 does too, keeping its own address. The outside
 // client, routed through node1, is refused there (external traffic sees
 // local endpoints only); routed through node2 it is answered with its own
-// address kept. With the default config (no cluster CIDRs) a pod cannot be
-// told from the outside and is refused like it, as with kube-proxy
-// without a local detector.
+// address kept. With the default config (detect-local mode NodeCIDR, the
+// Nodes having podCIDRs) a pod on node1 is an in-cluster client too;
+// without a local detector it cannot be told from the outside and is
+// refused like it, as with kube-proxy without one.
 func TestLocalAddressesFromInsideTheCluster(t *testing.T) {
 	c := requireGuest(t)
 	node1, node2 := c.Nodes[0], c.Nodes[1]
@@ -115,19 +116,29 @@ func TestLocalAddressesFromInsideTheCluster(t *testing.T) {
 		}
 	}
 
-	// A pod on node1 with the default config: taken for the outside.
+	// A pod on node1 with the default config (detect-local mode
+	// NodeCIDR: its Node's spec.podCIDRs tell pods): an in-cluster
+	// client, answered by node2's pod with its own address kept.
+	client := node1.Pods[0]
 	for what, a := range addrs {
-		refused(node1.Pods[0].NS, what+" (default config)", svc.AddrOn(a, cluster.PortHTTP))
+		if _, err := waitAnswer(t.Context(), client.NS, svc.AddrOn(a, cluster.PortHTTP), programmed, seenAs(client.Addr)); err != nil {
+			t.Errorf("%s from %s with the default config (NodeCIDR): %v", what, client.Name, err)
+		}
 	}
 
-	// node1's daemon with cluster CIDRs: its pods are in-cluster clients
-	// and reach node2's pod unmasqueraded; the outside is still refused.
-	if err := node1.StopDaemon(); err != nil {
-		t.Fatal(err)
+	// node1's daemon restarted with config (the default's for the other
+	// suites once the test is over).
+	restart := func(config string) {
+		t.Helper()
+		if err := node1.StopDaemon(); err != nil {
+			t.Fatal(err)
+		}
+		node1.SetDaemonConfig(config)
+		if err := node1.StartDaemon(t.Context()); err != nil {
+			t.Fatal(err)
+		}
 	}
-	node1.SetDaemonConfig(withClusterCIDRs(t, cluster.ClusterCIDR))
 	t.Cleanup(func() {
-		// Back to the default config for the other suites.
 		node1.SetDaemonConfig("")
 		if err := node1.StopDaemon(); err != nil {
 			t.Error(err)
@@ -137,10 +148,18 @@ func TestLocalAddressesFromInsideTheCluster(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	if err := node1.StartDaemon(t.Context()); err != nil {
-		t.Fatal(err)
+
+	// Without a local detector (mode ClusterCIDR, no cluster CIDRs) a
+	// pod cannot be told from the outside and is refused like it, as
+	// with kube-proxy without a local detector.
+	restart(strings.Replace(cluster.DefaultDaemonConfig, "dataplane:\n", "dataplane:\n  detectLocal: {mode: ClusterCIDR}\n", 1))
+	for what, a := range addrs {
+		refused(client.NS, what+" (no local detector)", svc.AddrOn(a, cluster.PortHTTP))
 	}
-	client := node1.Pods[0]
+
+	// node1's daemon with cluster CIDRs: its pods are in-cluster clients
+	// and reach node2's pod unmasqueraded; the outside is still refused.
+	restart(withClusterCIDRs(t, cluster.ClusterCIDR))
 	for what, a := range addrs {
 		if _, err := waitAnswer(t.Context(), client.NS, svc.AddrOn(a, cluster.PortHTTP), programmed, seenAs(client.Addr)); err != nil {
 			t.Errorf("%s from %s with cluster CIDRs: %v", what, client.Name, err)

@@ -17,6 +17,19 @@
 #   make conformance CONFORMANCE_PROXIES=switchyard \
 #        CONFORMANCE_FOCUS='\[sig-network\] Services .*\[Conformance\]'
 #
+# make conformance-rollout: `kubectl rollout restart` of the Switchyard
+# DaemonSet under traffic on the node (kube-proxy stopped through its
+# cleanup first): 20 keep-alive connections and a request on a new
+# connection every 200 ms to a NodePort, 30 s before the restart and 30 s
+# after the rollout; fails when a connection is lost or a request fails.
+# Result in $(CONFORMANCE_RESULTS)/rollout.json; Switchyard stays deployed.
+#
+# make conformance-bootstrap: Switchyard started on a node with no service
+# proxy and without the lab's stand-in for the kubernetes Service's
+# ClusterIP: without deploy's API server address (the switchyard-apiserver
+# ConfigMap) its pod must stay unready for 3 minutes, with it turn Ready.
+# Result in $(CONFORMANCE_RESULTS)/bootstrap.json.
+#
 # make conformance-smoke: four fast Services [Conformance] specs against
 # Switchyard only, results in $(CACHE)/conformance-smoke.
 CONFORMANCE_PROXIES ?= switchyard,kube-proxy-nftables,kube-proxy-ipvs
@@ -28,7 +41,7 @@ CONFORMANCE_SMOKE_FOCUS := \[sig-network\] Services should (find a service from 
 CONFORMANCE := $(BIN)/conformance
 CONFORMANCE_KUBE_FLAGS := $(NODE_KUBE_FLAGS) --kube-proxy --e2e
 
-# conformance-run PROXIES FOCUS SKIP RESULTS
+# conformance-run PROXIES FOCUS SKIP RESULTS [EXTRA FLAGS]
 define conformance-run
 	@test/lab/deps.sh >/dev/null
 	@$(NODE_DEPS)
@@ -38,15 +51,21 @@ define conformance-run
 	$(CONFORMANCE) -kube-bin "$$bin" -rootfs "$$rootfs" -userland "$$userland" \
 		-image $(BIN)/image/switchyard.tar -switchyard-bin $(BIN)/image/bin/switchyard \
 		-proxies '$(1)' $(if $(2),-focus '$(2)') $(if $(3),-skip '$(3)') -results '$(4)' \
-		-timeout $(CONFORMANCE_TIMEOUT)
+		-timeout $(CONFORMANCE_TIMEOUT) $(5)
 endef
 
-.PHONY: conformance conformance-smoke conformance-table
+.PHONY: conformance conformance-smoke conformance-table conformance-rollout conformance-bootstrap
 conformance: image
 	$(call conformance-run,$(CONFORMANCE_PROXIES),$(CONFORMANCE_FOCUS),$(CONFORMANCE_SKIP),$(CONFORMANCE_RESULTS))
 
 conformance-smoke: image
 	$(call conformance-run,switchyard,$(CONFORMANCE_SMOKE_FOCUS),,$(CACHE)/conformance-smoke)
+
+conformance-rollout: image
+	$(call conformance-run,switchyard,,,$(CONFORMANCE_RESULTS),-rollout)
+
+conformance-bootstrap: image
+	$(call conformance-run,switchyard,,,$(CONFORMANCE_RESULTS),-bootstrap)
 
 conformance-table:
 	$(GO) build -o $(CONFORMANCE) ./test/conformance/cmd/conformance

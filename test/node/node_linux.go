@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -286,6 +287,12 @@ func Open(dir string) (*Node, error) {
 // Close releases the handles; the node keeps running.
 func (n *Node) Close() { n.ns.Close() }
 
+// DialContext connects from inside the node's namespace (the host side
+// of the tap), where node and pod addresses are reachable.
+func (n *Node) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	return n.ns.DialContext(ctx, network, addr)
+}
+
 // Command is a host command inside the node's namespace (nsenter), with
 // KUBECONFIG set to the admin kubeconfig: kubectl, e2e.test, curl to a pod.
 func (n *Node) Command(ctx context.Context, name string, args ...string) *exec.Cmd {
@@ -399,6 +406,22 @@ func createNetns() error {
 		if b, err := exec.Command(argv[0], argv[1:]...).CombinedOutput(); err != nil {
 			return fmt.Errorf("node: %s: %w: %s", strings.Join(argv, " "), err, strings.TrimSpace(string(b)))
 		}
+	}
+	return nil
+}
+
+// SetServiceIPOnHost adds (on) or removes KubernetesServiceIP from the
+// namespace's loopback: the lab's stand-in for a working kubernetes
+// Service before any service proxy runs (see APIPort). Without it an
+// in-cluster client that dials the ClusterIP waits for a proxy.
+func SetServiceIPOnHost(on bool) error {
+	op := "del"
+	if on {
+		op = "add"
+	}
+	argv := []string{"ip", "-n", NetnsName, "addr", op, KubernetesServiceIP + "/32", "dev", "lo"}
+	if b, err := exec.Command(argv[0], argv[1:]...).CombinedOutput(); err != nil {
+		return fmt.Errorf("node: %s: %w: %s", strings.Join(argv, " "), err, strings.TrimSpace(string(b)))
 	}
 	return nil
 }

@@ -4,15 +4,20 @@
 //
 //	conformance -kube-bin DIR -rootfs FILE -userland FILE -image TAR -switchyard-bin FILE
 //	            [-proxies switchyard,kube-proxy-nftables,kube-proxy-ipvs] [-focus RE] [-skip RE]
-//	            [-results DIR] [-table-only]
+//	            [-results DIR] [-table-only | -rollout | -bootstrap]
 //
 // It reuses a running node (make node-up) or brings one up, and leaves
 // it running (make node-down). Each proxy's last report stays under
 // -results; -table-only prints the table from them without running.
+// -rollout (make conformance-rollout) and -bootstrap (make
+// conformance-bootstrap) run no e2e.test: they measure a rollout restart
+// of the Switchyard DaemonSet under traffic, and its start on a node
+// without a service proxy (RunRollout, RunBootstrap).
 package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -61,6 +66,8 @@ func run(ctx context.Context, args []string) error {
 	results := fs.String("results", "", "where each proxy's last report is kept")
 	timeout := fs.Duration("timeout", 6*time.Hour, "bound on each e2e.test run")
 	tableOnly := fs.Bool("table-only", false, "print the table from the stored reports, run nothing")
+	bootstrap := fs.Bool("bootstrap", false, "instead of e2e.test: Switchyard started with no proxy on the node and without the lab's stand-in for the kubernetes Service, first without deploy's API server address (must stay unready), then with it (results in -results/bootstrap.json)")
+	rollout := fs.Bool("rollout", false, "instead of e2e.test: kubectl rollout restart of the Switchyard DaemonSet under traffic, measured (results in -results/rollout.json)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -73,15 +80,19 @@ func run(ctx context.Context, args []string) error {
 	}
 	store := conformance.Store{Dir: *results}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	cfg := runConfig{
+		dir: *dir, kubeBin: *kubeBin, rootfs: *rootfs, userland: *userland, image: *image,
+		swBin: *swBin, deploy: *deploy, proxies: strings.Split(*proxies, ","),
+		e2e: conformance.E2E{
+			Bin: filepath.Join(*kubeBin, "e2e.test"), Kubectl: filepath.Join(*kubeBin, "kubectl"),
+			Focus: *focus, Skip: *skip, Timeout: *timeout,
+		},
+	}
+	if *rollout || *bootstrap {
+		return runSwitchyard(ctx, log, *results, cfg, *bootstrap)
+	}
 	if !*tableOnly {
-		if err := runProxies(ctx, log, store, runConfig{
-			dir: *dir, kubeBin: *kubeBin, rootfs: *rootfs, userland: *userland, image: *image,
-			swBin: *swBin, deploy: *deploy, proxies: strings.Split(*proxies, ","),
-			e2e: conformance.E2E{
-				Bin: filepath.Join(*kubeBin, "e2e.test"), Kubectl: filepath.Join(*kubeBin, "kubectl"),
-				Focus: *focus, Skip: *skip, Timeout: *timeout,
-			},
-		}); err != nil {
+		if err := runProxies(ctx, log, store, cfg); err != nil {
 			return err
 		}
 	}
@@ -99,30 +110,9 @@ func run(ctx context.Context, args []string) error {
 	return nil
 }
 
-type runConfig struct {
-	dir, kubeBin, rootfs, userland, image, swBin, deploy string
-	proxies                                              []string
-	e2e                                                  conformance.E2E
-}
-
-func runProxies(ctx context.Context, log *slog.Logger, store conformance.Store, c runConfig) error {
-	for _, need := range []struct{ what, path string }{
-		{"-kube-bin", c.kubeBin}, {"-rootfs", c.rootfs}, {"-userland", c.userland},
-		{"-image", c.image}, {"-switchyard-bin", c.swBin},
-	} {
-		if need.path == "" {
-			return fmt.Errorf("%s is required", need.what)
-		}
-	}
-	all := conformance.Proxies{SwitchyardBin: c.swBin, Deploy: c.deploy, KubeProxyBin: filepath.Join(c.kubeBin, "kube-proxy"), Log: log}
-	var selected []conformance.Proxy
-	for _, name := range c.proxies {
-		p, err := all.Get(strings.TrimSpace(name))
-		if err != nil {
-			return err
-		}
-		selected = append(selected, p)
-	}
+// openNode reuses the running node when its Node is Ready, importing the
+// current switchyard:dev and applying the DNS add-on, or brings one up.
+func openNode(ctx context.Context, log *slog.Logger, c runConfig) (*node.Node, error) {
 	swImage := node.Image{Ref: "switchyard:dev", Path: c.image}
 	n, err := node.Open(c.dir)
 	if err == nil {
@@ -133,10 +123,12 @@ func runProxies(ctx context.Context, log *slog.Logger, store conformance.Store, 
 	if err == nil {
 		log.Info("reusing the running node", "dir", c.dir)
 		if err := n.Import(ctx, swImage); err != nil {
-			return err
+			n.Close()
+			return nil, err
 		}
 		if err := n.ApplyDNS(ctx); err != nil {
-			return err
+			n.Close()
+			return nil, err
 		}
 	} else {
 		if n != nil {
@@ -148,9 +140,115 @@ func runProxies(ctx context.Context, log *slog.Logger, store conformance.Store, 
 			Images: []node.Image{swImage}, Log: log,
 		})
 		if err != nil {
-			return err
+			return nil, err
 		}
 		log.Info("node up", "timings", n.Timings.String())
+	}
+	return n, nil
+}
+
+type runConfig struct {
+	dir, kubeBin, rootfs, userland, image, swBin, deploy string
+	proxies                                              []string
+	e2e                                                  conformance.E2E
+}
+
+// check names the first input c lacks.
+func (c runConfig) check() error {
+	for _, need := range []struct{ what, path string }{
+		{"-kube-bin", c.kubeBin}, {"-rootfs", c.rootfs}, {"-userland", c.userland},
+		{"-image", c.image}, {"-switchyard-bin", c.swBin},
+	} {
+		if need.path == "" {
+			return fmt.Errorf("%s is required", need.what)
+		}
+	}
+	return nil
+}
+
+// runSwitchyard measures one thing about Switchyard on the node, writes
+// the result to results/NAME.json and prints it: a rollout restart under
+// traffic (kube-proxy stopped through its cleanup first; it fails when an
+// established connection was lost or a request failed), or, with
+// bootstrap, the start without a service proxy (RunBootstrap).
+// Switchyard stays deployed.
+func runSwitchyard(ctx context.Context, log *slog.Logger, results string, c runConfig, bootstrap bool) error {
+	if err := c.check(); err != nil {
+		return err
+	}
+	all := conformance.Proxies{SwitchyardBin: c.swBin, Deploy: c.deploy, KubeProxyBin: filepath.Join(c.kubeBin, "kube-proxy"), Log: log}
+	sw, err := all.Get(conformance.Switchyard)
+	if err != nil {
+		return err
+	}
+	n, err := openNode(ctx, log, c)
+	if err != nil {
+		return err
+	}
+	defer n.Close()
+	var (
+		name string
+		res  any
+	)
+	if bootstrap {
+		name = "bootstrap"
+		res, err = conformance.RunBootstrap(ctx, n, sw, all.Others(sw), c.deploy, 3*time.Minute, log)
+	} else {
+		name = "rollout"
+		res, err = rollout(ctx, n, sw, all.Others(sw), log)
+	}
+	b, jerr := json.MarshalIndent(res, "", "  ")
+	if jerr != nil {
+		return errors.Join(err, jerr)
+	}
+	if merr := os.MkdirAll(results, 0o755); merr != nil {
+		return errors.Join(err, merr)
+	}
+	if werr := os.WriteFile(filepath.Join(results, name+".json"), b, 0o644); werr != nil {
+		return errors.Join(err, werr)
+	}
+	fmt.Printf("%s\n", b)
+	return err
+}
+
+// rollout switches the node to Switchyard and measures a rollout
+// restart under traffic; losing a connection or a request is an error.
+func rollout(ctx context.Context, n *node.Node, sw conformance.Proxy, others []conformance.Proxy, log *slog.Logger) (conformance.RolloutResult, error) {
+	for _, o := range others {
+		if err := o.Stop(ctx, n); err != nil {
+			return conformance.RolloutResult{}, fmt.Errorf("stop %s: %w", o.Name(), err)
+		}
+	}
+	if err := sw.Start(ctx, n); err != nil {
+		return conformance.RolloutResult{}, fmt.Errorf("start %s: %w", sw.Name(), err)
+	}
+	r, err := conformance.RunRollout(ctx, n, conformance.RolloutSpec{
+		Conns: 20, ConnPeriod: time.Second, RequestPeriod: 200 * time.Millisecond,
+		Settle: 30 * time.Second, Timeout: 30 * time.Second,
+	}, log)
+	if err == nil && (r.ConnsLost > 0 || r.RequestsFailed > 0) {
+		err = fmt.Errorf("rollout restart: %d of %d established connections lost, %d of %d requests failed",
+			r.ConnsLost, r.Conns, r.RequestsFailed, r.Requests)
+	}
+	return r, err
+}
+
+func runProxies(ctx context.Context, log *slog.Logger, store conformance.Store, c runConfig) error {
+	if err := c.check(); err != nil {
+		return err
+	}
+	all := conformance.Proxies{SwitchyardBin: c.swBin, Deploy: c.deploy, KubeProxyBin: filepath.Join(c.kubeBin, "kube-proxy"), Log: log}
+	var selected []conformance.Proxy
+	for _, name := range c.proxies {
+		p, err := all.Get(strings.TrimSpace(name))
+		if err != nil {
+			return err
+		}
+		selected = append(selected, p)
+	}
+	n, err := openNode(ctx, log, c)
+	if err != nil {
+		return err
 	}
 	defer n.Close()
 	for _, p := range selected {
