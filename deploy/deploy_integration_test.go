@@ -63,7 +63,7 @@ func TestIntegrationDeploy(t *testing.T) {
 		}
 	})
 
-	t.Run("the overlay of the local image changes only the image", func(t *testing.T) {
+	t.Run("the overlay of the local image changes only the image and names the API server", func(t *testing.T) {
 		base := mustKubectl(t, s, "kustomize", ".")
 		local := mustKubectl(t, s, "kustomize", "../test/tools/image/deploy")
 		images := 0
@@ -78,14 +78,29 @@ func TestIntegrationDeploy(t *testing.T) {
 		if images != 2 {
 			t.Errorf("the overlay renders %d containers, want 2 (sysctls and switchyard)", images)
 		}
-		// Everything else is deploy/ as it is.
+		// It adds the ConfigMap that names the node lab's API server (the
+		// one object a user writes for their cluster, deploy/daemonset.yaml);
+		// everything else is deploy/ as it is.
+		docs := strings.Split(local, "\n---\n")
+		apiserver := slices.IndexFunc(docs, func(d string) bool {
+			return strings.Contains(d, "kind: ConfigMap") && strings.Contains(d, "name: switchyard-apiserver")
+		})
+		if apiserver < 0 {
+			t.Fatalf("the overlay renders no switchyard-apiserver ConfigMap:\n%s", local)
+		}
+		for _, kv := range []string{"host: 192.168.100.1", `port: "443"`} {
+			if !strings.Contains(docs[apiserver], kv) {
+				t.Errorf("switchyard-apiserver ConfigMap lacks %s:\n%s", kv, docs[apiserver])
+			}
+		}
+		local = strings.Join(slices.Delete(docs, apiserver, apiserver+1), "\n---\n")
 		want := strings.ReplaceAll(base, "image: switchyard:latest", "image: "+localImage)
 		if diff := cmp.Diff(want, local); diff != "" {
-			t.Errorf("overlay rendering (-deploy/ with the image replaced +the overlay):\n%s", diff)
+			t.Errorf("overlay rendering without its ConfigMap (-deploy/ with the image replaced +the overlay):\n%s", diff)
 		}
 		out := mustKubectl(t, s, "apply", "--dry-run=server", "-k", "../test/tools/image/deploy")
-		if n := strings.Count(out, "(server dry run)"); n != 10 {
-			t.Errorf("dry run of the overlay reported %d objects, want 10:\n%s", n, out)
+		if n := strings.Count(out, "(server dry run)"); n != 11 {
+			t.Errorf("dry run of the overlay reported %d objects, want 11 (deploy/'s 10 and the ConfigMap):\n%s", n, out)
 		}
 	})
 
