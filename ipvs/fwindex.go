@@ -137,8 +137,9 @@ type fwIndex struct {
 	sum                          elementSum
 
 	// pending are the members added (+1) or removed (-1) since the last
-	// flush; rulesChanged is set when source ranges changed, which
-	// only a rewrite applies.
+	// flush; rulesChanged is set when source ranges or the local
+	// detector (Dataplane.SetLocalDetector) changed, which only a rewrite
+	// applies.
 	pending      map[element]int
 	rulesChanged bool
 }
