@@ -77,4 +77,7 @@ type DSRPlan struct {
 	// Peers are sorted by name, Frontends by key.
 	Peers     []DSRPeer
 	Frontends []DSRFrontend
+	// Marks is every node's peer mark in this plan, this node's included:
+	// the next plan keeps them (plan.DSRInput.Marks).
+	Marks map[string]uint32
 }

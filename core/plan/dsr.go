@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"net/netip"
 	"slices"
 
@@ -12,11 +13,45 @@ import (
 	"github.com/switchyard-lb/switchyard/core/model"
 )
 
-// DSRMark is the firewall mark of the dsr peer that is node i of the
-// sorted node list: (i+1)<<16, so that no bit of the low 16, where the
+// DSRMark is the i-th firewall mark a dsr peer can have (i from 0 to
+// dsrMarks-1): (i+1)<<16, so that no bit of the low 16, where the
 // dataplane's other marks live (internal marks, masquerade, drop), is
 // set.
 func DSRMark(i int) uint32 { return uint32(i+1) << 16 }
+
+// dsrMarks is how many peer marks there are.
+const dsrMarks = 1<<16 - 1
+
+// assignDSRMarks gives every node (sorted by name) its peer mark, stable
+// while it stays among the nodes: the mark prev gave it when that is a
+// peer mark no other node kept; else the mark its name hashes to (FNV-1a),
+// or the next free one after it. A node joining or leaving therefore
+// renumbers no other node, and even without prev (a restarted daemon)
+// most nodes get the marks they had. Marks are local to a node (its
+// nftables map and IPVS services); nodes need not agree on them.
+func assignDSRMarks(nodes []DSRNode, prev map[string]uint32) map[string]uint32 {
+	marks := make(map[string]uint32, len(nodes))
+	taken := make(map[uint32]bool, len(nodes))
+	for _, n := range nodes {
+		m, ok := prev[n.Name]
+		if ok && m != 0 && m&0xffff == 0 && !taken[m] {
+			marks[n.Name], taken[m] = m, true
+		}
+	}
+	for _, n := range nodes {
+		if _, ok := marks[n.Name]; ok {
+			continue
+		}
+		h := fnv.New32a()
+		h.Write([]byte(n.Name))
+		i := int(h.Sum32() % dsrMarks)
+		for taken[DSRMark(i)] {
+			i = (i + 1) % dsrMarks
+		}
+		marks[n.Name], taken[DSRMark(i)] = DSRMark(i), true
+	}
+	return marks
+}
 
 // DSRNode is a node of the cluster as dsr planning needs it: its name,
 // which orders the Maglev table, and the address it is reached at.
@@ -50,6 +85,11 @@ type DSRInput struct {
 	// plan clamps TCP's MSS to what fits it once encapsulated.
 	LinkMTU   int
 	Frontends []DSRFrontendInput
+	// Marks are the peer marks the previous plan gave (its
+	// model.DSRPlan.Marks), nil for the first: each node keeps its mark
+	// (assignDSRMarks), so that a node joining or leaving rebuilds no
+	// other peer's service.
+	Marks map[string]uint32
 }
 
 // DSR plans the dsr side of this node: each frontend's Maglev table over
@@ -73,10 +113,9 @@ func DSR(in DSRInput) (model.DSRPlan, error) {
 	}
 	nodes := slices.Clone(in.Nodes)
 	slices.SortFunc(nodes, func(a, b DSRNode) int { return cmp.Compare(a.Name, b.Name) })
-	marks := make(map[string]uint32, len(nodes))
 	addrs := make(map[string]netip.Addr, len(nodes))
-	if len(nodes) >= 1<<16 {
-		return model.DSRPlan{}, fmt.Errorf("dsr: %d nodes, at most %d", len(nodes), 1<<16-1)
+	if len(nodes) > dsrMarks {
+		return model.DSRPlan{}, fmt.Errorf("dsr: %d nodes, at most %d", len(nodes), dsrMarks)
 	}
 	for i, n := range nodes {
 		if i > 0 && nodes[i-1].Name == n.Name {
@@ -85,9 +124,9 @@ func DSR(in DSRInput) (model.DSRPlan, error) {
 		if !n.Addr.IsValid() {
 			return model.DSRPlan{}, fmt.Errorf("dsr: node %q has no address", n.Name)
 		}
-		marks[n.Name] = DSRMark(i)
 		addrs[n.Name] = n.Addr
 	}
+	marks := assignDSRMarks(nodes, in.Marks)
 	if _, ok := marks[in.Self]; !ok {
 		return model.DSRPlan{}, fmt.Errorf("dsr: this node %q is not among the nodes", in.Self)
 	}
@@ -99,6 +138,7 @@ func DSR(in DSRInput) (model.DSRPlan, error) {
 		Encapsulation: in.Encapsulation,
 		GUEPort:       in.GUEPort,
 		Seed:          in.Seed,
+		Marks:         marks,
 	}
 	if in.Encapsulation == model.IPIP {
 		p.GUEPort = 0

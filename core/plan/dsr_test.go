@@ -2,6 +2,7 @@ package plan_test
 
 import (
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -83,7 +84,7 @@ func TestDSRTablesAgreeAcrossNodes(t *testing.T) {
 }
 
 // A node that serves none of the frontend joining or leaving the cluster
-// moves no slot, though it renumbers the peer marks.
+// moves no slot.
 func TestDSRNonBackendNodeMovesNothing(t *testing.T) {
 	before, err := plan.DSR(dsrInput("n2", dsrNodes[1:], "n1"))
 	if err != nil {
@@ -109,7 +110,7 @@ func TestDSRPlan(t *testing.T) {
 		{
 			name:  "ingress only: every slot to the one backend node",
 			in:    dsrInput("n2", dsrNodes, "n1"),
-			peers: []model.DSRPeer{{Name: "n1", Addr: netip.MustParseAddr("10.0.1.2"), Mark: plan.DSRMark(0)}},
+			peers: []model.DSRPeer{{Name: "n1", Addr: netip.MustParseAddr("10.0.1.2")}},
 			mss:   1440,
 		},
 		{
@@ -125,7 +126,7 @@ func TestDSRPlan(t *testing.T) {
 				in.Encapsulation, in.GUEPort = model.GUE, 6080
 				return in
 			}(),
-			peers: []model.DSRPeer{{Name: "n3", Addr: netip.MustParseAddr("10.0.3.2"), Mark: plan.DSRMark(2)}},
+			peers: []model.DSRPeer{{Name: "n3", Addr: netip.MustParseAddr("10.0.3.2")}},
 			mss:   1428,
 		},
 	} {
@@ -133,6 +134,9 @@ func TestDSRPlan(t *testing.T) {
 			p, err := plan.DSR(tc.in)
 			if err != nil {
 				t.Fatal(err)
+			}
+			for i := range tc.peers {
+				tc.peers[i].Mark = p.Marks[tc.peers[i].Name] // TestDSRMarksStable checks them
 			}
 			if d := cmp.Diff(tc.peers, p.Peers, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); d != "" {
 				t.Errorf("peers (-want +got):\n%s", d)
@@ -148,6 +152,66 @@ func TestDSRPlan(t *testing.T) {
 			}
 			if tc.selfOnly != (zero == len(p.Frontends[0].Slots)) {
 				t.Errorf("%d of %d slots served here, want all: %t", zero, len(p.Frontends[0].Slots), tc.selfOnly)
+			}
+		})
+	}
+}
+
+// TestDSRMarksStable: every node gets a distinct peer mark, and a node
+// keeps its mark whatever joins or leaves, given the previous plan's
+// marks; without them (a restarted daemon) the marks hashed from the
+// names come back alike.
+func TestDSRMarksStable(t *testing.T) {
+	n0 := plan.DSRNode{Name: "n0", Addr: netip.MustParseAddr("10.0.9.2")}
+	first, err := plan.DSR(dsrInput("n1", dsrNodes, "n1", "n2", "n3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[uint32]string{}
+	for name, m := range first.Marks {
+		if m == 0 || m&0xffff != 0 {
+			t.Errorf("%s: mark %#x is not a peer mark", name, m)
+		}
+		if other, dup := seen[m]; dup {
+			t.Errorf("%s and %s share mark %#x", name, other, m)
+		}
+		seen[m] = name
+	}
+	for _, tc := range []struct {
+		name  string
+		nodes []plan.DSRNode
+		prev  map[string]uint32
+	}{
+		{"n0 joins (sorted first)", append([]plan.DSRNode{n0}, dsrNodes...), first.Marks},
+		{"n2 leaves", []plan.DSRNode{dsrNodes[0], dsrNodes[1]}, first.Marks},
+		{"n0 joins, no previous plan", append([]plan.DSRNode{n0}, dsrNodes...), nil},
+		{"previous marks collide: each keeps one, the first by name wins", dsrNodes, map[string]uint32{"n1": plan.DSRMark(4), "n2": plan.DSRMark(4), "n3": first.Marks["n3"]}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := dsrInput("n1", tc.nodes, "n1")
+			in.Marks = tc.prev
+			p, err := plan.DSR(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := map[string]uint32{}
+			for _, n := range tc.nodes {
+				if m, ok := tc.prev[n.Name]; ok {
+					want[n.Name] = m
+				} else if m, ok := first.Marks[n.Name]; ok {
+					want[n.Name] = m
+				} else {
+					want[n.Name] = p.Marks[n.Name] // new: any free mark
+				}
+			}
+			if tc.prev["n2"] == tc.prev["n1"] && tc.prev["n1"] != 0 {
+				want["n2"] = first.Marks["n2"] // lost the collision: its hashed mark
+			}
+			if d := cmp.Diff(want, p.Marks); d != "" {
+				t.Errorf("marks (-want +got):\n%s", d)
+			}
+			if n, ok := p.Marks["n0"]; ok && (n == 0 || slices.Contains([]uint32{p.Marks["n1"], p.Marks["n2"], p.Marks["n3"]}, n)) {
+				t.Errorf("n0's mark %#x is 0 or another node's", n)
 			}
 		})
 	}
