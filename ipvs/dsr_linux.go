@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"sync"
 
 	"github.com/google/nftables"
@@ -60,6 +61,13 @@ func (n *NFTDSR) SetDSR(p model.DSRPlan) error {
 		return nil
 	}
 	c.AddTable(table)
+	if p.Encapsulation == model.GUE {
+		// The record --cleanup reads to close the FOU port (ReadDSRRecord).
+		set := &nftables.Set{Table: table, Name: dsrGUEPortSet, KeyType: nftables.TypeInetService}
+		if err := c.AddSet(set, []nftables.SetElement{{Key: binaryutil.BigEndian.PutUint16(p.GUEPort)}}); err != nil {
+			return fmt.Errorf("nftables: set %s: %w", set.Name, err)
+		}
+	}
 	accept := nftables.ChainPolicyAccept
 	pre := c.AddChain(&nftables.Chain{
 		Name: "prerouting", Table: table, Type: nftables.ChainTypeFilter,
@@ -226,6 +234,85 @@ func (n *NetlinkDSRTunnels) EnsureGUE(port uint16) error {
 		return fmt.Errorf("open GUE port %d: %w", port, err)
 	}
 	return nil
+}
+
+// dsrGUEPortSet is the set of the dsr table that records the GUE port.
+const dsrGUEPortSet = "gue_port"
+
+// ReadDSRRecord reports whether the dsr table (DSRTableName) exists in
+// the calling thread's namespace and the GUE port it records (0 for
+// none).
+func ReadDSRRecord() (exists bool, guePort uint16, err error) {
+	c, err := nftables.New()
+	if err != nil {
+		return false, 0, fmt.Errorf("nftables: %w", err)
+	}
+	defer c.CloseLasting()
+	tables, err := c.ListTablesOfFamily(nftables.TableFamilyINet)
+	if err != nil {
+		return false, 0, fmt.Errorf("nftables: list tables: %w", err)
+	}
+	var table *nftables.Table
+	for _, t := range tables {
+		if t.Name == DSRTableName {
+			table = t
+		}
+	}
+	if table == nil {
+		return false, 0, nil
+	}
+	sets, err := c.GetSets(table)
+	if err != nil {
+		return true, 0, fmt.Errorf("nftables: sets of %s: %w", DSRTableName, err)
+	}
+	for _, set := range sets {
+		if set.Name != dsrGUEPortSet {
+			continue
+		}
+		els, err := c.GetSetElements(set)
+		if err != nil {
+			return true, 0, fmt.Errorf("nftables: %s: %w", dsrGUEPortSet, err)
+		}
+		for _, e := range els {
+			if len(e.Key) >= 2 {
+				return true, binaryutil.BigEndian.Uint16(e.Key[:2]), nil
+			}
+		}
+	}
+	return true, 0, nil
+}
+
+// CloseGUEPort closes an IPv4 FOU port in the calling thread's namespace
+// and reports whether it was open.
+func CloseGUEPort(port uint16) (bool, error) {
+	c, err := genetlink.Dial(nil)
+	if err != nil {
+		return false, fmt.Errorf("open generic netlink: %w", err)
+	}
+	defer c.Close()
+	fam, err := c.GetFamily("fou")
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil // no fou module: no port
+	}
+	if err != nil {
+		return false, fmt.Errorf("GUE port %d: find the fou family: %w", port, err)
+	}
+	ae := mdnetlink.NewAttributeEncoder()
+	ae.Bytes(netlink.FOU_ATTR_PORT, binaryutil.BigEndian.PutUint16(port))
+	ae.Uint8(netlink.FOU_ATTR_AF, unix.AF_INET)
+	data, err := ae.Encode()
+	if err != nil {
+		return false, fmt.Errorf("GUE port %d: %w", port, err)
+	}
+	msg := genetlink.Message{Header: genetlink.Header{Command: netlink.FOU_CMD_DEL, Version: fouVersion}, Data: data}
+	_, err = c.Execute(msg, fam.ID, mdnetlink.Request|mdnetlink.Acknowledge)
+	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EINVAL) {
+		return false, nil // fou_destroy's answer for a port not open
+	}
+	if err != nil {
+		return false, fmt.Errorf("close GUE port %d: %w", port, err)
+	}
+	return true, nil
 }
 
 // ifname is an interface name as nftables compares it: NUL-padded to
