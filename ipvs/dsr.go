@@ -27,6 +27,11 @@ import (
 //     local endpoints (the Dataplane's, from the plan's Local frontend):
 //     NAT to the endpoint with the client's address kept, and the reply
 //     goes straight back from the frontend's address;
+//   - ICMP errors to a frontend quoting one of its replies (destination
+//     unreachable, "fragmentation needed" among them, and time exceeded)
+//     are marked by the quoted reply's destination address and port, the
+//     flow's source, hashed as the flow is: they reach the node serving
+//     the flow, whose IPVS hands them to the endpoint;
 //   - TCP's MSS is clamped on SYN-ACKs leaving from a frontend, so that
 //     the client's segments fit once encapsulated.
 
@@ -108,6 +113,16 @@ func DSRState(services map[model.VirtualServiceKey]Entry, addrs []netip.Addr) St
 //     SCTP packet that opens no connection (a mid-flow packet an ECMP
 //     change brought to this node) instead of passing it to the local
 //     stack, which would reset the flow;
+//   - vs/schedule_icmp, so that IPVS forwards an ICMP error about a
+//     reply (to the frontend, the reply quoted in it) that reaches a node
+//     holding no connection for the flow: the dsr table marks it by the
+//     quoted reply's destination, which is the flow's source, so it goes
+//     to the flow's node like the flow's own packets;
+//   - vs/expire_nodest_conn, so that a connection cached towards a peer
+//     whose service is gone (a node that died or left the tables) is
+//     dropped at its next packet and the flow rescheduled through the
+//     new table at its retransmission, instead of being dropped until
+//     it times out (as the Dataplane sets it, for nodes without one);
 //   - rp_filter 2 (loose) on FallbackTunnel: a decapsulated packet comes
 //     from a client this node routes through another link, which strict
 //     mode drops. The kernel uses the larger of conf/all and the
@@ -119,6 +134,8 @@ func DSRSysctlSettings() []SysctlSetting {
 	return []SysctlSetting{
 		{Name: "net/ipv4/vs/sloppy_tcp", Value: "1"},
 		{Name: "net/ipv4/vs/sloppy_sctp", Value: "1"},
+		{Name: "net/ipv4/vs/schedule_icmp", Value: "1"},
+		{Name: "net/ipv4/vs/expire_nodest_conn", Value: "1"},
 		{Name: "net/ipv4/conf/" + FallbackTunnel + "/rp_filter", Value: "2"},
 	}
 }

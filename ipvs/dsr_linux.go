@@ -111,11 +111,61 @@ func (n *NFTDSR) SetDSR(p model.DSRPlan) error {
 			&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: 1},
 		)
 		c.AddRule(&nftables.Rule{Table: table, Chain: pre, Exprs: exprs})
+		for _, typ := range []byte{icmpDestUnreach, icmpTimeExceeded} {
+			c.AddRule(&nftables.Rule{Table: table, Chain: pre, Exprs: icmpErrorSlot(f.VirtualServiceKey, typ, tunnel, len(f.Slots), p.Seed, set)})
+		}
 	}
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("nftables: write table %s: %w", DSRTableName, err)
 	}
 	return nil
+}
+
+// ICMP error types the dsr table forwards.
+const (
+	icmpDestUnreach  = 3
+	icmpTimeExceeded = 11
+)
+
+// icmpErrorSlot marks an ICMPv4 error of type typ to the frontend, not
+// out of the tunnel, that quotes a reply of the frontend (an IPv4 header
+// without options, then the transport header: source the frontend's
+// address and port, protocol the frontend's) with the slot of the quoted
+// reply's destination address and port, which are the flow's source:
+// the hash's input is the same as the flow's packets', so the error goes
+// where the flow goes. The quote starts 8 bytes into the ICMP header.
+func icmpErrorSlot(k model.VirtualServiceKey, typ byte, tunnel []byte, size int, seed uint32, set *nftables.Set) []expr.Any {
+	const quote = 8
+	a := k.Addr.As4()
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: tunnel},
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: a[:]},
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_ICMP}},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{typ}},
+		// The quoted header: version 4, no options; the frontend's
+		// protocol, address and port as its source.
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: quote, Len: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{0x45}},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: quote + 9, Len: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{ipProto(k.Protocol)}},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: quote + 12, Len: 4},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: a[:]},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: quote + 20, Len: 2},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(k.Port)},
+		// jhash (quoted daddr . quoted dport) mod size seed seed: the
+		// flow's (saddr . sport).
+		&expr.Payload{DestRegister: regHashIn, Base: expr.PayloadBaseTransportHeader, Offset: quote + 16, Len: 4},
+		&expr.Payload{DestRegister: regHashIn2, Base: expr.PayloadBaseTransportHeader, Offset: quote + 22, Len: 2},
+		&expr.Hash{SourceRegister: regHashIn, DestRegister: 1, Length: 8, Modulus: uint32(size), Seed: seed, Type: expr.HashTypeJenkins},
+		&expr.Lookup{SourceRegister: 1, DestRegister: 1, IsDestRegSet: true, SetName: set.Name, SetID: set.ID},
+		&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: 1},
+	}
 }
 
 // frontendMatch matches an IPv4 packet to (reply: from) the frontend's

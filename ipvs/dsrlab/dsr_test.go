@@ -5,6 +5,7 @@ package dsrlab
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -26,46 +27,30 @@ const (
 	linkMTU = 1500
 )
 
-var frontend = model.VirtualServiceKey{Addr: vip, Port: vipPort, Protocol: model.TCP}
+// The frontends: the same address and port over TCP and UDP.
+var (
+	frontend    = model.VirtualServiceKey{Addr: vip, Port: vipPort, Protocol: model.TCP}
+	udpFrontend = model.VirtualServiceKey{Addr: vip, Port: vipPort, Protocol: model.UDP}
+)
 
-// programDSR plans every node's dsr side, the backend nodes being the
-// pods' (weighted by their pods), applies it, then gives each backend
-// node its own virtual service over its pods.
+// programDSR plans every node's dsr side (planDSR), then gives each
+// backend node its own virtual services over its pods.
 func (tp *topology) programDSR(t *testing.T, enc model.Encapsulation) {
 	t.Helper()
-	size, err := maglev.SizeFor(len(tp.nodes))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var nodes []plan.DSRNode
-	for _, n := range tp.nodes {
-		nodes = append(nodes, plan.DSRNode{Name: n.name, Addr: n.addr})
-	}
+	tp.planDSR(t, enc, tp.nodes)
 	local := map[*node][]model.Destination{}
 	for _, p := range tp.pods {
 		local[p.node] = append(local[p.node], model.Destination{Addr: p.addr, Port: podPort, Weight: 1})
 	}
-	var backends []maglev.Backend
 	for n, ds := range local {
-		backends = append(backends, maglev.Backend{Name: n.name, Weight: uint32(len(ds))})
-	}
-	for _, n := range tp.nodes {
-		p, err := plan.DSR(plan.DSRInput{
-			Self: n.name, Nodes: nodes, TableSize: size, Seed: seed,
-			Encapsulation: enc, GUEPort: guePort, LinkMTU: linkMTU,
-			Frontends: []plan.DSRFrontendInput{{Key: frontend, Backends: backends}},
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		do(t, n.ns, func() error { return applyDSR(p) })
-	}
-	for n, ds := range local {
-		vs := model.VirtualService{
-			VirtualServiceKey: frontend, Kind: model.FrontendLoadBalancer, Scheduler: "rr", Local: true, Destinations: ds,
+		var vss []model.VirtualService
+		for _, k := range []model.VirtualServiceKey{frontend, udpFrontend} {
+			vss = append(vss, model.VirtualService{
+				VirtualServiceKey: k, Kind: model.FrontendLoadBalancer, Scheduler: "rr", Local: true, Destinations: ds,
+			})
 		}
 		key := model.ServiceKey{Namespace: "lab", Name: "dsr"}
-		pl := &model.Plan{Services: map[model.ServiceKey]*model.ServicePlan{key: {Key: key, VirtualServices: []model.VirtualService{vs}}}}
+		pl := &model.Plan{Services: map[model.ServiceKey]*model.ServicePlan{key: {Key: key, VirtualServices: vss}}}
 		do(t, n.ns, func() error {
 			k, a, closeAll, err := openKernel()
 			if err != nil {
@@ -78,6 +63,44 @@ func (tp *topology) programDSR(t *testing.T, enc model.Encapsulation) {
 			}
 			return dp.Apply(t.Context(), plugin.Update{Plan: pl, Full: true})
 		})
+	}
+}
+
+// planDSR plans the dsr side of each node of live, the cluster being live:
+// the backend nodes are the live nodes holding pods, weighted by their
+// pods, and each node keeps the peer marks of its previous plan. It
+// applies each node's plan there.
+func (tp *topology) planDSR(t *testing.T, enc model.Encapsulation, live []*node) {
+	t.Helper()
+	size, err := maglev.SizeFor(len(tp.nodes))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nodes []plan.DSRNode
+	for _, n := range live {
+		nodes = append(nodes, plan.DSRNode{Name: n.name, Addr: n.addr})
+	}
+	pods := map[string]uint32{}
+	for _, p := range tp.pods {
+		if slices.Contains(live, p.node) {
+			pods[p.node.name]++
+		}
+	}
+	var backends []maglev.Backend
+	for name, w := range pods {
+		backends = append(backends, maglev.Backend{Name: name, Weight: w})
+	}
+	for _, n := range live {
+		p, err := plan.DSR(plan.DSRInput{
+			Self: n.name, Nodes: nodes, TableSize: size, Seed: seed,
+			Encapsulation: enc, GUEPort: guePort, LinkMTU: linkMTU, Marks: n.marks,
+			Frontends: []plan.DSRFrontendInput{{Key: frontend, Backends: backends}, {Key: udpFrontend, Backends: backends}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.marks = p.Marks
+		do(t, n.ns, func() error { return applyDSR(p) })
 	}
 }
 
@@ -228,11 +251,12 @@ func (n *node) takenUp(t *testing.T) int {
 
 // round sends one request on every flow and counts those answered by the
 // flow's pod, which saw the client's own address and port, and the
-// answers per pod.
+// answers per pod; each flow's failed says whether its request failed.
 func round(t *testing.T, flows []*flow, size int) (ok int, perPod map[string]int, failures []string) {
 	t.Helper()
 	perPod = map[string]int{}
 	for _, f := range flows {
+		f.failed = true
 		body, err := f.get(size, 20*time.Second)
 		if err != nil {
 			failures = append(failures, fmt.Sprintf("port %d: %v", f.port, err))
@@ -260,6 +284,7 @@ func round(t *testing.T, flows []*flow, size int) (ok int, perPod map[string]int
 			continue
 		}
 		perPod[fields[0]]++
+		f.failed = false
 		ok++
 	}
 	return ok, perPod, failures

@@ -41,6 +41,8 @@ type node struct {
 	addr netip.Addr
 	// routerSide is the router's end of the node's link (r1, r2, r3).
 	routerSide string
+	// marks are the peer marks of the node's last dsr plan.
+	marks map[string]uint32
 }
 
 // pod is a backend namespace behind its node.
@@ -197,13 +199,32 @@ func newTopology(t *testing.T) *topology {
 }
 
 // serve answers HTTP on podPort: its name and the client address it sees,
-// and for a POST the number of body bytes it read.
+// and for a POST the number of body bytes it read; and each UDP datagram
+// to podPort with its name, the client address it sees and the
+// datagram's size.
 func serve(t *testing.T, p *pod) {
 	t.Helper()
 	ln, err := p.ns.Listen("tcp", fmt.Sprintf(":%d", podPort))
 	if err != nil {
 		t.Fatal(err)
 	}
+	var pc *net.UDPConn
+	do(t, p.ns, func() error {
+		var err error
+		pc, err = net.ListenUDP("udp4", &net.UDPAddr{Port: podPort})
+		return err
+	})
+	t.Cleanup(func() { pc.Close() })
+	go func() {
+		buf := make([]byte, 65536)
+		for {
+			n, from, err := pc.ReadFromUDPAddrPort(buf)
+			if err != nil {
+				return
+			}
+			pc.WriteToUDPAddrPort([]byte(fmt.Sprintf("%s %s %d", p.name, from, n)), from)
+		}
+	}()
 	srv := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			n, _ := io.Copy(io.Discard, r.Body)
@@ -251,6 +272,8 @@ type flow struct {
 	// pod is the pod that answered first: every later answer must come
 	// from it (another pod would have reset the connection anyway).
 	pod string
+	// failed says whether the last round's request failed.
+	failed bool
 }
 
 // dialFlows opens n connections from the client, each from its own
