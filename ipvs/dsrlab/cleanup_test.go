@@ -86,8 +86,9 @@ func readDSRState() (dsrState, error) {
 // cleanup.Open) on a node programmed for dsr over GUE removes the dsr
 // side with the rest: on n3, an ingress-only node, the peers' firewall-mark
 // services, switchyard-dsr, inet switchyard-dsr and the FOU port; on n1,
-// a backend node, its own virtual services, switchyard0 and inet
-// switchyard too. A second run removes nothing.
+// a backend node, its own virtual services and switchyard0 too (the lab's
+// Dataplane runs without a firewall: TestCleanup covers inet switchyard).
+// A second run removes nothing.
 func TestDSRCleanup(t *testing.T) {
 	requireGuest(t)
 	tp := newTopology(t)
@@ -98,7 +99,7 @@ func TestDSRCleanup(t *testing.T) {
 		before dsrState
 	}{
 		{n1, dsrState{DSRServices: 1, OtherServices: 2, Links: []string{cleanup.SwitchyardDummy, cleanup.DSRDummy},
-			Tables: []string{"switchyard", "switchyard-dsr"}, GUEPortOpen: true}},
+			Tables: []string{"switchyard-dsr"}, GUEPortOpen: true}},
 		{n3, dsrState{DSRServices: 2, Links: []string{cleanup.DSRDummy}, Tables: []string{"switchyard-dsr"}, GUEPortOpen: true}},
 	} {
 		do(t, tc.node.ns, func() error {
