@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 
 	"github.com/switchyard-lb/switchyard/core/model"
 )
@@ -45,6 +46,9 @@ const (
 	// packets (and GUE's, once the FOU port has stripped GUE) to any
 	// local address.
 	FallbackTunnel = "tunl0"
+	// FallbackTunnel6 is ip6_tunnel's fallback device: it decapsulates
+	// ip6ip6 packets to any local IPv6 address.
+	FallbackTunnel6 = "ip6tnl0"
 )
 
 // IsDSRMark reports whether a firewall mark is a dsr peer's
@@ -67,6 +71,10 @@ func DSRDesired(p model.DSRPlan) (Desired, error) {
 	default:
 		return Desired{}, fmt.Errorf("ipvs: dsr: unknown encapsulation %v", p.Encapsulation)
 	}
+	v6 := slices.ContainsFunc(p.Frontends, func(f model.DSRFrontend) bool { return f.Addr.Is6() })
+	if v6 && !p.Addr6.Is6() {
+		return Desired{}, fmt.Errorf("ipvs: dsr: IPv6 frontends and no IPv6 node address")
+	}
 	for _, peer := range p.Peers {
 		if !IsDSRMark(peer.Mark) {
 			return Desired{}, fmt.Errorf("ipvs: dsr: peer %s: mark %#x is not a dsr mark", peer.Name, peer.Mark)
@@ -82,6 +90,20 @@ func DSRDesired(p model.DSRPlan) (Desired, error) {
 			return Desired{}, fmt.Errorf("ipvs: dsr: peer %s: %w", peer.Name, err)
 		}
 		want.Services[k] = DesiredService{Service: s, Destinations: []Destination{d}}
+		if !v6 {
+			continue
+		}
+		if !peer.Addr6.Is6() {
+			return Desired{}, fmt.Errorf("ipvs: dsr: peer %s: IPv6 frontends and no IPv6 address", peer.Name)
+		}
+		// The same mark's IPv6 service (IPVS keys firewall-mark services
+		// by family too): ip6ip6 to the peer's IPv6 address.
+		k6 := MarkKey(peer.Mark, true)
+		d6 := Destination{DestinationKey: DestinationKey{Addr: peer.Addr6}, Weight: 1, Tunnel: tunnel}
+		if err := ValidateDestination(k6, d6); err != nil {
+			return Desired{}, fmt.Errorf("ipvs: dsr: peer %s: %w", peer.Name, err)
+		}
+		want.Services[k6] = DesiredService{Service: Service{VirtualServiceKey: k6, Scheduler: "rr"}, Destinations: []Destination{d6}}
 	}
 	for _, f := range p.Frontends {
 		want.Addrs[f.Addr] = true
@@ -168,7 +190,8 @@ type DSRFirewall interface {
 type DSRTunnels interface {
 	// EnsureFallback binds addr (this node's, as a /32) to FallbackTunnel
 	// and sets it up; it fails when the ipip module is not loaded (no
-	// fallback device).
+	// fallback device). For an IPv6 addr it sets FallbackTunnel6 up
+	// instead (ip6_tunnel's; IPv6 has no reverse-path filter to satisfy).
 	EnsureFallback(addr netip.Addr) error
 	// EnsureGUE opens a FOU port receiving GUE; an open one is kept.
 	EnsureGUE(port uint16) error
@@ -210,6 +233,11 @@ func (d *DSR) Apply(p model.DSRPlan) error {
 	}
 	if err := d.cfg.Tunnels.EnsureFallback(p.Addr); err != nil {
 		return fmt.Errorf("ipvs: dsr: %w", err)
+	}
+	if p.Addr6.IsValid() {
+		if err := d.cfg.Tunnels.EnsureFallback(p.Addr6); err != nil {
+			return fmt.Errorf("ipvs: dsr: %w", err)
+		}
 	}
 	if p.Encapsulation == model.GUE {
 		if err := d.cfg.Tunnels.EnsureGUE(p.GUEPort); err != nil {

@@ -54,10 +54,12 @@ func assignDSRMarks(nodes []DSRNode, prev map[string]uint32) map[string]uint32 {
 }
 
 // DSRNode is a node of the cluster as dsr planning needs it: its name,
-// which orders the Maglev table, and the address it is reached at.
+// which orders the Maglev table, and the address it is reached at (IPv4;
+// Addr6, IPv6, for IPv6 frontends).
 type DSRNode struct {
-	Name string
-	Addr netip.Addr
+	Name  string
+	Addr  netip.Addr
+	Addr6 netip.Addr
 }
 
 // DSRFrontendInput is one dsr frontend and its backend nodes: the nodes
@@ -114,6 +116,7 @@ func DSR(in DSRInput) (model.DSRPlan, error) {
 	nodes := slices.Clone(in.Nodes)
 	slices.SortFunc(nodes, func(a, b DSRNode) int { return cmp.Compare(a.Name, b.Name) })
 	addrs := make(map[string]netip.Addr, len(nodes))
+	addrs6 := make(map[string]netip.Addr, len(nodes))
 	if len(nodes) > dsrMarks {
 		return model.DSRPlan{}, fmt.Errorf("dsr: %d nodes, at most %d", len(nodes), dsrMarks)
 	}
@@ -124,7 +127,11 @@ func DSR(in DSRInput) (model.DSRPlan, error) {
 		if !n.Addr.IsValid() {
 			return model.DSRPlan{}, fmt.Errorf("dsr: node %q has no address", n.Name)
 		}
+		if n.Addr6.IsValid() && !n.Addr6.Is6() {
+			return model.DSRPlan{}, fmt.Errorf("dsr: node %q: Addr6 %s is not IPv6", n.Name, n.Addr6)
+		}
 		addrs[n.Name] = n.Addr
+		addrs6[n.Name] = n.Addr6
 	}
 	marks := assignDSRMarks(nodes, in.Marks)
 	if _, ok := marks[in.Self]; !ok {
@@ -140,6 +147,18 @@ func DSR(in DSRInput) (model.DSRPlan, error) {
 		Seed:          in.Seed,
 		Marks:         marks,
 	}
+	v6 := slices.ContainsFunc(in.Frontends, func(f DSRFrontendInput) bool { return f.Key.Addr.Is6() })
+	if v6 {
+		if in.Encapsulation != model.IPIP {
+			// GUE over IPv6 needs a second FOU port (AF_INET6, fou6):
+			// not built yet (docs/dsr.md).
+			return model.DSRPlan{}, fmt.Errorf("dsr: IPv6 frontends need encapsulation ipip (ip6ip6), not %v", in.Encapsulation)
+		}
+		if !addrs6[in.Self].IsValid() {
+			return model.DSRPlan{}, fmt.Errorf("dsr: IPv6 frontends, and this node %q has no IPv6 address", in.Self)
+		}
+		p.Addr6 = addrs6[in.Self]
+	}
 	if in.Encapsulation == model.IPIP {
 		p.GUEPort = 0
 	}
@@ -150,17 +169,21 @@ func DSR(in DSRInput) (model.DSRPlan, error) {
 			return model.DSRPlan{}, fmt.Errorf("dsr: link MTU %d leaves an MSS of %d", in.LinkMTU, mss)
 		}
 		p.MSS = uint16(mss)
+		if v6 {
+			// IPv6 and TCP headers without options: 60 bytes.
+			p.MSS6 = uint16(in.LinkMTU - in.Encapsulation.Overhead6() - 60)
+		}
 	}
 	var seed [4]byte
 	binary.BigEndian.PutUint32(seed[:], in.Seed)
 	peers := map[string]bool{}
 	for _, f := range in.Frontends {
-		if !f.Key.Addr.Is4() {
-			return model.DSRPlan{}, fmt.Errorf("dsr: frontend %v: only IPv4 frontends are supported", f.Key.Addr)
-		}
 		for _, b := range f.Backends {
 			if _, ok := marks[b.Name]; !ok {
 				return model.DSRPlan{}, fmt.Errorf("dsr: frontend %v: backend node %q is not among the nodes", f.Key, b.Name)
+			}
+			if f.Key.Addr.Is6() && !addrs6[b.Name].IsValid() {
+				return model.DSRPlan{}, fmt.Errorf("dsr: IPv6 frontend %v: backend node %q has no IPv6 address", f.Key, b.Name)
 			}
 		}
 		t, err := maglev.New(f.Backends, in.TableSize, seed[:])
@@ -192,7 +215,11 @@ func DSR(in DSRInput) (model.DSRPlan, error) {
 			if !n.Addr.Is4() {
 				return model.DSRPlan{}, fmt.Errorf("dsr: node %q: address %s is not IPv4", n.Name, n.Addr)
 			}
-			p.Peers = append(p.Peers, model.DSRPeer{Name: n.Name, Addr: n.Addr, Mark: marks[n.Name]})
+			peer := model.DSRPeer{Name: n.Name, Addr: n.Addr, Mark: marks[n.Name]}
+			if v6 {
+				peer.Addr6 = n.Addr6
+			}
+			p.Peers = append(p.Peers, peer)
 		}
 	}
 	return p, nil

@@ -217,6 +217,30 @@ func TestDSRMarksStable(t *testing.T) {
 	}
 }
 
+// TestDSRIPv6Frontend: an IPv6 frontend's peers carry their IPv6
+// addresses, the plan this node's, and MSS6 leaves room for an IPv6
+// header over IPv6 and TCP's.
+func TestDSRIPv6Frontend(t *testing.T) {
+	var nodes []plan.DSRNode
+	for i, n := range dsrNodes {
+		n.Addr6 = netip.AddrFrom16([16]byte{0: 0xfd, 15: byte(i + 1)})
+		nodes = append(nodes, n)
+	}
+	in := dsrInput("n2", nodes, "n1")
+	in.Frontends[0].Key.Addr = netip.MustParseAddr("2001:db8::10")
+	p, err := plan.DSR(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []model.DSRPeer{{Name: "n1", Addr: nodes[1].Addr, Addr6: nodes[1].Addr6, Mark: p.Marks["n1"]}}
+	if d := cmp.Diff(want, p.Peers, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); d != "" {
+		t.Errorf("peers (-want +got):\n%s", d)
+	}
+	if p.Addr6 != nodes[2].Addr6 || p.MSS6 != 1500-40-60 {
+		t.Errorf("Addr6 %s MSS6 %d, want %s and %d", p.Addr6, p.MSS6, nodes[2].Addr6, 1500-40-60)
+	}
+}
+
 func TestDSRNoBackendNoTable(t *testing.T) {
 	p, err := plan.DSR(dsrInput("n1", dsrNodes))
 	if err != nil {
@@ -237,7 +261,19 @@ func TestDSRRefuses(t *testing.T) {
 		{"backend not a node", func(in *plan.DSRInput) { in.Frontends[0].Backends[0].Name = "n9" }, `backend node "n9"`},
 		{"gue without port", func(in *plan.DSRInput) { in.Encapsulation = model.GUE }, "gue needs a port"},
 		{"no encapsulation", func(in *plan.DSRInput) { in.Encapsulation = 0 }, "unknown encapsulation"},
-		{"IPv6 frontend", func(in *plan.DSRInput) { in.Frontends[0].Key.Addr = netip.MustParseAddr("2001:db8::1") }, "only IPv4"},
+		{"IPv6 frontend, nodes without IPv6", func(in *plan.DSRInput) { in.Frontends[0].Key.Addr = netip.MustParseAddr("2001:db8::1") }, "no IPv6 address"},
+		{"IPv6 frontend, a backend without IPv6", func(in *plan.DSRInput) {
+			in.Frontends[0].Key.Addr = netip.MustParseAddr("2001:db8::1")
+			in.Nodes = []plan.DSRNode{{Name: "n1", Addr: netip.MustParseAddr("10.0.1.2"), Addr6: netip.MustParseAddr("fd00::1")}, {Name: "n2", Addr: netip.MustParseAddr("10.0.2.2")}}
+		}, `backend node "n2" has no IPv6`},
+		{"IPv6 frontend over GUE", func(in *plan.DSRInput) {
+			in.Frontends[0].Key.Addr = netip.MustParseAddr("2001:db8::1")
+			in.Encapsulation, in.GUEPort = model.GUE, 6080
+		}, "need encapsulation ipip"},
+		{"Addr6 not IPv6", func(in *plan.DSRInput) {
+			in.Nodes = slices.Clone(in.Nodes)
+			in.Nodes[0].Addr6 = netip.MustParseAddr("10.9.9.9")
+		}, "not IPv6"},
 		{"table size not prime", func(in *plan.DSRInput) { in.TableSize = 300 }, "want a prime"},
 		{"seed 0", func(in *plan.DSRInput) { in.Seed = 0 }, "seed 0"},
 		{"tiny MTU", func(in *plan.DSRInput) { in.LinkMTU = 576 }, "MSS"},

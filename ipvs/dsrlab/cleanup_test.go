@@ -98,6 +98,7 @@ func TestDSRCleanup(t *testing.T) {
 		node   *node
 		before dsrState
 	}{
+		// Over GUE the lab has IPv4 frontends only: one service per peer.
 		{n1, dsrState{DSRServices: 1, OtherServices: 2, Links: []string{cleanup.SwitchyardDummy, cleanup.DSRDummy},
 			Tables: []string{"switchyard-dsr"}, GUEPortOpen: true}},
 		{n3, dsrState{DSRServices: 2, Links: []string{cleanup.DSRDummy}, Tables: []string{"switchyard-dsr"}, GUEPortOpen: true}},

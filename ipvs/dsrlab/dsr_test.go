@@ -27,10 +27,12 @@ const (
 	linkMTU = 1500
 )
 
-// The frontends: the same address and port over TCP and UDP.
+// The frontends: the same address and port over TCP and UDP, and TCP
+// over IPv6.
 var (
 	frontend    = model.VirtualServiceKey{Addr: vip, Port: vipPort, Protocol: model.TCP}
 	udpFrontend = model.VirtualServiceKey{Addr: vip, Port: vipPort, Protocol: model.UDP}
+	frontend6   = model.VirtualServiceKey{Addr: vip6, Port: vipPort, Protocol: model.TCP}
 )
 
 // programDSR plans every node's dsr side (planDSR), then gives each
@@ -38,13 +40,21 @@ var (
 func (tp *topology) programDSR(t *testing.T, enc model.Encapsulation) {
 	t.Helper()
 	tp.planDSR(t, enc, tp.nodes)
-	local := map[*node][]model.Destination{}
+	local := map[*node][]*pod{}
 	for _, p := range tp.pods {
-		local[p.node] = append(local[p.node], model.Destination{Addr: p.addr, Port: podPort, Weight: 1})
+		local[p.node] = append(local[p.node], p)
 	}
-	for n, ds := range local {
+	for n, pods := range local {
 		var vss []model.VirtualService
-		for _, k := range []model.VirtualServiceKey{frontend, udpFrontend} {
+		for _, k := range tp.frontends(enc) {
+			var ds []model.Destination
+			for _, p := range pods {
+				a := p.addr
+				if k.Addr.Is6() {
+					a = p.addr6
+				}
+				ds = append(ds, model.Destination{Addr: a, Port: podPort, Weight: 1})
+			}
 			vss = append(vss, model.VirtualService{
 				VirtualServiceKey: k, Kind: model.FrontendLoadBalancer, Scheduler: "rr", Local: true, Destinations: ds,
 			})
@@ -78,7 +88,7 @@ func (tp *topology) planDSR(t *testing.T, enc model.Encapsulation, live []*node)
 	}
 	var nodes []plan.DSRNode
 	for _, n := range live {
-		nodes = append(nodes, plan.DSRNode{Name: n.name, Addr: n.addr})
+		nodes = append(nodes, plan.DSRNode{Name: n.name, Addr: n.addr, Addr6: n.addr6})
 	}
 	pods := map[string]uint32{}
 	for _, p := range tp.pods {
@@ -90,11 +100,15 @@ func (tp *topology) planDSR(t *testing.T, enc model.Encapsulation, live []*node)
 	for name, w := range pods {
 		backends = append(backends, maglev.Backend{Name: name, Weight: w})
 	}
+	var frontends []plan.DSRFrontendInput
+	for _, k := range tp.frontends(enc) {
+		frontends = append(frontends, plan.DSRFrontendInput{Key: k, Backends: backends})
+	}
 	for _, n := range live {
 		p, err := plan.DSR(plan.DSRInput{
 			Self: n.name, Nodes: nodes, TableSize: size, Seed: seed,
 			Encapsulation: enc, GUEPort: guePort, LinkMTU: linkMTU, Marks: n.marks,
-			Frontends: []plan.DSRFrontendInput{{Key: frontend, Backends: backends}, {Key: udpFrontend, Backends: backends}},
+			Frontends: frontends,
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -102,6 +116,15 @@ func (tp *topology) planDSR(t *testing.T, enc model.Encapsulation, live []*node)
 		n.marks = p.Marks
 		do(t, n.ns, func() error { return applyDSR(p) })
 	}
+}
+
+// frontends are the lab's frontends over enc: IPv6 with ipip only
+// (plan.DSR refuses GUE over IPv6).
+func (tp *topology) frontends(enc model.Encapsulation) []model.VirtualServiceKey {
+	if enc == model.IPIP {
+		return []model.VirtualServiceKey{frontend, udpFrontend, frontend6}
+	}
+	return []model.VirtualServiceKey{frontend, udpFrontend}
 }
 
 // openKernel opens IPVS and address handles in the calling thread's
@@ -138,8 +161,8 @@ func applyDSR(p model.DSRPlan) error {
 	return d.Apply(p)
 }
 
-// counters are the router's nftables counters of packets to the VIP per
-// node link (in) and from the VIP per node link (out).
+// counters are the router's nftables counters of packets to the VIP (IPv4
+// or IPv6) per node link (in) and from the VIP per node link (out).
 type counters struct{ in, out map[string]uint64 }
 
 // countAtRouter installs the counting table in the router.
@@ -154,23 +177,29 @@ func (tp *topology) countAtRouter(t *testing.T) {
 		accept := nftables.ChainPolicyAccept
 		ch := c.AddChain(&nftables.Chain{Name: "forward", Table: table, Type: nftables.ChainTypeFilter,
 			Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter, Policy: &accept})
-		a := vip.As4()
 		for _, n := range tp.nodes {
-			for _, dir := range []struct {
-				key    expr.MetaKey
-				offset uint32
-			}{{expr.MetaKeyOIFNAME, 16}, {expr.MetaKeyIIFNAME, 12}} {
-				name := make([]byte, unix.IFNAMSIZ)
-				copy(name, n.routerSide)
-				c.AddRule(&nftables.Rule{Table: table, Chain: ch, Exprs: []expr.Any{
-					&expr.Meta{Key: dir.key, Register: 1},
-					&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: name},
-					&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
-					&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}},
-					&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: dir.offset, Len: 4},
-					&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: a[:]},
-					&expr.Counter{},
-				}, UserData: []byte(fmt.Sprintf("%s/%d", n.name, dir.offset))})
+			for _, dst := range []netip.Addr{vip, vip6} {
+				nfproto, in, out := byte(unix.NFPROTO_IPV4), uint32(16), uint32(12)
+				if dst.Is6() {
+					nfproto, in, out = unix.NFPROTO_IPV6, 24, 8
+				}
+				for _, dir := range []struct {
+					key    expr.MetaKey
+					offset uint32
+					name   string
+				}{{expr.MetaKeyOIFNAME, in, "in"}, {expr.MetaKeyIIFNAME, out, "out"}} {
+					name := make([]byte, unix.IFNAMSIZ)
+					copy(name, n.routerSide)
+					c.AddRule(&nftables.Rule{Table: table, Chain: ch, Exprs: []expr.Any{
+						&expr.Meta{Key: dir.key, Register: 1},
+						&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: name},
+						&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+						&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{nfproto}},
+						&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: dir.offset, Len: uint32(dst.BitLen() / 8)},
+						&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: dst.AsSlice()},
+						&expr.Counter{},
+					}, UserData: []byte(n.name + "/" + dir.name)})
+				}
 			}
 		}
 		return c.Flush()
@@ -193,10 +222,10 @@ func (tp *topology) readCounters(t *testing.T) counters {
 			name, dir, _ := strings.Cut(string(r.UserData), "/")
 			for _, e := range r.Exprs {
 				if ctr, ok := e.(*expr.Counter); ok {
-					if dir == "16" {
-						got.in[name] = ctr.Packets
+					if dir == "in" {
+						got.in[name] += ctr.Packets
 					} else {
-						got.out[name] = ctr.Packets
+						got.out[name] += ctr.Packets
 					}
 				}
 			}
@@ -275,7 +304,7 @@ func round(t *testing.T, flows []*flow, size int) (ok int, perPod map[string]int
 			continue
 		}
 		src, err := netip.ParseAddrPort(fields[1])
-		if err != nil || src != netip.AddrPortFrom(clientIP, uint16(f.port)) {
+		if err != nil || src != netip.AddrPortFrom(f.src, uint16(f.port)) {
 			failures = append(failures, fmt.Sprintf("port %d: the pod saw the client as %s", f.port, fields[1]))
 			continue
 		}

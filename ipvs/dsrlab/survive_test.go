@@ -4,6 +4,7 @@ package dsrlab
 
 import (
 	"net"
+	"net/netip"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -29,17 +30,32 @@ const bodySize = 8000
 // client's own address and port, and no packet from the VIP may leave
 // through n3, which serves nothing (the router counts packets from the VIP
 // per node link).
+//
+// The IPv6 run (ip6ip6, half the flows) does the same to the IPv6 VIP.
 func TestDSRFlowsSurviveECMPChanges(t *testing.T) {
 	requireGuest(t)
-	for _, enc := range []model.Encapsulation{model.IPIP, model.GUE} {
-		t.Run(enc.String(), func(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		enc   model.Encapsulation
+		to    netip.Addr
+		flows int
+	}{
+		{"ipip", model.IPIP, vip, flowsN},
+		{"gue", model.GUE, vip, flowsN},
+		{"ipip-ipv6", model.IPIP, vip6, flowsN / 2},
+	} {
+		enc := tc.enc
+		t.Run(tc.name, func(t *testing.T) {
 			tp := newTopology(t)
 			tp.programDSR(t, enc)
 			tp.countAtRouter(t)
 			n1, n2, n3 := tp.nodes[0], tp.nodes[1], tp.nodes[2]
 			tp.setECMP(t, n1, n2)
-			flows := tp.dialFlows(t, flowsN)
+			flows := tp.dialFlowsTo(t, tc.to, tc.flows)
 			wantMSS := linkMTU - enc.Overhead() - 40
+			if tc.to.Is6() {
+				wantMSS = linkMTU - enc.Overhead6() - 60
+			}
 			if mss := clientMSS(t, flows[0].conn); mss > wantMSS {
 				t.Errorf("client MSS %d, want at most %d (clamped for %s)", mss, wantMSS, enc)
 			}
@@ -60,8 +76,8 @@ func TestDSRFlowsSurviveECMPChanges(t *testing.T) {
 				now := tp.readCounters(t)
 				d := now.minus(prev)
 				prev = now
-				t.Logf("dsr-flows-kept encapsulation=%s stage=%q ecmp=%s kept=%d/%d per-pod=%v to-vip n1=%d n2=%d n3=%d from-vip n1=%d n2=%d n3=%d forwarded n1=%d n2=%d n3=%d",
-					enc, st.name, names(st.nodes), ok, len(flows), perPod, d.in["n1"], d.in["n2"], d.in["n3"], d.out["n1"], d.out["n2"], d.out["n3"], n1.takenUp(t), n2.takenUp(t), n3.takenUp(t))
+				t.Logf("dsr-flows-kept run=%s encapsulation=%s stage=%q ecmp=%s kept=%d/%d per-pod=%v to-vip n1=%d n2=%d n3=%d from-vip n1=%d n2=%d n3=%d forwarded n1=%d n2=%d n3=%d",
+					tc.name, enc, st.name, names(st.nodes), ok, len(flows), perPod, d.in["n1"], d.in["n2"], d.in["n3"], d.out["n1"], d.out["n2"], d.out["n3"], n1.takenUp(t), n2.takenUp(t), n3.takenUp(t))
 				for _, f := range failures {
 					t.Errorf("%s: %s", st.name, f)
 				}
