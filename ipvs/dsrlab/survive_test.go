@@ -5,6 +5,7 @@ package dsrlab
 import (
 	"net"
 	"net/netip"
+	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -59,18 +60,8 @@ func TestDSRFlowsSurviveECMPChanges(t *testing.T) {
 			if mss := clientMSS(t, flows[0].conn); mss > wantMSS {
 				t.Errorf("client MSS %d, want at most %d (clamped for %s)", mss, wantMSS, enc)
 			}
-			stages := []struct {
-				name  string
-				nodes []*node
-			}{
-				{"start n1,n2", []*node{n1, n2}},
-				{"n3 joins", []*node{n1, n2, n3}},
-				{"n2 leaves", []*node{n1, n3}},
-				{"n1 leaves", []*node{n3}},
-				{"n1,n2 back", []*node{n1, n2, n3}},
-			}
 			prev := tp.readCounters(t)
-			for _, st := range stages {
+			for _, st := range tp.ecmpStages() {
 				tp.setECMP(t, st.nodes...)
 				ok, perPod, failures := round(t, flows, bodySize)
 				now := tp.readCounters(t)
@@ -130,17 +121,23 @@ func TestDSRWithoutSloppyTCPBreaksMovedFlows(t *testing.T) {
 // SYN-ACK allowed.
 func clientMSS(t *testing.T, c net.Conn) int {
 	t.Helper()
-	raw, err := c.(*net.TCPConn).SyscallConn()
+	return sockoptInt(t, c.(*net.TCPConn), unix.IPPROTO_TCP, unix.TCP_MAXSEG)
+}
+
+// sockoptInt reads an integer socket option.
+func sockoptInt(t *testing.T, c syscall.Conn, level, opt int) int {
+	t.Helper()
+	raw, err := c.SyscallConn()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var mss int
+	var v int
 	var serr error
-	if err := raw.Control(func(fd uintptr) { mss, serr = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_MAXSEG) }); err != nil {
+	if err := raw.Control(func(fd uintptr) { v, serr = unix.GetsockoptInt(int(fd), level, opt) }); err != nil {
 		t.Fatal(err)
 	}
 	if serr != nil {
 		t.Fatal(serr)
 	}
-	return mss
+	return v
 }

@@ -306,6 +306,25 @@ func (tp *topology) setECMP(t *testing.T, nodes ...*node) {
 	})
 }
 
+// ecmpStage is an ECMP set the router's route goes through.
+type ecmpStage struct {
+	name  string
+	nodes []*node
+}
+
+// ecmpStages are the changes the survival tests make: n3, which holds no
+// endpoint, joins; n2 leaves; n1 leaves; n1 and n2 come back.
+func (tp *topology) ecmpStages() []ecmpStage {
+	n1, n2, n3 := tp.nodes[0], tp.nodes[1], tp.nodes[2]
+	return []ecmpStage{
+		{"start n1,n2", []*node{n1, n2}},
+		{"n3 joins", []*node{n1, n2, n3}},
+		{"n2 leaves", []*node{n1, n3}},
+		{"n1 leaves", []*node{n3}},
+		{"n1,n2 back", []*node{n1, n2, n3}},
+	}
+}
+
 // names lists nodes' names, for logs.
 func names(nodes []*node) string {
 	var s []string

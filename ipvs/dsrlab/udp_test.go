@@ -141,16 +141,7 @@ func TestDSRUDP(t *testing.T) {
 	tp.setECMP(t, n1, n2)
 	flows := tp.dialUDP(t, udpFlowsN, false)
 	prev := tp.readCounters(t)
-	for _, st := range []struct {
-		name  string
-		nodes []*node
-	}{
-		{"start n1,n2", []*node{n1, n2}},
-		{"n3 joins", []*node{n1, n2, n3}},
-		{"n2 leaves", []*node{n1, n3}},
-		{"n1 leaves", []*node{n3}},
-		{"n1,n2 back", []*node{n1, n2, n3}},
-	} {
+	for _, st := range tp.ecmpStages() {
 		tp.setECMP(t, st.nodes...)
 		ok, perPod, failures := udpRound(flows, 100)
 		now := tp.readCounters(t)
@@ -197,17 +188,5 @@ func TestDSRUDP(t *testing.T) {
 // pathMTU is a connected socket's path MTU (IP_MTU).
 func pathMTU(t *testing.T, c *net.UDPConn) int {
 	t.Helper()
-	raw, err := c.SyscallConn()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mtu int
-	var serr error
-	if err := raw.Control(func(fd uintptr) { mtu, serr = unix.GetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_MTU) }); err != nil {
-		t.Fatal(err)
-	}
-	if serr != nil {
-		t.Fatal(serr)
-	}
-	return mtu
+	return sockoptInt(t, c, unix.IPPROTO_IP, unix.IP_MTU)
 }
