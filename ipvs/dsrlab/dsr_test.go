@@ -27,12 +27,13 @@ const (
 	linkMTU = 1500
 )
 
-// The frontends: the same address and port over TCP and UDP, and TCP
-// over IPv6.
+// The frontends: the same address and port over TCP and UDP, on IPv4 and
+// IPv6.
 var (
-	frontend    = model.VirtualServiceKey{Addr: vip, Port: vipPort, Protocol: model.TCP}
-	udpFrontend = model.VirtualServiceKey{Addr: vip, Port: vipPort, Protocol: model.UDP}
-	frontend6   = model.VirtualServiceKey{Addr: vip6, Port: vipPort, Protocol: model.TCP}
+	frontend     = model.VirtualServiceKey{Addr: vip, Port: vipPort, Protocol: model.TCP}
+	udpFrontend  = model.VirtualServiceKey{Addr: vip, Port: vipPort, Protocol: model.UDP}
+	frontend6    = model.VirtualServiceKey{Addr: vip6, Port: vipPort, Protocol: model.TCP}
+	udpFrontend6 = model.VirtualServiceKey{Addr: vip6, Port: vipPort, Protocol: model.UDP}
 )
 
 // programDSR plans every node's dsr side (planDSR), then gives each
@@ -122,7 +123,7 @@ func (tp *topology) planDSR(t *testing.T, enc model.Encapsulation, live []*node)
 // (plan.DSR refuses GUE over IPv6).
 func (tp *topology) frontends(enc model.Encapsulation) []model.VirtualServiceKey {
 	if enc == model.IPIP {
-		return []model.VirtualServiceKey{frontend, udpFrontend, frontend6}
+		return []model.VirtualServiceKey{frontend, udpFrontend, frontend6, udpFrontend6}
 	}
 	return []model.VirtualServiceKey{frontend, udpFrontend}
 }

@@ -255,7 +255,7 @@ func serve(t *testing.T, p *pod) {
 	var pc *net.UDPConn
 	do(t, p.ns, func() error {
 		var err error
-		pc, err = net.ListenUDP("udp4", &net.UDPAddr{Port: podPort})
+		pc, err = net.ListenUDP("udp", &net.UDPAddr{Port: podPort})
 		return err
 	})
 	t.Cleanup(func() { pc.Close() })
@@ -266,7 +266,9 @@ func serve(t *testing.T, p *pod) {
 			if err != nil {
 				return
 			}
-			pc.WriteToUDPAddrPort([]byte(fmt.Sprintf("%s %s %d", p.name, from, n)), from)
+			// The socket is dual-stack: IPv4 clients come as mapped.
+			seen := netip.AddrPortFrom(from.Addr().Unmap(), from.Port())
+			pc.WriteToUDPAddrPort([]byte(fmt.Sprintf("%s %s %d", p.name, seen, n)), from)
 		}
 	}()
 	srv := &http.Server{
