@@ -123,7 +123,7 @@ func (tp *topology) planDSR(t *testing.T, enc model.Encapsulation, live []*node)
 // (plan.DSR refuses GUE over IPv6).
 func (tp *topology) frontends(enc model.Encapsulation) []model.VirtualServiceKey {
 	if enc == model.IPIP {
-		return []model.VirtualServiceKey{frontend, udpFrontend, frontend6, udpFrontend6}
+		return []model.VirtualServiceKey{frontend, udpFrontend, frontend6, udpFrontend6, sctpFrontend}
 	}
 	return []model.VirtualServiceKey{frontend, udpFrontend}
 }
