@@ -327,6 +327,30 @@ func (tp *topology) ecmpStages() []ecmpStage {
 	}
 }
 
+// throughStages moves the router's route through ecmpStages; after each
+// change round sends once on every flow (total of them): every failure
+// is an error, and so is any packet from the VIP through n3, which
+// serves nothing. It logs each stage's counts under label.
+func (tp *topology) throughStages(t *testing.T, label string, total int, round func() (ok int, perPod map[string]int, failures []string)) {
+	t.Helper()
+	prev := tp.readCounters(t)
+	for _, st := range tp.ecmpStages() {
+		tp.setECMP(t, st.nodes...)
+		ok, perPod, failures := round()
+		now := tp.readCounters(t)
+		d := now.minus(prev)
+		prev = now
+		t.Logf("%s stage=%q ecmp=%s kept=%d/%d per-pod=%v to-vip n1=%d n2=%d n3=%d from-vip n1=%d n2=%d n3=%d",
+			label, st.name, names(st.nodes), ok, total, perPod, d.in["n1"], d.in["n2"], d.in["n3"], d.out["n1"], d.out["n2"], d.out["n3"])
+		for _, f := range failures {
+			t.Errorf("%s: %s", st.name, f)
+		}
+		if d.out["n3"] != 0 {
+			t.Errorf("%s: %d packets from the VIP left through n3, which serves nothing", st.name, d.out["n3"])
+		}
+	}
+}
+
 // names lists nodes' names, for logs.
 func names(nodes []*node) string {
 	var s []string

@@ -158,22 +158,7 @@ func TestDSRUDP(t *testing.T) {
 	n1, n2, n3 := tp.nodes[0], tp.nodes[1], tp.nodes[2]
 	tp.setECMP(t, n1, n2)
 	flows := slices.Concat(tp.dialUDP(t, udpFlowsN, false), tp.dialUDPTo(t, vip6, udpFlowsN/2, false))
-	prev := tp.readCounters(t)
-	for _, st := range tp.ecmpStages() {
-		tp.setECMP(t, st.nodes...)
-		ok, perPod, failures := udpRound(flows, 100)
-		now := tp.readCounters(t)
-		d := now.minus(prev)
-		prev = now
-		t.Logf("dsr-udp-flows-kept stage=%q ecmp=%s kept=%d/%d per-pod=%v to-vip n1=%d n2=%d n3=%d from-vip n1=%d n2=%d n3=%d",
-			st.name, names(st.nodes), ok, len(flows), perPod, d.in["n1"], d.in["n2"], d.in["n3"], d.out["n1"], d.out["n2"], d.out["n3"])
-		for _, f := range failures {
-			t.Errorf("%s: %s", st.name, f)
-		}
-		if d.out["n3"] != 0 {
-			t.Errorf("%s: %d packets from the VIP left through n3, which serves nothing", st.name, d.out["n3"])
-		}
-	}
+	tp.throughStages(t, "dsr-udp-flows-kept", len(flows), func() (int, map[string]int, []string) { return udpRound(flows, 100) })
 
 	tp.setECMP(t, n3)
 	ok, _, failures := udpRound(flows[:udpFlowsN], fragSize)
