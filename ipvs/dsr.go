@@ -180,7 +180,9 @@ func splitDSROps(ops []Op) (before, after []Op) {
 }
 
 // DSRFirewall programs the dsr nftables table (DSRTableName) for a plan,
-// replacing whatever it held; an empty plan removes it.
+// replacing whatever it held; a plan without frontends removes it,
+// unless it is over GUE: the table then stays, holding only the record of
+// the FOU port that Apply keeps open, for --cleanup.
 type DSRFirewall interface {
 	SetDSR(model.DSRPlan) error
 }

@@ -53,7 +53,7 @@ func (n *NFTDSR) SetDSR(p model.DSRPlan) error {
 	// was there, in the same transaction as its new content.
 	c.AddTable(table)
 	c.DelTable(table)
-	if len(p.Frontends) == 0 {
+	if len(p.Frontends) == 0 && p.Encapsulation != model.GUE {
 		if err := c.Flush(); err != nil {
 			return fmt.Errorf("nftables: remove table %s: %w", DSRTableName, err)
 		}
@@ -303,10 +303,11 @@ func (n *NetlinkDSRTunnels) EnsureFallback(addr netip.Addr) error {
 const fouVersion = 1
 
 // EnsureGUE opens the port with FOU's generic netlink family, in the
-// calling thread's namespace. It leaves out FOU_ATTR_IPPROTO, which GUE
-// does not take: vishvananda/netlink's FouAdd sends it (as 0) and the
-// 6.1 kernel refuses that with ERANGE, where iproute2 succeeds (seen in
-// the lab).
+// calling thread's namespace, unless FOU has it open already (a second
+// FOU_CMD_ADD fails with EADDRINUSE, seen in the lab). It leaves out
+// FOU_ATTR_IPPROTO, which GUE does not take: vishvananda/netlink's FouAdd
+// sends it (as 0) and the 6.1 kernel refuses that with ERANGE, where
+// iproute2 succeeds (seen in the lab).
 func (n *NetlinkDSRTunnels) EnsureGUE(port uint16) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -319,20 +320,36 @@ func (n *NetlinkDSRTunnels) EnsureGUE(port uint16) error {
 	if err != nil {
 		return fmt.Errorf("GUE port %d: find the fou family (is the fou module loaded?): %w", port, err)
 	}
-	ae := mdnetlink.NewAttributeEncoder()
-	ae.Bytes(netlink.FOU_ATTR_PORT, binaryutil.BigEndian.PutUint16(port))
-	ae.Uint8(netlink.FOU_ATTR_AF, unix.AF_INET)
-	ae.Uint8(netlink.FOU_ATTR_TYPE, netlink.FOU_ENCAP_GUE)
-	data, err := ae.Encode()
+	get, err := fouMessage(netlink.FOU_CMD_GET, port, false)
 	if err != nil {
-		return fmt.Errorf("GUE port %d: %w", port, err)
+		return err
 	}
-	msg := genetlink.Message{Header: genetlink.Header{Command: netlink.FOU_CMD_ADD, Version: fouVersion}, Data: data}
-	_, err = c.Execute(msg, fam.ID, mdnetlink.Request|mdnetlink.Acknowledge)
-	if err != nil && !errors.Is(err, unix.EEXIST) {
+	if _, err := c.Execute(get, fam.ID, mdnetlink.Request); err == nil {
+		return nil // open (fou_nl_cmd_get_port answers ESRCH otherwise)
+	}
+	add, err := fouMessage(netlink.FOU_CMD_ADD, port, true)
+	if err != nil {
+		return err
+	}
+	if _, err := c.Execute(add, fam.ID, mdnetlink.Request|mdnetlink.Acknowledge); err != nil {
 		return fmt.Errorf("open GUE port %d: %w", port, err)
 	}
 	return nil
+}
+
+// fouMessage is a FOU command about an IPv4 port (of type GUE, with gue).
+func fouMessage(cmd uint8, port uint16, gue bool) (genetlink.Message, error) {
+	ae := mdnetlink.NewAttributeEncoder()
+	ae.Bytes(netlink.FOU_ATTR_PORT, binaryutil.BigEndian.PutUint16(port))
+	ae.Uint8(netlink.FOU_ATTR_AF, unix.AF_INET)
+	if gue {
+		ae.Uint8(netlink.FOU_ATTR_TYPE, netlink.FOU_ENCAP_GUE)
+	}
+	data, err := ae.Encode()
+	if err != nil {
+		return genetlink.Message{}, fmt.Errorf("GUE port %d: %w", port, err)
+	}
+	return genetlink.Message{Header: genetlink.Header{Command: cmd, Version: fouVersion}, Data: data}, nil
 }
 
 // dsrGUEPortSet is the set of the dsr table that records the GUE port.
@@ -396,14 +413,10 @@ func CloseGUEPort(port uint16) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("GUE port %d: find the fou family: %w", port, err)
 	}
-	ae := mdnetlink.NewAttributeEncoder()
-	ae.Bytes(netlink.FOU_ATTR_PORT, binaryutil.BigEndian.PutUint16(port))
-	ae.Uint8(netlink.FOU_ATTR_AF, unix.AF_INET)
-	data, err := ae.Encode()
+	msg, err := fouMessage(netlink.FOU_CMD_DEL, port, false)
 	if err != nil {
-		return false, fmt.Errorf("GUE port %d: %w", port, err)
+		return false, err
 	}
-	msg := genetlink.Message{Header: genetlink.Header{Command: netlink.FOU_CMD_DEL, Version: fouVersion}, Data: data}
 	_, err = c.Execute(msg, fam.ID, mdnetlink.Request|mdnetlink.Acknowledge)
 	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EINVAL) {
 		return false, nil // fou_destroy's answer for a port not open

@@ -87,13 +87,19 @@ func readDSRState() (dsrState, error) {
 // side with the rest: on n3, an ingress-only node, the peers' firewall-mark
 // services, switchyard-dsr, inet switchyard-dsr and the FOU port; on n1,
 // a backend node, its own virtual services and switchyard0 too (the lab's
-// Dataplane runs without a firewall: TestCleanup covers inet switchyard).
-// A second run removes nothing.
+// Dataplane runs without a firewall: TestCleanup covers inet switchyard);
+// on n2, whose last plan has no frontend, the FOU port through the record
+// the table keeps. A second run removes nothing.
 func TestDSRCleanup(t *testing.T) {
 	requireGuest(t)
 	tp := newTopology(t)
 	tp.programDSR(t, model.GUE)
-	n1, n3 := tp.nodes[0], tp.nodes[2]
+	n1, n2, n3 := tp.nodes[0], tp.nodes[1], tp.nodes[2]
+	// n2's last plan has no frontend left: its peers' services and
+	// addresses go, the table stays with the GUE port's record.
+	do(t, n2.ns, func() error {
+		return applyDSR(model.DSRPlan{Addr: n2.addr, Encapsulation: model.GUE, GUEPort: guePort, Seed: seed})
+	})
 	for _, tc := range []struct {
 		node   *node
 		before dsrState
@@ -102,6 +108,7 @@ func TestDSRCleanup(t *testing.T) {
 		{n1, dsrState{DSRServices: 1, OtherServices: 2, Links: []string{cleanup.SwitchyardDummy, cleanup.DSRDummy},
 			Tables: []string{"switchyard-dsr"}, GUEPortOpen: true}},
 		{n3, dsrState{DSRServices: 2, Links: []string{cleanup.DSRDummy}, Tables: []string{"switchyard-dsr"}, GUEPortOpen: true}},
+		{n2, dsrState{OtherServices: 2, Links: []string{cleanup.SwitchyardDummy, cleanup.DSRDummy}, Tables: []string{"switchyard-dsr"}, GUEPortOpen: true}},
 	} {
 		do(t, tc.node.ns, func() error {
 			before, err := readDSRState()
