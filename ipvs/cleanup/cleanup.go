@@ -215,7 +215,8 @@ func KubeProxy(ctx context.Context, h Host) (Report, error) {
 
 // kubeProxyIPVS deletes the IPVS services kube-proxy's IPVS mode made:
 // those on kube-ipvs0's addresses and the NodePorts on the node's other
-// addresses, but never one Switchyard owns.
+// addresses, but never one Switchyard owns (on switchyard0's or
+// switchyard-dsr's addresses, or recorded).
 func kubeProxyIPVS(h Host, r *Report) error {
 	kube, err := h.Links.Addrs(KubeProxyDummy)
 	if err != nil {
@@ -229,6 +230,11 @@ func kubeProxyIPVS(h Host, r *Report) error {
 	if err != nil {
 		return fmt.Errorf("cleanup: addresses of %s: %w", SwitchyardDummy, err)
 	}
+	dsr, err := h.Links.Addrs(DSRDummy)
+	if err != nil {
+		return fmt.Errorf("cleanup: addresses of %s: %w", DSRDummy, err)
+	}
+	ours = append(ours, dsr...)
 	owned, err := h.Tables.Owned()
 	if err != nil {
 		return fmt.Errorf("cleanup: owned services: %w", err)

@@ -492,3 +492,21 @@ func TestSwitchyardDSR(t *testing.T) {
 		})
 	}
 }
+
+// TestKubeProxyKeepsDSRFrontends: a service on an address of
+// switchyard-dsr is Switchyard's, even in the NodePort range on a local
+// address, and --cleanup-kube-proxy leaves it.
+func TestKubeProxyKeepsDSRFrontends(t *testing.T) {
+	h, k, l, _ := node(t)
+	frontend := key("192.0.2.10", 30100)
+	if err := k.AddService(ipvs.Service{VirtualServiceKey: frontend, Scheduler: "rr"}); err != nil {
+		t.Fatal(err)
+	}
+	l.links[DSRDummy] = addrs("192.0.2.10")
+	if _, err := KubeProxy(t.Context(), h); err != nil {
+		t.Logf("KubeProxy: %v (the tools are missing)", err)
+	}
+	if !slices.Contains(services(t, k), frontend) {
+		t.Errorf("--cleanup-kube-proxy deleted %v, a dsr frontend on %s", frontend, DSRDummy)
+	}
+}
