@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 
 	"github.com/switchyard-lb/switchyard/core/model"
 )
@@ -27,6 +28,11 @@ import (
 //     local endpoints (the Dataplane's, from the plan's Local frontend):
 //     NAT to the endpoint with the client's address kept, and the reply
 //     goes straight back from the frontend's address;
+//   - ICMP errors to a frontend quoting one of its replies (destination
+//     unreachable, "fragmentation needed" among them, and time exceeded)
+//     are marked by the quoted reply's destination address and port, the
+//     flow's source, hashed as the flow is: they reach the node serving
+//     the flow, whose IPVS hands them to the endpoint;
 //   - TCP's MSS is clamped on SYN-ACKs leaving from a frontend, so that
 //     the client's segments fit once encapsulated.
 
@@ -40,6 +46,9 @@ const (
 	// packets (and GUE's, once the FOU port has stripped GUE) to any
 	// local address.
 	FallbackTunnel = "tunl0"
+	// FallbackTunnel6 is ip6_tunnel's fallback device: it decapsulates
+	// ip6ip6 packets to any local IPv6 address.
+	FallbackTunnel6 = "ip6tnl0"
 )
 
 // IsDSRMark reports whether a firewall mark is a dsr peer's
@@ -62,6 +71,10 @@ func DSRDesired(p model.DSRPlan) (Desired, error) {
 	default:
 		return Desired{}, fmt.Errorf("ipvs: dsr: unknown encapsulation %v", p.Encapsulation)
 	}
+	v6 := slices.ContainsFunc(p.Frontends, func(f model.DSRFrontend) bool { return f.Addr.Is6() })
+	if v6 && !p.Addr6.Is6() {
+		return Desired{}, fmt.Errorf("ipvs: dsr: IPv6 frontends and no IPv6 node address")
+	}
 	for _, peer := range p.Peers {
 		if !IsDSRMark(peer.Mark) {
 			return Desired{}, fmt.Errorf("ipvs: dsr: peer %s: mark %#x is not a dsr mark", peer.Name, peer.Mark)
@@ -77,6 +90,20 @@ func DSRDesired(p model.DSRPlan) (Desired, error) {
 			return Desired{}, fmt.Errorf("ipvs: dsr: peer %s: %w", peer.Name, err)
 		}
 		want.Services[k] = DesiredService{Service: s, Destinations: []Destination{d}}
+		if !v6 {
+			continue
+		}
+		if !peer.Addr6.Is6() {
+			return Desired{}, fmt.Errorf("ipvs: dsr: peer %s: IPv6 frontends and no IPv6 address", peer.Name)
+		}
+		// The same mark's IPv6 service (IPVS keys firewall-mark services
+		// by family too): ip6ip6 to the peer's IPv6 address.
+		k6 := MarkKey(peer.Mark, true)
+		d6 := Destination{DestinationKey: DestinationKey{Addr: peer.Addr6}, Weight: 1, Tunnel: tunnel}
+		if err := ValidateDestination(k6, d6); err != nil {
+			return Desired{}, fmt.Errorf("ipvs: dsr: peer %s: %w", peer.Name, err)
+		}
+		want.Services[k6] = DesiredService{Service: Service{VirtualServiceKey: k6, Scheduler: "rr"}, Destinations: []Destination{d6}}
 	}
 	for _, f := range p.Frontends {
 		want.Addrs[f.Addr] = true
@@ -108,6 +135,16 @@ func DSRState(services map[model.VirtualServiceKey]Entry, addrs []netip.Addr) St
 //     SCTP packet that opens no connection (a mid-flow packet an ECMP
 //     change brought to this node) instead of passing it to the local
 //     stack, which would reset the flow;
+//   - vs/schedule_icmp, so that IPVS forwards an ICMP error about a
+//     reply (to the frontend, the reply quoted in it) that reaches a node
+//     holding no connection for the flow: the dsr table marks it by the
+//     quoted reply's destination, which is the flow's source, so it goes
+//     to the flow's node like the flow's own packets;
+//   - vs/expire_nodest_conn, so that a connection cached towards a peer
+//     whose service is gone (a node that died or left the tables) is
+//     dropped at its next packet and the flow rescheduled through the
+//     new table at its retransmission, instead of being dropped until
+//     it times out (as the Dataplane sets it, for nodes without one);
 //   - rp_filter 2 (loose) on FallbackTunnel: a decapsulated packet comes
 //     from a client this node routes through another link, which strict
 //     mode drops. The kernel uses the larger of conf/all and the
@@ -119,6 +156,8 @@ func DSRSysctlSettings() []SysctlSetting {
 	return []SysctlSetting{
 		{Name: "net/ipv4/vs/sloppy_tcp", Value: "1"},
 		{Name: "net/ipv4/vs/sloppy_sctp", Value: "1"},
+		{Name: "net/ipv4/vs/schedule_icmp", Value: "1"},
+		{Name: "net/ipv4/vs/expire_nodest_conn", Value: "1"},
 		{Name: "net/ipv4/conf/" + FallbackTunnel + "/rp_filter", Value: "2"},
 	}
 }
@@ -141,7 +180,9 @@ func splitDSROps(ops []Op) (before, after []Op) {
 }
 
 // DSRFirewall programs the dsr nftables table (DSRTableName) for a plan,
-// replacing whatever it held; an empty plan removes it.
+// replacing whatever it held; a plan without frontends removes it,
+// unless it is over GUE: the table then stays, holding only the record of
+// the FOU port that Apply keeps open, for --cleanup.
 type DSRFirewall interface {
 	SetDSR(model.DSRPlan) error
 }
@@ -151,7 +192,8 @@ type DSRFirewall interface {
 type DSRTunnels interface {
 	// EnsureFallback binds addr (this node's, as a /32) to FallbackTunnel
 	// and sets it up; it fails when the ipip module is not loaded (no
-	// fallback device).
+	// fallback device). For an IPv6 addr it sets FallbackTunnel6 up
+	// instead (ip6_tunnel's; IPv6 has no reverse-path filter to satisfy).
 	EnsureFallback(addr netip.Addr) error
 	// EnsureGUE opens a FOU port receiving GUE; an open one is kept.
 	EnsureGUE(port uint16) error
@@ -193,6 +235,11 @@ func (d *DSR) Apply(p model.DSRPlan) error {
 	}
 	if err := d.cfg.Tunnels.EnsureFallback(p.Addr); err != nil {
 		return fmt.Errorf("ipvs: dsr: %w", err)
+	}
+	if p.Addr6.IsValid() {
+		if err := d.cfg.Tunnels.EnsureFallback(p.Addr6); err != nil {
+			return fmt.Errorf("ipvs: dsr: %w", err)
+		}
 	}
 	if p.Encapsulation == model.GUE {
 		if err := d.cfg.Tunnels.EnsureGUE(p.GUEPort); err != nil {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
+	"slices"
 	"sync"
 
 	"github.com/google/nftables"
@@ -26,12 +28,10 @@ type NFTDSR struct {
 
 var _ DSRFirewall = (*NFTDSR)(nil)
 
-// The registers the rules use: NFT_REG32_00 and the one after it hold
-// the flow hash's input (source address, then source port).
-const (
-	regHashIn  = 8
-	regHashIn2 = 9
-)
+// regHashIn is the register (NFT_REG32_00) where the flow hash's input
+// starts: the source address (4 or 16 bytes), then the source port in
+// the register after it.
+const regHashIn = 8
 
 // SetDSR replaces the table in one transaction: prerouting marks each
 // frontend's packets by their Maglev slot, except those out of
@@ -53,13 +53,20 @@ func (n *NFTDSR) SetDSR(p model.DSRPlan) error {
 	// was there, in the same transaction as its new content.
 	c.AddTable(table)
 	c.DelTable(table)
-	if len(p.Frontends) == 0 {
+	if len(p.Frontends) == 0 && p.Encapsulation != model.GUE {
 		if err := c.Flush(); err != nil {
 			return fmt.Errorf("nftables: remove table %s: %w", DSRTableName, err)
 		}
 		return nil
 	}
 	c.AddTable(table)
+	if p.Encapsulation == model.GUE {
+		// The record --cleanup reads to close the FOU port (ReadDSRRecord).
+		set := &nftables.Set{Table: table, Name: dsrGUEPortSet, KeyType: nftables.TypeInetService}
+		if err := c.AddSet(set, []nftables.SetElement{{Key: binaryutil.BigEndian.PutUint16(p.GUEPort)}}); err != nil {
+			return fmt.Errorf("nftables: set %s: %w", set.Name, err)
+		}
+	}
 	accept := nftables.ChainPolicyAccept
 	pre := c.AddChain(&nftables.Chain{
 		Name: "prerouting", Table: table, Type: nftables.ChainTypeFilter,
@@ -69,11 +76,13 @@ func (n *NFTDSR) SetDSR(p model.DSRPlan) error {
 		Name: "postrouting", Table: table, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityMangle, Policy: &accept,
 	})
-	tunnel := ifname(FallbackTunnel)
 	for i, f := range p.Frontends {
-		frontend := frontendMatch(f.VirtualServiceKey, false)
-		if p.MSS > 0 && f.Protocol == model.TCP {
-			c.AddRule(&nftables.Rule{Table: table, Chain: post, Exprs: clampMSS(f.VirtualServiceKey, p.MSS)})
+		mss := p.MSS
+		if f.Addr.Is6() {
+			mss = p.MSS6
+		}
+		if mss > 0 && f.Protocol == model.TCP {
+			c.AddRule(&nftables.Rule{Table: table, Chain: post, Exprs: clampMSS(f.VirtualServiceKey, mss)})
 		}
 		slots, marks := dsrFrontendSlots(f)
 		if len(slots) == 0 {
@@ -90,19 +99,23 @@ func (n *NFTDSR) SetDSR(p model.DSRPlan) error {
 		if err := c.AddSet(set, els); err != nil {
 			return fmt.Errorf("nftables: set %s: %w", set.Name, err)
 		}
-		exprs := append([]expr.Any{
-			&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
-			&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: tunnel},
-		}, frontend...)
-		exprs = append(exprs,
-			// jhash ip saddr . th sport mod size seed seed
-			&expr.Payload{DestRegister: regHashIn, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
-			&expr.Payload{DestRegister: regHashIn2, Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 2},
-			&expr.Hash{SourceRegister: regHashIn, DestRegister: 1, Length: 8, Modulus: uint32(len(f.Slots)), Seed: p.Seed, Type: expr.HashTypeJenkins},
-			&expr.Lookup{SourceRegister: 1, DestRegister: 1, IsDestRegSet: true, SetName: set.Name, SetID: set.ID},
-			&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: 1},
-		)
+		// jhash ip saddr . th sport mod size seed seed
+		srcOff, addrLen := uint32(12), uint32(4)
+		if f.Addr.Is6() {
+			srcOff, addrLen = 8, 16
+		}
+		exprs := slices.Concat(notFromTunnels(), frontendMatch(f.VirtualServiceKey, false), slotMark(
+			&expr.Payload{DestRegister: regHashIn, Base: expr.PayloadBaseNetworkHeader, Offset: srcOff, Len: addrLen},
+			&expr.Payload{DestRegister: regHashIn + addrLen/4, Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 2},
+			addrLen, len(f.Slots), p.Seed, set))
 		c.AddRule(&nftables.Rule{Table: table, Chain: pre, Exprs: exprs})
+		types := []byte{icmpDestUnreach, icmpTimeExceeded}
+		if f.Addr.Is6() {
+			types = []byte{icmp6DestUnreach, icmp6PacketTooBig, icmp6TimeExceeded}
+		}
+		for _, typ := range types {
+			c.AddRule(&nftables.Rule{Table: table, Chain: pre, Exprs: icmpErrorSlot(f.VirtualServiceKey, typ, len(f.Slots), p.Seed, set)})
+		}
 	}
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("nftables: write table %s: %w", DSRTableName, err)
@@ -110,19 +123,100 @@ func (n *NFTDSR) SetDSR(p model.DSRPlan) error {
 	return nil
 }
 
-// frontendMatch matches an IPv4 packet to (reply: from) the frontend's
-// address, protocol and port.
-func frontendMatch(k model.VirtualServiceKey, reply bool) []expr.Any {
-	addrOff, portOff := uint32(16), uint32(2)
-	if reply {
-		addrOff, portOff = 12, 0
+// ICMP error types the dsr table forwards.
+const (
+	icmpDestUnreach   = 3
+	icmpTimeExceeded  = 11
+	icmp6DestUnreach  = 1
+	icmp6PacketTooBig = 2
+	icmp6TimeExceeded = 3
+)
+
+// notFromTunnels matches a packet that did not come out of a fallback
+// tunnel: a decapsulated packet is served here, never forwarded again.
+func notFromTunnels() []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: ifname(FallbackTunnel)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: ifname(FallbackTunnel6)},
 	}
-	a := k.Addr.As4()
+}
+
+// slotMark hashes what addr (an address of addrLen bytes, into
+// regHashIn) and port (2 bytes, into the register after it) load, looks
+// the slot up in set and sets the packet's mark to it: jhash mod size
+// seed seed, as every node does.
+func slotMark(addr, port *expr.Payload, addrLen uint32, size int, seed uint32, set *nftables.Set) []expr.Any {
+	return []expr.Any{
+		addr, port,
+		&expr.Hash{SourceRegister: regHashIn, DestRegister: 1, Length: addrLen + 4, Modulus: uint32(size), Seed: seed, Type: expr.HashTypeJenkins},
+		&expr.Lookup{SourceRegister: 1, DestRegister: 1, IsDestRegSet: true, SetName: set.Name, SetID: set.ID},
+		&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: 1},
+	}
+}
+
+// icmpErrorSlot marks an ICMP (ICMPv6) error of type typ to the
+// frontend, not out of a tunnel, that quotes a reply of the frontend (an
+// IPv4 header without options, or an IPv6 header without extension
+// headers, then the transport header: source the frontend's address and
+// port, protocol the frontend's) with the slot of the quoted reply's
+// destination address and port, which are the flow's source: the hash's
+// input is the same as the flow's packets', so the error goes where the
+// flow goes. The quote starts 8 bytes into the ICMP header.
+func icmpErrorSlot(k model.VirtualServiceKey, typ byte, size int, seed uint32, set *nftables.Set) []expr.Any {
+	const quote = 8
+	a := k.Addr.AsSlice()
+	nfproto, l4, dstOff := byte(unix.NFPROTO_IPV4), byte(unix.IPPROTO_ICMP), uint32(16)
+	// The quoted header: its first byte (version, and IHL 5 for IPv4),
+	// where its protocol, source and destination are, its length.
+	first, firstMask, protoOff, srcOff, qDstOff, qLen := byte(0x45), byte(0xff), uint32(9), uint32(12), uint32(16), uint32(20)
+	if k.Addr.Is6() {
+		nfproto, l4, dstOff = unix.NFPROTO_IPV6, unix.IPPROTO_ICMPV6, 24
+		first, firstMask, protoOff, srcOff, qDstOff, qLen = 0x60, 0xf0, 6, 8, 24, 40
+	}
+	addrLen := uint32(len(a))
+	exprs := slices.Concat(notFromTunnels(), []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{nfproto}},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: dstOff, Len: addrLen},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: a},
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{l4}},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{typ}},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: quote, Len: 1},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 1, Mask: []byte{firstMask}, Xor: []byte{0}},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{first}},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: quote + protoOff, Len: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{ipProto(k.Protocol)}},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: quote + srcOff, Len: addrLen},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: a},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: quote + qLen, Len: 2},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(k.Port)},
+	})
+	return append(exprs, slotMark(
+		&expr.Payload{DestRegister: regHashIn, Base: expr.PayloadBaseTransportHeader, Offset: quote + qDstOff, Len: addrLen},
+		&expr.Payload{DestRegister: regHashIn + addrLen/4, Base: expr.PayloadBaseTransportHeader, Offset: quote + qLen + 2, Len: 2},
+		addrLen, size, seed, set)...)
+}
+
+// frontendMatch matches an IPv4 or IPv6 packet to (reply: from) the
+// frontend's address, protocol and port.
+func frontendMatch(k model.VirtualServiceKey, reply bool) []expr.Any {
+	nfproto, addrOff, portOff := byte(unix.NFPROTO_IPV4), uint32(16), uint32(2)
+	if k.Addr.Is6() {
+		nfproto, addrOff = unix.NFPROTO_IPV6, 24
+	}
+	if reply {
+		addrOff -= uint32(len(k.Addr.AsSlice()))
+		portOff = 0
+	}
+	a := k.Addr.AsSlice()
 	return []expr.Any{
 		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}},
-		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: addrOff, Len: 4},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: a[:]},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{nfproto}},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: addrOff, Len: uint32(len(a))},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: a},
 		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{ipProto(k.Protocol)}},
 		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: portOff, Len: 2},
@@ -175,6 +269,19 @@ func (n *NetlinkDSRTunnels) Close() error {
 func (n *NetlinkDSRTunnels) EnsureFallback(addr netip.Addr) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if addr.Is6() {
+		link, err := n.h.LinkByName(FallbackTunnel6)
+		if err != nil {
+			return fmt.Errorf("find %s (is the ip6_tunnel module loaded?): %w", FallbackTunnel6, dumpErr(err))
+		}
+		if link.Attrs().Flags&unix.IFF_UP != 0 {
+			return nil
+		}
+		if err := n.h.LinkSetUp(link); err != nil {
+			return fmt.Errorf("set %s up: %w", FallbackTunnel6, err)
+		}
+		return nil
+	}
 	link, err := n.h.LinkByName(FallbackTunnel)
 	if err != nil {
 		return fmt.Errorf("find %s (is the ipip module loaded?): %w", FallbackTunnel, dumpErr(err))
@@ -196,10 +303,11 @@ func (n *NetlinkDSRTunnels) EnsureFallback(addr netip.Addr) error {
 const fouVersion = 1
 
 // EnsureGUE opens the port with FOU's generic netlink family, in the
-// calling thread's namespace. It leaves out FOU_ATTR_IPPROTO, which GUE
-// does not take: vishvananda/netlink's FouAdd sends it (as 0) and the
-// 6.1 kernel refuses that with ERANGE, where iproute2 succeeds (seen in
-// the lab).
+// calling thread's namespace, unless FOU has it open already (a second
+// FOU_CMD_ADD fails with EADDRINUSE, seen in the lab). It leaves out
+// FOU_ATTR_IPPROTO, which GUE does not take: vishvananda/netlink's FouAdd
+// sends it (as 0) and the 6.1 kernel refuses that with ERANGE, where
+// iproute2 succeeds (seen in the lab).
 func (n *NetlinkDSRTunnels) EnsureGUE(port uint16) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -212,20 +320,111 @@ func (n *NetlinkDSRTunnels) EnsureGUE(port uint16) error {
 	if err != nil {
 		return fmt.Errorf("GUE port %d: find the fou family (is the fou module loaded?): %w", port, err)
 	}
-	ae := mdnetlink.NewAttributeEncoder()
-	ae.Bytes(netlink.FOU_ATTR_PORT, binaryutil.BigEndian.PutUint16(port))
-	ae.Uint8(netlink.FOU_ATTR_AF, unix.AF_INET)
-	ae.Uint8(netlink.FOU_ATTR_TYPE, netlink.FOU_ENCAP_GUE)
-	data, err := ae.Encode()
+	get, err := fouMessage(netlink.FOU_CMD_GET, port, false)
 	if err != nil {
-		return fmt.Errorf("GUE port %d: %w", port, err)
+		return err
 	}
-	msg := genetlink.Message{Header: genetlink.Header{Command: netlink.FOU_CMD_ADD, Version: fouVersion}, Data: data}
-	_, err = c.Execute(msg, fam.ID, mdnetlink.Request|mdnetlink.Acknowledge)
-	if err != nil && !errors.Is(err, unix.EEXIST) {
+	if _, err := c.Execute(get, fam.ID, mdnetlink.Request); err == nil {
+		return nil // open (fou_nl_cmd_get_port answers ESRCH otherwise)
+	}
+	add, err := fouMessage(netlink.FOU_CMD_ADD, port, true)
+	if err != nil {
+		return err
+	}
+	if _, err := c.Execute(add, fam.ID, mdnetlink.Request|mdnetlink.Acknowledge); err != nil {
 		return fmt.Errorf("open GUE port %d: %w", port, err)
 	}
 	return nil
+}
+
+// fouMessage is a FOU command about an IPv4 port (of type GUE, with gue).
+func fouMessage(cmd uint8, port uint16, gue bool) (genetlink.Message, error) {
+	ae := mdnetlink.NewAttributeEncoder()
+	ae.Bytes(netlink.FOU_ATTR_PORT, binaryutil.BigEndian.PutUint16(port))
+	ae.Uint8(netlink.FOU_ATTR_AF, unix.AF_INET)
+	if gue {
+		ae.Uint8(netlink.FOU_ATTR_TYPE, netlink.FOU_ENCAP_GUE)
+	}
+	data, err := ae.Encode()
+	if err != nil {
+		return genetlink.Message{}, fmt.Errorf("GUE port %d: %w", port, err)
+	}
+	return genetlink.Message{Header: genetlink.Header{Command: cmd, Version: fouVersion}, Data: data}, nil
+}
+
+// dsrGUEPortSet is the set of the dsr table that records the GUE port.
+const dsrGUEPortSet = "gue_port"
+
+// ReadDSRRecord reports whether the dsr table (DSRTableName) exists in
+// the calling thread's namespace and the GUE port it records (0 for
+// none).
+func ReadDSRRecord() (exists bool, guePort uint16, err error) {
+	c, err := nftables.New()
+	if err != nil {
+		return false, 0, fmt.Errorf("nftables: %w", err)
+	}
+	defer c.CloseLasting()
+	tables, err := c.ListTablesOfFamily(nftables.TableFamilyINet)
+	if err != nil {
+		return false, 0, fmt.Errorf("nftables: list tables: %w", err)
+	}
+	var table *nftables.Table
+	for _, t := range tables {
+		if t.Name == DSRTableName {
+			table = t
+		}
+	}
+	if table == nil {
+		return false, 0, nil
+	}
+	sets, err := c.GetSets(table)
+	if err != nil {
+		return true, 0, fmt.Errorf("nftables: sets of %s: %w", DSRTableName, err)
+	}
+	for _, set := range sets {
+		if set.Name != dsrGUEPortSet {
+			continue
+		}
+		els, err := c.GetSetElements(set)
+		if err != nil {
+			return true, 0, fmt.Errorf("nftables: %s: %w", dsrGUEPortSet, err)
+		}
+		for _, e := range els {
+			if len(e.Key) >= 2 {
+				return true, binaryutil.BigEndian.Uint16(e.Key[:2]), nil
+			}
+		}
+	}
+	return true, 0, nil
+}
+
+// CloseGUEPort closes an IPv4 FOU port in the calling thread's namespace
+// and reports whether it was open.
+func CloseGUEPort(port uint16) (bool, error) {
+	c, err := genetlink.Dial(nil)
+	if err != nil {
+		return false, fmt.Errorf("open generic netlink: %w", err)
+	}
+	defer c.Close()
+	fam, err := c.GetFamily("fou")
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil // no fou module: no port
+	}
+	if err != nil {
+		return false, fmt.Errorf("GUE port %d: find the fou family: %w", port, err)
+	}
+	msg, err := fouMessage(netlink.FOU_CMD_DEL, port, false)
+	if err != nil {
+		return false, err
+	}
+	_, err = c.Execute(msg, fam.ID, mdnetlink.Request|mdnetlink.Acknowledge)
+	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EINVAL) {
+		return false, nil // fou_destroy's answer for a port not open
+	}
+	if err != nil {
+		return false, fmt.Errorf("close GUE port %d: %w", port, err)
+	}
+	return true, nil
 }
 
 // ifname is an interface name as nftables compares it: NUL-padded to

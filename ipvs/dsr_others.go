@@ -28,3 +28,9 @@ func (*NetlinkDSRTunnels) EnsureFallback(netip.Addr) error { return errUnsupport
 func (*NetlinkDSRTunnels) EnsureGUE(uint16) error {
 	return errUnsupported
 }
+
+// ReadDSRRecord fails outside Linux.
+func ReadDSRRecord() (bool, uint16, error) { return false, 0, errUnsupported }
+
+// CloseGUEPort fails outside Linux.
+func CloseGUEPort(uint16) (bool, error) { return false, errUnsupported }

@@ -75,7 +75,7 @@ func TestDSRApply(t *testing.T) {
 	k := ipvstest.NewFake()
 	addrs := ipvstest.NewFakeAddresses()
 	sys := ipvstest.NewFakeSysctls(map[string]string{
-		"net/ipv4/vs/sloppy_tcp": "0", "net/ipv4/vs/sloppy_sctp": "0", "net/ipv4/conf/tunl0/rp_filter": "0",
+		"net/ipv4/vs/sloppy_tcp": "0", "net/ipv4/vs/sloppy_sctp": "0", "net/ipv4/vs/schedule_icmp": "0", "net/ipv4/vs/expire_nodest_conn": "0", "net/ipv4/conf/tunl0/rp_filter": "0",
 	})
 	rec := &dsrRecorder{}
 	own := model.VirtualServiceKey{Addr: dsrVIP, Port: 80, Protocol: model.TCP}
@@ -137,7 +137,7 @@ func TestDSRApply(t *testing.T) {
 			}
 		})
 	}
-	wantSys := map[string]string{"net/ipv4/vs/sloppy_tcp": "1", "net/ipv4/vs/sloppy_sctp": "1", "net/ipv4/conf/tunl0/rp_filter": "2"}
+	wantSys := map[string]string{"net/ipv4/vs/sloppy_tcp": "1", "net/ipv4/vs/sloppy_sctp": "1", "net/ipv4/vs/schedule_icmp": "1", "net/ipv4/vs/expire_nodest_conn": "1", "net/ipv4/conf/tunl0/rp_filter": "2"}
 	if diff := cmp.Diff(wantSys, sys.Values()); diff != "" {
 		t.Errorf("sysctls (-want +got):\n%s", diff)
 	}

@@ -36,6 +36,15 @@ func (e Encapsulation) Overhead() int {
 	return 20
 }
 
+// Overhead6 is the bytes the encapsulation adds to each packet between
+// nodes' IPv6 addresses (ip6ip6: an IPv6 header; GUE over IPv6).
+func (e Encapsulation) Overhead6() int {
+	if e == GUE {
+		return 40 + 8 + 4
+	}
+	return 40
+}
+
 // DSRPeer is another node that serves some dsr frontend: this node
 // forwards the flows the frontends' tables give it, encapsulated to Addr.
 // Mark is the firewall mark that selects the forwarding to it.
@@ -43,6 +52,9 @@ type DSRPeer struct {
 	Name string
 	Addr netip.Addr
 	Mark uint32
+	// Addr6, when valid, is the peer's IPv6 address, where IPv6
+	// frontends' flows are encapsulated to.
+	Addr6 netip.Addr
 }
 
 // DSRFrontend is a LoadBalancer or external IP frontend in dsr mode, as
@@ -72,9 +84,16 @@ type DSRPlan struct {
 	Seed uint32
 	// MSS, when non-zero, clamps the MSS option of the SYN-ACKs this node
 	// sends from a dsr frontend, so that the client's segments still fit
-	// the path once encapsulated.
-	MSS uint16
+	// the path once encapsulated; MSS6 the same for IPv6 frontends.
+	MSS  uint16
+	MSS6 uint16
+	// Addr6, with IPv6 frontends, is this node's IPv6 address, the local
+	// end of IPv6 tunnels (decapsulated by ip6tnl0).
+	Addr6 netip.Addr
 	// Peers are sorted by name, Frontends by key.
 	Peers     []DSRPeer
 	Frontends []DSRFrontend
+	// Marks is every node's peer mark in this plan, this node's included:
+	// the next plan keeps them (plan.DSRInput.Marks).
+	Marks map[string]uint32
 }

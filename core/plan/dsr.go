@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"net/netip"
 	"slices"
 
@@ -12,17 +13,53 @@ import (
 	"github.com/switchyard-lb/switchyard/core/model"
 )
 
-// DSRMark is the firewall mark of the dsr peer that is node i of the
-// sorted node list: (i+1)<<16, so that no bit of the low 16, where the
+// DSRMark is the i-th firewall mark a dsr peer can have (i from 0 to
+// dsrMarks-1): (i+1)<<16, so that no bit of the low 16, where the
 // dataplane's other marks live (internal marks, masquerade, drop), is
 // set.
 func DSRMark(i int) uint32 { return uint32(i+1) << 16 }
 
+// dsrMarks is how many peer marks there are.
+const dsrMarks = 1<<16 - 1
+
+// assignDSRMarks gives every node (sorted by name) its peer mark, stable
+// while it stays among the nodes: the mark prev gave it when that is a
+// peer mark no other node kept; else the mark its name hashes to (FNV-1a),
+// or the next free one after it. A node joining or leaving therefore
+// renumbers no other node, and even without prev (a restarted daemon)
+// most nodes get the marks they had. Marks are local to a node (its
+// nftables map and IPVS services); nodes need not agree on them.
+func assignDSRMarks(nodes []DSRNode, prev map[string]uint32) map[string]uint32 {
+	marks := make(map[string]uint32, len(nodes))
+	taken := make(map[uint32]bool, len(nodes))
+	for _, n := range nodes {
+		m, ok := prev[n.Name]
+		if ok && m != 0 && m&0xffff == 0 && !taken[m] {
+			marks[n.Name], taken[m] = m, true
+		}
+	}
+	for _, n := range nodes {
+		if _, ok := marks[n.Name]; ok {
+			continue
+		}
+		h := fnv.New32a()
+		h.Write([]byte(n.Name))
+		i := int(h.Sum32() % dsrMarks)
+		for taken[DSRMark(i)] {
+			i = (i + 1) % dsrMarks
+		}
+		marks[n.Name], taken[DSRMark(i)] = DSRMark(i), true
+	}
+	return marks
+}
+
 // DSRNode is a node of the cluster as dsr planning needs it: its name,
-// which orders the Maglev table, and the address it is reached at.
+// which orders the Maglev table, and the address it is reached at (IPv4;
+// Addr6, IPv6, for IPv6 frontends).
 type DSRNode struct {
-	Name string
-	Addr netip.Addr
+	Name  string
+	Addr  netip.Addr
+	Addr6 netip.Addr
 }
 
 // DSRFrontendInput is one dsr frontend and its backend nodes: the nodes
@@ -50,6 +87,11 @@ type DSRInput struct {
 	// plan clamps TCP's MSS to what fits it once encapsulated.
 	LinkMTU   int
 	Frontends []DSRFrontendInput
+	// Marks are the peer marks the previous plan gave (its
+	// model.DSRPlan.Marks), nil for the first: each node keeps its mark
+	// (assignDSRMarks), so that a node joining or leaving rebuilds no
+	// other peer's service.
+	Marks map[string]uint32
 }
 
 // DSR plans the dsr side of this node: each frontend's Maglev table over
@@ -73,10 +115,10 @@ func DSR(in DSRInput) (model.DSRPlan, error) {
 	}
 	nodes := slices.Clone(in.Nodes)
 	slices.SortFunc(nodes, func(a, b DSRNode) int { return cmp.Compare(a.Name, b.Name) })
-	marks := make(map[string]uint32, len(nodes))
 	addrs := make(map[string]netip.Addr, len(nodes))
-	if len(nodes) >= 1<<16 {
-		return model.DSRPlan{}, fmt.Errorf("dsr: %d nodes, at most %d", len(nodes), 1<<16-1)
+	addrs6 := make(map[string]netip.Addr, len(nodes))
+	if len(nodes) > dsrMarks {
+		return model.DSRPlan{}, fmt.Errorf("dsr: %d nodes, at most %d", len(nodes), dsrMarks)
 	}
 	for i, n := range nodes {
 		if i > 0 && nodes[i-1].Name == n.Name {
@@ -85,9 +127,13 @@ func DSR(in DSRInput) (model.DSRPlan, error) {
 		if !n.Addr.IsValid() {
 			return model.DSRPlan{}, fmt.Errorf("dsr: node %q has no address", n.Name)
 		}
-		marks[n.Name] = DSRMark(i)
+		if n.Addr6.IsValid() && !n.Addr6.Is6() {
+			return model.DSRPlan{}, fmt.Errorf("dsr: node %q: Addr6 %s is not IPv6", n.Name, n.Addr6)
+		}
 		addrs[n.Name] = n.Addr
+		addrs6[n.Name] = n.Addr6
 	}
+	marks := assignDSRMarks(nodes, in.Marks)
 	if _, ok := marks[in.Self]; !ok {
 		return model.DSRPlan{}, fmt.Errorf("dsr: this node %q is not among the nodes", in.Self)
 	}
@@ -99,6 +145,19 @@ func DSR(in DSRInput) (model.DSRPlan, error) {
 		Encapsulation: in.Encapsulation,
 		GUEPort:       in.GUEPort,
 		Seed:          in.Seed,
+		Marks:         marks,
+	}
+	v6 := slices.ContainsFunc(in.Frontends, func(f DSRFrontendInput) bool { return f.Key.Addr.Is6() })
+	if v6 {
+		if in.Encapsulation != model.IPIP {
+			// GUE over IPv6 needs a second FOU port (AF_INET6, fou6):
+			// not built yet (docs/dsr.md).
+			return model.DSRPlan{}, fmt.Errorf("dsr: IPv6 frontends need encapsulation ipip (ip6ip6), not %v", in.Encapsulation)
+		}
+		if !addrs6[in.Self].IsValid() {
+			return model.DSRPlan{}, fmt.Errorf("dsr: IPv6 frontends, and this node %q has no IPv6 address", in.Self)
+		}
+		p.Addr6 = addrs6[in.Self]
 	}
 	if in.Encapsulation == model.IPIP {
 		p.GUEPort = 0
@@ -110,17 +169,21 @@ func DSR(in DSRInput) (model.DSRPlan, error) {
 			return model.DSRPlan{}, fmt.Errorf("dsr: link MTU %d leaves an MSS of %d", in.LinkMTU, mss)
 		}
 		p.MSS = uint16(mss)
+		if v6 {
+			// IPv6 and TCP headers without options: 60 bytes.
+			p.MSS6 = uint16(in.LinkMTU - in.Encapsulation.Overhead6() - 60)
+		}
 	}
 	var seed [4]byte
 	binary.BigEndian.PutUint32(seed[:], in.Seed)
 	peers := map[string]bool{}
 	for _, f := range in.Frontends {
-		if !f.Key.Addr.Is4() {
-			return model.DSRPlan{}, fmt.Errorf("dsr: frontend %v: only IPv4 frontends are supported", f.Key.Addr)
-		}
 		for _, b := range f.Backends {
 			if _, ok := marks[b.Name]; !ok {
 				return model.DSRPlan{}, fmt.Errorf("dsr: frontend %v: backend node %q is not among the nodes", f.Key, b.Name)
+			}
+			if f.Key.Addr.Is6() && !addrs6[b.Name].IsValid() {
+				return model.DSRPlan{}, fmt.Errorf("dsr: IPv6 frontend %v: backend node %q has no IPv6 address", f.Key, b.Name)
 			}
 		}
 		t, err := maglev.New(f.Backends, in.TableSize, seed[:])
@@ -152,7 +215,11 @@ func DSR(in DSRInput) (model.DSRPlan, error) {
 			if !n.Addr.Is4() {
 				return model.DSRPlan{}, fmt.Errorf("dsr: node %q: address %s is not IPv4", n.Name, n.Addr)
 			}
-			p.Peers = append(p.Peers, model.DSRPeer{Name: n.Name, Addr: n.Addr, Mark: marks[n.Name]})
+			peer := model.DSRPeer{Name: n.Name, Addr: n.Addr, Mark: marks[n.Name]}
+			if v6 {
+				peer.Addr6 = n.Addr6
+			}
+			p.Peers = append(p.Peers, peer)
 		}
 	}
 	return p, nil

@@ -2,6 +2,7 @@ package plan_test
 
 import (
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -83,7 +84,7 @@ func TestDSRTablesAgreeAcrossNodes(t *testing.T) {
 }
 
 // A node that serves none of the frontend joining or leaving the cluster
-// moves no slot, though it renumbers the peer marks.
+// moves no slot.
 func TestDSRNonBackendNodeMovesNothing(t *testing.T) {
 	before, err := plan.DSR(dsrInput("n2", dsrNodes[1:], "n1"))
 	if err != nil {
@@ -109,7 +110,7 @@ func TestDSRPlan(t *testing.T) {
 		{
 			name:  "ingress only: every slot to the one backend node",
 			in:    dsrInput("n2", dsrNodes, "n1"),
-			peers: []model.DSRPeer{{Name: "n1", Addr: netip.MustParseAddr("10.0.1.2"), Mark: plan.DSRMark(0)}},
+			peers: []model.DSRPeer{{Name: "n1", Addr: netip.MustParseAddr("10.0.1.2")}},
 			mss:   1440,
 		},
 		{
@@ -125,7 +126,7 @@ func TestDSRPlan(t *testing.T) {
 				in.Encapsulation, in.GUEPort = model.GUE, 6080
 				return in
 			}(),
-			peers: []model.DSRPeer{{Name: "n3", Addr: netip.MustParseAddr("10.0.3.2"), Mark: plan.DSRMark(2)}},
+			peers: []model.DSRPeer{{Name: "n3", Addr: netip.MustParseAddr("10.0.3.2")}},
 			mss:   1428,
 		},
 	} {
@@ -133,6 +134,9 @@ func TestDSRPlan(t *testing.T) {
 			p, err := plan.DSR(tc.in)
 			if err != nil {
 				t.Fatal(err)
+			}
+			for i := range tc.peers {
+				tc.peers[i].Mark = p.Marks[tc.peers[i].Name] // TestDSRMarksStable checks them
 			}
 			if d := cmp.Diff(tc.peers, p.Peers, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); d != "" {
 				t.Errorf("peers (-want +got):\n%s", d)
@@ -150,6 +154,90 @@ func TestDSRPlan(t *testing.T) {
 				t.Errorf("%d of %d slots served here, want all: %t", zero, len(p.Frontends[0].Slots), tc.selfOnly)
 			}
 		})
+	}
+}
+
+// TestDSRMarksStable: every node gets a distinct peer mark, and a node
+// keeps its mark whatever joins or leaves, given the previous plan's
+// marks; without them (a restarted daemon) the marks hashed from the
+// names come back alike.
+func TestDSRMarksStable(t *testing.T) {
+	n0 := plan.DSRNode{Name: "n0", Addr: netip.MustParseAddr("10.0.9.2")}
+	first, err := plan.DSR(dsrInput("n1", dsrNodes, "n1", "n2", "n3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[uint32]string{}
+	for name, m := range first.Marks {
+		if m == 0 || m&0xffff != 0 {
+			t.Errorf("%s: mark %#x is not a peer mark", name, m)
+		}
+		if other, dup := seen[m]; dup {
+			t.Errorf("%s and %s share mark %#x", name, other, m)
+		}
+		seen[m] = name
+	}
+	for _, tc := range []struct {
+		name  string
+		nodes []plan.DSRNode
+		prev  map[string]uint32
+	}{
+		{"n0 joins (sorted first)", append([]plan.DSRNode{n0}, dsrNodes...), first.Marks},
+		{"n2 leaves", []plan.DSRNode{dsrNodes[0], dsrNodes[1]}, first.Marks},
+		{"n0 joins, no previous plan", append([]plan.DSRNode{n0}, dsrNodes...), nil},
+		{"previous marks collide: each keeps one, the first by name wins", dsrNodes, map[string]uint32{"n1": plan.DSRMark(4), "n2": plan.DSRMark(4), "n3": first.Marks["n3"]}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := dsrInput("n1", tc.nodes, "n1")
+			in.Marks = tc.prev
+			p, err := plan.DSR(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := map[string]uint32{}
+			for _, n := range tc.nodes {
+				if m, ok := tc.prev[n.Name]; ok {
+					want[n.Name] = m
+				} else if m, ok := first.Marks[n.Name]; ok {
+					want[n.Name] = m
+				} else {
+					want[n.Name] = p.Marks[n.Name] // new: any free mark
+				}
+			}
+			if tc.prev["n2"] == tc.prev["n1"] && tc.prev["n1"] != 0 {
+				want["n2"] = first.Marks["n2"] // lost the collision: its hashed mark
+			}
+			if d := cmp.Diff(want, p.Marks); d != "" {
+				t.Errorf("marks (-want +got):\n%s", d)
+			}
+			if n, ok := p.Marks["n0"]; ok && (n == 0 || slices.Contains([]uint32{p.Marks["n1"], p.Marks["n2"], p.Marks["n3"]}, n)) {
+				t.Errorf("n0's mark %#x is 0 or another node's", n)
+			}
+		})
+	}
+}
+
+// TestDSRIPv6Frontend: an IPv6 frontend's peers carry their IPv6
+// addresses, the plan this node's, and MSS6 leaves room for an IPv6
+// header over IPv6 and TCP's.
+func TestDSRIPv6Frontend(t *testing.T) {
+	var nodes []plan.DSRNode
+	for i, n := range dsrNodes {
+		n.Addr6 = netip.AddrFrom16([16]byte{0: 0xfd, 15: byte(i + 1)})
+		nodes = append(nodes, n)
+	}
+	in := dsrInput("n2", nodes, "n1")
+	in.Frontends[0].Key.Addr = netip.MustParseAddr("2001:db8::10")
+	p, err := plan.DSR(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []model.DSRPeer{{Name: "n1", Addr: nodes[1].Addr, Addr6: nodes[1].Addr6, Mark: p.Marks["n1"]}}
+	if d := cmp.Diff(want, p.Peers, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); d != "" {
+		t.Errorf("peers (-want +got):\n%s", d)
+	}
+	if p.Addr6 != nodes[2].Addr6 || p.MSS6 != 1500-40-60 {
+		t.Errorf("Addr6 %s MSS6 %d, want %s and %d", p.Addr6, p.MSS6, nodes[2].Addr6, 1500-40-60)
 	}
 }
 
@@ -173,7 +261,19 @@ func TestDSRRefuses(t *testing.T) {
 		{"backend not a node", func(in *plan.DSRInput) { in.Frontends[0].Backends[0].Name = "n9" }, `backend node "n9"`},
 		{"gue without port", func(in *plan.DSRInput) { in.Encapsulation = model.GUE }, "gue needs a port"},
 		{"no encapsulation", func(in *plan.DSRInput) { in.Encapsulation = 0 }, "unknown encapsulation"},
-		{"IPv6 frontend", func(in *plan.DSRInput) { in.Frontends[0].Key.Addr = netip.MustParseAddr("2001:db8::1") }, "only IPv4"},
+		{"IPv6 frontend, nodes without IPv6", func(in *plan.DSRInput) { in.Frontends[0].Key.Addr = netip.MustParseAddr("2001:db8::1") }, "no IPv6 address"},
+		{"IPv6 frontend, a backend without IPv6", func(in *plan.DSRInput) {
+			in.Frontends[0].Key.Addr = netip.MustParseAddr("2001:db8::1")
+			in.Nodes = []plan.DSRNode{{Name: "n1", Addr: netip.MustParseAddr("10.0.1.2"), Addr6: netip.MustParseAddr("fd00::1")}, {Name: "n2", Addr: netip.MustParseAddr("10.0.2.2")}}
+		}, `backend node "n2" has no IPv6`},
+		{"IPv6 frontend over GUE", func(in *plan.DSRInput) {
+			in.Frontends[0].Key.Addr = netip.MustParseAddr("2001:db8::1")
+			in.Encapsulation, in.GUEPort = model.GUE, 6080
+		}, "need encapsulation ipip"},
+		{"Addr6 not IPv6", func(in *plan.DSRInput) {
+			in.Nodes = slices.Clone(in.Nodes)
+			in.Nodes[0].Addr6 = netip.MustParseAddr("10.9.9.9")
+		}, "not IPv6"},
 		{"table size not prime", func(in *plan.DSRInput) { in.TableSize = 300 }, "want a prime"},
 		{"seed 0", func(in *plan.DSRInput) { in.Seed = 0 }, "seed 0"},
 		{"tiny MTU", func(in *plan.DSRInput) { in.LinkMTU = 576 }, "MSS"},

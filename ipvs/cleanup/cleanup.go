@@ -15,7 +15,9 @@ import (
 // Names of the objects each proxy creates.
 const (
 	SwitchyardDummy = ipvs.DefaultDummy
-	KubeProxyDummy  = "kube-ipvs0"
+	// DSRDummy holds the dsr frontends' addresses (docs/dsr.md).
+	DSRDummy       = ipvs.DSRDummy
+	KubeProxyDummy = "kube-ipvs0"
 	// NodePortMin and NodePortMax are kube-proxy's default
 	// --service-node-port-range.
 	NodePortMin = 30000
@@ -34,6 +36,7 @@ func (t Table) String() string { return t.Family + " " + t.Name }
 // The nftables tables the proxies own.
 var (
 	SwitchyardTable = Table{Family: "inet", Name: "switchyard"} // ipvs.TableName
+	DSRTable        = Table{Family: "inet", Name: ipvs.DSRTableName}
 	KubeProxyTables = []Table{{Family: "ip", Name: "kube-proxy"}, {Family: "ip6", Name: "kube-proxy"}}
 )
 
@@ -70,12 +73,25 @@ type Tools interface {
 	Run(ctx context.Context, stdin []byte, name string, args ...string) ([]byte, error)
 }
 
-// Host is what cleanup works on. Tools is needed by KubeProxy only.
+// DSR is the dsr side's state that cleanup reads and removes beyond
+// links, tables and services.
+type DSR interface {
+	// Record reports whether the dsr table exists and the GUE port it
+	// records (0 for none).
+	Record() (exists bool, guePort uint16, err error)
+	// CloseGUE closes a FOU port and reports whether it was open.
+	CloseGUE(port uint16) (bool, error)
+}
+
+// Host is what cleanup works on. Tools is needed by KubeProxy only; DSR
+// by Switchyard, which leaves the dsr side's services and FOU port alone
+// without it.
 type Host struct {
 	Kernel Kernel
 	Links  Links
 	Tables Tables
 	Tools  Tools
+	DSR    DSR
 }
 
 // Report says what a cleanup removed and what it could not check.
@@ -94,40 +110,74 @@ func (r *Report) removed(format string, args ...any) {
 
 // Switchyard removes what Switchyard owns on the host. It stops at the
 // first error that would make a later step remove proof of ownership
-// still needed (the addresses and the table prove the services), so a
-// rerun finishes the job.
+// still needed (the addresses and the tables prove the services, the dsr
+// table the GUE port), so a rerun finishes the job.
+//
+// The dsr side's firewall-mark services (ipvs.IsDSRMark) are its own
+// while the dsr table exists or the dsr link holds addresses, as
+// ipvs.DSRState counts them.
 func Switchyard(ctx context.Context, h Host) (Report, error) {
 	var r Report
 	addrs, err := h.Links.Addrs(SwitchyardDummy)
 	if err != nil {
 		return r, fmt.Errorf("cleanup: addresses of %s: %w", SwitchyardDummy, err)
 	}
+	dsrAddrs, err := h.Links.Addrs(DSRDummy)
+	if err != nil {
+		return r, fmt.Errorf("cleanup: addresses of %s: %w", DSRDummy, err)
+	}
 	owned, err := h.Tables.Owned()
 	if err != nil {
 		return r, fmt.Errorf("cleanup: owned services: %w", err)
 	}
+	var dsrTable bool
+	var guePort uint16
+	if h.DSR != nil {
+		if dsrTable, guePort, err = h.DSR.Record(); err != nil {
+			return r, fmt.Errorf("cleanup: dsr table: %w", err)
+		}
+	}
+	// The dsr side has peer services only while it has frontends, and
+	// then its table and addresses.
+	dsrOwned := h.DSR != nil && (dsrTable || len(dsrAddrs) > 0)
 	st := ipvs.State{Addrs: make(map[netip.Addr]bool), Recorded: make(map[model.VirtualServiceKey]bool)}
-	for _, a := range addrs {
+	for _, a := range slices.Concat(addrs, dsrAddrs) {
 		st.Addrs[a] = true
 	}
 	for _, k := range owned {
 		st.Recorded[k] = true
 	}
-	if err := deleteServices(h.Kernel, &r, st.Owns); err != nil {
+	if err := deleteServices(h.Kernel, &r, func(k model.VirtualServiceKey) bool {
+		if m, ok := ipvs.MarkOf(k); ok && ipvs.IsDSRMark(m) && dsrOwned {
+			return true
+		}
+		return st.Owns(k)
+	}); err != nil {
 		return r, err
 	}
 	if err := ctx.Err(); err != nil {
 		return r, err
 	}
-	if ok, err := h.Tables.Delete(SwitchyardTable); err != nil {
-		return r, fmt.Errorf("cleanup: delete nftables table %s: %w", SwitchyardTable, err)
-	} else if ok {
-		r.removed("nftables table %s", SwitchyardTable)
+	if guePort != 0 {
+		if ok, err := h.DSR.CloseGUE(guePort); err != nil {
+			return r, fmt.Errorf("cleanup: %w", err)
+		} else if ok {
+			r.removed("fou port %d (gue)", guePort)
+		}
 	}
-	if ok, err := h.Links.DeleteDummy(SwitchyardDummy); err != nil {
-		return r, fmt.Errorf("cleanup: %w", err)
-	} else if ok {
-		r.removed("link %s", SwitchyardDummy)
+	for _, t := range []Table{SwitchyardTable, DSRTable} {
+		if ok, err := h.Tables.Delete(t); err != nil {
+			return r, fmt.Errorf("cleanup: delete nftables table %s: %w", t, err)
+		} else if ok {
+			r.removed("nftables table %s", t)
+		}
+	}
+	for _, name := range []string{SwitchyardDummy, DSRDummy} {
+		if ok, err := h.Links.DeleteDummy(name); err != nil {
+			return r, fmt.Errorf("cleanup: %w", err)
+		} else if ok {
+			r.removed("link %s", name)
+		}
 	}
 	return r, nil
 }
@@ -165,7 +215,8 @@ func KubeProxy(ctx context.Context, h Host) (Report, error) {
 
 // kubeProxyIPVS deletes the IPVS services kube-proxy's IPVS mode made:
 // those on kube-ipvs0's addresses and the NodePorts on the node's other
-// addresses, but never one Switchyard owns.
+// addresses, but never one Switchyard owns (on switchyard0's or
+// switchyard-dsr's addresses, or recorded).
 func kubeProxyIPVS(h Host, r *Report) error {
 	kube, err := h.Links.Addrs(KubeProxyDummy)
 	if err != nil {
@@ -179,6 +230,11 @@ func kubeProxyIPVS(h Host, r *Report) error {
 	if err != nil {
 		return fmt.Errorf("cleanup: addresses of %s: %w", SwitchyardDummy, err)
 	}
+	dsr, err := h.Links.Addrs(DSRDummy)
+	if err != nil {
+		return fmt.Errorf("cleanup: addresses of %s: %w", DSRDummy, err)
+	}
+	ours = append(ours, dsr...)
 	owned, err := h.Tables.Owned()
 	if err != nil {
 		return fmt.Errorf("cleanup: owned services: %w", err)
@@ -217,6 +273,9 @@ func deleteServices(k Kernel, r *Report, remove func(model.VirtualServiceKey) bo
 }
 
 func describe(k model.VirtualServiceKey) string {
+	if m, ok := ipvs.MarkOf(k); ok {
+		return fmt.Sprintf("FWM %#x", m)
+	}
 	return fmt.Sprintf("%s %s", k.Protocol, netip.AddrPortFrom(k.Addr, k.Port))
 }
 

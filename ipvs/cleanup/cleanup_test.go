@@ -375,3 +375,138 @@ func TestKubeProxy(t *testing.T) {
 		t.Errorf("second KubeProxy = %+v, %v; want nothing removed, no error", r.Removed, err)
 	}
 }
+
+// fakeDSR records a GUE port in the dsr table of tb and holds FOU ports.
+type fakeDSR struct {
+	tb      *fakeTables
+	guePort uint16
+	open    map[uint16]bool
+}
+
+func (f *fakeDSR) Record() (bool, uint16, error) {
+	f.tb.mu.Lock()
+	defer f.tb.mu.Unlock()
+	if !f.tb.tables[DSRTable] {
+		return false, 0, nil
+	}
+	return true, f.guePort, nil
+}
+
+func (f *fakeDSR) CloseGUE(port uint16) (bool, error) {
+	ok := f.open[port]
+	delete(f.open, port)
+	return ok, nil
+}
+
+// TestSwitchyardDSR: --cleanup removes the dsr side too (its peers'
+// firewall-mark services, the services on switchyard-dsr's addresses,
+// the GUE port the dsr table records, the table and the link) and leaves
+// firewall-mark services alone when no dsr state proves them ours.
+func TestSwitchyardDSR(t *testing.T) {
+	peerA, peerB := ipvs.MarkKey(0x30000, false), ipvs.MarkKey(0x7f0000, false)
+	foreignMark := ipvs.MarkKey(0x4, false) // not a dsr mark
+	frontend := key("192.0.2.10", 80)
+	for _, tc := range []struct {
+		name        string
+		dsrTable    bool
+		dsrAddrs    []netip.Addr
+		noDSRHost   bool
+		wantRemoved []string
+		wantLeft    []model.VirtualServiceKey
+	}{
+		{
+			name: "table, link and GUE port", dsrTable: true, dsrAddrs: addrs("192.0.2.10"),
+			wantRemoved: []string{
+				"ipvs service FWM 0x30000", "ipvs service FWM 0x7f0000",
+				"ipvs service TCP 10.96.0.10:80", "ipvs service TCP 192.0.2.10:80", "ipvs service TCP 192.168.1.5:30080", "fou port 6080 (gue)",
+				"nftables table inet switchyard", "nftables table inet switchyard-dsr", "link switchyard0", "link switchyard-dsr",
+			},
+			wantLeft: []model.VirtualServiceKey{foreignMark},
+		},
+		{
+			name: "table gone, addresses left", dsrAddrs: addrs("192.0.2.10"),
+			wantRemoved: []string{
+				"ipvs service FWM 0x30000", "ipvs service FWM 0x7f0000",
+				"ipvs service TCP 10.96.0.10:80", "ipvs service TCP 192.0.2.10:80", "ipvs service TCP 192.168.1.5:30080",
+				"nftables table inet switchyard", "link switchyard0", "link switchyard-dsr",
+			},
+			wantLeft: []model.VirtualServiceKey{foreignMark},
+		},
+		{
+			name: "no dsr state: dsr-like marks are foreign",
+			wantRemoved: []string{
+				"ipvs service TCP 10.96.0.10:80", "ipvs service TCP 192.168.1.5:30080",
+				"nftables table inet switchyard", "link switchyard0",
+			},
+			wantLeft: []model.VirtualServiceKey{frontend, foreignMark, peerA, peerB},
+		},
+		{
+			name: "no DSR in the Host: its marks and port stay", dsrTable: true, noDSRHost: true,
+			wantRemoved: []string{
+				"ipvs service TCP 10.96.0.10:80", "ipvs service TCP 192.168.1.5:30080",
+				"nftables table inet switchyard", "nftables table inet switchyard-dsr", "link switchyard0",
+			},
+			wantLeft: []model.VirtualServiceKey{frontend, foreignMark, peerA, peerB},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h, k, l, tb := node(t)
+			for _, s := range []model.VirtualServiceKey{frontend, peerA, peerB, foreignMark} {
+				if err := k.AddService(ipvs.Service{VirtualServiceKey: s, Scheduler: "rr"}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.dsrAddrs != nil {
+				l.links[DSRDummy] = tc.dsrAddrs
+			}
+			tb.tables[DSRTable] = tc.dsrTable
+			if !tc.dsrTable {
+				delete(tb.tables, DSRTable)
+			}
+			fou := &fakeDSR{tb: tb, guePort: 6080, open: map[uint16]bool{6080: true}}
+			if !tc.noDSRHost {
+				h.DSR = fou
+			}
+			r, err := Switchyard(t.Context(), h)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.wantRemoved, r.Removed); diff != "" {
+				t.Errorf("removed (-want +got):\n%s", diff)
+			}
+			var left []model.VirtualServiceKey
+			for _, s := range services(t, k) {
+				if _, mark := ipvs.MarkOf(s); !mark && s != frontend {
+					continue // node()'s non-dsr services: TestSwitchyard's
+				}
+				left = append(left, s)
+			}
+			slices.SortFunc(left, model.VirtualServiceKey.Compare)
+			slices.SortFunc(tc.wantLeft, model.VirtualServiceKey.Compare)
+			if diff := cmp.Diff(tc.wantLeft, left, addrCmp); diff != "" {
+				t.Errorf("dsr and firewall-mark services left (-want +got):\n%s", diff)
+			}
+			if r, err := Switchyard(t.Context(), h); err != nil || len(r.Removed) != 0 {
+				t.Errorf("second Switchyard = %q, %v; want nothing removed, no error", r.Removed, err)
+			}
+		})
+	}
+}
+
+// TestKubeProxyKeepsDSRFrontends: a service on an address of
+// switchyard-dsr is Switchyard's, even in the NodePort range on a local
+// address, and --cleanup-kube-proxy leaves it.
+func TestKubeProxyKeepsDSRFrontends(t *testing.T) {
+	h, k, l, _ := node(t)
+	frontend := key("192.0.2.10", 30100)
+	if err := k.AddService(ipvs.Service{VirtualServiceKey: frontend, Scheduler: "rr"}); err != nil {
+		t.Fatal(err)
+	}
+	l.links[DSRDummy] = addrs("192.0.2.10")
+	if _, err := KubeProxy(t.Context(), h); err != nil {
+		t.Logf("KubeProxy: %v (the tools are missing)", err)
+	}
+	if !slices.Contains(services(t, k), frontend) {
+		t.Errorf("--cleanup-kube-proxy deleted %v, a dsr frontend on %s", frontend, DSRDummy)
+	}
+}

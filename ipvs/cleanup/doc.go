@@ -3,10 +3,14 @@
 //
 //   - Switchyard removes everything Switchyard owns, and nothing else: the
 //     IPVS virtual services the dataplane's ownership rule proves its own
-//     (ipvs.State.Owns: an address bound to switchyard0, or a key the
-//     table's owned4/owned6 sets record), then the nftables table
-//     inet switchyard, then the dummy link switchyard0 (only if it is a
-//     dummy link).
+//     (ipvs.State.Owns: an address bound to switchyard0 or switchyard-dsr,
+//     or a key the table's owned4/owned6 sets record) and the dsr side's
+//     peer firewall-mark services (ipvs.IsDSRMark, while the dsr table
+//     exists or switchyard-dsr holds addresses), then the GUE (FOU) port
+//     the dsr table records, the nftables tables inet switchyard and
+//     inet switchyard-dsr, then the dummy links switchyard0 and
+//     switchyard-dsr (only if they are dummy links). tunl0, ipip's
+//     fallback device, is the ipip module's and stays.
 //   - KubeProxy removes kube-proxy's leftovers of its IPVS, iptables and
 //     nftables modes, as kube-proxy's own CleanupLeftovers does, but
 //     narrower on IPVS: kube-proxy flushes the whole IPVS table, this

@@ -27,7 +27,7 @@ func Open() (h Host, close func() error, err error) {
 		k.Close()
 		return Host{}, nil, fmt.Errorf("cleanup: open route netlink: %w", err)
 	}
-	h = Host{Kernel: k, Links: netlinkLinks{nl}, Tables: nfTables{ipvs.NewNFTables()}, Tools: ExecTools{}}
+	h = Host{Kernel: k, Links: netlinkLinks{nl}, Tables: nfTables{ipvs.NewNFTables()}, Tools: ExecTools{}, DSR: dsrHost{}}
 	return h, func() error { nl.Close(); return k.Close() }, nil
 }
 
@@ -139,3 +139,9 @@ func (nfTables) Delete(t Table) (bool, error) {
 	}
 	return true, nil
 }
+
+// dsrHost is DSR over nftables and FOU's generic netlink family.
+type dsrHost struct{}
+
+func (dsrHost) Record() (bool, uint16, error)      { return ipvs.ReadDSRRecord() }
+func (dsrHost) CloseGUE(port uint16) (bool, error) { return ipvs.CloseGUEPort(port) }

@@ -9,12 +9,20 @@
 // node, and each backend node's own virtual service over its pods
 // (externalTrafficPolicy Local, no masquerade) through ipvs.Dataplane.
 //
-// The tests count what survives an ECMP change (each flow must keep its
-// pod, which must see the client's own address and port), which node's
-// link carries the replies (nftables counters in the router: none through
-// n3), how many flows each node forwarded, what MSS the client gets, and,
-// with sloppy_tcp off, that the flows a change moves to a node that does
-// not know them break: the tests can fail. mh_test.go checks how
-// ip_vs_mh's choices depend on the order of its real servers. The guest
-// needs the ipip, fou and nft_hash modules (`make test-lab-dsr`).
+// Every link is dual-stack; the frontends are TCP, UDP and SCTP on the
+// IPv4 VIP and TCP and UDP on the IPv6 VIP (ip6ip6).
+//
+// The tests count what survives an ECMP change over TCP (IPv4 over ipip
+// and GUE, IPv6), UDP and SCTP (each flow must keep its pod, which must see the
+// client's own address and port), which node's link carries the replies
+// (nftables counters in the router: none through n3), how many flows each
+// node forwarded, what MSS the client gets, and, with sloppy_tcp off, that
+// the flows a change moves to a node that does not know them break. They
+// also check fragmented UDP and the UDP limit with DF set (udp_test.go),
+// ICMP errors about replies reaching the flow's pod through a node that
+// never saw the flow (icmp_test.go), a backend node dying (dies_test.go)
+// and `switchyard --cleanup` removing the dsr side (cleanup_test.go). Each
+// can fail. mh_test.go checks how ip_vs_mh's choices depend on the order
+// of its real servers. The guest needs the ipip, fou, nft_hash,
+// ip6_tunnel and sctp modules (`make test-lab-dsr`).
 package dsrlab

@@ -5,6 +5,7 @@ package dsrlab
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -26,46 +27,41 @@ const (
 	linkMTU = 1500
 )
 
-var frontend = model.VirtualServiceKey{Addr: vip, Port: vipPort, Protocol: model.TCP}
+// The frontends: the same address and port over TCP and UDP, on IPv4 and
+// IPv6.
+var (
+	frontend     = model.VirtualServiceKey{Addr: vip, Port: vipPort, Protocol: model.TCP}
+	udpFrontend  = model.VirtualServiceKey{Addr: vip, Port: vipPort, Protocol: model.UDP}
+	frontend6    = model.VirtualServiceKey{Addr: vip6, Port: vipPort, Protocol: model.TCP}
+	udpFrontend6 = model.VirtualServiceKey{Addr: vip6, Port: vipPort, Protocol: model.UDP}
+)
 
-// programDSR plans every node's dsr side, the backend nodes being the
-// pods' (weighted by their pods), applies it, then gives each backend
-// node its own virtual service over its pods.
+// programDSR plans every node's dsr side (planDSR), then gives each
+// backend node its own virtual services over its pods.
 func (tp *topology) programDSR(t *testing.T, enc model.Encapsulation) {
 	t.Helper()
-	size, err := maglev.SizeFor(len(tp.nodes))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var nodes []plan.DSRNode
-	for _, n := range tp.nodes {
-		nodes = append(nodes, plan.DSRNode{Name: n.name, Addr: n.addr})
-	}
-	local := map[*node][]model.Destination{}
+	tp.planDSR(t, enc, tp.nodes)
+	local := map[*node][]*pod{}
 	for _, p := range tp.pods {
-		local[p.node] = append(local[p.node], model.Destination{Addr: p.addr, Port: podPort, Weight: 1})
+		local[p.node] = append(local[p.node], p)
 	}
-	var backends []maglev.Backend
-	for n, ds := range local {
-		backends = append(backends, maglev.Backend{Name: n.name, Weight: uint32(len(ds))})
-	}
-	for _, n := range tp.nodes {
-		p, err := plan.DSR(plan.DSRInput{
-			Self: n.name, Nodes: nodes, TableSize: size, Seed: seed,
-			Encapsulation: enc, GUEPort: guePort, LinkMTU: linkMTU,
-			Frontends: []plan.DSRFrontendInput{{Key: frontend, Backends: backends}},
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		do(t, n.ns, func() error { return applyDSR(p) })
-	}
-	for n, ds := range local {
-		vs := model.VirtualService{
-			VirtualServiceKey: frontend, Kind: model.FrontendLoadBalancer, Scheduler: "rr", Local: true, Destinations: ds,
+	for n, pods := range local {
+		var vss []model.VirtualService
+		for _, k := range tp.frontends(enc) {
+			var ds []model.Destination
+			for _, p := range pods {
+				a := p.addr
+				if k.Addr.Is6() {
+					a = p.addr6
+				}
+				ds = append(ds, model.Destination{Addr: a, Port: podPort, Weight: 1})
+			}
+			vss = append(vss, model.VirtualService{
+				VirtualServiceKey: k, Kind: model.FrontendLoadBalancer, Scheduler: "rr", Local: true, Destinations: ds,
+			})
 		}
 		key := model.ServiceKey{Namespace: "lab", Name: "dsr"}
-		pl := &model.Plan{Services: map[model.ServiceKey]*model.ServicePlan{key: {Key: key, VirtualServices: []model.VirtualService{vs}}}}
+		pl := &model.Plan{Services: map[model.ServiceKey]*model.ServicePlan{key: {Key: key, VirtualServices: vss}}}
 		do(t, n.ns, func() error {
 			k, a, closeAll, err := openKernel()
 			if err != nil {
@@ -79,6 +75,57 @@ func (tp *topology) programDSR(t *testing.T, enc model.Encapsulation) {
 			return dp.Apply(t.Context(), plugin.Update{Plan: pl, Full: true})
 		})
 	}
+}
+
+// planDSR plans the dsr side of each node of live, the cluster being live:
+// the backend nodes are the live nodes holding pods, weighted by their
+// pods, and each node keeps the peer marks of its previous plan. It
+// applies each node's plan there.
+func (tp *topology) planDSR(t *testing.T, enc model.Encapsulation, live []*node) {
+	t.Helper()
+	size, err := maglev.SizeFor(len(tp.nodes))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nodes []plan.DSRNode
+	for _, n := range live {
+		nodes = append(nodes, plan.DSRNode{Name: n.name, Addr: n.addr, Addr6: n.addr6})
+	}
+	pods := map[string]uint32{}
+	for _, p := range tp.pods {
+		if slices.Contains(live, p.node) {
+			pods[p.node.name]++
+		}
+	}
+	var backends []maglev.Backend
+	for name, w := range pods {
+		backends = append(backends, maglev.Backend{Name: name, Weight: w})
+	}
+	var frontends []plan.DSRFrontendInput
+	for _, k := range tp.frontends(enc) {
+		frontends = append(frontends, plan.DSRFrontendInput{Key: k, Backends: backends})
+	}
+	for _, n := range live {
+		p, err := plan.DSR(plan.DSRInput{
+			Self: n.name, Nodes: nodes, TableSize: size, Seed: seed,
+			Encapsulation: enc, GUEPort: guePort, LinkMTU: linkMTU, Marks: n.marks,
+			Frontends: frontends,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.marks = p.Marks
+		do(t, n.ns, func() error { return applyDSR(p) })
+	}
+}
+
+// frontends are the lab's frontends over enc: IPv6 with ipip only
+// (plan.DSR refuses GUE over IPv6).
+func (tp *topology) frontends(enc model.Encapsulation) []model.VirtualServiceKey {
+	if enc == model.IPIP {
+		return []model.VirtualServiceKey{frontend, udpFrontend, frontend6, udpFrontend6, sctpFrontend}
+	}
+	return []model.VirtualServiceKey{frontend, udpFrontend}
 }
 
 // openKernel opens IPVS and address handles in the calling thread's
@@ -115,8 +162,8 @@ func applyDSR(p model.DSRPlan) error {
 	return d.Apply(p)
 }
 
-// counters are the router's nftables counters of packets to the VIP per
-// node link (in) and from the VIP per node link (out).
+// counters are the router's nftables counters of packets to the VIP (IPv4
+// or IPv6) per node link (in) and from the VIP per node link (out).
 type counters struct{ in, out map[string]uint64 }
 
 // countAtRouter installs the counting table in the router.
@@ -131,23 +178,29 @@ func (tp *topology) countAtRouter(t *testing.T) {
 		accept := nftables.ChainPolicyAccept
 		ch := c.AddChain(&nftables.Chain{Name: "forward", Table: table, Type: nftables.ChainTypeFilter,
 			Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter, Policy: &accept})
-		a := vip.As4()
 		for _, n := range tp.nodes {
-			for _, dir := range []struct {
-				key    expr.MetaKey
-				offset uint32
-			}{{expr.MetaKeyOIFNAME, 16}, {expr.MetaKeyIIFNAME, 12}} {
-				name := make([]byte, unix.IFNAMSIZ)
-				copy(name, n.routerSide)
-				c.AddRule(&nftables.Rule{Table: table, Chain: ch, Exprs: []expr.Any{
-					&expr.Meta{Key: dir.key, Register: 1},
-					&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: name},
-					&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
-					&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}},
-					&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: dir.offset, Len: 4},
-					&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: a[:]},
-					&expr.Counter{},
-				}, UserData: []byte(fmt.Sprintf("%s/%d", n.name, dir.offset))})
+			for _, dst := range []netip.Addr{vip, vip6} {
+				nfproto, in, out := byte(unix.NFPROTO_IPV4), uint32(16), uint32(12)
+				if dst.Is6() {
+					nfproto, in, out = unix.NFPROTO_IPV6, 24, 8
+				}
+				for _, dir := range []struct {
+					key    expr.MetaKey
+					offset uint32
+					name   string
+				}{{expr.MetaKeyOIFNAME, in, "in"}, {expr.MetaKeyIIFNAME, out, "out"}} {
+					name := make([]byte, unix.IFNAMSIZ)
+					copy(name, n.routerSide)
+					c.AddRule(&nftables.Rule{Table: table, Chain: ch, Exprs: []expr.Any{
+						&expr.Meta{Key: dir.key, Register: 1},
+						&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: name},
+						&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+						&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{nfproto}},
+						&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: dir.offset, Len: uint32(dst.BitLen() / 8)},
+						&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: dst.AsSlice()},
+						&expr.Counter{},
+					}, UserData: []byte(n.name + "/" + dir.name)})
+				}
 			}
 		}
 		return c.Flush()
@@ -170,10 +223,10 @@ func (tp *topology) readCounters(t *testing.T) counters {
 			name, dir, _ := strings.Cut(string(r.UserData), "/")
 			for _, e := range r.Exprs {
 				if ctr, ok := e.(*expr.Counter); ok {
-					if dir == "16" {
-						got.in[name] = ctr.Packets
+					if dir == "in" {
+						got.in[name] += ctr.Packets
 					} else {
-						got.out[name] = ctr.Packets
+						got.out[name] += ctr.Packets
 					}
 				}
 			}
@@ -228,11 +281,12 @@ func (n *node) takenUp(t *testing.T) int {
 
 // round sends one request on every flow and counts those answered by the
 // flow's pod, which saw the client's own address and port, and the
-// answers per pod.
+// answers per pod; each flow's failed says whether its request failed.
 func round(t *testing.T, flows []*flow, size int) (ok int, perPod map[string]int, failures []string) {
 	t.Helper()
 	perPod = map[string]int{}
 	for _, f := range flows {
+		f.failed = true
 		body, err := f.get(size, 20*time.Second)
 		if err != nil {
 			failures = append(failures, fmt.Sprintf("port %d: %v", f.port, err))
@@ -251,7 +305,7 @@ func round(t *testing.T, flows []*flow, size int) (ok int, perPod map[string]int
 			continue
 		}
 		src, err := netip.ParseAddrPort(fields[1])
-		if err != nil || src != netip.AddrPortFrom(clientIP, uint16(f.port)) {
+		if err != nil || src != netip.AddrPortFrom(f.src, uint16(f.port)) {
 			failures = append(failures, fmt.Sprintf("port %d: the pod saw the client as %s", f.port, fields[1]))
 			continue
 		}
@@ -260,6 +314,7 @@ func round(t *testing.T, flows []*flow, size int) (ok int, perPod map[string]int
 			continue
 		}
 		perPod[fields[0]]++
+		f.failed = false
 		ok++
 	}
 	return ok, perPod, failures

@@ -4,6 +4,8 @@ package dsrlab
 
 import (
 	"net"
+	"net/netip"
+	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -29,39 +31,44 @@ const bodySize = 8000
 // client's own address and port, and no packet from the VIP may leave
 // through n3, which serves nothing (the router counts packets from the VIP
 // per node link).
+//
+// The IPv6 run (ip6ip6, half the flows) does the same to the IPv6 VIP.
 func TestDSRFlowsSurviveECMPChanges(t *testing.T) {
 	requireGuest(t)
-	for _, enc := range []model.Encapsulation{model.IPIP, model.GUE} {
-		t.Run(enc.String(), func(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		enc   model.Encapsulation
+		to    netip.Addr
+		flows int
+	}{
+		{"ipip", model.IPIP, vip, flowsN},
+		{"gue", model.GUE, vip, flowsN},
+		{"ipip-ipv6", model.IPIP, vip6, flowsN / 2},
+	} {
+		enc := tc.enc
+		t.Run(tc.name, func(t *testing.T) {
 			tp := newTopology(t)
 			tp.programDSR(t, enc)
 			tp.countAtRouter(t)
 			n1, n2, n3 := tp.nodes[0], tp.nodes[1], tp.nodes[2]
 			tp.setECMP(t, n1, n2)
-			flows := tp.dialFlows(t, flowsN)
+			flows := tp.dialFlowsTo(t, tc.to, tc.flows)
 			wantMSS := linkMTU - enc.Overhead() - 40
+			if tc.to.Is6() {
+				wantMSS = linkMTU - enc.Overhead6() - 60
+			}
 			if mss := clientMSS(t, flows[0].conn); mss > wantMSS {
 				t.Errorf("client MSS %d, want at most %d (clamped for %s)", mss, wantMSS, enc)
 			}
-			stages := []struct {
-				name  string
-				nodes []*node
-			}{
-				{"start n1,n2", []*node{n1, n2}},
-				{"n3 joins", []*node{n1, n2, n3}},
-				{"n2 leaves", []*node{n1, n3}},
-				{"n1 leaves", []*node{n3}},
-				{"n1,n2 back", []*node{n1, n2, n3}},
-			}
 			prev := tp.readCounters(t)
-			for _, st := range stages {
+			for _, st := range tp.ecmpStages() {
 				tp.setECMP(t, st.nodes...)
 				ok, perPod, failures := round(t, flows, bodySize)
 				now := tp.readCounters(t)
 				d := now.minus(prev)
 				prev = now
-				t.Logf("dsr-flows-kept encapsulation=%s stage=%q ecmp=%s kept=%d/%d per-pod=%v to-vip n1=%d n2=%d n3=%d from-vip n1=%d n2=%d n3=%d forwarded n1=%d n2=%d n3=%d",
-					enc, st.name, names(st.nodes), ok, len(flows), perPod, d.in["n1"], d.in["n2"], d.in["n3"], d.out["n1"], d.out["n2"], d.out["n3"], n1.takenUp(t), n2.takenUp(t), n3.takenUp(t))
+				t.Logf("dsr-flows-kept run=%s encapsulation=%s stage=%q ecmp=%s kept=%d/%d per-pod=%v to-vip n1=%d n2=%d n3=%d from-vip n1=%d n2=%d n3=%d forwarded n1=%d n2=%d n3=%d",
+					tc.name, enc, st.name, names(st.nodes), ok, len(flows), perPod, d.in["n1"], d.in["n2"], d.in["n3"], d.out["n1"], d.out["n2"], d.out["n3"], n1.takenUp(t), n2.takenUp(t), n3.takenUp(t))
 				for _, f := range failures {
 					t.Errorf("%s: %s", st.name, f)
 				}
@@ -114,17 +121,23 @@ func TestDSRWithoutSloppyTCPBreaksMovedFlows(t *testing.T) {
 // SYN-ACK allowed.
 func clientMSS(t *testing.T, c net.Conn) int {
 	t.Helper()
-	raw, err := c.(*net.TCPConn).SyscallConn()
+	return sockoptInt(t, c.(*net.TCPConn), unix.IPPROTO_TCP, unix.TCP_MAXSEG)
+}
+
+// sockoptInt reads an integer socket option.
+func sockoptInt(t *testing.T, c syscall.Conn, level, opt int) int {
+	t.Helper()
+	raw, err := c.SyscallConn()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var mss int
+	var v int
 	var serr error
-	if err := raw.Control(func(fd uintptr) { mss, serr = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_MAXSEG) }); err != nil {
+	if err := raw.Control(func(fd uintptr) { v, serr = unix.GetsockoptInt(int(fd), level, opt) }); err != nil {
 		t.Fatal(err)
 	}
 	if serr != nil {
 		t.Fatal(serr)
 	}
-	return mss
+	return v
 }

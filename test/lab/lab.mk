@@ -32,10 +32,10 @@ test-lab::
 	SWITCHYARD_LAB_VM=1 $(GO) test -count=1 $(GOTEST_FLAGS) ./test/lab/...
 
 # test-lab-dsr: the dsr data path (ipvs/dsrlab, docs/dsr.md) in a guest
-# with the ipip, fou and nft_hash modules loaded too. `make test-lab` runs
+# with the ipip, fou, nft_hash, ip6_tunnel and sctp modules loaded too. `make test-lab` runs
 # it. LAB_DSR_RUN_FLAGS=-extra=/usr/sbin/ip,/usr/sbin/nft lends the guest
 # iproute2 and nft, whose output a failing test then logs.
-LAB_DSR_MODULES := ipip,fou,nft_hash
+LAB_DSR_MODULES := ipip,fou,nft_hash,ip6_tunnel,sctp
 LAB_DSR_RUN_FLAGS ?=
 .PHONY: test-lab-dsr
 test-lab-dsr:
