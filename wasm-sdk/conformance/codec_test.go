@@ -20,32 +20,6 @@ import (
 	"github.com/switchyard-lb/switchyard/wasm-sdk/go/policy"
 )
 
-func hostInput() *plugin.PolicyInput {
-	return &plugin.PolicyInput{
-		Service: &model.Service{
-			Key: model.ServiceKey{Namespace: "shop", Name: "cart"}, Type: model.NodePort,
-			InternalTrafficPolicy: model.PolicyLocal, AffinityTimeout: time.Minute,
-			TrafficDistribution: model.DistributionPreferClose, Scheduler: "sh",
-		},
-		Port:   model.ServicePort{Name: "grpc", Protocol: model.UDP, Port: 53, NodePort: 30053},
-		Node:   &model.Node{Name: "n1", Zone: "z1"},
-		Now:    now,
-		Params: []byte(`{"x":1}`),
-		Endpoints: []plugin.PolicyEndpoint{
-			{
-				Endpoint: model.Endpoint{
-					Addr: netip.MustParseAddr("10.1.2.3"), Port: 5353, Protocol: model.UDP,
-					NodeName: "n1", Zone: "z1", Ready: true, Serving: true,
-					HintZones: []string{"z1", "z2"}, HintNodes: []string{"n1", "n2"},
-				},
-				Local: true, SameZone: true, FirstSeen: now.Add(-time.Second),
-				Stats: plugin.EndpointStats{ActiveConns: 1, InactiveConns: 2, ConnRate: 3, BytesInRate: 4, BytesOutRate: 5},
-			},
-			{Endpoint: model.Endpoint{Addr: netip.MustParseAddr("2001:db8::1"), Port: 53, Terminating: true}},
-		},
-	}
-}
-
 // view is what the SDK reads, in comparable form.
 type view struct {
 	Now                                    int64
@@ -96,7 +70,7 @@ func read(in *policy.Input) view {
 
 // TestInputReadsHostEncoding reads what the host's codec writes.
 func TestInputReadsHostEncoding(t *testing.T) {
-	b, err := abi.Encode(nil, hostInput())
+	b, err := abi.Encode(nil, richInput())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,16 +81,19 @@ func TestInputReadsHostEncoding(t *testing.T) {
 	a1, a2 := netip.MustParseAddr("10.1.2.3"), netip.MustParseAddr("2001:db8::1")
 	want := view{
 		Now: now.UnixNano(), Namespace: "shop", Name: "cart", PortName: "grpc", Port: 53,
-		NodePort: 30053, Protocol: policy.UDP, Type: policy.NodePort, IntLocal: true, Affinity: true,
-		NodeName: "n1", NodeZone: "z1", Params: `{"x":1}`, Dist: "PreferClose", Hint: "sh",
+		NodePort: 30053, Protocol: policy.UDP, Type: policy.LoadBalancer, ExtLocal: true, IntLocal: true, Affinity: true,
+		NodeName: "n1", NodeZone: "z1", Params: `{"x": [1, {"y": "ü"}]}`, Dist: "PreferClose", Hint: "sh",
 		Endpoints: []epView{
 			{
 				Addr: a1, Port: 5353, Family: 4, Ready: true, Serving: true, Local: true, SameZone: true,
 				HintZone: true, HintNode: true, ID: abi.EndpointID(a1.As16(), 5353, 2),
-				Age: uint64(time.Second), AgeKnown: true, Active: 1, Inactive: 2, Rate: 3, In: 4, Out: 5,
+				Age: 1234567891, AgeKnown: true, Active: 1, Inactive: 2, Rate: 3, In: 1 << 40, Out: 5,
 				Node: "n1", Zone: "z1", HintZones: "z1,z2", HintNodes: "n1,n2",
 			},
-			{Addr: a2, Port: 53, Family: 6, Terminating: true, ID: abi.EndpointID(a2.As16(), 53, 2)},
+			{
+				Addr: a2, Port: 53, Family: 6, Terminating: true, ID: abi.EndpointID(a2.As16(), 53, 2),
+				Active: 1<<32 - 1, Out: 1<<64 - 1, Zone: "z9",
+			},
 		},
 	}
 	if diff := cmp.Diff(want, read(in), cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
@@ -125,7 +102,7 @@ func TestInputReadsHostEncoding(t *testing.T) {
 }
 
 func TestEndpointOutOfRange(t *testing.T) {
-	b, _ := abi.Encode(nil, hostInput())
+	b, _ := abi.Encode(nil, richInput())
 	in, err := policy.Parse(b)
 	if err != nil {
 		t.Fatal(err)
@@ -143,7 +120,7 @@ func TestEndpointOutOfRange(t *testing.T) {
 }
 
 func TestParseErrors(t *testing.T) {
-	good, _ := abi.Encode(nil, hostInput())
+	good, _ := abi.Encode(nil, richInput())
 	mut := func(f func(b []byte)) []byte {
 		b := append([]byte(nil), good...)
 		f(b)
@@ -201,7 +178,7 @@ func TestOutputDecodesOnHost(t *testing.T) {
 			},
 		},
 	}
-	in, _ := abi.Encode(nil, hostInput())
+	in, _ := abi.Encode(nil, richInput())
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			e := policy.NewEvaluator(tt.f)
@@ -223,7 +200,7 @@ func TestOutputDecodesOnHost(t *testing.T) {
 }
 
 func TestEvaluatorErrorAndAllocs(t *testing.T) {
-	in, _ := abi.Encode(nil, hostInput())
+	in, _ := abi.Encode(nil, richInput())
 	boom := errors.New("boom")
 	if _, err := policy.NewEvaluator(func(*policy.Input, *policy.Output) error { return boom }).Run(in); !errors.Is(err, boom) {
 		t.Errorf("Run() error = %v, want boom", err)
@@ -247,7 +224,7 @@ func TestEvaluatorErrorAndAllocs(t *testing.T) {
 
 // FuzzParse: whatever Parse accepts can be read entirely without a panic.
 func FuzzParse(f *testing.F) {
-	good, _ := abi.Encode(nil, hostInput())
+	good, _ := abi.Encode(nil, richInput())
 	f.Add(good)
 	f.Add(good[:120])
 	f.Add([]byte{1, 0, 0, 0})
@@ -294,7 +271,7 @@ func TestUsable(t *testing.T) {
 		{"none", nil, nil},
 	}
 	for _, tt := range tests {
-		pi := hostInput()
+		pi := richInput()
 		pi.Endpoints = tt.eps
 		b, err := abi.Encode(nil, pi)
 		if err != nil {
