@@ -14,9 +14,13 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/switchyard-lb/switchyard/core/config"
 )
+
+// APIVersion is the config version WriteConfig writes unless told
+// otherwise: core/config's (TestAPIVersion), spelled out so that this
+// package imports nothing of the daemon's and any package's tests may use
+// it.
+const APIVersion = "switchyard.dev/v1alpha2"
 
 // Config is a daemon config file whose metrics and health servers listen
 // on free loopback ports.
@@ -54,7 +58,7 @@ func (c *Config) Write(t testing.TB, extra string) {
 			extra += "policies:\n  cacheDir: \"\"\n"
 		}
 	}
-	apiVersion := "apiVersion: " + config.APIVersion
+	apiVersion := "apiVersion: " + APIVersion
 	if first, rest, ok := strings.Cut(extra, "\n"); ok && strings.HasPrefix(first, "apiVersion: ") {
 		apiVersion, extra = first, rest
 	}

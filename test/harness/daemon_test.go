@@ -42,12 +42,18 @@ func TestConfigWrite(t *testing.T) {
 			}
 			apiVersion := tt.apiVersion
 			if apiVersion == "" {
-				apiVersion = config.APIVersion
+				apiVersion = APIVersion
 			}
 			if diff := cmp.Diff(head(c, apiVersion)+tt.want, string(got)); diff != "" {
 				t.Errorf("config (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+func TestAPIVersion(t *testing.T) {
+	if APIVersion != config.APIVersion {
+		t.Errorf("APIVersion = %q, want core/config's %q", APIVersion, config.APIVersion)
 	}
 }
 

@@ -98,3 +98,21 @@ func TestGetAndFreeAddr(t *testing.T) {
 		t.Errorf("Get of the free address %s answered", addr)
 	}
 }
+
+func TestList(t *testing.T) {
+	var l List[int]
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Add(1)
+		go func() { defer wg.Done(); l.Add(i) }()
+	}
+	wg.Wait()
+	all := l.All()
+	all[0] = 99 // a copy: the list keeps its own
+	if got := l.Take(); len(got) != 4 || got[0] == 99 {
+		t.Errorf("Take = %v, want the 4 items added", got)
+	}
+	if got := l.Take(); got != nil {
+		t.Errorf("Take after Take = %v, want nil", got)
+	}
+}
