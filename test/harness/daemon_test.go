@@ -58,17 +58,9 @@ func TestAPIVersion(t *testing.T) {
 }
 
 func TestConfigWriteWantsADataplaneMode(t *testing.T) {
-	r := &failRecorder{TB: t}
-	func() {
-		defer func() {
-			if p := recover(); p != r {
-				t.Fatalf("Write did not fail through Fatalf (recovered %v)", p)
-			}
-		}()
-		WriteConfig(r, "dataplane:\n  ipvs:\n    scheduler: rr\n")
-	}()
-	if !strings.Contains(r.msg, "names no mode") {
-		t.Errorf("Fatalf message = %q, want it to say the mode is missing", r.msg)
+	msg := fatalOf(t, func(tb testing.TB) { WriteConfig(tb, "dataplane:\n  ipvs:\n    scheduler: rr\n") })
+	if !strings.Contains(msg, "names no mode") {
+		t.Errorf("Fatalf message = %q, want it to say the mode is missing", msg)
 	}
 }
 
