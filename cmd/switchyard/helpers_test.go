@@ -16,7 +16,6 @@ type (
 )
 
 var (
-	freeAddr = harness.FreeAddr
 	httpGet  = harness.Get
 	poll     = harness.Poll
 	goDaemon = harness.Go
