@@ -36,17 +36,24 @@ image:
 		-tag switchyard:$(IMAGE_TAG) -tag switchyard:dev \
 		-oci $(BIN)/image/oci -tar $(BIN)/image/switchyard.tar
 
+# The Go policy SDK is its own module (wasm-sdk/go): checked and tested
+# from its directory too.
 check:
 	$(GO) mod tidy -diff
+	$(GO) -C wasm-sdk/go mod tidy -diff
 	$(GO) vet ./...
+	$(GO) -C wasm-sdk/go vet ./...
+	GOOS=wasip1 GOARCH=wasm $(GO) -C wasm-sdk/go vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+	cd wasm-sdk/go && $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 
 # test: everything. Each part prints its own go test summary.
 test: check test-unit test-integration test-lab test-lab-cleanup test-cluster test-peers wasm-conformance
 
 test-unit:
 	$(GO) test -race -count=1 $(GOTEST_FLAGS) ./...
+	$(GO) -C wasm-sdk/go test -race -count=1 $(GOTEST_FLAGS) ./...
 	@# Too slow under the race detector (a cold wasm compile; checking and packing a Go module
 	@# again and again), so run once without it.
 	$(GO) test -count=1 -run '^TestCompilationCacheDir$$' $(GOTEST_FLAGS) ./plugins/wasm/

@@ -19,6 +19,7 @@ require (
 	github.com/osrg/gobgp/v3 v3.37.0
 	github.com/prometheus/client_golang v1.24.1
 	github.com/prometheus/client_model v0.6.3
+	github.com/switchyard-lb/switchyard/wasm-sdk/go v0.0.0-00010101000000-000000000000
 	github.com/tetratelabs/wazero v1.12.0
 	github.com/vishvananda/netlink v1.3.1
 	github.com/vishvananda/netns v0.0.5
@@ -105,3 +106,8 @@ require (
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.3.3 // indirect
 )
+
+// The Go policy SDK is its own module (wasm-sdk/go/go.mod), so policy
+// authors require it without the daemon's dependencies; the daemon's
+// tests run it against the host from this checkout.
+replace github.com/switchyard-lb/switchyard/wasm-sdk/go => ./wasm-sdk/go

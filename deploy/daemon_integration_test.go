@@ -7,9 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -65,31 +62,13 @@ func TestIntegrationDaemonWithDeployRBAC(t *testing.T) {
 	token := s.ServiceAccountConfig(t, namespace, "switchyard")
 
 	t.Run("daemon", func(t *testing.T) {
-		bin := buildDaemon(t)
-		metricsAddr, healthAddr := harness.FreeAddr(t), harness.FreeAddr(t)
-		cfgPath := filepath.Join(t.TempDir(), "config.yaml")
-		cfg := fmt.Sprintf("apiVersion: switchyard.dev/v1alpha2\nkind: SwitchyardConfig\ndataplane: {mode: dryrun}\n"+
-			"metrics: {bindAddress: %q}\nhealth: {bindAddress: %q}\n", metricsAddr, healthAddr)
-		if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		var logs harness.Buffer
-		cmd := exec.Command(bin, "--config", cfgPath, "--kubeconfig", s.WriteKubeconfig(t, token),
+		cfg := harness.WriteConfig(t, "")
+		d := harness.Exec(t, "daemon", harness.BuildDaemon(t), nil, "--config", cfg.Path, "--kubeconfig", s.WriteKubeconfig(t, token),
 			"--hostname-override", "node-a", "--log-format", "text", "--v=2")
-		cmd.Stdout, cmd.Stderr = &logs, &logs
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		defer func() {
-			cmd.Process.Kill()
-			cmd.Wait()
-			if t.Failed() {
-				t.Logf("daemon logs:\n%s", logs.String())
-			}
-		}()
+		defer d.LogIfFailed(t)
 
 		harness.Poll(t, 60*time.Second, func() error {
-			code, body, err := harness.Get("http://" + metricsAddr + "/debug/state")
+			code, body, err := harness.Get("http://" + cfg.Metrics + "/debug/state")
 			if err != nil || code != http.StatusOK {
 				return fmt.Errorf("/debug/state = %d %v", code, err)
 			}
@@ -98,14 +77,9 @@ func TestIntegrationDaemonWithDeployRBAC(t *testing.T) {
 			}
 			return nil
 		})
-		harness.Poll(t, 30*time.Second, func() error {
-			if code, body, err := harness.Get("http://" + healthAddr + "/readyz"); err != nil || code != http.StatusOK {
-				return fmt.Errorf("/readyz = %d %q %v", code, body, err)
-			}
-			return nil
-		})
-		if l := strings.ToLower(logs.String()); strings.Contains(l, "forbidden") {
-			t.Errorf("the daemon was denied something:\n%s", logs.String())
+		harness.WaitReady(t, cfg.Health, time.Minute)
+		if l := strings.ToLower(d.Logs.String()); strings.Contains(l, "forbidden") {
+			t.Errorf("the daemon was denied something:\n%s", d.Logs.String())
 		}
 	})
 
@@ -152,21 +126,4 @@ func TestIntegrationDaemonWithDeployRBAC(t *testing.T) {
 			t.Errorf("the allocator was denied something:\n%s", logs.String())
 		}
 	})
-}
-
-// buildDaemon builds cmd/switchyard into a temporary directory.
-func buildDaemon(t *testing.T) string {
-	t.Helper()
-	// go test puts its own GOROOT/bin first in PATH.
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatalf("find the go command: %v", err)
-	}
-	out := filepath.Join(t.TempDir(), "switchyard")
-	cmd := exec.Command(goBin, "build", "-o", out, "./cmd/switchyard")
-	cmd.Dir = ".."
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build the daemon: %v\n%s", err, b)
-	}
-	return out
 }

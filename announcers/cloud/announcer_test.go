@@ -16,6 +16,7 @@ import (
 	"github.com/switchyard-lb/switchyard/announcers/cloud"
 	"github.com/switchyard-lb/switchyard/announcers/cloud/cloudtest"
 	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/test/harness"
 )
 
 const token = "s3cret"
@@ -38,28 +39,10 @@ var (
 	wireB = cloudtest.Node{Name: "node-b", Addresses: []string{"10.0.0.2"}, Weight: 1}
 )
 
-// recorder collects OnCall hooks.
-type recorder struct {
-	mu    sync.Mutex
-	calls []cloud.Call
-}
-
-func (r *recorder) hook(c cloud.Call) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.calls = append(r.calls, c)
-}
-
-func (r *recorder) get() []cloud.Call {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]cloud.Call(nil), r.calls...)
-}
-
 type env struct {
 	srv       *cloudtest.Server
 	a         *cloud.Announcer
-	rec       *recorder
+	rec       *harness.List[cloud.Call] // the OnCall hooks
 	tokenFile string
 }
 
@@ -71,7 +54,7 @@ func setup(t *testing.T, mod ...func(*cloud.Options)) *env {
 	if err := os.WriteFile(tf, []byte(token+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	rec := &recorder{}
+	rec := &harness.List[cloud.Call]{}
 	opts := cloud.Options{
 		URL:            srv.URL + "/",
 		NodeName:       "node-a",
@@ -79,7 +62,7 @@ func setup(t *testing.T, mod ...func(*cloud.Options)) *env {
 		InitialBackoff: time.Millisecond,
 		MaxBackoff:     20 * time.Millisecond,
 		ResyncInterval: -1,
-		OnCall:         rec.hook,
+		OnCall:         rec.Add,
 	}
 	for _, m := range mod {
 		m(&opts)
@@ -295,7 +278,7 @@ func TestServerErrorsAreRetried(t *testing.T) {
 		t.Errorf("requests (-want +got):\n%s", diff)
 	}
 	var retried []bool
-	for _, c := range e.rec.get() {
+	for _, c := range e.rec.All() {
 		retried = append(retried, c.Retry)
 		if (c.Err == nil) != (c.Status == http.StatusCreated) {
 			t.Errorf("call %+v: error and status disagree", c)
@@ -439,7 +422,7 @@ func TestContextCancellation(t *testing.T) {
 		}
 		announce(t, e.a, an(ip4, web))
 		start := time.Now()
-		for !hasTimeout(e.rec.get()) {
+		for !hasTimeout(e.rec.All()) {
 			if time.Since(start) > deadline {
 				t.Fatal("no timed-out call reported")
 			}

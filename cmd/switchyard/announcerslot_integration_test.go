@@ -51,7 +51,7 @@ membership:
 	}
 
 	// The announcer serves only "public": the reload adds "extra".
-	tc.write(t, configWith("    pools: [public, extra]\n"))
+	tc.Write(t, configWith("    pools: [public, extra]\n"))
 	poll(t, 30*time.Second, func() error {
 		if a, ok := provider.Addresses()[ip]; !ok || a.Owner != "node-a" {
 			return fmt.Errorf("provider serves %v, want %s from node-a", provider.Addresses(), ip)
@@ -59,16 +59,16 @@ membership:
 		return nil
 	})
 	// A node selector node-a does not match: it stops announcing.
-	tc.write(t, configWith("    pools: [public, extra]\n    nodeSelector: {edge: \"true\"}\n"))
+	tc.Write(t, configWith("    pools: [public, extra]\n    nodeSelector: {edge: \"true\"}\n"))
 	waitReleased(t, provider, ip)
-	if l := d.logs.String(); !strings.Contains(l, "applied=announcers") || strings.Contains(l, "fields=announcers") {
+	if l := d.Logs.String(); !strings.Contains(l, "applied=announcers") || strings.Contains(l, "fields=announcers") {
 		t.Errorf("the announcers were not reloaded live")
 	}
 
 	// The cloud settings need a restart: the reload says so.
-	tc.write(t, strings.Replace(configWith("    pools: [public, extra]\n"), "cloud: {url:", "cloud: {timeout: 3s, url:", 1))
+	tc.Write(t, strings.Replace(configWith("    pools: [public, extra]\n"), "cloud: {url:", "cloud: {timeout: 3s, url:", 1))
 	poll(t, 30*time.Second, func() error {
-		l := d.logs.String()
+		l := d.Logs.String()
 		if !strings.Contains(l, "announcers not reloaded") || !strings.Contains(l, "settings beyond pools and nodeSelector changed") || !strings.Contains(l, "fields=announcers") {
 			return fmt.Errorf("no warning that the announcers need a restart")
 		}

@@ -135,7 +135,7 @@ membership:
 `, plain.port(), signed.port(), freeGossipPort(t)))
 	d := startMain(t, srv.Kubeconfig, "node-a", tc)
 	defer d.finish(t)
-	logs := d.logs
+	logs := d.Logs
 
 	plain.waitAccept(t, "the peer without a password while the other's Secret is missing")
 	poll(t, 10*time.Second, func() error {
@@ -149,7 +149,7 @@ membership:
 	// the hold time, /readyz says so, with the missing Secret as a
 	// reason.
 	poll(t, 30*time.Second, func() error {
-		code, body, err := httpGet("http://" + tc.health + "/readyz")
+		code, body, err := httpGet("http://" + tc.Health + "/readyz")
 		if err != nil {
 			return err
 		}

@@ -46,7 +46,7 @@ func startDaemon(t *testing.T, extraConfig string) *daemonUnderTest {
 func startDaemonWith(t *testing.T, extraConfig string, newDP func(*config.Config, *slog.Logger) (plugin.Dataplane, error)) *daemonUnderTest {
 	t.Helper()
 	d := &daemonUnderTest{tc: writeTestConfig(t, extraConfig)}
-	w, err := config.NewWatcher(d.tc.path, checkDataplane)
+	w, err := config.NewWatcher(d.tc.Path, checkDataplane)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,8 +68,8 @@ func startDaemonWith(t *testing.T, extraConfig string, newDP func(*config.Config
 		})
 	})
 	t.Cleanup(func() {
-		d.halt()
-		d.logIfFailed(t)
+		d.Halt()
+		d.LogIfFailed(t)
 	})
 	return d
 }
@@ -78,7 +78,7 @@ func startDaemonWith(t *testing.T, extraConfig string, newDP func(*config.Config
 func (d *daemonUnderTest) waitPlan(t *testing.T, want []string) {
 	t.Helper()
 	poll(t, 30*time.Second, func() error {
-		st, err := getState(d.tc.metrics)
+		st, err := getState(d.tc.Metrics)
 		if err != nil {
 			return err
 		}
@@ -95,7 +95,7 @@ func TestDaemonServesPlanAndShutsDownWithoutFlushing(t *testing.T) {
 	d.waitPlan(t, want)
 
 	poll(t, 30*time.Second, func() error {
-		code, body, err := httpGet("http://" + d.tc.health + "/readyz")
+		code, body, err := httpGet("http://" + d.tc.Health + "/readyz")
 		if err != nil || code != http.StatusOK {
 			return fmt.Errorf("/readyz = %d %q %v", code, body, err)
 		}
@@ -107,12 +107,12 @@ func TestDaemonServesPlanAndShutsDownWithoutFlushing(t *testing.T) {
 		wantCode int
 		wantBody string
 	}{
-		{"/livez", d.tc.health, 200, "ok"},
-		{"/healthz", d.tc.health, 200, `"lastUpdated": "2`},
-		{"/metrics", d.tc.metrics, 200, "switchyard_sync_duration_seconds_count"},
-		{"/metrics", d.tc.metrics, 200, "go_goroutines"},
-		{"/debug/state", d.tc.metrics, 200, `"node": "node-a"`},
-		{"/readyz", d.tc.metrics, 404, ""},
+		{"/livez", d.tc.Health, 200, "ok"},
+		{"/healthz", d.tc.Health, 200, `"lastUpdated": "2`},
+		{"/metrics", d.tc.Metrics, 200, "switchyard_sync_duration_seconds_count"},
+		{"/metrics", d.tc.Metrics, 200, "go_goroutines"},
+		{"/debug/state", d.tc.Metrics, 200, `"node": "node-a"`},
+		{"/readyz", d.tc.Metrics, 404, ""},
 	}
 	for _, c := range checks {
 		code, body, err := httpGet("http://" + c.addr + c.path)
@@ -121,12 +121,12 @@ func TestDaemonServesPlanAndShutsDownWithoutFlushing(t *testing.T) {
 		}
 	}
 
-	d.stop(t)
+	d.Stop(t)
 	// Shutting down leaves the dataplane's table as it was.
 	if got := d.dp.String(); !strings.Contains(got, "10.96.0.10:80") {
 		t.Errorf("dataplane table after shutdown lost the service:\n%s", got)
 	}
-	if _, _, err := httpGet("http://" + d.tc.health + "/livez"); err == nil {
+	if _, _, err := httpGet("http://" + d.tc.Health + "/livez"); err == nil {
 		t.Error("health server still serving after shutdown")
 	}
 }
@@ -149,7 +149,7 @@ func TestDaemonSchedulerAnnotation(t *testing.T) {
 		"default/unknown ClusterIP TCP 10.96.0.12:80 rr ->",
 		"default/web ClusterIP TCP 10.96.0.10:80 rr -> 10.1.0.1:8080 10.1.0.2:8080",
 	})
-	d.tc.write(t, "dataplane:\n  mode: dryrun\n  ipvs:\n    scheduler: wlc\n")
+	d.tc.Write(t, "dataplane:\n  mode: dryrun\n  ipvs:\n    scheduler: wlc\n")
 	d.waitPlan(t, []string{
 		"default/pinned ClusterIP TCP 10.96.0.11:80 mh ->",
 		"default/unknown ClusterIP TCP 10.96.0.12:80 wlc ->",
@@ -163,27 +163,27 @@ func TestDaemonReloadsConfig(t *testing.T) {
 	d.waitMetric(t, "switchyard_config_last_reload_successful 1")
 
 	// A good change to a live field is applied.
-	d.tc.write(t, "dataplane:\n  mode: dryrun\n  ipvs:\n    scheduler: wlc\n")
+	d.tc.Write(t, "dataplane:\n  mode: dryrun\n  ipvs:\n    scheduler: wlc\n")
 	d.waitPlan(t, []string{"default/web ClusterIP TCP 10.96.0.10:80 wlc -> 10.1.0.1:8080 10.1.0.2:8080"})
 
 	// A bad change is rejected, logged, and the last good config stays.
-	d.tc.write(t, "dataplane:\n  mode: dryrun\n  ipvs:\n    scheduler: nope\n")
+	d.tc.Write(t, "dataplane:\n  mode: dryrun\n  ipvs:\n    scheduler: nope\n")
 	poll(t, 30*time.Second, func() error {
-		if !strings.Contains(d.logs.String(), `config rejected; keeping the last good config`) {
+		if !strings.Contains(d.Logs.String(), `config rejected; keeping the last good config`) {
 			return fmt.Errorf("no rejection logged")
 		}
 		return nil
 	})
-	if logs := d.logs.String(); !strings.Contains(logs, `dataplane.ipvs.scheduler: unknown scheduler \"nope\"`) {
+	if logs := d.Logs.String(); !strings.Contains(logs, `dataplane.ipvs.scheduler: unknown scheduler \"nope\"`) {
 		t.Errorf("rejection does not name the field; logs:\n%s", logs)
 	}
 	d.waitPlan(t, []string{"default/web ClusterIP TCP 10.96.0.10:80 wlc -> 10.1.0.1:8080 10.1.0.2:8080"})
 	d.waitMetric(t, "switchyard_config_last_reload_successful 0")
 
 	// A change that needs a restart is reported, not applied.
-	d.tc.write(t, "dataplane:\n  mode: dryrun\n  syncPeriod: 1m\n  ipvs:\n    scheduler: wlc\n")
+	d.tc.Write(t, "dataplane:\n  mode: dryrun\n  syncPeriod: 1m\n  ipvs:\n    scheduler: wlc\n")
 	poll(t, 30*time.Second, func() error {
-		if !strings.Contains(d.logs.String(), `"fields":"dataplane.syncPeriod"`) {
+		if !strings.Contains(d.Logs.String(), `"fields":"dataplane.syncPeriod"`) {
 			return fmt.Errorf("restart-only change not logged")
 		}
 		return nil
@@ -198,23 +198,23 @@ func TestDaemonWarnsV1alpha1Config(t *testing.T) {
 	const v1alpha1 = "apiVersion: switchyard.dev/v1alpha1\n"
 	d := startDaemon(t, v1alpha1+"dataplane:\n  mode: dryrun\n  ipvs:\n    scheduler: rr\n    syncPeriod: 40s\n")
 	d.waitPlan(t, []string{"default/web ClusterIP TCP 10.96.0.10:80 rr -> 10.1.0.1:8080 10.1.0.2:8080"})
-	warnings := func() int { return strings.Count(d.logs.String(), `"msg":"config file in a deprecated format"`) }
+	warnings := func() int { return strings.Count(d.Logs.String(), `"msg":"config file in a deprecated format"`) }
 	if n := warnings(); n != 1 {
-		t.Errorf("at start: %d deprecation warnings, want 1; logs:\n%s", n, d.logs.String())
+		t.Errorf("at start: %d deprecation warnings, want 1; logs:\n%s", n, d.Logs.String())
 	}
-	if !strings.Contains(d.logs.String(), "move dataplane.ipvs.syncPeriod, minSyncPeriod") {
-		t.Errorf("the warning does not say what to move; logs:\n%s", d.logs.String())
+	if !strings.Contains(d.Logs.String(), "move dataplane.ipvs.syncPeriod, minSyncPeriod") {
+		t.Errorf("the warning does not say what to move; logs:\n%s", d.Logs.String())
 	}
 
 	// A reload of another v1alpha1 file: one more warning, and it applies.
-	d.tc.write(t, v1alpha1+"dataplane:\n  mode: dryrun\n  ipvs:\n    scheduler: wlc\n    syncPeriod: 40s\n")
+	d.tc.Write(t, v1alpha1+"dataplane:\n  mode: dryrun\n  ipvs:\n    scheduler: wlc\n    syncPeriod: 40s\n")
 	d.waitPlan(t, []string{"default/web ClusterIP TCP 10.96.0.10:80 wlc -> 10.1.0.1:8080 10.1.0.2:8080"})
 	if n := warnings(); n != 2 {
 		t.Errorf("after a v1alpha1 reload: %d deprecation warnings, want 2", n)
 	}
 
 	// The same settings in v1alpha2: no warning.
-	d.tc.write(t, "dataplane:\n  mode: dryrun\n  syncPeriod: 40s\n  ipvs:\n    scheduler: lc\n")
+	d.tc.Write(t, "dataplane:\n  mode: dryrun\n  syncPeriod: 40s\n  ipvs:\n    scheduler: lc\n")
 	d.waitPlan(t, []string{"default/web ClusterIP TCP 10.96.0.10:80 lc -> 10.1.0.1:8080 10.1.0.2:8080"})
 	if n := warnings(); n != 2 {
 		t.Errorf("after a v1alpha2 reload: %d deprecation warnings, want still 2", n)
@@ -225,7 +225,7 @@ func TestDaemonWarnsV1alpha1Config(t *testing.T) {
 func (d *daemonUnderTest) waitMetric(t *testing.T, want string) {
 	t.Helper()
 	poll(t, 30*time.Second, func() error {
-		_, body, err := httpGet("http://" + d.tc.metrics + "/metrics")
+		_, body, err := httpGet("http://" + d.tc.Metrics + "/metrics")
 		if err != nil {
 			return err
 		}
@@ -238,7 +238,7 @@ func (d *daemonUnderTest) waitMetric(t *testing.T, want string) {
 
 func TestDaemonRefusesUnavailableDataplane(t *testing.T) {
 	tc := writeTestConfig(t, "dataplane:\n  mode: ipvs\n")
-	w, err := config.NewWatcher(tc.path, checkDataplane)
+	w, err := config.NewWatcher(tc.Path, checkDataplane)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,14 +253,14 @@ func TestDaemonRefusesUnavailableDataplane(t *testing.T) {
 func TestDaemonRefusesBusyPort(t *testing.T) {
 	d := startDaemon(t, "")
 	d.waitPlan(t, []string{"default/web ClusterIP TCP 10.96.0.10:80 rr -> 10.1.0.1:8080 10.1.0.2:8080"})
-	w, err := config.NewWatcher(d.tc.path, checkDataplane)
+	w, err := config.NewWatcher(d.tc.Path, checkDataplane)
 	if err != nil {
 		t.Fatal(err)
 	}
 	err = runDaemon(t.Context(), daemonConfig{
 		Watcher: w, Client: fake.NewClientset(), NodeName: "n", Log: slog.New(slog.DiscardHandler),
 	})
-	if err == nil || !strings.Contains(err.Error(), "metrics server: listen tcp "+d.tc.metrics) {
+	if err == nil || !strings.Contains(err.Error(), "metrics server: listen tcp "+d.tc.Metrics) {
 		t.Errorf("second daemon on the same ports = %v, want the metrics server's listen error", err)
 	}
 }
@@ -274,9 +274,9 @@ func TestDaemonAllocatesAndReloadsPools(t *testing.T) {
 	d.waitMetric(t, `switchyard_pool_addresses_total{pool="public"} 16`)
 	d.waitMetric(t, `switchyard_pool_addresses_used{pool="public"} 0`)
 
-	d.tc.write(t, pools+"  - name: private\n    addresses: [10.10.0.10-10.10.0.13]\n    autoAssign: false\n")
+	d.tc.Write(t, pools+"  - name: private\n    addresses: [10.10.0.10-10.10.0.13]\n    autoAssign: false\n")
 	d.waitMetric(t, `switchyard_pool_addresses_total{pool="private"} 4`)
-	if logs := d.logs.String(); !strings.Contains(logs, `"applied":"pools"`) || strings.Contains(logs, `"fields":"pools"`) {
+	if logs := d.Logs.String(); !strings.Contains(logs, `"applied":"pools"`) || strings.Contains(logs, `"fields":"pools"`) {
 		t.Errorf("the pools reload was not applied live; logs:\n%s", logs)
 	}
 }
@@ -306,7 +306,7 @@ func waitHealthz(t *testing.T, healthAddr string, code int, eligible bool) {
 func TestDaemonHealthzWhileNodeIsDeleted(t *testing.T) {
 	d := startDaemon(t, "")
 	d.waitPlan(t, []string{"default/web ClusterIP TCP 10.96.0.10:80 rr -> 10.1.0.1:8080 10.1.0.2:8080"})
-	waitHealthz(t, d.tc.health, http.StatusOK, true)
+	waitHealthz(t, d.tc.Health, http.StatusOK, true)
 
 	setTaints := func(name string, taints ...corev1.Taint) {
 		t.Helper()
@@ -335,12 +335,12 @@ func TestDaemonHealthzWhileNodeIsDeleted(t *testing.T) {
 		"default/api ClusterIP TCP 10.96.0.11:80 rr ->",
 		"default/web ClusterIP TCP 10.96.0.10:80 rr -> 10.1.0.1:8080 10.1.0.2:8080",
 	})
-	waitHealthz(t, d.tc.health, http.StatusOK, true)
+	waitHealthz(t, d.tc.Health, http.StatusOK, true)
 
 	setTaints("node-a", toBeDeleted)
-	waitHealthz(t, d.tc.health, http.StatusServiceUnavailable, false)
+	waitHealthz(t, d.tc.Health, http.StatusServiceUnavailable, false)
 	setTaints("node-a")
-	waitHealthz(t, d.tc.health, http.StatusOK, true)
+	waitHealthz(t, d.tc.Health, http.StatusOK, true)
 }
 
 // TestDaemonLogsAndCountsDataplaneErrors runs the daemon on the IPVS
@@ -368,7 +368,7 @@ func TestDaemonLogsAndCountsDataplaneErrors(t *testing.T) {
 	var failures int
 	poll(t, 60*time.Second, func() error {
 		failures = 0
-		for _, line := range strings.Split(d.logs.String(), "\n") {
+		for _, line := range strings.Split(d.Logs.String(), "\n") {
 			if strings.Contains(line, `"msg":"sync failed"`) && strings.Contains(line, `"stage":"dataplane"`) &&
 				strings.Contains(line, `"level":"ERROR"`) && strings.Contains(line, "injected: cannot allocate memory") {
 				failures++
@@ -380,7 +380,7 @@ func TestDaemonLogsAndCountsDataplaneErrors(t *testing.T) {
 		return nil
 	})
 	counted := func() (float64, error) {
-		_, body, err := httpGet("http://" + d.tc.metrics + "/metrics")
+		_, body, err := httpGet("http://" + d.tc.Metrics + "/metrics")
 		if err != nil {
 			return 0, err
 		}
@@ -398,16 +398,16 @@ func TestDaemonLogsAndCountsDataplaneErrors(t *testing.T) {
 		}
 		return err
 	})
-	if st, err := getState(d.tc.metrics); err != nil || !strings.Contains(st.LastError, "injected: cannot allocate memory") {
+	if st, err := getState(d.tc.Metrics); err != nil || !strings.Contains(st.LastError, "injected: cannot allocate memory") {
 		t.Errorf("/debug/state lastError = %+v, %v; want the dataplane's error", st, err)
 	}
-	if !strings.Contains(d.logs.String(), `"component":"dataplane"`) {
-		t.Errorf("the dataplane's own messages are not in the daemon's log:\n%s", d.logs.String())
+	if !strings.Contains(d.Logs.String(), `"component":"dataplane"`) {
+		t.Errorf("the dataplane's own messages are not in the daemon's log:\n%s", d.Logs.String())
 	}
 
 	kernel.SetError(ipvstest.OpAddService, nil)
 	poll(t, 60*time.Second, func() error {
-		st, err := getState(d.tc.metrics)
+		st, err := getState(d.tc.Metrics)
 		if err != nil {
 			return err
 		}

@@ -97,9 +97,9 @@ func TestDaemonReloadsDrainTimeout(t *testing.T) {
 	waitDests("10.1.0.1:8080/0 10.1.0.2:8080/1") // 16m < 20m: still draining (past the default 15m)
 
 	// A reload to 2m applies at once: the next Drain deletes it.
-	d.tc.write(t, strings.Replace(yaml, "20m", "2m", 1))
+	d.tc.Write(t, strings.Replace(yaml, "20m", "2m", 1))
 	poll(t, 2*time.Minute, func() error {
-		if !strings.Contains(d.logs.String(), `"applied":"dataplane.ipvs.drainTimeout"`) {
+		if !strings.Contains(d.Logs.String(), `"applied":"dataplane.ipvs.drainTimeout"`) {
 			return fmt.Errorf("drainTimeout reload not logged")
 		}
 		return nil

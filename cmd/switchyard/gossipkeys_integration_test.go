@@ -50,7 +50,7 @@ membership:
 		var logs syncBuffer
 		runCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		return run(runCtx, []string{"--config", configFor(node).path, "--kubeconfig", srv.Kubeconfig,
+		return run(runCtx, []string{"--config", configFor(node).Path, "--kubeconfig", srv.Kubeconfig,
 			"--hostname-override", node, "--log-format", "text"}, &logs, &logs)
 	}
 
@@ -86,7 +86,7 @@ membership:
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = m.Close(context.Background()) })
-		go m.Run(d.ctx)
+		go m.Run(d.Context())
 		m.SetPeers([]membership.Peer{{Name: "node-a", Addr: fmt.Sprintf("127.0.0.1:%d", port)}})
 		return m
 	}

@@ -4,10 +4,8 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"net/netip"
 	"slices"
 	"strings"
@@ -27,6 +25,7 @@ import (
 	"github.com/switchyard-lb/switchyard/core/plugin"
 	"github.com/switchyard-lb/switchyard/core/reconcile"
 	"github.com/switchyard-lb/switchyard/ipvs/dryrun"
+	"github.com/switchyard-lb/switchyard/test/harness"
 )
 
 // The end-to-end tests run runDaemon, as run does, against the real API
@@ -107,7 +106,7 @@ func startE2E(t *testing.T, cfg *rest.Config, node, extraConfig string) *e2eDaem
 		tc: writeTestConfig(t, extraConfig),
 		dp: &recordingDataplane{Dataplane: dryrun.New()},
 	}
-	w, err := config.NewWatcher(d.tc.path, checkDataplane)
+	w, err := config.NewWatcher(d.tc.Path, checkDataplane)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,24 +121,17 @@ func startE2E(t *testing.T, cfg *rest.Config, node, extraConfig string) *e2eDaem
 		})
 	})
 	t.Cleanup(func() {
-		d.stop(t)
-		d.logIfFailed(t)
+		d.Stop(t)
+		d.LogIfFailed(t)
 	})
 	return d
 }
 
 // state returns the daemon's /debug/state.
 func (d *e2eDaemon) state() (*reconcile.State, error) {
-	code, body, err := httpGet("http://" + d.tc.metrics + "/debug/state")
-	if err != nil {
-		return nil, err
-	}
-	if code != http.StatusOK {
-		return nil, fmt.Errorf("/debug/state: %d %s", code, body)
-	}
 	var st reconcile.State
-	if err := json.Unmarshal([]byte(body), &st); err != nil {
-		return nil, fmt.Errorf("/debug/state: %w", err)
+	if err := harness.DebugState(d.tc.Metrics, &st); err != nil {
+		return nil, err
 	}
 	return &st, nil
 }
@@ -162,7 +154,7 @@ func (d *e2eDaemon) applied(ns string) (map[string]reconcile.ServiceState, error
 
 // readyz returns /readyz's status and body.
 func (d *e2eDaemon) readyz() (int, string) {
-	code, body, err := httpGet("http://" + d.tc.health + "/readyz")
+	code, body, err := httpGet("http://" + d.tc.Health + "/readyz")
 	if err != nil {
 		return 0, err.Error()
 	}
@@ -171,12 +163,7 @@ func (d *e2eDaemon) readyz() (int, string) {
 
 func (d *e2eDaemon) waitReady(t *testing.T, timeout time.Duration) {
 	t.Helper()
-	poll(t, timeout, func() error {
-		if code, body := d.readyz(); code != http.StatusOK {
-			return fmt.Errorf("/readyz = %d %q", code, body)
-		}
-		return nil
-	})
+	harness.WaitReady(t, d.tc.Health, timeout)
 }
 
 // Builders of the API objects the tests create.

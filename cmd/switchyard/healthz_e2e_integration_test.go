@@ -27,7 +27,7 @@ func TestIntegrationE2EHealthzNodeDeletion(t *testing.T) {
 	createNode(t, srv.Client, "node-a", "192.168.0.10")
 	d := startE2E(t, srv.Admin, "node-a", "")
 	d.waitReady(t, 60*time.Second)
-	waitHealthz(t, d.tc.health, http.StatusOK, true)
+	waitHealthz(t, d.tc.Health, http.StatusOK, true)
 
 	patch := func(p any) {
 		t.Helper()
@@ -41,15 +41,15 @@ func TestIntegrationE2EHealthzNodeDeletion(t *testing.T) {
 	}
 	patch(map[string]any{"spec": map[string]any{"taints": []corev1.Taint{
 		{Key: "ToBeDeletedByClusterAutoscaler", Value: "1764633600", Effect: corev1.TaintEffectNoSchedule}}}})
-	waitHealthz(t, d.tc.health, http.StatusServiceUnavailable, false)
+	waitHealthz(t, d.tc.Health, http.StatusServiceUnavailable, false)
 	patch(map[string]any{"spec": map[string]any{"taints": nil}})
-	waitHealthz(t, d.tc.health, http.StatusOK, true)
+	waitHealthz(t, d.tc.Health, http.StatusOK, true)
 
 	patch(map[string]any{"metadata": map[string]any{"finalizers": []string{"example.com/hold"}}})
 	if err := srv.Client.CoreV1().Nodes().Delete(t.Context(), "node-a", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitHealthz(t, d.tc.health, http.StatusServiceUnavailable, false)
+	waitHealthz(t, d.tc.Health, http.StatusServiceUnavailable, false)
 	patch(map[string]any{"metadata": map[string]any{"finalizers": nil}})
 	poll(t, 60*time.Second, func() error {
 		_, err := srv.Client.CoreV1().Nodes().Get(t.Context(), "node-a", metav1.GetOptions{})
@@ -70,7 +70,7 @@ func TestIntegrationE2EHealthzNodeDeletion(t *testing.T) {
 		}
 		return nil
 	})
-	waitHealthz(t, d.tc.health, http.StatusServiceUnavailable, false)
+	waitHealthz(t, d.tc.Health, http.StatusServiceUnavailable, false)
 	if code, body := d.readyz(); code != http.StatusOK {
 		t.Errorf("/readyz with the Node gone = %d %q, want 200: readiness does not follow the Node", code, body)
 	}

@@ -8,10 +8,8 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -20,6 +18,7 @@ import (
 
 	"github.com/switchyard-lb/switchyard/core/k8s/k8stest"
 	"github.com/switchyard-lb/switchyard/test/apitest"
+	"github.com/switchyard-lb/switchyard/test/harness"
 )
 
 // TestIntegrationDaemon runs the daemon, as main does, against a real API
@@ -58,7 +57,7 @@ func TestIntegrationDaemon(t *testing.T) {
 	waitPlan := func(want string) {
 		t.Helper()
 		poll(t, 60*time.Second, func() error {
-			st, err := getState(tc.metrics)
+			st, err := getState(tc.Metrics)
 			if err != nil {
 				return err
 			}
@@ -76,7 +75,7 @@ func TestIntegrationDaemon(t *testing.T) {
 	t.Logf("Service in the plan %s after creation", time.Since(began).Round(time.Millisecond))
 
 	poll(t, 30*time.Second, func() error {
-		code, body, err := httpGet("http://" + tc.health + "/readyz")
+		code, body, err := httpGet("http://" + tc.Health + "/readyz")
 		if err != nil || code != http.StatusOK {
 			return fmt.Errorf("/readyz = %d %q %v", code, body, err)
 		}
@@ -92,13 +91,13 @@ func TestIntegrationDaemon(t *testing.T) {
 	waitPlan(key + " 10.1.0.1:8080 10.1.0.2:8080")
 	t.Logf("endpoint change in the plan %s after the update", time.Since(began).Round(time.Millisecond))
 
-	if code, body, err := httpGet("http://" + tc.metrics + "/metrics"); err != nil || code != 200 ||
+	if code, body, err := httpGet("http://" + tc.Metrics + "/metrics"); err != nil || code != 200 ||
 		!strings.Contains(body, "switchyard_network_programming_duration_seconds") {
 		t.Errorf("/metrics = %d %v, want the network programming histogram", code, err)
 	}
 
-	d.stop(t)
-	if !strings.Contains(d.logs.String(), "shutting down") {
+	d.Stop(t)
+	if !strings.Contains(d.Logs.String(), "shutting down") {
 		t.Errorf("no shutdown logged")
 	}
 }
@@ -110,17 +109,17 @@ func TestIntegrationDaemonRefusesInvalidConfig(t *testing.T) {
 	srv := apitest.Start(t)
 	tc := writeTestConfig(t, "dataplane:\n  clusterCIDRs: [10.244.0.0/33]\n  ipvs:\n    scheduler: fastest\n  mode: dryrun\n")
 	var stdout, stderr syncBuffer
-	err := run(t.Context(), []string{"--config", tc.path, "--kubeconfig", srv.Kubeconfig, "--hostname-override", "node-a"}, &stdout, &stderr)
+	err := run(t.Context(), []string{"--config", tc.Path, "--kubeconfig", srv.Kubeconfig, "--hostname-override", "node-a"}, &stdout, &stderr)
 	want := `line 10: dataplane.ipvs.scheduler: unknown scheduler "fastest"`
 	if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), `line 8: dataplane.clusterCIDRs[0]: invalid CIDR "10.244.0.0/33"`) {
 		t.Fatalf("run = %v, want it to name both fields", err)
 	}
-	if _, _, err := httpGet("http://" + tc.metrics + "/metrics"); err == nil {
+	if _, _, err := httpGet("http://" + tc.Metrics + "/metrics"); err == nil {
 		t.Error("metrics server answered although the config was refused")
 	}
 
 	// The same file with the field fixed starts.
-	body, _ := os.ReadFile(tc.path)
+	body, _ := os.ReadFile(tc.Path)
 	fixed := strings.NewReplacer("fastest", "rr", "/33", "/16").Replace(string(body))
 	path := filepath.Join(t.TempDir(), "config.yaml")
 	if err := os.WriteFile(path, []byte(fixed), 0o600); err != nil {
@@ -132,7 +131,7 @@ func TestIntegrationDaemonRefusesInvalidConfig(t *testing.T) {
 		done <- run(ctx, []string{"--config", path, "--kubeconfig", srv.Kubeconfig, "--hostname-override", "node-a"}, &stdout, &stderr)
 	}()
 	poll(t, 60*time.Second, func() error {
-		code, _, err := httpGet("http://" + tc.health + "/livez")
+		code, _, err := httpGet("http://" + tc.Health + "/livez")
 		if err != nil || code != 200 {
 			return fmt.Errorf("/livez = %d %v", code, err)
 		}
@@ -150,56 +149,20 @@ func TestIntegrationDaemonRefusesInvalidConfig(t *testing.T) {
 // klog output included) is one JSON log record.
 func TestIntegrationDaemonBinarySIGTERM(t *testing.T) {
 	srv := apitest.Start(t)
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatalf("go tool: %v", err)
-	}
-	bin := filepath.Join(t.TempDir(), "switchyard")
-	if out, err := exec.Command(goTool, "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := harness.BuildDaemon(t)
 	tc := writeTestConfig(t, "")
-	var stderr syncBuffer
-	cmd := exec.Command(bin, "--config", tc.path, "--kubeconfig", srv.Kubeconfig, "--v=4")
-	cmd.Env = append(os.Environ(), "NODE_NAME=Node-B")
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		if t.Failed() {
-			t.Logf("daemon logs:\n%s", stderr.String())
-		}
-	})
+	d := harness.Exec(t, "daemon", bin, []string{"NODE_NAME=Node-B"}, "--config", tc.Path, "--kubeconfig", srv.Kubeconfig, "--v=4")
+	defer d.LogIfFailed(t)
 
-	poll(t, 60*time.Second, func() error {
-		code, body, err := httpGet("http://" + tc.health + "/readyz")
-		if err != nil || code != http.StatusOK {
-			return fmt.Errorf("/readyz = %d %q %v", code, body, err)
-		}
-		return nil
-	})
-	st, err := getState(tc.metrics)
+	harness.WaitReady(t, tc.Health, 60*time.Second)
+	st, err := getState(tc.Metrics)
 	if err != nil || st.Node != "node-b" {
 		t.Errorf("state node = %+v %v, want node-b from NODE_NAME", st, err)
 	}
 
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Errorf("daemon exit after SIGTERM = %v, want status 0", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("daemon did not exit after SIGTERM")
-	}
+	d.Stop(t) // SIGTERM: exit status 0 within 30 s
 
-	logs := strings.TrimSpace(stderr.String())
+	logs := strings.TrimSpace(d.Logs.String())
 	var klogLines int
 	for _, line := range strings.Split(logs, "\n") {
 		var rec map[string]any

@@ -99,7 +99,7 @@ func TestIntegrationE2EDaemonRestart(t *testing.T) {
 	old := startE2E(t, srv.Admin, "node-a", "")
 	old.waitReady(t, 60*time.Second)
 	before := waitTableLines(t, old, lines)
-	old.stop(t)
+	old.Stop(t)
 
 	began := time.Now()
 	d := startE2E(t, srv.Admin, "node-a", "")
@@ -258,7 +258,7 @@ func TestIntegrationE2ERBACDenied(t *testing.T) {
 		`grant it with the ClusterRole in deploy/`,
 	}
 	poll(t, 60*time.Second, func() error {
-		for _, line := range strings.Split(d.logs.String(), "\n") {
+		for _, line := range strings.Split(d.Logs.String(), "\n") {
 			if !slices.ContainsFunc(wantLog, func(w string) bool { return !strings.Contains(line, w) }) {
 				return nil
 			}

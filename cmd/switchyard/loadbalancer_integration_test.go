@@ -144,7 +144,7 @@ membership:
 	// announcer: the owner the address, the other nothing.
 	poll(t, 30*time.Second, func() error {
 		for _, d := range daemons {
-			got, err := announcedBy(d.tc.metrics, "provider")
+			got, err := announcedBy(d.tc.Metrics, "provider")
 			if err != nil {
 				return err
 			}
@@ -170,7 +170,7 @@ membership:
 	// The owner's daemon stops: it leaves gossip on the way out, so the
 	// other node takes the address over before Kubernetes notices, and
 	// fronts only itself (gossip says the owner is dead).
-	daemons[owner].stop(t)
+	daemons[owner].Stop(t)
 	stopped := time.Now()
 	poll(t, 30*time.Second, func() error {
 		if a := provider.Addresses()[ip]; a.Owner != other || nodeNames(a) != other {

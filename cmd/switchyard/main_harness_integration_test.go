@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -20,6 +19,7 @@ import (
 	"github.com/switchyard-lb/switchyard/core/k8s/k8stest"
 	"github.com/switchyard-lb/switchyard/core/lbipam"
 	"github.com/switchyard-lb/switchyard/test/apitest"
+	"github.com/switchyard-lb/switchyard/test/harness"
 )
 
 // The harness of the integration tests that run the daemon as main runs
@@ -37,7 +37,7 @@ type mainDaemon struct {
 // its stdout and stderr both going to its logs. The caller stops it.
 func startMain(t *testing.T, kubeconfig, node string, tc *testConfig, flags ...string) *mainDaemon {
 	t.Helper()
-	args := append([]string{"--config", tc.path, "--kubeconfig", kubeconfig, "--hostname-override", node, "--log-format", "text"}, flags...)
+	args := append([]string{"--config", tc.Path, "--kubeconfig", kubeconfig, "--hostname-override", node, "--log-format", "text"}, flags...)
 	logs := &syncBuffer{}
 	return &mainDaemon{
 		daemonProc: goDaemon(t.Context(), node, logs, func(ctx context.Context) error { return run(ctx, args, logs, logs) }),
@@ -50,16 +50,16 @@ func startMain(t *testing.T, kubeconfig, node string, tc *testConfig, flags ...s
 // logs what it wrote if the test failed.
 func (d *mainDaemon) finish(t *testing.T) {
 	t.Helper()
-	d.stop(t)
-	d.logIfFailed(t)
+	d.Stop(t)
+	d.LogIfFailed(t)
 }
 
 // finishUnchecked is finish for the tests that do not check what run
 // returns.
 func (d *mainDaemon) finishUnchecked(t *testing.T) {
 	t.Helper()
-	d.halt()
-	d.logIfFailed(t)
+	d.Halt()
+	d.LogIfFailed(t)
 }
 
 // waitServing waits until the daemon serves its metrics: using the
@@ -77,17 +77,7 @@ func (d *mainDaemon) waitServing(t *testing.T) {
 // metric returns the value of the sample whose name and labels start
 // with prefix, or false.
 func (d *mainDaemon) metric(prefix string) (float64, bool) {
-	code, body, err := httpGet("http://" + d.tc.metrics + "/metrics")
-	if err != nil || code != 200 {
-		return 0, false
-	}
-	for _, line := range strings.Split(body, "\n") {
-		if rest, ok := strings.CutPrefix(line, prefix); ok {
-			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
-			return v, err == nil
-		}
-	}
-	return 0, false
+	return harness.Metric(d.tc.Metrics, prefix)
 }
 
 // setNodeReady creates or updates a Node with an InternalIP and the

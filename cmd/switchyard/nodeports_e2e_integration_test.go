@@ -67,7 +67,7 @@ func TestIntegrationE2ENodePortAddressesPrimary(t *testing.T) {
 	}
 	waitNodePorts("192.168.0.10", "192.168.0.11", "198.51.100.7")
 
-	d.tc.write(t, "dataplane:\n  mode: dryrun\n  nodePortAddresses: [primary]\n")
+	d.tc.Write(t, "dataplane:\n  mode: dryrun\n  nodePortAddresses: [primary]\n")
 	waitNodePorts("192.168.0.10")
 
 	n, err := srv.Client.CoreV1().Nodes().Get(t.Context(), "node-a", metav1.GetOptions{})

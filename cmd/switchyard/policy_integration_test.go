@@ -158,7 +158,7 @@ func TestIntegrationPolicies(t *testing.T) {
 		t.Helper()
 		began := time.Now()
 		poll(t, 60*time.Second, func() error {
-			got, err := weights(tc.metrics, service)
+			got, err := weights(tc.Metrics, service)
 			if err != nil {
 				return fmt.Errorf("%s: %w", step, err)
 			}
@@ -168,7 +168,7 @@ func TestIntegrationPolicies(t *testing.T) {
 			return nil
 		})
 		t.Logf("%s: %s is %q after %s", step, service, want, time.Since(began).Round(time.Millisecond))
-		if got, err := weights(tc.metrics, "other"); err != nil || got != otherWant {
+		if got, err := weights(tc.Metrics, "other"); err != nil || got != otherWant {
 			t.Errorf("%s: other's weights %q %v, want %q untouched", step, got, err, otherWant)
 		}
 	}
@@ -291,7 +291,7 @@ func TestIntegrationPolicies(t *testing.T) {
 	waitWeights("deleted", "web", "rr 10.1.0.1:8080=1 10.1.0.2:8080=1")
 	waitCondition("deleted", metav1.ConditionFalse, "LoadFailed")
 
-	code, body, err := httpGet("http://" + tc.metrics + "/metrics")
+	code, body, err := httpGet("http://" + tc.Metrics + "/metrics")
 	if err != nil || code != 200 {
 		t.Fatalf("/metrics: %d %v", code, err)
 	}

@@ -272,7 +272,7 @@ func TestIntegrationPolicyApply(t *testing.T) {
 	}
 	waitPolicy := func(t *testing.T, step, service, digest, revision string, ready bool, msg string) {
 		t.Helper()
-		waitPolicyState(t, yardctl, tc.metrics, step, service, digest, revision, ready, msg)
+		waitPolicyState(t, yardctl, tc.Metrics, step, service, digest, revision, ready, msg)
 	}
 
 	canaryParams := `{"canary": "zone=zone-b", "percent": 10}`
@@ -319,7 +319,7 @@ func TestIntegrationPolicyApply(t *testing.T) {
 				t.Helper()
 				began := time.Now()
 				poll(t, 2*time.Minute, func() error {
-					got, err := weightsOf(tc.metrics, key)
+					got, err := weightsOf(tc.Metrics, key)
 					if err != nil {
 						return fmt.Errorf("%s: %w", step, err)
 					}

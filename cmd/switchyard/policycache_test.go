@@ -23,8 +23,8 @@ func TestDaemonPolicyCacheDir(t *testing.T) {
 	if err != nil || len(entries) != 2 || entries[0].Name() != "last-good" || !strings.HasPrefix(entries[1].Name(), "wazero-") {
 		t.Errorf("policies.cacheDir holds %v (%v), want last-good and wazero's directory", entries, err)
 	}
-	if strings.Contains(d.logs.String(), "policies.cacheDir unusable") {
-		t.Errorf("warned about a usable cache directory; logs:\n%s", d.logs.String())
+	if strings.Contains(d.Logs.String(), "policies.cacheDir unusable") {
+		t.Errorf("warned about a usable cache directory; logs:\n%s", d.Logs.String())
 	}
 }
 
@@ -37,7 +37,7 @@ func TestDaemonRunsWithoutUnusableCacheDir(t *testing.T) {
 	}
 	d := startDaemon(t, fmt.Sprintf("policies:\n  cacheDir: %s\n", filepath.Join(file, "wasm")))
 	d.waitPlan(t, []string{webPlan})
-	if n := strings.Count(d.logs.String(), "policies.cacheDir unusable"); n != 1 {
-		t.Errorf("%d warnings about the cache directory, want 1; logs:\n%s", n, d.logs.String())
+	if n := strings.Count(d.Logs.String(), "policies.cacheDir unusable"); n != 1 {
+		t.Errorf("%d warnings about the cache directory, want 1; logs:\n%s", n, d.Logs.String())
 	}
 }

@@ -43,7 +43,7 @@ func TestIntegrationPolicyLastGoodAcrossRestart(t *testing.T) {
 	waitWeights := func(step string) {
 		t.Helper()
 		poll(t, 2*time.Minute, func() error {
-			got, err := weights(tc.metrics, "web")
+			got, err := weights(tc.Metrics, "web")
 			if err != nil {
 				return fmt.Errorf("%s: %w", step, err)
 			}

@@ -156,7 +156,7 @@ func TestIntegrationPolicyWalkthrough(t *testing.T) {
 			began = time.Now()
 			want := "wrr 10.1.0.1:8080=1000 10.1.0.2:8080=1000 10.1.0.3:8080=0"
 			poll(t, 2*time.Minute, func() error {
-				got, err := weightsOf(tc.metrics, key)
+				got, err := weightsOf(tc.Metrics, key)
 				if err != nil {
 					return err
 				}
@@ -166,7 +166,7 @@ func TestIntegrationPolicyWalkthrough(t *testing.T) {
 				return nil
 			})
 			t.Logf("the daemon's weights %q after %s", want, time.Since(began).Round(time.Millisecond))
-			waitPolicyState(t, yardctl, tc.metrics, "walkthrough", key, digest, cm.ResourceVersion, true, "evaluated")
+			waitPolicyState(t, yardctl, tc.Metrics, "walkthrough", key, digest, cm.ResourceVersion, true, "evaluated")
 		})
 	}
 }

@@ -55,7 +55,7 @@ func TestIntegrationDaemonServiceProxyName(t *testing.T) {
 	waitPlan := func(what string, want ...string) {
 		t.Helper()
 		poll(t, 2*time.Minute, func() error {
-			st, err := getState(tc.metrics)
+			st, err := getState(tc.Metrics)
 			if err != nil {
 				return err
 			}
@@ -87,10 +87,10 @@ func TestIntegrationDaemonServiceProxyName(t *testing.T) {
 	waitPlan("relabelled for edge",
 		line("plain", " 10.1.0.1:8080"), line("mine", " 10.1.0.1:8080"), line("theirs", " 10.1.0.1:8080"), line("hl", ""))
 
-	tc.write(t, "serviceProxyName: other\n")
+	tc.Write(t, "serviceProxyName: other\n")
 	poll(t, 2*time.Minute, func() error {
-		if !strings.Contains(d.logs.String(), "take effect at the next restart") ||
-			!strings.Contains(d.logs.String(), "serviceProxyName") {
+		if !strings.Contains(d.Logs.String(), "take effect at the next restart") ||
+			!strings.Contains(d.Logs.String(), "serviceProxyName") {
 			return fmt.Errorf("no restart-needed log for serviceProxyName")
 		}
 		return nil

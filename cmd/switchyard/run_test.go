@@ -142,16 +142,16 @@ func TestRunHelpVersionAndClientErrors(t *testing.T) {
 	}
 
 	tc := writeTestConfig(t, "")
-	err := run(t.Context(), []string{"--config", tc.path, "--kubeconfig", "/nonexistent/kubeconfig", "--hostname-override", "n"}, &stdout, &stderr)
+	err := run(t.Context(), []string{"--config", tc.Path, "--kubeconfig", "/nonexistent/kubeconfig", "--hostname-override", "n"}, &stdout, &stderr)
 	if err == nil || !strings.Contains(err.Error(), "load kubeconfig /nonexistent/kubeconfig") {
 		t.Errorf("run with a missing kubeconfig = %v", err)
 	}
 	t.Setenv("KUBERNETES_SERVICE_HOST", "")
-	err = run(t.Context(), []string{"--config", tc.path, "--hostname-override", "n"}, &stdout, &stderr)
+	err = run(t.Context(), []string{"--config", tc.Path, "--hostname-override", "n"}, &stdout, &stderr)
 	if err == nil || !strings.Contains(err.Error(), "in-cluster config (use --kubeconfig outside a cluster)") {
 		t.Errorf("run outside a cluster without --kubeconfig = %v", err)
 	}
-	err = run(t.Context(), []string{"--config", tc.path, "--log-format", "xml"}, &stdout, &stderr)
+	err = run(t.Context(), []string{"--config", tc.Path, "--log-format", "xml"}, &stdout, &stderr)
 	if err == nil || !strings.Contains(err.Error(), `unknown log format "xml"`) {
 		t.Errorf("run --log-format xml = %v", err)
 	}
@@ -159,7 +159,7 @@ func TestRunHelpVersionAndClientErrors(t *testing.T) {
 	// --set-sysctls needs no API server and exits; with the dry-run
 	// dataplane it has nothing to set.
 	stderr.Reset()
-	if err := run(t.Context(), []string{"--config", tc.path, "--set-sysctls", "--log-format=text"}, &stdout, &stderr); err != nil {
+	if err := run(t.Context(), []string{"--config", tc.Path, "--set-sysctls", "--log-format=text"}, &stdout, &stderr); err != nil {
 		t.Errorf("run --set-sysctls (dryrun) = %v", err)
 	}
 	if !strings.Contains(stderr.String(), "no sysctls to set") {

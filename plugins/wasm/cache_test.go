@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 
@@ -18,6 +17,7 @@ import (
 
 	"github.com/switchyard-lb/switchyard/plugins/wasm"
 	"github.com/switchyard-lb/switchyard/plugins/wasm/abi"
+	"github.com/switchyard-lb/switchyard/test/harness"
 )
 
 // tinyModule is the smallest module ABI v1 accepts, assembled by hand so
@@ -86,26 +86,6 @@ func cacheFiles(t *testing.T, dir string) map[string]uint64 {
 	return out
 }
 
-// faults records what a Runtime's Config.CacheFault is told.
-type faults struct {
-	mu   sync.Mutex
-	errs []error
-}
-
-func (f *faults) add(err error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.errs = append(f.errs, err)
-}
-
-func (f *faults) take() []error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	out := f.errs
-	f.errs = nil
-	return out
-}
-
 // loadTiny loads tinyModule(at) in r and checks that it runs.
 func loadTiny(r *wasm.Runtime, at byte) error {
 	ctx := context.Background()
@@ -129,9 +109,9 @@ func loadTiny(r *wasm.Runtime, at byte) error {
 func TestCacheDirReused(t *testing.T) {
 	ctx := context.Background()
 	dir := filepath.Join(t.TempDir(), "not", "yet", "there")
-	var f faults
+	var f harness.List[error] // what Config.CacheFault is told
 	load := func() error {
-		r, err := wasm.NewRuntime(ctx, wasm.Config{CacheDir: dir, CacheFault: f.add, Deadline: generousDeadline})
+		r, err := wasm.NewRuntime(ctx, wasm.Config{CacheDir: dir, CacheFault: f.Add, Deadline: generousDeadline})
 		if err != nil {
 			return err
 		}
@@ -151,7 +131,7 @@ func TestCacheDirReused(t *testing.T) {
 	if diff := cmp.Diff(first, cacheFiles(t, dir)); diff != "" {
 		t.Errorf("the second runtime wrote to the cache, so it compiled again (-first +second):\n%s", diff)
 	}
-	if errs := f.take(); len(errs) != 0 {
+	if errs := f.Take(); len(errs) != 0 {
 		t.Errorf("cache faults on a good cache: %v", errs)
 	}
 
@@ -162,7 +142,7 @@ func TestCacheDirReused(t *testing.T) {
 	if err := load(); err != nil {
 		t.Fatalf("load over a damaged entry: %v", err)
 	}
-	if errs := f.take(); len(errs) != 1 || !errors.Is(errs[0], wasm.ErrCacheDir) || !strings.Contains(errs[0].Error(), "compilationcache") {
+	if errs := f.Take(); len(errs) != 1 || !errors.Is(errs[0], wasm.ErrCacheDir) || !strings.Contains(errs[0].Error(), "compilationcache") {
 		t.Errorf("faults reported for a damaged entry = %v, want one ErrCacheDir with wazero's compilationcache error", errs)
 	}
 	if b, err := os.ReadFile(path); err != nil || string(b) == "damaged" {
@@ -177,8 +157,8 @@ func TestCacheDirReused(t *testing.T) {
 func TestCacheDirFailsLater(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	var f faults
-	r, err := wasm.NewRuntime(ctx, wasm.Config{CacheDir: dir, CacheFault: f.add, Deadline: generousDeadline})
+	var f harness.List[error] // what Config.CacheFault is told
+	r, err := wasm.NewRuntime(ctx, wasm.Config{CacheDir: dir, CacheFault: f.Add, Deadline: generousDeadline})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +172,7 @@ func TestCacheDirFailsLater(t *testing.T) {
 			t.Fatalf("module %d, after the cache broke: %v", at, err)
 		}
 	}
-	errs := f.take()
+	errs := f.Take()
 	if len(errs) != 2 {
 		t.Fatalf("faults = %v, want one per compilation after the cache broke", errs)
 	}

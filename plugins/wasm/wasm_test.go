@@ -21,6 +21,7 @@ import (
 	"github.com/switchyard-lb/switchyard/plugins/wasm"
 	"github.com/switchyard-lb/switchyard/plugins/wasm/abi"
 	"github.com/switchyard-lb/switchyard/plugins/wasm/wasmtest"
+	"github.com/switchyard-lb/switchyard/test/harness"
 )
 
 // guests holds the test modules built from testdata/guests by TestMain.
@@ -220,30 +221,11 @@ func TestLoadRefused(t *testing.T) {
 	}
 }
 
-type logSink struct {
-	mu   sync.Mutex
-	recs []wasm.LogRecord
-}
-
-func (s *logSink) add(r wasm.LogRecord) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.recs = append(s.recs, r)
-}
-
-func (s *logSink) take() []wasm.LogRecord {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	r := s.recs
-	s.recs = nil
-	return r
-}
-
 func TestGuestLog(t *testing.T) {
-	var sink logSink
+	var sink harness.List[wasm.LogRecord]
 	// A rate so low that no token refills during the test: exactly the
 	// burst passes.
-	r := newRuntime(t, wasm.Config{Log: sink.add, LogRate: 1e-9, LogBurst: 3})
+	r := newRuntime(t, wasm.Config{Log: sink.Add, LogRate: 1e-9, LogBurst: 3})
 	p := load(t, r, "hostile")
 
 	if _, err := p.Evaluate(context.Background(), input(1, "log")); err != nil {
@@ -254,11 +236,11 @@ func TestGuestLog(t *testing.T) {
 		{Policy: "hostile", Level: slog.LevelWarn, Message: "noisy"},
 		{Policy: "hostile", Level: slog.LevelWarn, Message: "noisy"},
 	}
-	if diff := cmp.Diff(want, sink.take()); diff != "" {
+	if diff := cmp.Diff(want, sink.Take()); diff != "" {
 		t.Errorf("rate-limited log (-want +got):\n%s", diff)
 	}
 
-	r2 := newRuntime(t, wasm.Config{Log: sink.add})
+	r2 := newRuntime(t, wasm.Config{Log: sink.Add})
 	p2 := load(t, r2, "hostile")
 	if _, err := p2.Evaluate(context.Background(), input(1, "stderr")); err != nil {
 		t.Fatal(err)
@@ -270,7 +252,7 @@ func TestGuestLog(t *testing.T) {
 		{Policy: "hostile", Level: slog.LevelWarn, Message: "hello from stderr"},
 		{Policy: "hostile", Level: slog.LevelWarn, Message: "cannot decide"},
 	}
-	if diff := cmp.Diff(want, sink.take()); diff != "" {
+	if diff := cmp.Diff(want, sink.Take()); diff != "" {
 		t.Errorf("stderr and log (-want +got):\n%s", diff)
 	}
 }

@@ -4,7 +4,14 @@
 // a goroutine-safe sink for a daemon's logs, FreeAddr for the daemon's
 // servers, and Get for reading them.
 //
-// It starts nothing itself: the suites run the daemon their own way (as
-// main runs it, through runDaemon, or as a built binary) and use these
-// parts around it.
+// It is also the daemon harness of every daemon-level suite on the host
+// (cmd/switchyard's unit, integration and end-to-end tests, deploy's):
+// WriteConfig writes a config with the servers on free loopback ports
+// and the dry-run dataplane unless told otherwise; Daemon is one daemon
+// under test, run in a goroutine by Go (the suites of cmd/switchyard
+// hand it run or runDaemon, which only package main can call) or as the
+// built binary by Exec (BuildDaemon), stopped alike and showing its logs
+// when the test failed; Metric, DebugState and WaitReady read its
+// servers. The lab suites (test/peers, test/cluster, test/node) run the
+// daemon inside network namespaces or VMs through their own packages.
 package harness

@@ -81,3 +81,33 @@ func Get(url string) (int, string, error) {
 	b, err := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b), err
 }
+
+// List is a goroutine-safe list: what a hook called from the code under
+// test appends to (Add, as a method value), and the test reads.
+type List[T any] struct {
+	mu    sync.Mutex
+	items []T
+}
+
+// Add appends x.
+func (l *List[T]) Add(x T) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.items = append(l.items, x)
+}
+
+// All returns a copy of the list.
+func (l *List[T]) All() []T {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]T(nil), l.items...)
+}
+
+// Take returns the list and empties it.
+func (l *List[T]) Take() []T {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	items := l.items
+	l.items = nil
+	return items
+}

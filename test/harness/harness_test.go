@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -36,19 +37,29 @@ func (r *failRecorder) Fatalf(format string, args ...any) {
 	panic(r)
 }
 
-func TestPollFailsWithTheLastError(t *testing.T) {
+// fatalOf runs f with a failRecorder and returns the message f failed
+// with through Fatalf, failing the test if f did not.
+func fatalOf(t *testing.T, f func(tb testing.TB)) string {
+	t.Helper()
 	r := &failRecorder{TB: t}
 	func() {
 		defer func() {
 			if p := recover(); p != r {
-				t.Fatalf("Poll did not fail through Fatalf (recovered %v)", p)
+				t.Fatalf("did not fail through Fatalf (recovered %v)", p)
 			}
 		}()
-		n := 0
-		Poll(r, 50*time.Millisecond, func() error { n++; return fmt.Errorf("attempt %d", n) })
+		f(r)
 	}()
-	if want := "gave up after 50ms: attempt "; len(r.msg) < len(want) || r.msg[:len(want)] != want {
-		t.Errorf("Fatalf message = %q, want it to start %q", r.msg, want)
+	return r.msg
+}
+
+func TestPollFailsWithTheLastError(t *testing.T) {
+	msg := fatalOf(t, func(tb testing.TB) {
+		n := 0
+		Poll(tb, 50*time.Millisecond, func() error { n++; return fmt.Errorf("attempt %d", n) })
+	})
+	if want := "gave up after 50ms: attempt "; !strings.HasPrefix(msg, want) {
+		t.Errorf("Fatalf message = %q, want it to start %q", msg, want)
 	}
 }
 
@@ -96,5 +107,23 @@ func TestGetAndFreeAddr(t *testing.T) {
 	addr := FreeAddr(t)
 	if _, _, err := Get("http://" + addr + "/"); err == nil {
 		t.Errorf("Get of the free address %s answered", addr)
+	}
+}
+
+func TestList(t *testing.T) {
+	var l List[int]
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Add(1)
+		go func() { defer wg.Done(); l.Add(i) }()
+	}
+	wg.Wait()
+	all := l.All()
+	all[0] = 99 // a copy: the list keeps its own
+	if got := l.Take(); len(got) != 4 || got[0] == 99 {
+		t.Errorf("Take = %v, want the 4 items added", got)
+	}
+	if got := l.Take(); got != nil {
+		t.Errorf("Take after Take = %v, want nil", got)
 	}
 }

@@ -187,6 +187,8 @@ var scenarios = map[string][]sc{
 		sc{"zone busy: spill", scenario("", ep{zone: "a", ready: true, conns: 150}, ep{zone: "a", ready: true, conns: 50}, ep{zone: "b", ready: true})},
 		sc{"zone just under the threshold", scenario("", ep{zone: "a", ready: true, conns: 150}, ep{zone: "a", ready: true, conns: 49}, ep{zone: "b", ready: true})},
 		sc{"nothing in zone: everyone", scenario("", ep{zone: "b", ready: true}, ep{zone: "c", ready: true}, ep{zone: "c"})},
+		sc{"in-zone endpoint not ready", scenario("", ep{zone: "a"}, ep{zone: "b", ready: true})},
+		sc{"zero spill weight", scenario(`{"spillAt": 0, "spillWeight": 0}`, ep{zone: "a", ready: true}, ep{zone: "b", ready: true})},
 		sc{"params", scenario(`{"spillAt": 5, "localWeight": 3, "spillWeight": 1, "note": "x"}`, ep{zone: "a", ready: true, conns: 5}, ep{zone: "b", ready: true})},
 		sc{"weights capped", scenario(`{"localWeight": 100000}`, ep{zone: "a", ready: true})},
 		sc{"bad params: fraction", scenario(`{"spillAt": 1.5}`, ep{zone: "a", ready: true})},
@@ -288,10 +290,12 @@ func TestExamplesConform(t *testing.T) {
 
 // TestScenariosExercise guards the scenarios themselves: each example
 // must see declines, drained usable endpoints and at least two distinct
-// non-zero weights in one decision, or conforming proves little.
+// non-zero weights in one decision, or conforming proves little;
+// zoneaware's must also spill out of the zone and fall back to
+// terminating endpoints.
 func TestScenariosExercise(t *testing.T) {
 	for _, ex := range conformance.Examples {
-		var declined, drained, spread bool
+		var declined, drained, spread, spill, terminating bool
 		for _, s := range scenarios[ex] {
 			res, err := conformance.References[ex](s.in)
 			if err != nil {
@@ -300,17 +304,23 @@ func TestScenariosExercise(t *testing.T) {
 			}
 			distinct := map[uint32]bool{}
 			for i, w := range res.Weights {
-				if w == 0 && s.in.Endpoints[i].Ready {
+				e := s.in.Endpoints[i]
+				if w == 0 && e.Ready {
 					drained = true
 				}
 				if w > 0 {
 					distinct[w] = true
+					spill = spill || (!e.SameZone && w < 100)
+					terminating = terminating || e.Terminating
 				}
 			}
 			spread = spread || len(distinct) >= 2
 		}
 		if !declined || !drained || !spread {
 			t.Errorf("%s: declined %v, drained a usable endpoint %v, two distinct weights %v: want all", ex, declined, drained, spread)
+		}
+		if ex == "zoneaware" && (!spill || !terminating) {
+			t.Errorf("%s: spilled out of the zone %v, weighted a terminating endpoint %v: want both", ex, spill, terminating)
 		}
 	}
 }

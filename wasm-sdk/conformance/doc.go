@@ -10,6 +10,11 @@
 // field into the weights, and compares it with the Go SDK reading the
 // same bytes natively.
 //
+// The Go SDK's module (wasm-sdk/go) depends on nothing, so the tests of
+// the Go SDK against the host's codec (plugins/wasm/abi) are here too:
+// the SDK reads what the host encodes and writes what the host's strict
+// decoder reads; these need no module and run in plain go test.
+//
 // The modules are built by `make wasm-conformance` into
 // $SWITCHYARD_WASM_DIR/<lang>/<example>.wasm. With that variable set, a
 // missing module fails the suite; without it (plain `go test ./...`) the

@@ -142,9 +142,9 @@ type Layout struct {
 // Setup lays the empty directory dir out as the walkthrough in lang
 // leaves it right before `yardctl policy build`, with the SDKs of the
 // checkout at root. Besides the page's files:
-//   - Go: go mod init, go mod edit -require -replace (the checkout) and
-//     go mod tidy, as the page runs them (tidy with -mod=mod, which
-//     GOFLAGS may forbid otherwise);
+//   - Go: go mod init and go get the SDK's module @latest, as the page
+//     runs them, from GoProxy's proxy of the checkout (the SDK is not
+//     fetched from the network, and the daemon's module is out of reach);
 //   - Rust: nothing; the build gets --sdk root/wasm-sdk/rust/policy;
 //   - AssemblyScript: the SDK copied into sdk/ and, instead of a
 //     download, node_modules a link to root's
@@ -163,17 +163,23 @@ func Setup(ctx context.Context, root, dir, lang string) (*Layout, error) {
 	}
 	switch lang {
 	case Go:
+		proxy, err := os.MkdirTemp("", "switchyard-goproxy-")
+		if err != nil {
+			return nil, fmt.Errorf("walkthrough: %w", err)
+		}
+		defer os.RemoveAll(proxy)
+		if _, err := GoProxy(root, proxy); err != nil {
+			return nil, err
+		}
+		env := []string{"GOPROXY=file://" + filepath.ToSlash(proxy), "GONOSUMDB=" + SDKModule, "GOPRIVATE=", "GONOPROXY="}
 		steps := [][]string{
 			{"mod", "init", "example.com/mypolicy"},
-			{"mod", "edit", "-require=github.com/switchyard-lb/switchyard@v0.0.0", "-replace=github.com/switchyard-lb/switchyard=" + root},
+			{"get", SDKModule + "@latest"},
 		}
-		if err := goRun(ctx, dir, steps...); err != nil {
+		if err := goRun(ctx, dir, env, steps...); err != nil {
 			return nil, err
 		}
 		if err := Write(dir, files); err != nil {
-			return nil, err
-		}
-		if err := goRun(ctx, dir, []string{"mod", "tidy"}); err != nil {
 			return nil, err
 		}
 		return &Layout{Build: []string{dir}, Source: src}, nil
@@ -198,12 +204,13 @@ func Setup(ctx context.Context, root, dir, lang string) (*Layout, error) {
 	return &Layout{Build: []string{filepath.Join(dir, src.Path)}, Source: src}, nil
 }
 
-// goRun runs each step as a go command in dir.
-func goRun(ctx context.Context, dir string, steps ...[]string) error {
+// goRun runs each step as a go command in dir, with env added to the
+// environment.
+func goRun(ctx context.Context, dir string, env []string, steps ...[]string) error {
 	for _, args := range steps {
 		cmd := exec.CommandContext(ctx, wasmtest.GoTool(), args...)
 		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod")
+		cmd.Env = append(append(os.Environ(), "GOFLAGS=-mod=mod"), env...)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("walkthrough: go %s: %w\n%s", strings.Join(args, " "), err, out)
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/netip"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/switchyard-lb/switchyard/announcers/bgp/bfd"
 	"github.com/switchyard-lb/switchyard/announcers/bgp/bfd/bfdtest"
 	"github.com/switchyard-lb/switchyard/core/runner/runnertest"
+	"github.com/switchyard-lb/switchyard/test/harness"
 )
 
 const ms = time.Millisecond
@@ -25,22 +25,9 @@ var (
 )
 
 // changes records OnChange calls.
-type changes struct {
-	mu  sync.Mutex
-	got []bfd.Change
-}
+type changes struct{ harness.List[bfd.Change] }
 
-func (c *changes) add(_ netip.Addr, ch bfd.Change) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.got = append(c.got, ch)
-}
-
-func (c *changes) list() []bfd.Change {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return append([]bfd.Change(nil), c.got...)
-}
+func (c *changes) add(_ netip.Addr, ch bfd.Change) { c.Add(ch) }
 
 // scripted is a Server on a fake clock whose peer is the test: it
 // injects the router's packets and reads what the server sent. Every
@@ -171,7 +158,7 @@ func TestServerSession(t *testing.T) {
 		{From: bfd.Init, To: bfd.Up},
 		{From: bfd.Up, To: bfd.Down, Diag: bfd.DiagDetectionExpired},
 	}
-	if d := cmp.Diff(want, h.changes.list()); d != "" {
+	if d := cmp.Diff(want, h.changes.All()); d != "" {
 		t.Fatalf("changes (-want +got):\n%s", d)
 	}
 	if ss := h.srv.Sessions(); ss[0].Downs != 1 || ss[0].LastChange != time.Date(2026, 1, 1, 0, 0, 0, 900*int(ms), time.UTC) {
@@ -225,14 +212,14 @@ func TestServerTwoPeers(t *testing.T) {
 	wait("router's packets blocked", func(a, b bfd.State) bool { return a == bfd.Down && b != bfd.Up })
 	for i, s := range sides {
 		var failed bool
-		for _, c := range s.ch.list() {
+		for _, c := range s.ch.All() {
 			failed = failed || c.Failure()
 		}
 		if !failed {
-			t.Errorf("side %d: changes %+v, want a failure", i, s.ch.list())
+			t.Errorf("side %d: changes %+v, want a failure", i, s.ch.All())
 		}
 	}
-	if got := sides[0].ch.list(); got[len(got)-1].Diag != bfd.DiagDetectionExpired {
+	if got := sides[0].ch.All(); got[len(got)-1].Diag != bfd.DiagDetectionExpired {
 		t.Errorf("node's last change %+v, want detection time expired", got[len(got)-1])
 	}
 	n.Block(routerAddr, nodeAddr, false)

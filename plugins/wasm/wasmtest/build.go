@@ -34,24 +34,37 @@ func CacheDir() (string, error) {
 	return filepath.Join(d, "switchyard", "wasm-test"), nil
 }
 
-// BuildGo builds the Go main package in pkgDir (a directory inside the
-// module rooted at moduleDir) for wasip1 as a reactor, and returns the
-// module bytes. hashDirs are further source directories the build depends
-// on (for example an SDK); a change in any of them, or in pkgDir, rebuilds.
+// BuildGo builds the Go main package in pkgDir (a directory under
+// moduleDir, in the module rooted there or in one nested in it, as the
+// SDK's wasm-sdk/go is) for wasip1 as a reactor, and returns the module
+// bytes. The build runs in the module that holds pkgDir. hashDirs are
+// further source directories the build depends on (for example an SDK);
+// a change in any of them, or in pkgDir, rebuilds.
 func BuildGo(moduleDir, pkgDir string, hashDirs ...string) ([]byte, error) {
 	goTool := GoTool()
 	ver, err := exec.Command(goTool, "env", "GOVERSION").Output()
 	if err != nil {
 		return nil, fmt.Errorf("run %s env GOVERSION: %w", goTool, err)
 	}
-	rel, err := filepath.Rel(moduleDir, pkgDir)
-	if err != nil {
-		return nil, fmt.Errorf("locate %s in %s: %w", pkgDir, moduleDir, err)
+	// The nearest go.mod at or above pkgDir, up to moduleDir.
+	modDir, top := filepath.Clean(pkgDir), filepath.Clean(moduleDir)
+	for {
+		if _, err := os.Stat(filepath.Join(modDir, "go.mod")); err == nil {
+			break
+		}
+		if modDir == top || modDir == filepath.Dir(modDir) {
+			return nil, fmt.Errorf("no go.mod at or above %s inside %s", pkgDir, moduleDir)
+		}
+		modDir = filepath.Dir(modDir)
 	}
-	sources := append([]string{pkgDir, filepath.Join(moduleDir, "go.mod")}, hashDirs...)
+	rel, err := filepath.Rel(modDir, pkgDir)
+	if err != nil {
+		return nil, fmt.Errorf("locate %s in %s: %w", pkgDir, modDir, err)
+	}
+	sources := append([]string{pkgDir, filepath.Join(modDir, "go.mod")}, hashDirs...)
 	return Cached(filepath.Base(pkgDir), string(ver), sources, func(out string) error {
 		cmd := exec.Command(goTool, "build", "-buildmode=c-shared", "-trimpath", "-ldflags=-s -w", "-o", out, "./"+filepath.ToSlash(rel))
-		cmd.Dir = moduleDir
+		cmd.Dir = modDir
 		cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "CGO_ENABLED=0")
 		if b, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("build %s for wasip1: %w\n%s", rel, err, b)

@@ -5,8 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
-
 	"github.com/switchyard-lb/switchyard/wasm-sdk/go/policy"
 )
 
@@ -75,8 +73,8 @@ func TestParamStrings(t *testing.T) {
 			}
 			got = append(got, string(s))
 		}
-		if diff := cmp.Diff(tt.want, got); diff != "" || err != nil || found != tt.found || l.Len() != len(tt.want) {
-			t.Errorf("ParamStrings(%s) = len %d, found %v, %v; want found %v; elements (-want +got):\n%s", tt.params, l.Len(), found, err, tt.found, diff)
+		if !slices.Equal(tt.want, got) || err != nil || found != tt.found || l.Len() != len(tt.want) {
+			t.Errorf("ParamStrings(%s) = %q (len %d), found %v, %v; want %q, found %v", tt.params, got, l.Len(), found, err, tt.want, tt.found)
 		}
 		for _, s := range tt.want {
 			if !l.Contains([]byte(s)) {
@@ -118,8 +116,8 @@ func TestParamUints(t *testing.T) {
 		for _, v := range l.All() {
 			got = append(got, v)
 		}
-		if diff := cmp.Diff(tt.want, got); diff != "" || err != nil || found != tt.found || l.Len() != len(tt.want) {
-			t.Errorf("ParamUints(%s) = len %d, found %v, %v; want found %v; elements (-want +got):\n%s", tt.params, l.Len(), found, err, tt.found, diff)
+		if !slices.Equal(tt.want, got) || err != nil || found != tt.found || l.Len() != len(tt.want) {
+			t.Errorf("ParamUints(%s) = %v (len %d), found %v, %v; want %v, found %v", tt.params, got, l.Len(), found, err, tt.want, tt.found)
 		}
 		if len(tt.want) > 0 && (!l.Contains(tt.want[0]) || l.Contains(7)) {
 			t.Errorf("ParamUints(%s).Contains is wrong", tt.params)
