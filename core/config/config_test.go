@@ -46,6 +46,8 @@ func defaults() *Config {
 				StrictARP:    ptr(true),
 				DrainTimeout: Duration(15 * time.Minute),
 			},
+			ForwardingMode: "nat",
+			DSR:            DSR{Encapsulation: "ipip", GUEPort: 6080, Seed: 0x5eed, TableSize: 16381, MTU: 1500},
 		},
 		Conntrack: Conntrack{
 			MaxPerCore:            ptr(32768),
@@ -180,6 +182,8 @@ announcers:
 						StrictARP:     ptr(false),
 						DrainTimeout:  Duration(5 * time.Minute),
 					},
+					ForwardingMode: "dsr",
+					DSR:            DSR{Encapsulation: "gue", GUEPort: 5555, Seed: 42, TableSize: 65537, MTU: 9000},
 				},
 				Conntrack: Conntrack{
 					MaxPerCore:            ptr(0),
@@ -365,6 +369,17 @@ func TestValidate(t *testing.T) {
 				{Path: "dataplane.clusterCIDRs[2]", Line: 7, Msg: `want a CIDR string such as "10.0.0.0/8"`},
 				{Path: "dataplane.ipvs.tcpTimeout", Line: 10, Msg: "-1s is negative"},
 				{Path: "dataplane.ipvs.udpTimeout", Line: 11, Msg: "1.5s is not a whole number of seconds"},
+			},
+		},
+		{
+			name: "forwarding mode and dsr",
+			in:   header + "dataplane:\n  forwardingMode: DSR\n  dsr:\n    encapsulation: gre\n    guePort: 70000\n    tableSize: 16380\n    mtu: 600\n",
+			want: []FieldError{
+				{Path: "dataplane.forwardingMode", Line: 4, Msg: `unknown mode "DSR" (want nat or dsr)`},
+				{Path: "dataplane.dsr.encapsulation", Line: 6, Msg: `unknown encapsulation "gre" (want ipip or gue)`},
+				{Path: "dataplane.dsr.guePort", Line: 7, Msg: "port 70000 is out of range (want 1 to 65535)"},
+				{Path: "dataplane.dsr.tableSize", Line: 8, Msg: "16380: want a prime from 251 to 16777213 (at least 100 times the nodes)"},
+				{Path: "dataplane.dsr.mtu", Line: 9, Msg: "600: want 608 to 65535"},
 			},
 		},
 		{
