@@ -23,6 +23,11 @@ func DSRMark(i int) uint32 { return uint32(i+1) << 16 }
 type DSRNode struct {
 	Name string
 	Addr netip.Addr
+	// Mark, when set, is the node's peer mark (DSRMarks keeps them
+	// stable as nodes come and go); left zero on every node, node i of
+	// the sorted list gets DSRMark(i). Marks are local to this node: two
+	// nodes may number their peers differently.
+	Mark uint32
 }
 
 // DSRFrontendInput is one dsr frontend and its backend nodes: the nodes
@@ -78,6 +83,8 @@ func DSR(in DSRInput) (model.DSRPlan, error) {
 	if len(nodes) >= 1<<16 {
 		return model.DSRPlan{}, fmt.Errorf("dsr: %d nodes, at most %d", len(nodes), 1<<16-1)
 	}
+	given := len(nodes) > 0 && nodes[0].Mark != 0
+	taken := make(map[uint32]string, len(nodes))
 	for i, n := range nodes {
 		if i > 0 && nodes[i-1].Name == n.Name {
 			return model.DSRPlan{}, fmt.Errorf("dsr: node %q given twice", n.Name)
@@ -85,7 +92,17 @@ func DSR(in DSRInput) (model.DSRPlan, error) {
 		if !n.Addr.IsValid() {
 			return model.DSRPlan{}, fmt.Errorf("dsr: node %q has no address", n.Name)
 		}
-		marks[n.Name] = DSRMark(i)
+		m := DSRMark(i)
+		if given {
+			if m = n.Mark; m == 0 || m&0xffff != 0 {
+				return model.DSRPlan{}, fmt.Errorf("dsr: node %q: mark %#x is not a dsr mark (every node needs one, or none)", n.Name, m)
+			}
+			if other, dup := taken[m]; dup {
+				return model.DSRPlan{}, fmt.Errorf("dsr: nodes %q and %q have the same mark %#x", other, n.Name, m)
+			}
+			taken[m] = n.Name
+		}
+		marks[n.Name] = m
 		addrs[n.Name] = n.Addr
 	}
 	if _, ok := marks[in.Self]; !ok {
