@@ -25,6 +25,7 @@ import (
 	"github.com/switchyard-lb/switchyard/core/config"
 	"github.com/switchyard-lb/switchyard/core/k8s/k8stest"
 	"github.com/switchyard-lb/switchyard/core/plugin"
+	"github.com/switchyard-lb/switchyard/core/model"
 	"github.com/switchyard-lb/switchyard/core/reconcile"
 	"github.com/switchyard-lb/switchyard/ipvs/dryrun"
 )
@@ -90,8 +91,33 @@ func mustAddrPort(s string) netip.AddrPort {
 // e2eDaemon is one runDaemon against the test API server.
 type e2eDaemon struct {
 	*daemonProc
-	tc *testConfig
-	dp *recordingDataplane
+	tc  *testConfig
+	dp  *recordingDataplane
+	dsr *recordingDSR
+}
+
+// recordingDSR is a goroutine-safe reconcile.DSRDataplane recording the
+// plans applied.
+type recordingDSR struct {
+	mu    sync.Mutex
+	plans []model.DSRPlan
+}
+
+func (r *recordingDSR) Apply(p model.DSRPlan) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.plans = append(r.plans, p)
+	return nil
+}
+
+// last returns the last plan applied, false before the first.
+func (r *recordingDSR) last() (model.DSRPlan, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.plans) == 0 {
+		return model.DSRPlan{}, false
+	}
+	return r.plans[len(r.plans)-1], true
 }
 
 // startE2E runs the daemon as node with the client configuration cfg and
@@ -105,7 +131,8 @@ func startE2E(t *testing.T, cfg *rest.Config, node, extraConfig string) *e2eDaem
 	}
 	d := &e2eDaemon{
 		tc: writeTestConfig(t, extraConfig),
-		dp: &recordingDataplane{Dataplane: dryrun.New()},
+		dp:  &recordingDataplane{Dataplane: dryrun.New()},
+		dsr: &recordingDSR{},
 	}
 	w, err := config.NewWatcher(d.tc.path, checkDataplane)
 	if err != nil {
@@ -119,6 +146,11 @@ func startE2E(t *testing.T, cfg *rest.Config, node, extraConfig string) *e2eDaem
 			NodeName:     node,
 			Log:          slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 			NewDataplane: func(*config.Config, *slog.Logger) (plugin.Dataplane, error) { return d.dp, nil },
+			NewDSR: func(cfg *config.Config) (*reconcile.DSRConfig, func() error, error) {
+				dc := dsrSettings(cfg.Dataplane.DSR)
+				dc.Dataplane = d.dsr
+				return &dc, func() error { return nil }, nil
+			},
 		})
 	})
 	t.Cleanup(func() {
