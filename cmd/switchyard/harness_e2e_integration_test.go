@@ -24,8 +24,8 @@ import (
 
 	"github.com/switchyard-lb/switchyard/core/config"
 	"github.com/switchyard-lb/switchyard/core/k8s/k8stest"
-	"github.com/switchyard-lb/switchyard/core/plugin"
 	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/core/plugin"
 	"github.com/switchyard-lb/switchyard/core/reconcile"
 	"github.com/switchyard-lb/switchyard/ipvs/dryrun"
 )
@@ -130,7 +130,7 @@ func startE2E(t *testing.T, cfg *rest.Config, node, extraConfig string) *e2eDaem
 		t.Fatal(err)
 	}
 	d := &e2eDaemon{
-		tc: writeTestConfig(t, extraConfig),
+		tc:  writeTestConfig(t, extraConfig),
 		dp:  &recordingDataplane{Dataplane: dryrun.New()},
 		dsr: &recordingDSR{},
 	}
