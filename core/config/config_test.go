@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/switchyard-lb/switchyard/core/model"
 	"github.com/switchyard-lb/switchyard/core/plan"
 )
 
@@ -763,7 +764,7 @@ func TestLoad(t *testing.T) {
 }
 
 func TestPlanOptions(t *testing.T) {
-	c, err := Parse([]byte(header + `dataplane: {nodePortAddresses: [192.168.0.0/24, "fd00::/64"], ipvs: {scheduler: wlc}}
+	c, err := Parse([]byte(header + `dataplane: {nodePortAddresses: [192.168.0.0/24, "fd00::/64"], ipvs: {scheduler: wlc}, forwardingMode: dsr}
 loadBalancerClass: example.com/lb
 ignoreUnclassed: true
 `))
@@ -775,6 +776,7 @@ ignoreUnclassed: true
 		Scheduler:         "wlc",
 		LoadBalancerClass: "example.com/lb",
 		IgnoreUnclassed:   true,
+		ForwardingMode:    model.ForwardingDSR,
 	}
 	if diff := cmp.Diff(want, c.PlanOptions(), cmpOpts); diff != "" {
 		t.Errorf("PlanOptions mismatch (-want +got):\n%s", diff)
@@ -786,7 +788,7 @@ ignoreUnclassed: true
 	if got := c.PlanOptions(); !got.NodePortPrimary || got.NodePortAddresses != nil {
 		t.Errorf("PlanOptions of nodePortAddresses [primary] = %+v, want NodePortPrimary and no prefix", got)
 	}
-	if got := Default().PlanOptions(); got.Scheduler != "rr" || got.LoadBalancerClass != "switchyard.dev/lb" || got.NodePortAddresses != nil {
+	if got := Default().PlanOptions(); got.Scheduler != "rr" || got.LoadBalancerClass != "switchyard.dev/lb" || got.NodePortAddresses != nil || got.ForwardingMode != model.ForwardingNAT {
 		t.Errorf("Default().PlanOptions() = %+v", got)
 	}
 }
