@@ -581,18 +581,9 @@ func inChunks(elems []nftables.SetElement, f func([]nftables.SetElement) error) 
 // which must fit the socket's send buffer (EMSGSIZE otherwise).
 func newConn(elems int) (*nftables.Conn, error) {
 	size := 1<<20 + 64*elems
-	// An answer's buffer accounting (skb truesize) is far larger than
-	// its bytes; the limit only bounds what may queue.
-	rsize := 1<<20 + 1024*elems
 	return nftables.New(nftables.WithSockOptions(func(nc *netlink.Conn) error {
 		if err := nc.SetWriteBuffer(size); err != nil {
 			return fmt.Errorf("set send buffer: %w", err)
-		}
-		// The receive buffer too: the kernel's answers to a large
-		// transaction (a dsr table of 16381 slots) overflowed the
-		// default one (ENOBUFS, seen in the cluster lab).
-		if err := nc.SetReadBuffer(rsize); err != nil {
-			return fmt.Errorf("set receive buffer: %w", err)
 		}
 		raw, err := nc.SyscallConn()
 		if err != nil {
@@ -600,15 +591,14 @@ func newConn(elems int) (*nftables.Conn, error) {
 		}
 		var serr error
 		if err := raw.Control(func(fd uintptr) {
-			// Beyond net.core.wmem_max and rmem_max needs
-			// CAP_NET_ADMIN, which programming nftables needs anyway.
-			serr = errors.Join(unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, size),
-				unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, rsize))
+			// Beyond net.core.wmem_max needs CAP_NET_ADMIN, which
+			// programming nftables needs anyway.
+			serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, size)
 		}); err != nil {
 			return fmt.Errorf("set send buffer: %w", err)
 		}
 		if serr != nil && !errors.Is(serr, unix.EPERM) {
-			return fmt.Errorf("set socket buffers: %w", serr)
+			return fmt.Errorf("set send buffer: %w", serr)
 		}
 		return nil
 	}))
