@@ -1,6 +1,7 @@
 package cluster_test
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -63,7 +64,8 @@ func TestDSRFlowsSurviveECMPChanges(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() {
-			if err := c.DeleteService(t.Context(), svc); err != nil {
+			// Not t.Context(): it is canceled before cleanups run.
+			if err := c.DeleteService(context.Background(), svc); err != nil {
 				t.Error(err)
 			}
 		})
