@@ -96,7 +96,7 @@ func (n *NFTDSR) SetDSR(p model.DSRPlan) error {
 		for j := range slots {
 			els[j] = nftables.SetElement{Key: binaryutil.NativeEndian.PutUint32(slots[j]), Val: binaryutil.NativeEndian.PutUint32(marks[j])}
 		}
-		if err := c.AddSet(set, els); err != nil {
+		if err := addSet(c, set, els); err != nil { // in chunks: a 16381-slot map overflows one message
 			return fmt.Errorf("nftables: set %s: %w", set.Name, err)
 		}
 		// jhash ip saddr . th sport mod size seed seed

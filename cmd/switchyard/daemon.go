@@ -61,6 +61,7 @@ var liveFields = []string{
 	"dataplane.ipvs.scheduler",
 	"dataplane.ipvs.drainTimeout",
 	"dataplane.nodePortAddresses",
+	"dataplane.forwardingMode",
 	"loadBalancerClass",
 	"ignoreUnclassed",
 	"policies.default",
@@ -80,6 +81,9 @@ type daemonConfig struct {
 	ConfigPollInterval time.Duration
 	// Profiling serves net/http/pprof on the metrics listener.
 	Profiling bool
+	// NewDSR nil: the dsr side on the host's kernel (openDSR) when
+	// NewDataplane is nil too and the mode is ipvs, none otherwise.
+	NewDSR func(*config.Config) (*reconcile.DSRConfig, func() error, error)
 }
 
 // dataplaneMode is one value of dataplane.mode: how its dataplane is
@@ -170,6 +174,9 @@ func runDaemon(ctx context.Context, dc daemonConfig) (err error) {
 	cfg := dc.Watcher.Config()
 	warnDeprecated(log, dc.Watcher)
 	dpCfg := cfg.Dataplane
+	if dc.NewDSR == nil && dc.NewDataplane == nil && dpCfg.Mode == config.ModeIPVS {
+		dc.NewDSR = openDSR
+	}
 	if dc.NewDataplane == nil {
 		dc.NewDataplane = newDataplane
 	}
@@ -190,6 +197,21 @@ func runDaemon(ctx context.Context, dc daemonConfig) (err error) {
 			err = errors.Join(err, fmt.Errorf("close dataplane %s: %w", dp.Name(), cerr))
 		}
 	}()
+
+	// The dsr side (dataplane.forwardingMode, the forwarding-mode
+	// annotation): its settings are read at start.
+	var dsr *reconcile.DSRConfig
+	if dc.NewDSR != nil {
+		var closeDSR func() error
+		if dsr, closeDSR, err = dc.NewDSR(cfg); err != nil {
+			return err
+		}
+		defer func() {
+			if cerr := closeDSR(); cerr != nil {
+				err = errors.Join(err, fmt.Errorf("close dsr: %w", cerr))
+			}
+		}()
+	}
 
 	reg := status.NewRegistry()
 	m := metrics.New(reg)
@@ -262,6 +284,7 @@ func runDaemon(ctx context.Context, dc daemonConfig) (err error) {
 		},
 		Metrics: m,
 		Health:  hc,
+		DSR:     dsr,
 		Log:     log.With("component", "reconcile"),
 		// The periodic repair of kernel drift; statistics ticks and
 		// other syncs without changes do not reprogram everything.
@@ -506,6 +529,7 @@ func withLive(cur, next *config.Config) *config.Config {
 	c.Dataplane.IPVS.DrainTimeout = next.Dataplane.IPVS.DrainTimeout
 	c.Dataplane.NodePortAddresses = next.Dataplane.NodePortAddresses
 	c.LoadBalancerClass = next.LoadBalancerClass
+	c.Dataplane.ForwardingMode = next.Dataplane.ForwardingMode
 	c.IgnoreUnclassed = next.IgnoreUnclassed
 	c.Policies.Default = next.Policies.Default
 	c.Pools = next.Pools

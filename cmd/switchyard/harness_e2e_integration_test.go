@@ -22,6 +22,7 @@ import (
 
 	"github.com/switchyard-lb/switchyard/core/config"
 	"github.com/switchyard-lb/switchyard/core/k8s/k8stest"
+	"github.com/switchyard-lb/switchyard/core/model"
 	"github.com/switchyard-lb/switchyard/core/plugin"
 	"github.com/switchyard-lb/switchyard/core/reconcile"
 	"github.com/switchyard-lb/switchyard/ipvs/dryrun"
@@ -89,8 +90,33 @@ func mustAddrPort(s string) netip.AddrPort {
 // e2eDaemon is one runDaemon against the test API server.
 type e2eDaemon struct {
 	*daemonProc
-	tc *testConfig
-	dp *recordingDataplane
+	tc  *testConfig
+	dp  *recordingDataplane
+	dsr *recordingDSR
+}
+
+// recordingDSR is a goroutine-safe reconcile.DSRDataplane recording the
+// plans applied.
+type recordingDSR struct {
+	mu    sync.Mutex
+	plans []model.DSRPlan
+}
+
+func (r *recordingDSR) Apply(p model.DSRPlan) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.plans = append(r.plans, p)
+	return nil
+}
+
+// last returns the last plan applied, false before the first.
+func (r *recordingDSR) last() (model.DSRPlan, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.plans) == 0 {
+		return model.DSRPlan{}, false
+	}
+	return r.plans[len(r.plans)-1], true
 }
 
 // startE2E runs the daemon as node with the client configuration cfg and
@@ -103,8 +129,9 @@ func startE2E(t *testing.T, cfg *rest.Config, node, extraConfig string) *e2eDaem
 		t.Fatal(err)
 	}
 	d := &e2eDaemon{
-		tc: writeTestConfig(t, extraConfig),
-		dp: &recordingDataplane{Dataplane: dryrun.New()},
+		tc:  writeTestConfig(t, extraConfig),
+		dp:  &recordingDataplane{Dataplane: dryrun.New()},
+		dsr: &recordingDSR{},
 	}
 	w, err := config.NewWatcher(d.tc.Path, checkDataplane)
 	if err != nil {
@@ -118,6 +145,11 @@ func startE2E(t *testing.T, cfg *rest.Config, node, extraConfig string) *e2eDaem
 			NodeName:     node,
 			Log:          slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 			NewDataplane: func(*config.Config, *slog.Logger) (plugin.Dataplane, error) { return d.dp, nil },
+			NewDSR: func(cfg *config.Config) (*reconcile.DSRConfig, func() error, error) {
+				dc := dsrSettings(cfg.Dataplane.DSR)
+				dc.Dataplane = d.dsr
+				return &dc, func() error { return nil }, nil
+			},
 		})
 	})
 	t.Cleanup(func() {

@@ -91,6 +91,55 @@ type Dataplane struct {
 	NodePortAddresses NodePortAddresses `yaml:"nodePortAddresses"`
 	// IPVS holds the IPVS dataplane's own settings.
 	IPVS IPVS `yaml:"ipvs"`
+	// ForwardingMode is how LoadBalancer and external IP traffic reaches
+	// its endpoints, for Services without the
+	// switchyard.dev/forwarding-mode annotation: "nat" (the node that
+	// receives a flow balances it over the endpoints) or "dsr" (every
+	// node hashes a flow to the same backend node, tunnels it there, and
+	// the backend node replies to the client directly: docs/dsr.md).
+	// Default "nat".
+	ForwardingMode string `yaml:"forwardingMode"`
+	// DSR holds the settings of the dsr forwarding mode, which must be
+	// the same on every node.
+	DSR DSR `yaml:"dsr"`
+}
+
+// Forwarding modes (dataplane.forwardingMode and the
+// switchyard.dev/forwarding-mode annotation).
+const (
+	ForwardingNAT = "nat"
+	ForwardingDSR = "dsr"
+)
+
+// Encapsulations of the dsr mode (dataplane.dsr.encapsulation).
+const (
+	EncapIPIP = "ipip"
+	EncapGUE  = "gue"
+)
+
+// DSR is the dsr forwarding mode's settings (docs/dsr.md). Every node of
+// the cluster must have the same values, or their Maglev tables differ
+// and flows moved between nodes break.
+type DSR struct {
+	// Encapsulation is how a flow travels from the node that received
+	// it to the node that serves it: "ipip" (20 bytes a packet) or "gue"
+	// (Generic UDP Encapsulation, 32 bytes, for networks that carry only
+	// TCP and UDP). Default "ipip".
+	Encapsulation string `yaml:"encapsulation"`
+	// GUEPort is the UDP port GUE uses on every node. Default 6080.
+	GUEPort int `yaml:"guePort"`
+	// Seed seeds the Maglev tables and the per-packet flow hash; it
+	// must be the same non-zero value on every node. Default 0x5eed
+	// (24301).
+	Seed uint32 `yaml:"seed"`
+	// TableSize is the Maglev table size, a prime at least 100 times the
+	// nodes: fixed, since a size change moves almost every flow. Default
+	// 16381 (up to 163 nodes), as Cilium's maglev.tableSize.
+	TableSize uint64 `yaml:"tableSize"`
+	// MTU is the MTU of the path between nodes: TCP's MSS is clamped so
+	// that the client's segments still fit it once encapsulated.
+	// Default 1500.
+	MTU int `yaml:"mtu"`
 }
 
 // Local traffic detection modes (dataplane.detectLocal.mode), named as

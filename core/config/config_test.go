@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/switchyard-lb/switchyard/core/model"
 	"github.com/switchyard-lb/switchyard/core/plan"
 )
 
@@ -46,6 +47,8 @@ func defaults() *Config {
 				StrictARP:    ptr(true),
 				DrainTimeout: Duration(15 * time.Minute),
 			},
+			ForwardingMode: "nat",
+			DSR:            DSR{Encapsulation: "ipip", GUEPort: 6080, Seed: 0x5eed, TableSize: 16381, MTU: 1500},
 		},
 		Conntrack: Conntrack{
 			MaxPerCore:            ptr(32768),
@@ -180,6 +183,8 @@ announcers:
 						StrictARP:     ptr(false),
 						DrainTimeout:  Duration(5 * time.Minute),
 					},
+					ForwardingMode: "dsr",
+					DSR:            DSR{Encapsulation: "gue", GUEPort: 5555, Seed: 42, TableSize: 65537, MTU: 9000},
 				},
 				Conntrack: Conntrack{
 					MaxPerCore:            ptr(0),
@@ -365,6 +370,17 @@ func TestValidate(t *testing.T) {
 				{Path: "dataplane.clusterCIDRs[2]", Line: 7, Msg: `want a CIDR string such as "10.0.0.0/8"`},
 				{Path: "dataplane.ipvs.tcpTimeout", Line: 10, Msg: "-1s is negative"},
 				{Path: "dataplane.ipvs.udpTimeout", Line: 11, Msg: "1.5s is not a whole number of seconds"},
+			},
+		},
+		{
+			name: "forwarding mode and dsr",
+			in:   header + "dataplane:\n  forwardingMode: DSR\n  dsr:\n    encapsulation: gre\n    guePort: 70000\n    tableSize: 16380\n    mtu: 600\n",
+			want: []FieldError{
+				{Path: "dataplane.forwardingMode", Line: 4, Msg: `unknown mode "DSR" (want nat or dsr)`},
+				{Path: "dataplane.dsr.encapsulation", Line: 6, Msg: `unknown encapsulation "gre" (want ipip or gue)`},
+				{Path: "dataplane.dsr.guePort", Line: 7, Msg: "port 70000 is out of range (want 1 to 65535)"},
+				{Path: "dataplane.dsr.tableSize", Line: 8, Msg: "16380: want a prime from 251 to 16777213 (at least 100 times the nodes)"},
+				{Path: "dataplane.dsr.mtu", Line: 9, Msg: "600: want 608 to 65535"},
 			},
 		},
 		{
@@ -748,7 +764,7 @@ func TestLoad(t *testing.T) {
 }
 
 func TestPlanOptions(t *testing.T) {
-	c, err := Parse([]byte(header + `dataplane: {nodePortAddresses: [192.168.0.0/24, "fd00::/64"], ipvs: {scheduler: wlc}}
+	c, err := Parse([]byte(header + `dataplane: {nodePortAddresses: [192.168.0.0/24, "fd00::/64"], ipvs: {scheduler: wlc}, forwardingMode: dsr}
 loadBalancerClass: example.com/lb
 ignoreUnclassed: true
 `))
@@ -760,6 +776,7 @@ ignoreUnclassed: true
 		Scheduler:         "wlc",
 		LoadBalancerClass: "example.com/lb",
 		IgnoreUnclassed:   true,
+		ForwardingMode:    model.ForwardingDSR,
 	}
 	if diff := cmp.Diff(want, c.PlanOptions(), cmpOpts); diff != "" {
 		t.Errorf("PlanOptions mismatch (-want +got):\n%s", diff)
@@ -771,7 +788,7 @@ ignoreUnclassed: true
 	if got := c.PlanOptions(); !got.NodePortPrimary || got.NodePortAddresses != nil {
 		t.Errorf("PlanOptions of nodePortAddresses [primary] = %+v, want NodePortPrimary and no prefix", got)
 	}
-	if got := Default().PlanOptions(); got.Scheduler != "rr" || got.LoadBalancerClass != "switchyard.dev/lb" || got.NodePortAddresses != nil {
+	if got := Default().PlanOptions(); got.Scheduler != "rr" || got.LoadBalancerClass != "switchyard.dev/lb" || got.NodePortAddresses != nil || got.ForwardingMode != model.ForwardingNAT {
 		t.Errorf("Default().PlanOptions() = %+v", got)
 	}
 }

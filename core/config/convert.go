@@ -29,7 +29,7 @@ var v1alpha1Moves = []struct{ v1alpha1, v1alpha2 string }{
 // v1alpha2Only are the dataplane settings added after v1alpha1: a
 // v1alpha1 file cannot set them and is converted with their defaults
 // (detectLocal: ClusterCIDR when clusterCIDRs is set, NodeCIDR otherwise).
-var v1alpha2Only = []string{"detectLocal"}
+var v1alpha2Only = []string{"detectLocal", "forwardingMode", "dsr"}
 
 // v1alpha1Dataplane is the dataplane section of a v1alpha1 file.
 type v1alpha1Dataplane struct {

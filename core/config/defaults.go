@@ -30,6 +30,13 @@ const (
 	DefaultLoadBalancerClass  = "switchyard.dev/lb"
 	DefaultServiceProxyName   = "switchyard"
 
+	DefaultForwardingMode   = ForwardingNAT
+	DefaultDSREncapsulation = EncapIPIP
+	DefaultDSRGUEPort       = 6080
+	DefaultDSRSeed          = 0x5eed
+	DefaultDSRTableSize     = 16381
+	DefaultDSRMTU           = 1500
+
 	DefaultConntrackMaxPerCore            = 32768
 	DefaultConntrackMin                   = 131072
 	DefaultConntrackTCPEstablishedTimeout = 24 * time.Hour
@@ -57,6 +64,21 @@ func (c *Config) SetDefaults() {
 		if len(c.Dataplane.ClusterCIDRs) > 0 {
 			c.Dataplane.DetectLocal.Mode = LocalModeClusterCIDR
 		}
+	}
+	setString(&c.Dataplane.ForwardingMode, DefaultForwardingMode)
+	dsr := &c.Dataplane.DSR
+	setString(&dsr.Encapsulation, DefaultDSREncapsulation)
+	if dsr.GUEPort == 0 {
+		dsr.GUEPort = DefaultDSRGUEPort
+	}
+	if dsr.Seed == 0 {
+		dsr.Seed = DefaultDSRSeed
+	}
+	if dsr.TableSize == 0 {
+		dsr.TableSize = DefaultDSRTableSize
+	}
+	if dsr.MTU == 0 {
+		dsr.MTU = DefaultDSRMTU
 	}
 	ipvs := &c.Dataplane.IPVS
 	setString(&ipvs.Scheduler, DefaultScheduler)

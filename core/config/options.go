@@ -1,6 +1,9 @@
 package config
 
-import "github.com/switchyard-lb/switchyard/core/plan"
+import (
+	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/core/plan"
+)
 
 // PlanOptions returns the planner's options from a config with its
 // defaults applied.
@@ -11,5 +14,15 @@ func (c *Config) PlanOptions() plan.Options {
 		Scheduler:         c.Dataplane.IPVS.Scheduler,
 		LoadBalancerClass: c.LoadBalancerClass,
 		IgnoreUnclassed:   c.IgnoreUnclassed,
+		ForwardingMode:    forwardingMode(c.Dataplane.ForwardingMode),
 	}
+}
+
+// forwardingMode is dataplane.forwardingMode for the planner: the
+// default (nat) unless it says dsr.
+func forwardingMode(s string) model.ForwardingMode {
+	if s == ForwardingDSR {
+		return model.ForwardingDSR
+	}
+	return model.ForwardingNAT
 }

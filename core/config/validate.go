@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/switchyard-lb/switchyard/core/maglev"
 	"github.com/switchyard-lb/switchyard/core/plugin"
 )
 
@@ -73,6 +74,31 @@ func (v *validator) dataplane(path string, d *Dataplane) {
 	v.seconds(p+".tcpFinTimeout", ipvs.TCPFinTimeout)
 	v.seconds(p+".udpTimeout", ipvs.UDPTimeout)
 	v.positive(p+".drainTimeout", ipvs.DrainTimeout)
+	switch d.ForwardingMode {
+	case ForwardingNAT, ForwardingDSR:
+	default:
+		v.add(path+".forwardingMode", "unknown mode %q (want %s or %s)", d.ForwardingMode, ForwardingNAT, ForwardingDSR)
+	}
+	v.dsr(path+".dsr", &d.DSR)
+}
+
+// dsr checks the dsr mode's settings, whether or not a Service uses it
+// yet: an annotation may turn it on for one Service at any time.
+func (v *validator) dsr(path string, d *DSR) {
+	switch d.Encapsulation {
+	case EncapIPIP, EncapGUE:
+	default:
+		v.add(path+".encapsulation", "unknown encapsulation %q (want %s or %s)", d.Encapsulation, EncapIPIP, EncapGUE)
+	}
+	v.port(path+".guePort", d.GUEPort)
+	// 251 is the smallest size Cilium allows (maglev.SizeFor's floor).
+	if d.TableSize < 251 || !maglev.ValidSize(d.TableSize) {
+		v.add(path+".tableSize", "%d: want a prime from 251 to %d (at least 100 times the nodes)", d.TableSize, maglev.MaxSize)
+	}
+	// An MSS below 536 (IPv4's minimum) once encapsulated is no MSS.
+	if minMTU := 536 + 40 + 32; d.MTU < minMTU || d.MTU > 65535 {
+		v.add(path+".mtu", "%d: want %d to 65535", d.MTU, minMTU)
+	}
 }
 
 func (v *validator) detectLocal(path string, d *DetectLocal) {

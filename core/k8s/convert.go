@@ -23,6 +23,7 @@ const (
 	AnnotationLoadBalancerIPs = "switchyard.dev/load-balancer-ips"
 	AnnotationAddressPool     = "switchyard.dev/address-pool"
 	AnnotationAllowSharedIP   = "switchyard.dev/allow-shared-ip"
+	AnnotationForwardingMode  = "switchyard.dev/forwarding-mode"
 
 	// labelServiceName ties an EndpointSlice to its Service.
 	labelServiceName = discoveryv1.LabelServiceName
@@ -259,6 +260,14 @@ func convertService(svc *corev1.Service) (*model.Service, []error) {
 	s.Scheduler = svc.Annotations[AnnotationScheduler]
 	s.AddressPool = svc.Annotations[AnnotationAddressPool]
 	s.SharingKey = svc.Annotations[AnnotationAllowSharedIP]
+	if v, ok := svc.Annotations[AnnotationForwardingMode]; ok {
+		// A bad value falls back to the cluster's default.
+		m, err := model.ParseForwardingMode(strings.TrimSpace(v))
+		if err != nil {
+			c.skip("annotation "+AnnotationForwardingMode, v, err)
+		}
+		s.ForwardingMode = m
+	}
 	return s, c.problems
 }
 

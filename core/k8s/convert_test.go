@@ -74,6 +74,7 @@ func TestConvertService(t *testing.T) {
 				AnnotationLoadBalancerIPs: " 192.0.2.10, 2001:db8::10 ,,",
 				AnnotationAddressPool:     "public",
 				AnnotationAllowSharedIP:   "team-a",
+				AnnotationForwardingMode:  "dsr",
 			}},
 			Spec: corev1.ServiceSpec{
 				Type:                     corev1.ServiceTypeLoadBalancer,
@@ -115,6 +116,7 @@ func TestConvertService(t *testing.T) {
 			Scheduler:                "mh",
 			AddressPool:              "public",
 			SharingKey:               "team-a",
+			ForwardingMode:           model.ForwardingDSR,
 		},
 	}, {
 		name: "ClientIP affinity without config takes the default",
@@ -131,7 +133,7 @@ func TestConvertService(t *testing.T) {
 		name: "malformed fields are skipped one by one",
 		in: corev1.Service{
 			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web", Annotations: map[string]string{
-				AnnotationLoadBalancerIPs: "192.0.2.10,not-an-ip"}},
+				AnnotationLoadBalancerIPs: "192.0.2.10,not-an-ip", AnnotationForwardingMode: "DSR"}},
 			Spec: corev1.ServiceSpec{
 				Type:                     "Weird",
 				ClusterIPs:               []string{"10.96.0.10", "10.96.0.300", "fe80::1%eth0"},
@@ -153,7 +155,7 @@ func TestConvertService(t *testing.T) {
 		want: &model.Service{Key: key, ClusterIPs: addrs("10.96.0.10"), ExternalIPs: addrs("198.51.100.1"),
 			RequestedIPs: addrs("192.0.2.10"), Ports: []model.ServicePort{{Name: "c", Protocol: model.TCP, Port: 80}},
 			AffinityTimeout: 10800 * time.Second},
-		wantProblems: 13,
+		wantProblems: 14,
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -163,3 +163,6 @@ func isPrime(n uint64) bool {
 	}
 	return true
 }
+
+// ValidSize reports whether New takes size: a prime from 2 to MaxSize.
+func ValidSize(size uint64) bool { return size >= 2 && size <= MaxSize && isPrime(size) }

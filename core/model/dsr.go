@@ -94,6 +94,7 @@ type DSRPlan struct {
 	Peers     []DSRPeer
 	Frontends []DSRFrontend
 	// Marks is every node's peer mark in this plan, this node's included:
-	// the next plan keeps them (plan.DSRInput.Marks).
+	// the next plan keeps them (plan.DSRInput.Marks). Nil when the caller
+	// gave every node its mark (plan.DSRNode.Mark): it keeps them itself.
 	Marks map[string]uint32
 }

@@ -100,6 +100,20 @@ type VirtualService struct {
 	// dataplane that cannot tell the two apart serves everyone from
 	// Destinations.
 	Internal []Destination
+
+	// DSRNodes, when non-nil, puts the frontend in dsr mode (docs/dsr.md):
+	// it is an external frontend (LoadBalancer or external IP) planned
+	// Local, served by this node for the flows its Maglev table hashes
+	// here, and DSRNodes are the nodes holding ready endpoints of it,
+	// each weighted by their number, sorted by name: the same on every
+	// node. Empty (not nil) when no node holds one.
+	DSRNodes []NodeWeight
+}
+
+// NodeWeight is a node by name and its weight.
+type NodeWeight struct {
+	Node   string
+	Weight uint32
 }
 
 // Destination is a real server of a virtual service.
@@ -157,7 +171,8 @@ func (v VirtualService) Equal(o VirtualService) bool {
 		v.PortName == o.PortName && v.Scheduler == o.Scheduler &&
 		v.AffinityTimeout == o.AffinityTimeout && v.Local == o.Local &&
 		slices.Equal(v.Flags, o.Flags) && slices.Equal(v.SourceRanges, o.SourceRanges) &&
-		slices.Equal(v.Destinations, o.Destinations) && slices.Equal(v.Internal, o.Internal)
+		slices.Equal(v.Destinations, o.Destinations) && slices.Equal(v.Internal, o.Internal) &&
+		(v.DSRNodes == nil) == (o.DSRNodes == nil) && slices.Equal(v.DSRNodes, o.DSRNodes)
 }
 
 // Plan is the node's whole desired state: one ServicePlan per Service.

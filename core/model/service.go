@@ -152,6 +152,48 @@ type Service struct {
 	Scheduler    string // switchyard.dev/scheduler
 	AddressPool  string // switchyard.dev/address-pool
 	SharingKey   string // switchyard.dev/allow-shared-ip
+	// ForwardingMode is switchyard.dev/forwarding-mode; ForwardingDefault
+	// without it (or with a value that does not parse).
+	ForwardingMode ForwardingMode
+}
+
+// ForwardingMode is how traffic to a Service's LoadBalancer and external
+// IPs reaches its endpoints.
+type ForwardingMode uint8
+
+const (
+	// ForwardingDefault leaves the choice to the cluster's default
+	// (dataplane.forwardingMode).
+	ForwardingDefault ForwardingMode = iota
+	// ForwardingNAT: the node receiving a flow balances it over the
+	// endpoints.
+	ForwardingNAT
+	// ForwardingDSR: every node hashes a flow to the same backend node,
+	// which serves it and replies directly (docs/dsr.md).
+	ForwardingDSR
+)
+
+func (m ForwardingMode) String() string {
+	switch m {
+	case ForwardingDefault:
+		return "default"
+	case ForwardingNAT:
+		return "nat"
+	case ForwardingDSR:
+		return "dsr"
+	}
+	return fmt.Sprintf("ForwardingMode(%d)", uint8(m))
+}
+
+// ParseForwardingMode parses "nat" or "dsr".
+func ParseForwardingMode(s string) (ForwardingMode, error) {
+	switch s {
+	case "nat":
+		return ForwardingNAT, nil
+	case "dsr":
+		return ForwardingDSR, nil
+	}
+	return ForwardingDefault, fmt.Errorf("unknown forwarding mode %q (want nat or dsr)", s)
 }
 
 // ServicePort is one port of a Service.

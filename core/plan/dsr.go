@@ -60,6 +60,12 @@ type DSRNode struct {
 	Name  string
 	Addr  netip.Addr
 	Addr6 netip.Addr
+	// Mark, when set, is the node's peer mark (the daemon's DSRMarks
+	// keeps them stable across all its frontends as nodes come and go);
+	// left zero on every node, DSRInput.Marks and the names decide
+	// (assignDSRMarks). Marks are local to this node: two nodes may
+	// number their peers differently.
+	Mark uint32
 }
 
 // DSRFrontendInput is one dsr frontend and its backend nodes: the nodes
@@ -120,6 +126,8 @@ func DSR(in DSRInput) (model.DSRPlan, error) {
 	if len(nodes) > dsrMarks {
 		return model.DSRPlan{}, fmt.Errorf("dsr: %d nodes, at most %d", len(nodes), dsrMarks)
 	}
+	given := len(nodes) > 0 && nodes[0].Mark != 0
+	taken := make(map[uint32]string, len(nodes))
 	for i, n := range nodes {
 		if i > 0 && nodes[i-1].Name == n.Name {
 			return model.DSRPlan{}, fmt.Errorf("dsr: node %q given twice", n.Name)
@@ -130,10 +138,27 @@ func DSR(in DSRInput) (model.DSRPlan, error) {
 		if n.Addr6.IsValid() && !n.Addr6.Is6() {
 			return model.DSRPlan{}, fmt.Errorf("dsr: node %q: Addr6 %s is not IPv6", n.Name, n.Addr6)
 		}
+		if given {
+			m := n.Mark
+			if m == 0 || m&0xffff != 0 {
+				return model.DSRPlan{}, fmt.Errorf("dsr: node %q: mark %#x is not a dsr mark (every node needs one, or none)", n.Name, m)
+			}
+			if other, dup := taken[m]; dup {
+				return model.DSRPlan{}, fmt.Errorf("dsr: nodes %q and %q have the same mark %#x", other, n.Name, m)
+			}
+			taken[m] = n.Name
+		}
 		addrs[n.Name] = n.Addr
 		addrs6[n.Name] = n.Addr6
 	}
-	marks := assignDSRMarks(nodes, in.Marks)
+	marks := make(map[string]uint32, len(nodes))
+	if given {
+		for _, n := range nodes {
+			marks[n.Name] = n.Mark
+		}
+	} else {
+		marks = assignDSRMarks(nodes, in.Marks)
+	}
 	if _, ok := marks[in.Self]; !ok {
 		return model.DSRPlan{}, fmt.Errorf("dsr: this node %q is not among the nodes", in.Self)
 	}
@@ -145,7 +170,9 @@ func DSR(in DSRInput) (model.DSRPlan, error) {
 		Encapsulation: in.Encapsulation,
 		GUEPort:       in.GUEPort,
 		Seed:          in.Seed,
-		Marks:         marks,
+	}
+	if !given {
+		p.Marks = marks
 	}
 	v6 := slices.ContainsFunc(in.Frontends, func(f DSRFrontendInput) bool { return f.Key.Addr.Is6() })
 	if v6 {

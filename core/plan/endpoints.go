@@ -2,6 +2,7 @@ package plan
 
 import (
 	"slices"
+	"strings"
 
 	"github.com/switchyard-lb/switchyard/core/model"
 )
@@ -160,4 +161,37 @@ func compareDestinations(a, b model.Destination) int {
 		return c
 	}
 	return int(a.Port) - int(b.Port)
+}
+
+// dsrNodes returns the backend nodes of a dsr frontend: the nodes
+// holding a ready endpoint of this port and family, each weighted by its
+// distinct ready endpoints, sorted by name; when no endpoint is ready,
+// those holding serving and terminating ones. Neither hints nor this
+// node enter it, so every node computes the same list. Endpoints whose
+// slice names no node cannot be reached through a node and are left out.
+// Never nil: empty when no node qualifies.
+func (s *selection) dsrNodes() []model.NodeWeight {
+	count := func(keep func(*model.Endpoint) bool) []model.NodeWeight {
+		seen := map[model.EndpointKey]bool{}
+		per := map[string]uint32{}
+		for i := range s.eps {
+			ep := &s.eps[i]
+			if !s.matches(ep) || ep.NodeName == "" || !keep(ep) || seen[ep.Key()] {
+				continue
+			}
+			seen[ep.Key()] = true
+			per[ep.NodeName]++
+		}
+		out := make([]model.NodeWeight, 0, len(per))
+		for n, w := range per {
+			out = append(out, model.NodeWeight{Node: n, Weight: w})
+		}
+		slices.SortFunc(out, func(a, b model.NodeWeight) int { return strings.Compare(a.Node, b.Node) })
+		return out
+	}
+	out := count(func(ep *model.Endpoint) bool { return ep.Ready })
+	if len(out) == 0 {
+		out = count(func(ep *model.Endpoint) bool { return ep.Serving && ep.Terminating })
+	}
+	return out
 }

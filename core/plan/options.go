@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"slices"
 
+	"github.com/switchyard-lb/switchyard/core/model"
 	"github.com/switchyard-lb/switchyard/core/plugin"
 )
 
@@ -39,6 +40,10 @@ type Options struct {
 	// IgnoreUnclassed, when true, keeps LoadBalancer Services without a
 	// class from being announced.
 	IgnoreUnclassed bool
+	// ForwardingMode is the forwarding mode of Services without the
+	// switchyard.dev/forwarding-mode annotation; ForwardingDefault means
+	// nat.
+	ForwardingMode model.ForwardingMode
 }
 
 // normalized returns a copy of o with defaults filled in, owning its slice.
@@ -50,6 +55,10 @@ func (o *Options) normalized() Options {
 		Schedulers:        o.Schedulers,
 		LoadBalancerClass: o.LoadBalancerClass,
 		IgnoreUnclassed:   o.IgnoreUnclassed,
+		ForwardingMode:    o.ForwardingMode,
+	}
+	if n.ForwardingMode == model.ForwardingDefault {
+		n.ForwardingMode = model.ForwardingNAT
 	}
 	if n.Scheduler == "" {
 		n.Scheduler = DefaultScheduler
@@ -62,5 +71,5 @@ func (o *Options) normalized() Options {
 
 func (o *Options) equal(p *Options) bool {
 	return o.Scheduler == p.Scheduler && o.Schedulers == p.Schedulers && o.LoadBalancerClass == p.LoadBalancerClass &&
-		o.IgnoreUnclassed == p.IgnoreUnclassed && o.NodePortPrimary == p.NodePortPrimary && slices.Equal(o.NodePortAddresses, p.NodePortAddresses)
+		o.IgnoreUnclassed == p.IgnoreUnclassed && o.ForwardingMode == p.ForwardingMode && o.NodePortPrimary == p.NodePortPrimary && slices.Equal(o.NodePortAddresses, p.NodePortAddresses)
 }

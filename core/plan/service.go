@@ -44,13 +44,15 @@ type env struct {
 	schedulers      plugin.SchedulerSet
 	class           string
 	ignoreUnclassed bool
+	forwarding      model.ForwardingMode
 }
 
 // newEnv derives the planning environment. node may be nil (unknown):
 // then no endpoint is local and no address carries NodePorts. opts must be
 // normalized.
 func newEnv(node *model.Node, opts *Options) env {
-	e := env{scheduler: opts.Scheduler, schedulers: opts.Schedulers, class: opts.LoadBalancerClass, ignoreUnclassed: opts.IgnoreUnclassed}
+	e := env{scheduler: opts.Scheduler, schedulers: opts.Schedulers, class: opts.LoadBalancerClass, ignoreUnclassed: opts.IgnoreUnclassed,
+		forwarding: opts.ForwardingMode}
 	if node == nil {
 		return e
 	}
@@ -143,6 +145,7 @@ func (e *env) planService(svc *model.Service, eps []model.Endpoint) *model.Servi
 	}
 	needsHealthCheck := svc.Type == model.LoadBalancer && svc.ExternalTrafficPolicy == model.PolicyLocal &&
 		svc.HealthCheckNodePort != 0
+	dsr := e.dsr(svc)
 
 	vss := make([]model.VirtualService, 0, e.countFrontends(svc))
 	for f := range numFamilies {
@@ -175,6 +178,15 @@ func (e *env) planService(svc *model.Service, eps []model.Endpoint) *model.Servi
 				vs.Addr, vs.Port, vs.Kind, vs.Local = addr, vport, kind, local && kind.External()
 				vs.SourceRanges = slices.Clone(ranges)
 				vs.Destinations = sel.destinations(local)
+				if dsr && f == ipv4 && (kind == model.FrontendLoadBalancer || kind == model.FrontendExternalIP) {
+					// dsr (IPv4 only so far): this node serves the
+					// flows its table hashes here from its own
+					// endpoints, keeping the client's address, as
+					// externalTrafficPolicy Local does.
+					vs.Local = true
+					vs.Destinations = sel.destinations(true)
+					vs.DSRNodes = sel.dsrNodes()
+				}
 				if vs.Local && (kind == model.FrontendLoadBalancer || kind == model.FrontendExternalIP) {
 					// In-cluster traffic is short-circuited to every
 					// endpoint, whatever internalTrafficPolicy says
@@ -264,6 +276,16 @@ func (e *env) countFrontends(svc *model.Service) int {
 		}
 	}
 	return n
+}
+
+// dsr reports whether svc's LoadBalancer and external IP frontends are
+// in dsr mode: its annotation's mode, else the cluster's default.
+func (e *env) dsr(svc *model.Service) bool {
+	m := svc.ForwardingMode
+	if m == model.ForwardingDefault {
+		m = e.forwarding
+	}
+	return m == model.ForwardingDSR
 }
 
 // ours reports whether a LoadBalancer Service of this class is ours to

@@ -15,6 +15,20 @@ import (
 type electionInfo struct {
 	policy model.TrafficPolicy
 	ready  map[string]int // model.ReadyPerNode
+	// dsr is set when the Service's plan has a dsr frontend: every node
+	// forwards its flows to the backend nodes and the client's address
+	// is kept, so every eligible node announces it, whatever
+	// externalTrafficPolicy says (ECMP over all nodes is dsr's point).
+	dsr bool
+}
+
+// trafficPolicy is the policy the election applies: Cluster for a dsr
+// Service, else its externalTrafficPolicy.
+func (info electionInfo) trafficPolicy() model.TrafficPolicy {
+	if info.dsr {
+		return model.PolicyCluster
+	}
+	return info.policy
 }
 
 // electionInfoOf derives a Service's electionInfo from the watch's view.
@@ -25,7 +39,7 @@ func electionInfoOf(st model.ServiceState) electionInfo {
 // weight is node's weight toward an external balancer for the Service,
 // when the node is eligible for it (model.Announcement.Weights).
 func (info electionInfo) weight(node string) int {
-	if info.policy == model.PolicyLocal {
+	if info.trafficPolicy() == model.PolicyLocal {
 		return info.ready[node]
 	}
 	return 1
@@ -49,7 +63,7 @@ func elect(ea *plugin.ElectedAnnouncer, self string, nodes map[string]*model.Nod
 			return in
 		}
 		info := infos[k]
-		in := &election.Input{Selector: ea.Selector, TrafficPolicy: info.policy, Alive: alive}
+		in := &election.Input{Selector: ea.Selector, TrafficPolicy: info.trafficPolicy(), Alive: alive}
 		for _, name := range names {
 			in.Nodes = append(in.Nodes, election.CandidateFrom(nodes[name], info.ready[name] > 0))
 		}

@@ -66,6 +66,11 @@ type Config struct {
 	// own before it.
 	FullSyncPeriod time.Duration
 
+	// DSR, when set, drives the dsr side of the dsr frontends the
+	// planner plans (model.VirtualService.DSRNodes), after the Dataplane
+	// applied their own virtual services and before they are announced.
+	DSR *DSRConfig
+
 	// PolicyStage configures the policy stage; PolicyStage.Policies nil:
 	// no policy stage, the planner's weights apply. Its Stats defaults to
 	// the Dataplane when that is a plugin.StatsReader, its Schedulers to
@@ -107,6 +112,8 @@ type Loop struct {
 	// policies is the policy stage; nil without
 	// Config.PolicyStage.Policies.
 	policies *policystage.Stage
+	// dsr is the dsr stage; nil without Config.DSR.
+	dsr *dsrStage
 
 	mu          sync.Mutex // guards the fields below, read by State and LastSync
 	desired     map[model.ServiceKey]*model.ServicePlan
@@ -175,6 +182,9 @@ func New(cfg Config) *Loop {
 	}
 	if l.fullSync <= 0 {
 		l.fullSync = DefaultFullSyncPeriod
+	}
+	if cfg.DSR != nil {
+		l.dsr = newDSRStage(*cfg.DSR)
 	}
 	if pc := cfg.PolicyStage; pc.Policies != nil {
 		if pc.Stats == nil {
@@ -274,7 +284,9 @@ func (l *Loop) Sync(ctx context.Context) (res SyncResult, err error) {
 		if st.Service == nil {
 			delete(l.elections, k)
 		} else {
-			l.elections[k] = electionInfoOf(st)
+			info := electionInfoOf(st)
+			info.dsr = l.elections[k].dsr // until its plan says otherwise
+			l.elections[k] = info
 		}
 	}
 	l.mu.Lock()
@@ -317,6 +329,13 @@ func (l *Loop) Sync(ctx context.Context) (res SyncResult, err error) {
 		l.triggers = l.triggers[:maxPendingTriggers]
 	}
 	l.track(p, changed, full)
+	if l.dsr != nil {
+		l.dsr.track(p, changed, full)
+		if len(d.Nodes) > 0 {
+			l.dsr.dirty = true
+		}
+	}
+	l.trackDSRElections(p, changed, full)
 	want := l.wantAnnouncements()
 	wants := make([][]model.Announcement, len(l.announcers))
 	for i, ea := range l.elected {
@@ -376,6 +395,14 @@ func (l *Loop) Sync(ctx context.Context) (res SyncResult, err error) {
 		l.m.ObserveProgramming(l.now(), l.triggers)
 		l.triggers = l.triggers[:0]
 
+		// The dsr side: the frontends' own virtual services exist now.
+		if l.dsr != nil {
+			if err := l.dsr.sync(l.cfg.NodeName, l.nodes, full); err != nil {
+				l.failed(metrics.StageDataplane, err, "full", full)
+				errs = append(errs, err)
+			}
+		}
+
 		// 4. Announce and report health only once the dataplane serves.
 		for i, a := range l.announcers {
 			if st := &l.ann[i]; !st.ok || !slices.EqualFunc(st.sent, wants[i], model.Announcement.Equal) {
@@ -401,6 +428,26 @@ func (l *Loop) Sync(ctx context.Context) (res SyncResult, err error) {
 		"waited", waited, "plan", planned.Sub(start), "policies", weighed.Sub(planned),
 		"withdraw", applyStart.Sub(weighed), "dataplane", applied.Sub(applyStart), "announce", end.Sub(applied))
 	return res, errors.Join(errs...)
+}
+
+// trackDSRElections records which changed Services (all on a full
+// sync) are in dsr mode, for their election.
+func (l *Loop) trackDSRElections(p *model.Plan, changed []model.ServiceKey, full bool) {
+	set := func(k model.ServiceKey) {
+		if info, ok := l.elections[k]; ok {
+			info.dsr = isDSR(p.Services[k])
+			l.elections[k] = info
+		}
+	}
+	if full {
+		for k := range l.elections {
+			set(k)
+		}
+		return
+	}
+	for _, k := range changed {
+		set(k)
+	}
 }
 
 // failed counts a failed stage in sync_errors_total and logs its error

@@ -31,6 +31,9 @@
 # is how many long-lived flows each rolling restart suite keeps open
 # (default 100; bench-cluster runs 1,000); CLUSTER_L2_NO_GRACE=1 adds the
 # layer-2 rolling restart without the restart grace (bench-cluster does).
+# CLUSTER_DSR_FLOWS is how many long-lived flows TestDSRFlowsSurviveECMPChanges
+# keeps open through each of its Services, dsr and nat (default 100;
+# bench-cluster runs 1,000); the suite adds 48-70 s at load 7-20.
 CLUSTER_RUN ?=
 CLUSTER_SKIP ?= ^TestChaosRouterRestart$$
 CLUSTER_COUNT ?= 1
@@ -59,6 +62,7 @@ test-cluster: cluster-deps
 	CLUSTER_GOSSIP=$(CLUSTER_GOSSIP) $(if $(CLUSTER_L2_KILLS),CLUSTER_L2_KILLS=$(CLUSTER_L2_KILLS)) \
 	$(if $(CLUSTER_ROLLING_FLOWS),CLUSTER_ROLLING_FLOWS=$(CLUSTER_ROLLING_FLOWS)) \
 	$(if $(CLUSTER_L2_NO_GRACE),CLUSTER_L2_NO_GRACE=$(CLUSTER_L2_NO_GRACE)) \
+	$(if $(CLUSTER_DSR_FLOWS),CLUSTER_DSR_FLOWS=$(CLUSTER_DSR_FLOWS)) \
 	$(if $(CLUSTER_API_OUTAGE),CLUSTER_API_OUTAGE=$(CLUSTER_API_OUTAGE)) \
 	$(if $(CLUSTER_CHAOS_SERVICES),CLUSTER_CHAOS_SERVICES=$(CLUSTER_CHAOS_SERVICES)) \
 	$(GO) test -tags cluster -count=1 -v -timeout 45m -run '^TestCluster$$' $(GOTEST_FLAGS) ./test/cluster/
@@ -81,14 +85,17 @@ test-cluster: cluster-deps
 # numbers are the ones users get; tolerant gives the lab's. The chaos
 # suites run at full size: the API server away for 60 s
 # (CLUSTER_BENCH_API_OUTAGE), 200 Services appearing at the kill
-# (CLUSTER_BENCH_CHAOS_SERVICES).
+# (CLUSTER_BENCH_CHAOS_SERVICES). TestDSRFlowsSurviveECMPChanges runs
+# CLUSTER_BENCH_DSR_FLOWS (1,000) flows through each of its Services, dsr
+# and nat side by side (issue 12's done-when).
 CLUSTER_RUNS ?= 5
 CLUSTER_BENCH_L2_KILLS ?= 2
 CLUSTER_BENCH_GOSSIP ?= shipped
 CLUSTER_BENCH_ROLLING_FLOWS ?= 1000
+CLUSTER_BENCH_DSR_FLOWS ?= 1000
 CLUSTER_BENCH_API_OUTAGE ?= 60s
 CLUSTER_BENCH_CHAOS_SERVICES ?= 200
-CLUSTER_BENCH_RUN ?= ^(TestLoadBalancer(BGP|Layer2|BGPRollingRestart|Layer2RollingRestart)|TestChaos.*)$$
+CLUSTER_BENCH_RUN ?= ^(TestLoadBalancer(BGP|Layer2|BGPRollingRestart|Layer2RollingRestart)|TestChaos.*|TestDSRFlowsSurviveECMPChanges)$$
 CLUSTER_BENCH_OUT ?= $(or $(TMPDIR),/tmp)/switchyard-bench-cluster.txt
 
 .PHONY: bench-cluster
@@ -99,7 +106,7 @@ bench-cluster: cluster-deps
 		echo "run $$i of $(CLUSTER_RUNS)"; \
 		SWITCHYARD_KUBE_BIN=$$bin CLUSTER_RUN='$(CLUSTER_BENCH_RUN)' CLUSTER_MEM=$(CLUSTER_MEM) \
 		CLUSTER_GOSSIP=$(CLUSTER_BENCH_GOSSIP) CLUSTER_L2_KILLS=$(CLUSTER_BENCH_L2_KILLS) \
-		CLUSTER_ROLLING_FLOWS=$(CLUSTER_BENCH_ROLLING_FLOWS) CLUSTER_L2_NO_GRACE=1 \
+		CLUSTER_ROLLING_FLOWS=$(CLUSTER_BENCH_ROLLING_FLOWS) CLUSTER_L2_NO_GRACE=1 CLUSTER_DSR_FLOWS=$(CLUSTER_BENCH_DSR_FLOWS) \
 		CLUSTER_API_OUTAGE=$(CLUSTER_BENCH_API_OUTAGE) CLUSTER_CHAOS_SERVICES=$(CLUSTER_BENCH_CHAOS_SERVICES) \
 		$(GO) test -tags cluster -count=1 -v -timeout 45m -run '^TestCluster$$' $(GOTEST_FLAGS) ./test/cluster/ \
 			>> $(CLUSTER_BENCH_OUT) 2>&1 || st=1; \

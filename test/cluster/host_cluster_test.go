@@ -25,7 +25,9 @@ import (
 // ClusterModules are the kernel modules the guest loads: the lab's
 // defaults, the user-network NIC's, the bridges of the LAN and of every
 // node's pods, and nftables' bridge meta (Partition).
-var clusterModules = append(append(append([]string{}, lab.DefaultModules...), lab.UserNetModules...), "bridge", "nft_meta_bridge")
+var clusterModules = append(append(append([]string{}, lab.DefaultModules...), lab.UserNetModules...), "bridge", "nft_meta_bridge",
+	// the dsr forwarding mode (TestDSR*): tunnels and the flow hash
+	"ipip", "fou", "nft_hash")
 
 // TestCluster is the host side of the cluster lab (`make test-cluster`):
 // a real etcd and kube-apiserver here, deploy/'s RBAC and ServiceAccount
@@ -154,7 +156,7 @@ func TestCluster(t *testing.T) {
 
 // guestEnv names the guest suites' settings (main_linux_test.go) that
 // the host passes on.
-var guestEnv = []string{envGossip, envL2Kills, envRollingFlows, envL2NoGrace, envAPIOutage, envChaosServices}
+var guestEnv = []string{envGossip, envL2Kills, envRollingFlows, envL2NoGrace, envAPIOutage, envChaosServices, envDSRFlows}
 
 // passedEnv are the guest suites' settings set here (see guestEnv).
 func passedEnv() []string {

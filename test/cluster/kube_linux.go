@@ -79,6 +79,8 @@ type ServiceSpec struct {
 	Endpoints []Endpoint
 	// ExternalIPs are the Service's spec.externalIPs.
 	ExternalIPs []netip.Addr
+	// Annotations are added to the Service's (after Pool's).
+	Annotations map[string]string
 	// IngressIP, on a LoadBalancer Service, is written to its status as
 	// its ingress IP, as a cloud controller would, under the class
 	// StaticLoadBalancerClass: no daemon allocates or announces it
@@ -145,6 +147,12 @@ func (c *Cluster) CreateService(ctx context.Context, ns string, spec ServiceSpec
 	}
 	if spec.Pool != "" {
 		svc.Annotations = map[string]string{lbipam.AnnotationAddressPool: spec.Pool}
+	}
+	for k, v := range spec.Annotations {
+		if svc.Annotations == nil {
+			svc.Annotations = map[string]string{}
+		}
+		svc.Annotations[k] = v
 	}
 	if svc.Spec.Type != corev1.ServiceTypeClusterIP {
 		svc.Spec.ExternalTrafficPolicy = spec.ETP

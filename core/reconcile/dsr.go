@@ -1,0 +1,241 @@
+package reconcile
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/switchyard-lb/switchyard/core/maglev"
+	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/core/plan"
+)
+
+// DSRDataplane programs the dsr side of this node (ipvs.DSR): the peers'
+// tunnels, the frontends' addresses and the table marking their packets.
+// The frontends' own virtual services are the Dataplane's.
+type DSRDataplane interface {
+	Apply(model.DSRPlan) error
+}
+
+// DSRConfig is the dsr side a Loop drives: the settings every node of
+// the cluster shares (dataplane.dsr) and the dataplane programming them.
+type DSRConfig struct {
+	Dataplane     DSRDataplane
+	Encapsulation model.Encapsulation
+	GUEPort       uint16
+	Seed          uint32
+	TableSize     uint64
+	// LinkMTU is the inter-node path's MTU, for the MSS clamp.
+	LinkMTU int
+}
+
+// dsrStage turns the dsr frontends of the plan (model.VirtualService
+// DSRNodes) and the nodes into this node's model.DSRPlan and applies it
+// when it changed. It rebuilds only the Maglev tables whose inputs
+// changed: a Service's endpoints, or the marks or presence of its
+// backend nodes; a node holding no backend joining or leaving rebuilds
+// none, and peers keep their marks (plan.DSRMarks).
+type dsrStage struct {
+	cfg   DSRConfig
+	marks plan.DSRMarks
+	// frontends are the dsr frontends of the plan by Service, as last
+	// tracked.
+	frontends map[model.ServiceKey][]model.VirtualService
+	tables    map[model.VirtualServiceKey]dsrTable
+	applied   *model.DSRPlan // last applied successfully; nil: none or failed
+	// ever is set while the kernel may hold dsr frontends this process
+	// applied: until an empty plan is applied after them.
+	ever bool
+	// dirty is set when a change may change the plan: a dsr Service's
+	// plan, or the nodes.
+	dirty bool
+}
+
+// dsrTable is one frontend's planned table and what it was planned from.
+type dsrTable struct {
+	sig   string
+	slots model.DSRFrontend
+	peers []string // the other nodes its slots name, sorted
+}
+
+func newDSRStage(cfg DSRConfig) *dsrStage {
+	return &dsrStage{cfg: cfg, frontends: map[model.ServiceKey][]model.VirtualService{}, tables: map[model.VirtualServiceKey]dsrTable{}}
+}
+
+// isDSR reports whether a Service's plan has a dsr frontend.
+func isDSR(sp *model.ServicePlan) bool {
+	return sp != nil && slices.ContainsFunc(sp.VirtualServices, func(v model.VirtualService) bool { return v.DSRNodes != nil })
+}
+
+// track records the dsr frontends of the changed Services (of all on a
+// full sync).
+func (s *dsrStage) track(p *model.Plan, changed []model.ServiceKey, full bool) {
+	set := func(k model.ServiceKey, sp *model.ServicePlan) {
+		if _, had := s.frontends[k]; had || isDSR(sp) {
+			s.dirty = true
+		}
+		delete(s.frontends, k)
+		if sp == nil {
+			return
+		}
+		for _, v := range sp.VirtualServices {
+			if v.DSRNodes != nil {
+				s.frontends[k] = append(s.frontends[k], v)
+			}
+		}
+	}
+	if full {
+		clear(s.frontends)
+		for k, sp := range p.Services {
+			set(k, sp)
+		}
+		return
+	}
+	for _, k := range changed {
+		set(k, p.Services[k])
+	}
+}
+
+// dsrAddr is the address a node is tunnelled to: its primary IPv4 (the
+// first InternalIP, else the first ExternalIP, as kube-proxy picks node
+// IPs); invalid when it has none.
+func dsrAddr(n *model.Node) netip.Addr {
+	for _, t := range []model.NodeAddressType{model.NodeInternalIP, model.NodeExternalIP} {
+		for _, a := range n.IPs(t) {
+			if a.Is4() {
+				return a
+			}
+		}
+	}
+	return netip.Addr{}
+}
+
+// sync plans and applies the dsr side for self among nodes; full applies
+// even an unchanged plan (the periodic repair).
+func (s *dsrStage) sync(self string, nodes map[string]*model.Node, full bool) error {
+	if !full && !s.dirty && s.applied != nil {
+		return nil
+	}
+	if len(s.frontends) == 0 && !s.ever {
+		return nil // nothing in dsr mode, now or before: touch nothing
+	}
+	me := nodes[self]
+	if me == nil {
+		return nil // this node's Node is not known yet
+	}
+	addrs := make(map[string]netip.Addr, len(nodes))
+	for name, n := range nodes {
+		if a := dsrAddr(n); a.IsValid() {
+			addrs[name] = a
+		}
+	}
+	selfAddr, ok := addrs[self]
+	if !ok {
+		return fmt.Errorf("dsr: this node %s has no IPv4 InternalIP or ExternalIP to tunnel to", self)
+	}
+	marks, err := s.marks.Assign(slices.Collect(maps.Keys(addrs)))
+	if err != nil {
+		return err
+	}
+	base, err := plan.DSR(plan.DSRInput{
+		Self: self, Nodes: []plan.DSRNode{{Name: self, Addr: selfAddr, Mark: marks[self]}},
+		TableSize: s.cfg.TableSize, Seed: s.cfg.Seed, Encapsulation: s.cfg.Encapsulation,
+		GUEPort: s.cfg.GUEPort, LinkMTU: s.cfg.LinkMTU,
+	})
+	if err != nil {
+		return err
+	}
+	want := map[model.VirtualServiceKey]bool{}
+	peers := map[string]bool{}
+	var errs []error
+	for _, k := range slices.SortedFunc(maps.Keys(s.frontends), model.ServiceKey.Compare) {
+		for _, v := range s.frontends[k] {
+			if want[v.VirtualServiceKey] {
+				continue // the planner gives a key to one Service; never met
+			}
+			t, err := s.table(self, v, addrs, marks)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("service %s: %w", k, err))
+				continue
+			}
+			want[v.VirtualServiceKey] = true
+			base.Frontends = append(base.Frontends, t.slots)
+			for _, p := range t.peers {
+				peers[p] = true
+			}
+		}
+	}
+	for k := range s.tables {
+		if !want[k] {
+			delete(s.tables, k)
+		}
+	}
+	slices.SortFunc(base.Frontends, func(a, b model.DSRFrontend) int { return a.Compare(b.VirtualServiceKey) })
+	for _, name := range slices.Sorted(maps.Keys(peers)) {
+		base.Peers = append(base.Peers, model.DSRPeer{Name: name, Addr: addrs[name], Mark: marks[name]})
+	}
+	// A frontend that failed to plan is left out rather than the whole
+	// plan held back: its error is returned after the rest is applied.
+	if full || s.applied == nil || !equalDSRPlans(*s.applied, base) {
+		s.applied = nil
+		if err := s.cfg.Dataplane.Apply(base); err != nil {
+			return errors.Join(append(errs, fmt.Errorf("dsr: %w", err))...)
+		}
+		s.applied = &base
+		s.ever = len(base.Frontends) > 0
+	}
+	s.dirty = len(errs) > 0
+	return errors.Join(errs...)
+}
+
+// table returns a frontend's table, planned again only when its inputs
+// changed.
+func (s *dsrStage) table(self string, v model.VirtualService, addrs map[string]netip.Addr, marks map[string]uint32) (dsrTable, error) {
+	// The backends that can be tunnelled to: a node unknown or without
+	// an IPv4 address cannot (it is left out on every node alike, once
+	// their views of the Nodes agree).
+	var sig strings.Builder
+	sig.WriteString(strconv.FormatUint(uint64(marks[self]), 16))
+	nodes := []plan.DSRNode{{Name: self, Addr: addrs[self], Mark: marks[self]}}
+	var backends []maglev.Backend
+	for _, b := range v.DSRNodes {
+		a, ok := addrs[b.Node]
+		if !ok || b.Weight == 0 {
+			continue
+		}
+		backends = append(backends, maglev.Backend{Name: b.Node, Weight: b.Weight})
+		fmt.Fprintf(&sig, " %s/%d/%x", b.Node, b.Weight, marks[b.Node])
+		if b.Node != self {
+			nodes = append(nodes, plan.DSRNode{Name: b.Node, Addr: a, Mark: marks[b.Node]})
+		}
+	}
+	if t, ok := s.tables[v.VirtualServiceKey]; ok && t.sig == sig.String() {
+		return t, nil
+	}
+	p, err := plan.DSR(plan.DSRInput{
+		Self: self, Nodes: nodes, TableSize: s.cfg.TableSize, Seed: s.cfg.Seed,
+		Encapsulation: s.cfg.Encapsulation, GUEPort: s.cfg.GUEPort,
+		Frontends: []plan.DSRFrontendInput{{Key: v.VirtualServiceKey, Backends: backends}},
+	})
+	if err != nil {
+		return dsrTable{}, err
+	}
+	t := dsrTable{sig: sig.String(), slots: p.Frontends[0]}
+	for _, peer := range p.Peers {
+		t.peers = append(t.peers, peer.Name)
+	}
+	s.tables[v.VirtualServiceKey] = t
+	return t, nil
+}
+
+func equalDSRPlans(a, b model.DSRPlan) bool {
+	return a.Addr == b.Addr && a.Encapsulation == b.Encapsulation && a.GUEPort == b.GUEPort &&
+		a.Seed == b.Seed && a.MSS == b.MSS && slices.Equal(a.Peers, b.Peers) &&
+		slices.EqualFunc(a.Frontends, b.Frontends, func(x, y model.DSRFrontend) bool {
+			return x.VirtualServiceKey == y.VirtualServiceKey && slices.Equal(x.Slots, y.Slots)
+		})
+}
