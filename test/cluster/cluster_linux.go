@@ -381,6 +381,30 @@ func (n *Node) DebugState(ctx context.Context) (string, error) {
 	return string(body), nil
 }
 
+// DaemonLogLines returns the lines of every run's log of the node's
+// daemon that match, oldest run first, each prefixed with its run
+// ("run 2: ").
+func (n *Node) DaemonLogLines(match func(string) bool) []string {
+	d := n.daemon
+	d.mu.Lock()
+	runs := d.runs
+	d.mu.Unlock()
+	var out []string
+	for run := 1; run <= runs; run++ {
+		b, err := os.ReadFile(filepath.Join(d.opts.LogDir, n.Name, fmt.Sprintf("switchyard-%d.log", run)))
+		if err != nil {
+			out = append(out, err.Error())
+			continue
+		}
+		for line := range strings.Lines(string(b)) {
+			if match(line) {
+				out = append(out, fmt.Sprintf("run %d: %s", run, strings.TrimSuffix(line, "\n")))
+			}
+		}
+	}
+	return out
+}
+
 // DaemonLog returns the last max bytes of the node's latest daemon log.
 func (n *Node) DaemonLog(max int) string {
 	d := n.daemon
