@@ -87,7 +87,9 @@ func TestSoak(t *testing.T) {
 	})
 	t.Logf("%d Services written in %s", count, time.Since(began).Round(time.Millisecond))
 	ours := addrsOf(svcs...)
-	took := waitConverged(t, c.Nodes, ours, planHasEndpoints(svcs, eps))
+	took := waitNodes(t, c.Nodes, soakConverged(count), func(n *cluster.Node) error {
+		return kernelMatchesPlan(t.Context(), n, ours, planHasEndpoints(svcs, eps))
+	})
 	t.Logf("every kernel programmed them %s later", took.Round(time.Millisecond))
 	loaded := soakSnapshot(t, c, "loaded")
 
@@ -227,7 +229,15 @@ func waitKernelsAre(t *testing.T, nodes []*cluster.Node, only map[netip.Addr]boo
 		}
 		return nil
 	}
-	return waitNodes(t, nodes, exactly)
+	return waitNodes(t, nodes, soakConverged(len(only)), exactly)
+}
+
+// soakConverged bounds how long the daemons may take to program count
+// Services: converged, and a minute more per 100 Services (a sync of a
+// thousand Services takes the emulated CPU tens of seconds; waits bound
+// failures only).
+func soakConverged(count int) time.Duration {
+	return converged + time.Duration(count/100)*time.Minute
 }
 
 // soakSample is what the soak reads of one node at one stage.

@@ -215,25 +215,29 @@ func withoutDraining(got, want cluster.KernelState) cluster.KernelState {
 // kernelMatchesPlan) and returns how long that took.
 func waitConverged(t *testing.T, nodes []*cluster.Node, only map[netip.Addr]bool, check func(reconcile.State) error) time.Duration {
 	t.Helper()
-	return waitNodes(t, nodes, func(n *cluster.Node) error { return kernelMatchesPlan(t.Context(), n, only, check) })
+	return waitNodes(t, nodes, converged, func(n *cluster.Node) error { return kernelMatchesPlan(t.Context(), n, only, check) })
 }
 
 // waitNodes waits until ok accepts every node, one after the other, for
-// at most converged in all, and returns how long that took.
-func waitNodes(t *testing.T, nodes []*cluster.Node, ok func(*cluster.Node) error) time.Duration {
+// at most bound in all, and returns how long that took. It polls no more
+// often than every 250 ms, and not more often than an attempt takes:
+// reading a kernel with thousands of virtual services takes the guest's
+// one CPU for seconds, which the daemons need too.
+func waitNodes(t *testing.T, nodes []*cluster.Node, bound time.Duration, ok func(*cluster.Node) error) time.Duration {
 	t.Helper()
 	began := time.Now()
-	deadline := began.Add(converged)
+	deadline := began.Add(bound)
 	for _, n := range nodes {
 		for {
+			tried := time.Now()
 			err := ok(n)
 			if err == nil {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("not converged after %s: %v", converged, err)
+				t.Fatalf("not converged after %s: %v", bound, err)
 			}
-			time.Sleep(250 * time.Millisecond)
+			time.Sleep(max(250*time.Millisecond, time.Since(tried)))
 		}
 	}
 	return time.Since(began)
