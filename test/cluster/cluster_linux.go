@@ -123,6 +123,10 @@ func New(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
+	// The harness writes objects as fast as a control plane would:
+	// client-go's default limit (5 requests a second, bursts of 10)
+	// held the soak's endpoint updates to about 2.5 a second.
+	admin.QPS, admin.Burst = 100, 200
 	kube, err := kubernetes.NewForConfig(admin)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: admin client: %w", err)
