@@ -303,6 +303,8 @@ func soakSnapshot(t *testing.T, c *cluster.Cluster, stage string) []soakSample {
 		}
 		out = append(out, s)
 	}
+	// Each stage as it is read: a soak that fails later keeps it.
+	t.Logf("soak %s:\n%s", stage, soakTable(out))
 	return out
 }
 
