@@ -220,21 +220,14 @@ func (n *Node) VirtualServicesOn(addrs map[netip.Addr]bool) (int, error) {
 func (n *Node) Kernel() (KernelState, error) {
 	out := KernelState{Services: map[string][]string{}}
 	var k *ipvs.Netlink
-	var nft *nftables.Conn
-	err := n.NS.Do(func() error {
-		var err error
-		if k, err = ipvs.NewNetlink(); err != nil {
-			return err
-		}
-		// Lasting: a plain Conn opens a socket per call, in the
-		// namespace of whatever thread makes it.
-		nft, err = nftables.New(nftables.AsLasting())
-		return err
-	})
-	if err != nil {
+	if err := n.NS.Do(func() (err error) { k, err = ipvs.NewNetlink(); return err }); err != nil {
 		return out, fmt.Errorf("cluster: %s: %w", n.Name, err)
 	}
 	defer k.Close()
+	nft, err := n.nft()
+	if err != nil {
+		return out, err
+	}
 	defer nft.CloseLasting()
 	svcs, err := k.Services()
 	if err != nil {

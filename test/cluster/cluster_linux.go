@@ -123,6 +123,10 @@ func New(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
+	// The harness writes objects as fast as a control plane would:
+	// client-go's default limit (5 requests a second, bursts of 10)
+	// held the soak's endpoint updates to about 2.5 a second.
+	admin.QPS, admin.Burst = 100, 200
 	kube, err := kubernetes.NewForConfig(admin)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: admin client: %w", err)
@@ -379,6 +383,30 @@ func (n *Node) DebugState(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("cluster: %s: /debug/state: %s: %s", n.Name, resp.Status, body)
 	}
 	return string(body), nil
+}
+
+// DaemonLogLines returns the lines of every run's log of the node's
+// daemon that match, oldest run first, each prefixed with its run
+// ("run 2: ").
+func (n *Node) DaemonLogLines(match func(string) bool) []string {
+	d := n.daemon
+	d.mu.Lock()
+	runs := d.runs
+	d.mu.Unlock()
+	var out []string
+	for run := 1; run <= runs; run++ {
+		b, err := os.ReadFile(filepath.Join(d.opts.LogDir, n.Name, fmt.Sprintf("switchyard-%d.log", run)))
+		if err != nil {
+			out = append(out, err.Error())
+			continue
+		}
+		for line := range strings.Lines(string(b)) {
+			if match(line) {
+				out = append(out, fmt.Sprintf("run %d: %s", run, strings.TrimSuffix(line, "\n")))
+			}
+		}
+	}
+	return out
 }
 
 // DaemonLog returns the last max bytes of the node's latest daemon log.

@@ -156,7 +156,8 @@ func TestCluster(t *testing.T) {
 
 // guestEnv names the guest suites' settings (main_linux_test.go) that
 // the host passes on.
-var guestEnv = []string{envGossip, envL2Kills, envRollingFlows, envL2NoGrace, envAPIOutage, envChaosServices, envDSRFlows}
+var guestEnv = []string{envGossip, envL2Kills, envRollingFlows, envL2NoGrace, envAPIOutage, envChaosServices,
+	envDSRFlows, envSoakServices, envSoakUpdates, envSoakDuration}
 
 // passedEnv are the guest suites' settings set here (see guestEnv).
 func passedEnv() []string {

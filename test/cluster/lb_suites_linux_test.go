@@ -289,7 +289,13 @@ func watchNextHops(c *cluster.Cluster, ip netip.Addr, stop <-chan struct{}) <-ch
 			}
 			got, err := c.RouterNextHops(netip.PrefixFrom(ip, 32))
 			if err == nil && !slices.Equal(got, last) {
-				changes = append(changes, fmt.Sprintf("%s: %v", time.Now().Format(time.StampMilli), got))
+				change := fmt.Sprintf("%s: %v", time.Now().Format(time.StampMilli), got)
+				if c.FRR != nil {
+					// What FRR's BGP table held then: which path went.
+					hops, stale, err := frrPaths(context.Background(), c, ip)
+					change += fmt.Sprintf(" (FRR's paths via %v, stale %v, %v)", hops, stale, err)
+				}
+				changes = append(changes, change)
 				last = got
 			}
 		}

@@ -80,6 +80,7 @@ func TestLoadBalancerBGPRollingRestart(t *testing.T) {
 			continue // today's loss: reported
 		}
 		if len(changes) > 0 {
+			logBGPEvidence(t, c)
 			t.Errorf("%s the router's next hops changed during the rolling restart: %v", what, changes)
 		}
 		if lost > 0 || len(failed) > 0 {
@@ -197,31 +198,10 @@ func waitRefreshed(t *testing.T, c *cluster.Cluster, ip netip.Addr, n *cluster.N
 }
 
 func refreshed(ctx context.Context, c *cluster.Cluster, ip netip.Addr, n *cluster.Node) error {
-	out, err := c.FRR.Vtysh(ctx, "show bgp ipv4 unicast "+ip.String()+"/32 json")
+	hops, stale, err := frrPaths(ctx, c, ip)
 	if err != nil {
 		return err
 	}
-	var route struct {
-		Paths []struct {
-			Stale    bool `json:"stale"`
-			Nexthops []struct {
-				IP string `json:"ip"`
-			} `json:"nexthops"`
-		} `json:"paths"`
-	}
-	if err := json.Unmarshal([]byte(out), &route); err != nil {
-		return fmt.Errorf("decoding FRR's route %q: %w", out, err)
-	}
-	var hops, stale []string
-	for _, p := range route.Paths {
-		for _, h := range p.Nexthops {
-			hops = append(hops, h.IP)
-			if p.Stale {
-				stale = append(stale, h.IP)
-			}
-		}
-	}
-	slices.Sort(hops)
 	var want []string
 	for _, x := range c.Nodes {
 		want = append(want, x.Addr.String())
@@ -238,4 +218,57 @@ func refreshed(ctx context.Context, c *cluster.Cluster, ip netip.Addr, n *cluste
 		return fmt.Errorf("FRR's session with %s is not established", n.Name)
 	}
 	return nil
+}
+
+// frrPaths returns the next hops of FRR's BGP paths to ip, sorted, and
+// those of them that are stale (kept for a peer in graceful restart).
+func frrPaths(ctx context.Context, c *cluster.Cluster, ip netip.Addr) (hops, stale []string, err error) {
+	out, err := c.FRR.Vtysh(ctx, "show bgp ipv4 unicast "+ip.String()+"/32 json")
+	if err != nil {
+		return nil, nil, err
+	}
+	var route struct {
+		Paths []struct {
+			Stale    bool `json:"stale"`
+			Nexthops []struct {
+				IP string `json:"ip"`
+			} `json:"nexthops"`
+		} `json:"paths"`
+	}
+	if err := json.Unmarshal([]byte(out), &route); err != nil {
+		return nil, nil, fmt.Errorf("decoding FRR's route %q: %w", out, err)
+	}
+	for _, p := range route.Paths {
+		for _, h := range p.Nexthops {
+			hops = append(hops, h.IP)
+			if p.Stale {
+				stale = append(stale, h.IP)
+			}
+		}
+	}
+	slices.Sort(hops)
+	return hops, stale, nil
+}
+
+// logBGPEvidence logs what explains a change of the router's next hops:
+// FRR's neighbour changes and every daemon's BGP, membership and
+// announcement lines, warnings and errors, of every run.
+func logBGPEvidence(t *testing.T, c *cluster.Cluster) {
+	t.Helper()
+	frr := c.FRR.LogLines(func(l string) bool {
+		return strings.Contains(l, "ADJCHANGE") || strings.Contains(l, "otification") || strings.Contains(l, "Hold") ||
+			strings.Contains(l, "graceful") || strings.Contains(l, "Graceful") || strings.Contains(l, "stale")
+	})
+	t.Logf("FRR's neighbour changes (%d lines):\n%s", len(frr), strings.Join(frr, "\n"))
+	for _, n := range c.Nodes {
+		lines := n.DaemonLogLines(func(l string) bool {
+			for _, w := range []string{"level=WARN", "level=ERROR", "Peer", "peer", "bgp", "announce", "withdr", "membership", "cluster lab:"} {
+				if strings.Contains(l, w) {
+					return true
+				}
+			}
+			return false
+		})
+		t.Logf("%s's daemon, BGP and membership (%d lines):\n%s", n.Name, len(lines), strings.Join(lines, "\n"))
+	}
 }

@@ -1,12 +1,10 @@
 package cluster_test
 
 import (
-	"bufio"
+	"context"
 	"fmt"
-	"net/http"
 	"net/netip"
 	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -188,20 +186,14 @@ func waitGossip(t *testing.T, c *cluster.Cluster) {
 
 // membersAlive reads n's daemon's switchyard_membership_members.
 func membersAlive(n *cluster.Node) (int, error) {
-	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: n.NS.DialContext, DisableKeepAlives: true}}
-	resp, err := hc.Get("http://127.0.0.1:10249/metrics")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	const name = "switchyard_membership_members"
+	m, err := n.DaemonMetrics(ctx, name)
 	if err != nil {
-		return 0, fmt.Errorf("%s: %w", n.Name, err)
+		return 0, err
 	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "switchyard_membership_members "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			return int(f), err
-		}
-	}
-	return 0, fmt.Errorf("%s: no switchyard_membership_members in /metrics (%v)", n.Name, sc.Err())
+	return int(m[name]), nil
 }
 
 // watchNeighbour records every change of the node the router resolves ip

@@ -59,6 +59,7 @@ router bgp %d
  bgp router-id %s
  no bgp ebgp-requires-policy
  no bgp default ipv4-unicast
+ bgp log-neighbor-changes
  neighbor NODES peer-group
  neighbor NODES remote-as %d
  neighbor NODES timers 3 9
@@ -248,6 +249,21 @@ func (r *FRR) Log(max int) string {
 		fmt.Fprintf(&b, "--- %s\n%s\n", f, data)
 	}
 	return b.String()
+}
+
+// LogLines returns the lines of bgpd's log that match.
+func (r *FRR) LogLines(match func(string) bool) []string {
+	data, err := os.ReadFile(filepath.Join(r.dir, "bgpd.log"))
+	if err != nil {
+		return []string{err.Error()}
+	}
+	var out []string
+	for line := range strings.Lines(string(data)) {
+		if match(line) {
+			out = append(out, strings.TrimSuffix(line, "\n"))
+		}
+	}
+	return out
 }
 
 // Close stops bgpd and zebra (SIGTERM, then SIGKILL after 5 s) and

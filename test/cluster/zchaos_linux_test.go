@@ -84,6 +84,22 @@ func (ct *chaosTraffic) stop(t *testing.T) (lost, established, failed, sent int)
 	return lost, established, len(failures), sent
 }
 
+// end stops the traffic, logs its flows lost and requests failed as
+// NAME-flows-lost and NAME-requests-failed, and fails t unless both are
+// none; during says when ("around the kill").
+func (ct *chaosTraffic) end(t *testing.T, name, during string) {
+	t.Helper()
+	lost, established, failed, sent := ct.stop(t)
+	t.Logf("cluster-metric %s-flows-lost=%d established=%d", name, lost, established)
+	t.Logf("cluster-metric %s-requests-failed=%d requests=%d", name, failed, sent)
+	if lost != 0 {
+		t.Errorf("%d of %d established flows broke %s, want none", lost, established, during)
+	}
+	if failed != 0 {
+		t.Errorf("%d of %d requests failed %s, want none", failed, sent, during)
+	}
+}
+
 // flowService creates a NodePort Service whose endpoints are the pods
 // of every node but the first (see TestRollingRestart for why).
 func flowService(t *testing.T, c *cluster.Cluster, ns, name string) *cluster.Service {
@@ -199,18 +215,29 @@ func withoutDraining(got, want cluster.KernelState) cluster.KernelState {
 // kernelMatchesPlan) and returns how long that took.
 func waitConverged(t *testing.T, nodes []*cluster.Node, only map[netip.Addr]bool, check func(reconcile.State) error) time.Duration {
 	t.Helper()
+	return waitNodes(t, nodes, converged, func(n *cluster.Node) error { return kernelMatchesPlan(t.Context(), n, only, check) })
+}
+
+// waitNodes waits until ok accepts every node, one after the other, for
+// at most bound in all, and returns how long that took. It polls no more
+// often than every 250 ms, and not more often than an attempt takes:
+// reading a kernel with thousands of virtual services takes the guest's
+// one CPU for seconds, which the daemons need too.
+func waitNodes(t *testing.T, nodes []*cluster.Node, bound time.Duration, ok func(*cluster.Node) error) time.Duration {
+	t.Helper()
 	began := time.Now()
-	deadline := began.Add(converged)
+	deadline := began.Add(bound)
 	for _, n := range nodes {
 		for {
-			err := kernelMatchesPlan(t.Context(), n, only, check)
+			tried := time.Now()
+			err := ok(n)
 			if err == nil {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("not converged after %s: %v", converged, err)
+				t.Fatalf("not converged after %s: %v", bound, err)
 			}
-			time.Sleep(250 * time.Millisecond)
+			time.Sleep(max(250*time.Millisecond, time.Since(tried)))
 		}
 	}
 	return time.Since(began)
@@ -553,15 +580,7 @@ func TestChaosDaemonKilledMidSync(t *testing.T) {
 	if bs != as || bd != ad || ba != aa || bc != ac {
 		t.Errorf("%s's kernel holds other objects than before the Services (-before +after):\n%s", victim.Name, cmp.Diff(baseline, after, addrs))
 	}
-	lost, established, failed, sent := traffic.stop(t)
-	t.Logf("cluster-metric kill-mid-sync-flows-lost=%d established=%d", lost, established)
-	t.Logf("cluster-metric kill-mid-sync-requests-failed=%d requests=%d", failed, sent)
-	if lost != 0 {
-		t.Errorf("the kill broke %d of %d established flows, want none", lost, established)
-	}
-	if failed != 0 {
-		t.Errorf("%d of %d requests failed around the kill, want none", failed, sent)
-	}
+	traffic.end(t, "kill-mid-sync", "around the kill")
 }
 
 // parallel runs fn(0..n-1) on 8 goroutines and fails t with the first
