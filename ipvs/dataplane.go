@@ -91,8 +91,12 @@ type Dataplane struct {
 	// fwLoaded is what the last load read of the table, until the
 	// Apply that loaded compared it with the spec.
 	fwLoaded *FirewallState
-	fwRead   bool         // the table's owned keys were adopted
-	close    func() error // set by Open
+	fwRead   bool // the table's owned keys were adopted
+	// fwTrusted is set when the last load found the table untouched
+	// since the cache last knew it (UntouchedFirewall), so that it did
+	// not read it: the Apply updates it as after no load.
+	fwTrusted bool
+	close     func() error // set by Open
 
 	// journal are the owned keys the table holds, as last read or
 	// written: written before the services they name are created or
@@ -262,7 +266,7 @@ func (d *Dataplane) Apply(ctx context.Context, u plugin.Update) error {
 	d.flushUDP(flushes)
 	d.adopt(scope, unrecorded)
 	programmed := d.cfg.Now()
-	if err := d.syncFirewall(reloaded, scope, unbinds); err != nil {
+	if err := d.syncFirewall(reloaded && !d.fwTrusted, scope, reloaded || unbinds); err != nil {
 		errs = append(errs, err) // retried: the spec is not recorded
 	}
 	d.cfg.Log.Debug("apply", "full", u.Full, "reloaded", reloaded, "ops", len(ops),
@@ -411,7 +415,7 @@ func (d *Dataplane) seedMarks() error {
 // changed since the last sync (Firewall.Update), which costs in
 // proportion to them, and the whole spec only when source ranges changed
 // or the table is not as known.
-func (d *Dataplane) syncFirewall(reloaded bool, scope Scope, unbinds bool) error {
+func (d *Dataplane) syncFirewall(reloaded bool, scope Scope, allOwned bool) error {
 	if d.cfg.Firewall == nil {
 		return nil
 	}
@@ -428,9 +432,9 @@ func (d *Dataplane) syncFirewall(reloaded bool, scope Scope, unbinds bool) error
 			d.fw.flush()
 		}
 	}
-	if reloaded || d.fwStamp == "" || d.fw.rulesChanged {
+	if (reloaded || d.fwStamp == "" || d.fw.rulesChanged) && (d.fwStamp != stamp || loaded != nil) {
 		spec := d.fw.spec(d.cfg.Local, d.cfg.MasqueradeAll)
-		if d.fwStamp != stamp || (loaded != nil && !loaded.holds(spec)) {
+		if d.fwStamp != stamp || !loaded.holds(spec) {
 			spec.Owned = d.ownedOffDummy()
 			if err := d.cfg.Firewall.Sync(spec); err != nil {
 				d.fwStamp = ""
@@ -439,9 +443,11 @@ func (d *Dataplane) syncFirewall(reloaded bool, scope Scope, unbinds bool) error
 			d.synced(spec, stamp)
 			return nil
 		}
-		d.fw.flush()
 	}
-	add, drop := d.ownedChanges(scope, reloaded || unbinds)
+	if reloaded || d.fwStamp == "" || d.fw.rulesChanged {
+		d.fw.flush() // the table holds the spec
+	}
+	add, drop := d.ownedChanges(scope, allOwned)
 	if len(add) == 0 && len(drop) == 0 {
 		return nil
 	}
@@ -644,7 +650,13 @@ func (d *Dataplane) load() error {
 		return fmt.Errorf("ipvs: load: %w", err)
 	}
 	var fw FirewallState
-	if d.cfg.Firewall != nil {
+	d.fwTrusted = d.firewallUntouched()
+	if d.fwTrusted {
+		// The table holds what the cache says (fwStamp, journal, the
+		// spec with the pending element changes undone): nothing to read
+		// or compare, no owned key to adopt (fwRead).
+		d.fwLoaded = nil
+	} else if d.cfg.Firewall != nil {
 		if fw, err = d.cfg.Firewall.Load(); err != nil {
 			return fmt.Errorf("ipvs: load: %w", err)
 		}
@@ -692,6 +704,15 @@ func (d *Dataplane) load() error {
 	d.loaded = true
 	d.fwRead = true
 	return nil
+}
+
+// firewallUntouched reports whether the table is known to be as the
+// cache says, after a load read it once: its stamp as last written or
+// read, and the Firewall sure nobody changed it since
+// (UntouchedFirewall).
+func (d *Dataplane) firewallUntouched() bool {
+	u, ok := d.cfg.Firewall.(UntouchedFirewall)
+	return ok && d.fwRead && d.fwStamp != "" && u.Untouched()
 }
 
 // readTable reads the real servers of every virtual service in one pass

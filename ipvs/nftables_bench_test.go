@@ -9,9 +9,11 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/google/nftables"
 	"golang.org/x/sys/unix"
 
 	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/core/plugin"
 	"github.com/switchyard-lb/switchyard/ipvs"
 )
 
@@ -153,5 +155,80 @@ func TestNFTablesLargeTable(t *testing.T) {
 	if got.Stamp != spec.Stamp() || len(got.Owned) != len(spec.Owned) || len(got.Content.Endpoints) != len(spec.Endpoints) {
 		t.Errorf("Load = stamp %q, %d owned, %d endpoints; want %q, %d, %d",
 			got.Stamp, len(got.Owned), len(got.Content.Endpoints), spec.Stamp(), len(spec.Owned), len(spec.Endpoints))
+	}
+}
+
+// TestNFTablesUntouched: on the host's kernel, in a fresh network
+// namespace, Untouched holds after NFTables' own transactions and reads,
+// and not after anyone else's transaction, even in another table.
+func TestNFTablesUntouched(t *testing.T) {
+	inNewNetNS(t)
+	fw := ipvs.NewNFTables()
+	defer fw.Close()
+	other := func() {
+		c, err := nftables.New()
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.AddTable(&nftables.Table{Name: "someone-else", Family: nftables.TableFamilyIPv4})
+		if err := c.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	spec := benchFirewallSpec(3)
+	moved := ipvs.FirewallDelta{From: spec.Stamp(), To: "moved",
+		Add: ipvs.FirewallSpec{Endpoints: []netip.Addr{netip.MustParseAddr("10.250.0.1")}}}
+	key := []model.VirtualServiceKey{{Addr: netip.MustParseAddr("192.0.2.1"), Port: 30080, Protocol: model.TCP}}
+	for _, st := range []struct {
+		name string
+		do   func() error
+		want bool
+	}{
+		{"new", func() error { return nil }, false},
+		{"after Load of no table", func() error { _, err := fw.Load(); return err }, true},
+		{"after Sync", func() error { return fw.Sync(spec) }, true},
+		{"after Update", func() error { return fw.Update(moved) }, true},
+		{"after RecordOwned", func() error { return fw.RecordOwned(key, nil) }, true},
+		{"after another table's transaction", func() error { other(); return nil }, false},
+		{"after RecordOwned, still", func() error { return fw.RecordOwned(nil, key) }, false},
+		{"after Load", func() error { _, err := fw.Load(); return err }, true},
+		{"after a failed RecordOwned", func() error {
+			if err := fw.RecordOwned(nil, key); err == nil {
+				t.Error("RecordOwned dropping a missing key succeeded")
+			}
+			return nil
+		}, false},
+		{"after Sync again", func() error { return fw.Sync(spec) }, true},
+	} {
+		if err := st.do(); err != nil {
+			t.Fatalf("%s: %v", st.name, err)
+		}
+		if got := fw.Untouched(); got != st.want {
+			t.Errorf("%s: Untouched() = %t, want %t", st.name, got, st.want)
+		}
+	}
+}
+
+// BenchmarkApplyFullUnchangedNFTables is a periodic resync of 10,000
+// unchanged Services with the nftables table on the host's kernel (in a
+// fresh network namespace) and the fake IPVS kernel: the table's part
+// of a resync.
+func BenchmarkApplyFullUnchangedNFTables(b *testing.B) {
+	inNewNetNS(b)
+	plan := benchPlan(10000)
+	r := newRig()
+	fw := ipvs.NewNFTables()
+	defer fw.Close()
+	dp, err := ipvs.New(ipvs.Config{Kernel: r.kernel, Addresses: r.addrs, Sysctls: r.sysctls, Firewall: fw})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := dp.Apply(b.Context(), plugin.Update{Plan: plan, Full: true}); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if err := dp.Apply(b.Context(), plugin.Update{Plan: plan, Full: true}); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package ipvs
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -77,7 +78,15 @@ type NFTables struct {
 	conn *nftables.Conn
 	sock *netlink.Conn
 	buf  int
+	// gen is the ruleset's generation (each committed nftables
+	// transaction, anyone's, adds one) after the last transaction or
+	// Load, which left the table as this NFTables knows it when
+	// genKnown: no other transaction came between (see Untouched).
+	gen      uint32
+	genKnown bool
 }
+
+var _ UntouchedFirewall = (*NFTables)(nil)
 
 var _ Firewall = (*NFTables)(nil)
 
@@ -132,6 +141,7 @@ func (n *NFTables) connect() error {
 func (n *NFTables) drop() error {
 	c := n.conn
 	n.conn, n.sock, n.buf = nil, nil, 0
+	n.genKnown = false
 	if c == nil {
 		return nil
 	}
@@ -154,11 +164,81 @@ func (n *NFTables) Sync(spec FirewallSpec) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.stamp = ""
-	if err := n.check(n.rewrite(spec)); err != nil {
+	before, err := n.generation()
+	if err == nil {
+		err = n.rewrite(spec)
+	}
+	if err := n.check(err); err != nil {
 		return err
 	}
+	n.written(before, true)
 	n.stamp = spec.Stamp()
 	return nil
+}
+
+// Untouched reports whether no nftables transaction, this NFTables' or
+// anyone's, was committed since the last one of its own or its last
+// Load, either of which left the table as it knows it. It reads the
+// ruleset's generation: one small request, where a Load reads every
+// element.
+func (n *NFTables) Untouched() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !n.genKnown || n.conn == nil {
+		return false
+	}
+	g, err := n.generation()
+	if n.check(err) != nil {
+		return false
+	}
+	return g == n.gen
+}
+
+// written records the generation after a transaction that succeeded,
+// the ruleset's generation being before when it began. The table is as
+// known after it when the transaction was the only one since, and the
+// table was as known before it or it rewrote the table whole.
+func (n *NFTables) written(before uint32, whole bool) {
+	after, err := n.generation()
+	if n.check(err) != nil {
+		return
+	}
+	n.genKnown = after == before+1 && (whole || (n.genKnown && n.gen == before))
+	n.gen = after
+}
+
+// genType is the type of the kernel's answer to NFT_MSG_GETGEN.
+const genType = netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_NEWGEN)
+
+// generation reads the ruleset's generation (NFT_MSG_GETGEN), which
+// every committed transaction in this network namespace changes.
+func (n *NFTables) generation() (uint32, error) {
+	if _, err := n.open(0); err != nil {
+		return 0, err
+	}
+	msgs, err := n.sock.Execute(netlink.Message{
+		Header: netlink.Header{Type: netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_GETGEN), Flags: netlink.Request},
+		Data:   []byte{unix.AF_UNSPEC, unix.NFNETLINK_V0, 0, 0},
+	})
+	if err != nil {
+		return 0, fmt.Errorf("ipvs: nftables: read the generation: %w", err)
+	}
+	for _, m := range msgs {
+		if m.Header.Type != genType || len(m.Data) < 4 {
+			continue
+		}
+		ad, err := netlink.NewAttributeDecoder(m.Data[4:])
+		if err != nil {
+			return 0, fmt.Errorf("ipvs: nftables: read the generation: %w", err)
+		}
+		ad.ByteOrder = binary.BigEndian
+		for ad.Next() {
+			if ad.Type() == unix.NFTA_GEN_ID {
+				return ad.Uint32(), nil
+			}
+		}
+	}
+	return 0, errors.New("ipvs: nftables: read the generation: no NFTA_GEN_ID in the answer")
 }
 
 // rewrite replaces the table with spec's in one transaction.
@@ -453,8 +533,22 @@ var (
 func (n *NFTables) Load() (FirewallState, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	before, err := n.generation()
+	if err != nil {
+		return FirewallState{}, n.check(err)
+	}
 	st, err := n.load()
-	return st, n.check(err)
+	if err != nil {
+		return FirewallState{}, n.check(err)
+	}
+	// What it read is the table as a whole when no transaction came
+	// between its reads.
+	after, err := n.generation()
+	if err != nil {
+		return FirewallState{}, n.check(err)
+	}
+	n.gen, n.genKnown = after, after == before
+	return st, nil
 }
 
 func (n *NFTables) load() (FirewallState, error) {
@@ -590,7 +684,15 @@ func (n *NFTables) RecordOwned(add, drop []model.VirtualServiceKey) error {
 	if len(add) == 0 && len(drop) == 0 {
 		return nil
 	}
-	return n.check(n.recordOwned(add, drop))
+	before, err := n.generation()
+	if err == nil {
+		err = n.recordOwned(add, drop)
+	}
+	if err := n.check(err); err != nil {
+		return err
+	}
+	n.written(before, false)
+	return nil
 }
 
 func (n *NFTables) recordOwned(add, drop []model.VirtualServiceKey) error {
@@ -752,9 +854,14 @@ func (n *NFTables) Update(delta FirewallDelta) error {
 		return fmt.Errorf("ipvs: nftables: update table %s: it holds stamp %q, not %q: %w", TableName, n.stamp, delta.From, ErrNotFound)
 	}
 	n.stamp = "" // unknown until the transaction succeeds
-	if err := n.check(n.update(delta)); err != nil {
+	before, err := n.generation()
+	if err == nil {
+		err = n.update(delta)
+	}
+	if err := n.check(err); err != nil {
 		return err
 	}
+	n.written(before, false)
 	n.stamp = delta.To
 	return nil
 }
