@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"log/slog"
 	"maps"
 	"net/netip"
@@ -78,8 +79,12 @@ type Dataplane struct {
 	want   Desired
 	// owner is the Service whose plan holds each wanted virtual service,
 	// bySvc the virtual services each Service holds.
-	owner    map[model.VirtualServiceKey]model.ServiceKey
-	bySvc    map[model.ServiceKey][]model.VirtualServiceKey
+	owner map[model.VirtualServiceKey]model.ServiceKey
+	bySvc map[model.ServiceKey][]model.VirtualServiceKey
+	// plans are the Services' plans the desired state was derived from,
+	// without error: a full update skips the Services whose plan is the
+	// same (pointer) and not in Changed.
+	plans    map[model.ServiceKey]*model.ServicePlan
 	addrRefs map[netip.Addr]int
 	draining map[drainKey]time.Time // since when
 	sysctls  map[string]string      // as reported
@@ -142,6 +147,7 @@ func New(cfg Config) (*Dataplane, error) {
 		want:     Desired{Services: map[model.VirtualServiceKey]DesiredService{}, Addrs: map[netip.Addr]bool{}},
 		owner:    map[model.VirtualServiceKey]model.ServiceKey{},
 		bySvc:    map[model.ServiceKey][]model.VirtualServiceKey{},
+		plans:    map[model.ServiceKey]*model.ServicePlan{},
 		addrRefs: map[netip.Addr]int{},
 		draining: map[drainKey]time.Time{},
 		journal:  map[model.VirtualServiceKey]bool{},
@@ -307,15 +313,29 @@ func (d *Dataplane) ensureTimeouts() error {
 // at most one Service and lists in u.Changed every Service that took or
 // let go of one (core/plan arbitrates), so the changed Services let go of
 // their old keys first and then take their new ones; a key another
-// Service still holds is an error for the Service asking for it.
+// Service still holds is an error for the Service asking for it. A full
+// update derives again every Service but those whose plan is the one
+// (the same pointer: plans are immutable once planned) the desired state
+// holds without error and that u.Changed does not list: a periodic
+// resync costs the kernel's reading and diffing, not re-deriving what
+// did not change.
 func (d *Dataplane) updateWant(u plugin.Update) (Scope, error) {
 	var scope Scope
 	keys := slices.Clone(u.Changed) // the update is the caller's
 	if u.Full {
-		keys = slices.Collect(maps.Keys(d.bySvc))
-		for k := range u.Plan.Services {
-			if _, ok := d.bySvc[k]; !ok {
-				keys = append(keys, k)
+		changed := make(map[model.ServiceKey]bool, len(u.Changed))
+		for _, k := range u.Changed {
+			changed[k] = true
+		}
+		same := func(k model.ServiceKey) bool {
+			sp, ok := d.plans[k]
+			return ok && !changed[k] && u.Plan.Services[k] == sp
+		}
+		for _, m := range []iter.Seq[model.ServiceKey]{maps.Keys(d.bySvc), maps.Keys(d.plans), maps.Keys(u.Plan.Services)} {
+			for k := range m {
+				if !same(k) {
+					keys = append(keys, k)
+				}
 			}
 		}
 	}
@@ -332,9 +352,11 @@ func (d *Dataplane) updateWant(u plugin.Update) (Scope, error) {
 	var errs []error
 	for _, sk := range keys {
 		sp := u.Plan.Services[sk]
+		delete(d.plans, sk)
 		if sp == nil {
 			continue
 		}
+		n := len(errs)
 		for _, vs := range sp.VirtualServices {
 			scope.Keys = append(scope.Keys, vs.VirtualServiceKey)
 			scope.Addrs = append(scope.Addrs, vs.Addr)
@@ -360,6 +382,9 @@ func (d *Dataplane) updateWant(u plugin.Update) (Scope, error) {
 					errs = append(errs, fmt.Errorf("ipvs: service %s: %w", sk, err))
 				}
 			}
+		}
+		if len(errs) == n {
+			d.plans[sk] = sp
 		}
 	}
 	// A frontend keeps its mark while its internal service is wanted.

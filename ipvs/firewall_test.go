@@ -408,7 +408,7 @@ func TestDataplaneFullResyncSkipsUntouchedTable(t *testing.T) {
 		{name: "first apply: reads the missing table (for its marks, then its content), writes it", update: full,
 			more: counts{Loads: 2, Syncs: 1, Writes: 1}},
 		{name: "full resync, table untouched: no read, no write", update: full},
-		{name: "full resync with an endpoint moved: no read, one delta", update: full,
+		{name: "full resync with an endpoint moved: no read, one delta", update: plugin.Update{Plan: plan, Full: true, Changed: []model.ServiceKey{k}},
 			before: func() { plan.Services[k].VirtualServices[0].Destinations[0].Addr = netip.MustParseAddr("10.250.0.1") },
 			more:   counts{Syncs: 1, Writes: 1}},
 		{name: "element removed behind its back: read, rewritten", update: full,
