@@ -17,9 +17,9 @@ import (
 // nopDataplane takes every update and does nothing: the loop's own work.
 type nopDataplane struct{}
 
-func (nopDataplane) Name() string                              { return "nop" }
+func (nopDataplane) Name() string                               { return "nop" }
 func (nopDataplane) Apply(context.Context, plugin.Update) error { return nil }
-func (nopDataplane) Close() error                              { return nil }
+func (nopDataplane) Close() error                               { return nil }
 
 // benchState is Service i of a cluster: a LoadBalancer Service (a
 // ClusterIP one unless lb) with ten endpoints, the first on port
