@@ -99,6 +99,14 @@ type Loop struct {
 	lastFull, lastFullEnd time.Time
 	triggers              []time.Time // EndpointSlice trigger times not yet applied
 	announce              map[model.ServiceKey][]netip.Addr
+	ann                   []announcerState
+	health                map[model.ServiceKey]healthcheck.Port
+	// healthDirty is set when health changed or its last Sync failed.
+	healthDirty bool
+	counts      counts
+	// policies is the policy stage; nil without
+	// Config.PolicyStage.Policies.
+	policies *policystage.Stage
 	// wantList is the announcements of announce, sorted, while
 	// wantValid; electedFor[i] what elect gave Elected[i] for them, while
 	// its valid is set. A Sync elects again only the Services it took a
@@ -106,14 +114,6 @@ type Loop struct {
 	wantList   []model.Announcement
 	wantValid  bool
 	electedFor []electCache
-	ann        []announcerState
-	health     map[model.ServiceKey]healthcheck.Port
-	// healthDirty is set when health changed or its last Sync failed.
-	healthDirty bool
-	counts      counts
-	// policies is the policy stage; nil without
-	// Config.PolicyStage.Policies.
-	policies *policystage.Stage
 
 	mu          sync.Mutex // guards the fields below, read by State and LastSync
 	desired     map[model.ServiceKey]*model.ServicePlan
