@@ -47,19 +47,27 @@ func benchFirewallSpec(n int) ipvs.FirewallSpec {
 	return spec
 }
 
+// tableOf10k returns an NFTables in a fresh network namespace (see
+// inNewNetNS) holding the table of 10,000 Services, and that spec.
+func tableOf10k(tb testing.TB) (*ipvs.NFTables, ipvs.FirewallSpec) {
+	tb.Helper()
+	inNewNetNS(tb)
+	fw := ipvs.NewNFTables()
+	tb.Cleanup(func() { fw.Close() })
+	spec := benchFirewallSpec(10000)
+	if err := fw.Sync(spec); err != nil {
+		tb.Fatal(err)
+	}
+	return fw, spec
+}
+
 // BenchmarkNFTablesUpdateOneEndpoint is the table's part of one endpoint
 // change at 10,000 Services on the host's kernel, in a fresh network
 // namespace: one endpoint leaves the hairpin set, another joins, and the
 // stamp changes, in one transaction. Needs root (skipped otherwise); not
 // part of make test (benchmarks only run with -bench).
 func BenchmarkNFTablesUpdateOneEndpoint(b *testing.B) {
-	inNewNetNS(b)
-	fw := ipvs.NewNFTables()
-	defer fw.Close()
-	spec := benchFirewallSpec(10000)
-	if err := fw.Sync(spec); err != nil {
-		b.Fatal(err)
-	}
+	fw, spec := tableOf10k(b)
 	from := spec.Stamp()
 	a, c := netip.MustParseAddr("10.250.0.1"), netip.MustParseAddr("10.250.0.2")
 	i := 0
@@ -81,12 +89,7 @@ func BenchmarkNFTablesUpdateOneEndpoint(b *testing.B) {
 // BenchmarkNFTablesRecordOwned records one owned key and drops it again,
 // alternately, in a table of 10,000 Services (as above).
 func BenchmarkNFTablesRecordOwned(b *testing.B) {
-	inNewNetNS(b)
-	fw := ipvs.NewNFTables()
-	defer fw.Close()
-	if err := fw.Sync(benchFirewallSpec(10000)); err != nil {
-		b.Fatal(err)
-	}
+	fw, _ := tableOf10k(b)
 	k := []model.VirtualServiceKey{{Addr: netip.MustParseAddr("192.0.2.1"), Port: 30080, Protocol: model.TCP}}
 	i := 0
 	for b.Loop() {
@@ -106,12 +109,7 @@ func BenchmarkNFTablesRecordOwned(b *testing.B) {
 // BenchmarkNFTablesLoad reads a table of 10,000 Services back: a
 // periodic resync's part.
 func BenchmarkNFTablesLoad(b *testing.B) {
-	inNewNetNS(b)
-	fw := ipvs.NewNFTables()
-	defer fw.Close()
-	if err := fw.Sync(benchFirewallSpec(10000)); err != nil {
-		b.Fatal(err)
-	}
+	fw, _ := tableOf10k(b)
 	for b.Loop() {
 		st, err := fw.Load()
 		if err != nil {
@@ -142,13 +140,7 @@ func TestNFTablesLargeTable(t *testing.T) {
 	if testing.Short() || os.Getenv(lab.GuestEnv) == "1" {
 		t.Skip("short, or in the kernel lab's emulated guest: writes 130,000 nftables elements (the host's kernel runs it)")
 	}
-	inNewNetNS(t)
-	fw := ipvs.NewNFTables()
-	defer fw.Close()
-	spec := benchFirewallSpec(10000)
-	if err := fw.Sync(spec); err != nil {
-		t.Fatal(err)
-	}
+	fw, spec := tableOf10k(t)
 	got, err := fw.Load()
 	if err != nil {
 		t.Fatal(err)
