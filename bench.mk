@@ -12,8 +12,10 @@
 #                    stay flat as the cluster grows
 #   core/k8s         the change tracker: one EndpointSlice change, and the
 #                    initial sync of a whole cluster
-#   core/reconcile   a statistics tick re-evaluating the policies of 10,000
+#   core/policystage a statistics tick re-evaluating the policies of 10,000
 #                    Services
+#   core/reconcile   one Sync taking one endpoint change at 1k and 10k
+#                    ClusterIP or LoadBalancer (BGP-announced) Services
 #   plugins/wasm     one WebAssembly policy evaluation with 50 and 1,000
 #                    endpoints
 #   core/ipam        one allocation and release with 60,000 addresses used
@@ -37,7 +39,8 @@ bench-host:
 	@set -o pipefail; : > $(BENCH_OUT); \
 	$(call bench_run,./core/plan,^(BenchmarkPlanFull|BenchmarkPlanEndpointChange)$$) \
 	$(call bench_run,./core/k8s,^(BenchmarkTrackerEndpointChange|BenchmarkTrackerInitialSync)$$) \
-	$(call bench_run,./core/reconcile,^BenchmarkPolicyReevaluateAll$$) \
+	$(call bench_run,./core/policystage,^BenchmarkPolicyReevaluateAll$$) \
+	$(call bench_run,./core/reconcile,^BenchmarkSyncEndpointChange$$) \
 	$(call bench_run,./plugins/wasm,^BenchmarkEvaluate$$) \
 	$(call bench_run,./core/ipam,^BenchmarkAllocate$$) \
 	echo; echo "Summary (benchtime $(BENCHTIME); raw output in $(BENCH_OUT)):"; \

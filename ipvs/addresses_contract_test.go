@@ -92,3 +92,83 @@ func testAddressesContract(t *testing.T, a ipvs.Addresses) {
 		}
 	}
 }
+
+// TestNetlinkAddressesLinkReplaced: the link a bind looked up is kept for
+// the next binds; when someone replaces it (same name, new index), the
+// next bind and unbind find the new one.
+func TestNetlinkAddressesLinkReplaced(t *testing.T) {
+	if os.Getenv(lab.GuestEnv) != "1" {
+		t.Skipf("guest-only: creates links in the kernel lab (%s=1); run `make test-lab`", lab.GuestEnv)
+	}
+	const name = "sy-replaced0"
+	n, err := ipvs.NewNetlinkAddresses()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		n.Close()
+		if l, err := netlink.LinkByName(name); err == nil {
+			netlink.LinkDel(l)
+		}
+	})
+	a, b := netip.MustParseAddr("10.98.0.1"), netip.MustParseAddr("10.98.0.2")
+	if err := n.EnsureDummy(name); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.AddAddr(name, a); err != nil {
+		t.Fatal(err)
+	}
+	old, err := netlink.LinkByName(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := netlink.LinkDel(old); err != nil {
+		t.Fatal(err)
+	}
+	if err := netlink.LinkAdd(&netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Name: name}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.AddAddr(name, b); err != nil {
+		t.Fatalf("bind on the replaced link: %v", err)
+	}
+	got, err := n.Addrs(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]netip.Addr{b}, got, cmpopts.EquateComparable(netip.Addr{})); diff != "" {
+		t.Errorf("addresses of the replaced link (-want +got):\n%s", diff)
+	}
+	if err := n.DelAddr(name, b); err != nil {
+		t.Errorf("unbind on the replaced link: %v", err)
+	}
+}
+
+// BenchmarkNetlinkAddressesBind binds and unbinds an address on a dummy
+// link, alternately: the address-binding part of programming a new
+// virtual IP. Guest-only (the kernel lab); not part of make test.
+func BenchmarkNetlinkAddressesBind(b *testing.B) {
+	if os.Getenv(lab.GuestEnv) != "1" {
+		b.Skipf("guest-only: creates links in the kernel lab (%s=1)", lab.GuestEnv)
+	}
+	const name = "sy-bench0"
+	n, err := ipvs.NewNetlinkAddresses()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer n.Close()
+	if err := n.EnsureDummy(name); err != nil {
+		b.Fatal(err)
+	}
+	a := netip.MustParseAddr("10.98.1.1")
+	i := 0
+	for b.Loop() {
+		i++
+		op := n.AddAddr
+		if i%2 == 0 {
+			op = n.DelAddr
+		}
+		if err := op(name, a); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -18,6 +18,11 @@ import (
 type NetlinkAddresses struct {
 	mu sync.Mutex
 	h  *netlink.Handle
+	// links are the links bound to and unbound from, by name, so that
+	// binding an address costs one request rather than two; EnsureDummy
+	// and Addrs look the link up again, and a failed bind or unbind drops
+	// it (the link may have been replaced).
+	links map[string]netlink.Link
 }
 
 var _ Addresses = (*NetlinkAddresses)(nil)
@@ -30,7 +35,7 @@ func NewNetlinkAddresses() (*NetlinkAddresses, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ipvs: open route netlink: %w", err)
 	}
-	return &NetlinkAddresses{h: h}, nil
+	return &NetlinkAddresses{h: h, links: map[string]netlink.Link{}}, nil
 }
 
 // Close releases the netlink handle.
@@ -44,6 +49,7 @@ func (n *NetlinkAddresses) Close() error {
 func (n *NetlinkAddresses) EnsureDummy(name string) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	delete(n.links, name)
 	link, err := n.h.LinkByName(name)
 	if err == nil {
 		if link.Type() != "dummy" {
@@ -61,7 +67,17 @@ func (n *NetlinkAddresses) EnsureDummy(name string) error {
 	return nil
 }
 
+// cachedLink returns name's link as last looked up, or looks it up.
+func (n *NetlinkAddresses) cachedLink(name string) (netlink.Link, error) {
+	if l, ok := n.links[name]; ok {
+		return l, nil
+	}
+	return n.link(name)
+}
+
+// link looks name's link up, and caches it.
 func (n *NetlinkAddresses) link(name string) (netlink.Link, error) {
+	delete(n.links, name)
 	link, err := n.h.LinkByName(name)
 	var notFound netlink.LinkNotFoundError
 	if errors.As(err, &notFound) {
@@ -70,6 +86,7 @@ func (n *NetlinkAddresses) link(name string) (netlink.Link, error) {
 	if err != nil {
 		return nil, fmt.Errorf("find link %s: %w", name, dumpErr(err))
 	}
+	n.links[name] = link
 	return link, nil
 }
 
@@ -111,17 +128,28 @@ func (n *NetlinkAddresses) addrOp(op, name string, a netip.Addr, fn func(netlink
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	link, err := n.link(name)
-	if err != nil {
-		return fmt.Errorf("ipvs: %s %s: %w", op, a, err)
-	}
-	err = fn(link, &netlink.Addr{
+	addr := &netlink.Addr{
 		IPNet: &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(a.BitLen(), a.BitLen())},
 		// No duplicate address detection: a VIP is not announced from this
 		// link, and DAD would leave an IPv6 VIP tentative for seconds.
 		Flags: unix.IFA_F_NODAD,
-	})
+	}
+	link, err := n.cachedLink(name)
+	if err == nil {
+		if err = fn(link, addr); errors.Is(err, syscall.ENODEV) {
+			// The cached link is gone, perhaps replaced: once more with
+			// the link the name has now.
+			if link, err = n.link(name); err == nil {
+				err = fn(link, addr)
+			}
+		}
+	}
+	if err != nil && !errors.Is(err, syscall.EEXIST) && !errors.Is(err, syscall.EADDRNOTAVAIL) {
+		delete(n.links, name)
+	}
 	switch {
+	case errors.Is(err, ErrNotFound):
+		return fmt.Errorf("ipvs: %s %s: %w", op, a, err)
 	case errors.Is(err, syscall.EEXIST):
 		return fmt.Errorf("ipvs: %s %s on %s: %w: %w", op, a, name, ErrExists, err)
 	case errors.Is(err, syscall.EADDRNOTAVAIL):

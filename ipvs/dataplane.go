@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"log/slog"
 	"maps"
 	"net/netip"
@@ -78,8 +79,12 @@ type Dataplane struct {
 	want   Desired
 	// owner is the Service whose plan holds each wanted virtual service,
 	// bySvc the virtual services each Service holds.
-	owner    map[model.VirtualServiceKey]model.ServiceKey
-	bySvc    map[model.ServiceKey][]model.VirtualServiceKey
+	owner map[model.VirtualServiceKey]model.ServiceKey
+	bySvc map[model.ServiceKey][]model.VirtualServiceKey
+	// plans are the Services' plans the desired state was derived from,
+	// without error: a full update skips the Services whose plan is the
+	// same (pointer) and not in Changed.
+	plans    map[model.ServiceKey]*model.ServicePlan
 	addrRefs map[netip.Addr]int
 	draining map[drainKey]time.Time // since when
 	sysctls  map[string]string      // as reported
@@ -91,8 +96,12 @@ type Dataplane struct {
 	// fwLoaded is what the last load read of the table, until the
 	// Apply that loaded compared it with the spec.
 	fwLoaded *FirewallState
-	fwRead   bool         // the table's owned keys were adopted
-	close    func() error // set by Open
+	fwRead   bool // the table's owned keys were adopted
+	// fwTrusted is set when the last load found the table untouched
+	// since the cache last knew it (UntouchedFirewall), so that it did
+	// not read it: the Apply updates it as after no load.
+	fwTrusted bool
+	close     func() error // set by Open
 
 	// journal are the owned keys the table holds, as last read or
 	// written: written before the services they name are created or
@@ -138,6 +147,7 @@ func New(cfg Config) (*Dataplane, error) {
 		want:     Desired{Services: map[model.VirtualServiceKey]DesiredService{}, Addrs: map[netip.Addr]bool{}},
 		owner:    map[model.VirtualServiceKey]model.ServiceKey{},
 		bySvc:    map[model.ServiceKey][]model.VirtualServiceKey{},
+		plans:    map[model.ServiceKey]*model.ServicePlan{},
 		addrRefs: map[netip.Addr]int{},
 		draining: map[drainKey]time.Time{},
 		journal:  map[model.VirtualServiceKey]bool{},
@@ -262,7 +272,7 @@ func (d *Dataplane) Apply(ctx context.Context, u plugin.Update) error {
 	d.flushUDP(flushes)
 	d.adopt(scope, unrecorded)
 	programmed := d.cfg.Now()
-	if err := d.syncFirewall(reloaded, scope, unbinds); err != nil {
+	if err := d.syncFirewall(reloaded && !d.fwTrusted, scope, reloaded || unbinds); err != nil {
 		errs = append(errs, err) // retried: the spec is not recorded
 	}
 	d.cfg.Log.Debug("apply", "full", u.Full, "reloaded", reloaded, "ops", len(ops),
@@ -303,15 +313,29 @@ func (d *Dataplane) ensureTimeouts() error {
 // at most one Service and lists in u.Changed every Service that took or
 // let go of one (core/plan arbitrates), so the changed Services let go of
 // their old keys first and then take their new ones; a key another
-// Service still holds is an error for the Service asking for it.
+// Service still holds is an error for the Service asking for it. A full
+// update derives again every Service but those whose plan is the one
+// (the same pointer: plans are immutable once planned) the desired state
+// holds without error and that u.Changed does not list: a periodic
+// resync costs the kernel's reading and diffing, not re-deriving what
+// did not change.
 func (d *Dataplane) updateWant(u plugin.Update) (Scope, error) {
 	var scope Scope
 	keys := slices.Clone(u.Changed) // the update is the caller's
 	if u.Full {
-		keys = slices.Collect(maps.Keys(d.bySvc))
-		for k := range u.Plan.Services {
-			if _, ok := d.bySvc[k]; !ok {
-				keys = append(keys, k)
+		changed := make(map[model.ServiceKey]bool, len(u.Changed))
+		for _, k := range u.Changed {
+			changed[k] = true
+		}
+		same := func(k model.ServiceKey) bool {
+			sp, ok := d.plans[k]
+			return ok && !changed[k] && u.Plan.Services[k] == sp
+		}
+		for _, m := range []iter.Seq[model.ServiceKey]{maps.Keys(d.bySvc), maps.Keys(d.plans), maps.Keys(u.Plan.Services)} {
+			for k := range m {
+				if !same(k) {
+					keys = append(keys, k)
+				}
 			}
 		}
 	}
@@ -328,9 +352,11 @@ func (d *Dataplane) updateWant(u plugin.Update) (Scope, error) {
 	var errs []error
 	for _, sk := range keys {
 		sp := u.Plan.Services[sk]
+		delete(d.plans, sk)
 		if sp == nil {
 			continue
 		}
+		n := len(errs)
 		for _, vs := range sp.VirtualServices {
 			scope.Keys = append(scope.Keys, vs.VirtualServiceKey)
 			scope.Addrs = append(scope.Addrs, vs.Addr)
@@ -356,6 +382,9 @@ func (d *Dataplane) updateWant(u plugin.Update) (Scope, error) {
 					errs = append(errs, fmt.Errorf("ipvs: service %s: %w", sk, err))
 				}
 			}
+		}
+		if len(errs) == n {
+			d.plans[sk] = sp
 		}
 	}
 	// A frontend keeps its mark while its internal service is wanted.
@@ -411,7 +440,7 @@ func (d *Dataplane) seedMarks() error {
 // changed since the last sync (Firewall.Update), which costs in
 // proportion to them, and the whole spec only when source ranges changed
 // or the table is not as known.
-func (d *Dataplane) syncFirewall(reloaded bool, scope Scope, unbinds bool) error {
+func (d *Dataplane) syncFirewall(reloaded bool, scope Scope, allOwned bool) error {
 	if d.cfg.Firewall == nil {
 		return nil
 	}
@@ -428,9 +457,9 @@ func (d *Dataplane) syncFirewall(reloaded bool, scope Scope, unbinds bool) error
 			d.fw.flush()
 		}
 	}
-	if reloaded || d.fwStamp == "" || d.fw.rulesChanged {
+	if (reloaded || d.fwStamp == "" || d.fw.rulesChanged) && (d.fwStamp != stamp || loaded != nil) {
 		spec := d.fw.spec(d.cfg.Local, d.cfg.MasqueradeAll)
-		if d.fwStamp != stamp || (loaded != nil && !loaded.holds(spec)) {
+		if d.fwStamp != stamp || !loaded.holds(spec) {
 			spec.Owned = d.ownedOffDummy()
 			if err := d.cfg.Firewall.Sync(spec); err != nil {
 				d.fwStamp = ""
@@ -439,9 +468,11 @@ func (d *Dataplane) syncFirewall(reloaded bool, scope Scope, unbinds bool) error
 			d.synced(spec, stamp)
 			return nil
 		}
-		d.fw.flush()
 	}
-	add, drop := d.ownedChanges(scope, reloaded || unbinds)
+	if reloaded || d.fwStamp == "" || d.fw.rulesChanged {
+		d.fw.flush() // the table holds the spec
+	}
+	add, drop := d.ownedChanges(scope, allOwned)
 	if len(add) == 0 && len(drop) == 0 {
 		return nil
 	}
@@ -644,7 +675,13 @@ func (d *Dataplane) load() error {
 		return fmt.Errorf("ipvs: load: %w", err)
 	}
 	var fw FirewallState
-	if d.cfg.Firewall != nil {
+	d.fwTrusted = d.firewallUntouched()
+	if d.fwTrusted {
+		// The table holds what the cache says (fwStamp, journal, the
+		// spec with the pending element changes undone): nothing to read
+		// or compare, no owned key to adopt (fwRead).
+		d.fwLoaded = nil
+	} else if d.cfg.Firewall != nil {
 		if fw, err = d.cfg.Firewall.Load(); err != nil {
 			return fmt.Errorf("ipvs: load: %w", err)
 		}
@@ -692,6 +729,15 @@ func (d *Dataplane) load() error {
 	d.loaded = true
 	d.fwRead = true
 	return nil
+}
+
+// firewallUntouched reports whether the table is known to be as the
+// cache says, after a load read it once: its stamp as last written or
+// read, and the Firewall sure nobody changed it since
+// (UntouchedFirewall).
+func (d *Dataplane) firewallUntouched() bool {
+	u, ok := d.cfg.Firewall.(UntouchedFirewall)
+	return ok && d.fwRead && d.fwStamp != "" && u.Untouched()
 }
 
 // readTable reads the real servers of every virtual service in one pass

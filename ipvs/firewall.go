@@ -37,6 +37,18 @@ type Firewall interface {
 	Load() (FirewallState, error)
 }
 
+// UntouchedFirewall is a Firewall that can tell cheaply that its table is
+// as it last left it: a periodic resync then skips Load, which reads
+// every element (ten per Service), and still reads the table whole when
+// anything may have changed it.
+type UntouchedFirewall interface {
+	Firewall
+	// Untouched reports whether nothing can have changed the table since
+	// the Firewall's last successful transaction or Load; false when it
+	// cannot tell.
+	Untouched() bool
+}
+
 // FirewallDelta is a change of a spec's element sets: ClusterIPs,
 // ExternalIPs, NodePorts, Endpoints and Internal of Add join the table,
 // those of Remove leave it (an internal mark that changes is in both).

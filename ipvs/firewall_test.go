@@ -272,24 +272,7 @@ func TestDataplaneFirewallDelta(t *testing.T) {
 	key := func(i int) model.ServiceKey {
 		return model.ServiceKey{Namespace: "bench", Name: fmt.Sprintf("svc%d", i)}
 	}
-	// wantTable is the table a fresh dataplane writes for plan.
-	wantTable := func() ipvs.FirewallState {
-		t.Helper()
-		fresh := &ipvstest.FakeFirewall{}
-		r2 := newRig()
-		dp2, err := ipvs.New(ipvs.Config{Kernel: r2.kernel, Addresses: r2.addrs, Sysctls: r2.sysctls, Firewall: fresh})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := dp2.Apply(t.Context(), plugin.Update{Plan: plan, Full: true}); err != nil {
-			t.Fatal(err)
-		}
-		st, err := fresh.Load()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st
-	}
+	wantTable := func() ipvs.FirewallState { return freshTable(t, plan) }
 	other := benchPlan(21).Services[key(20)]
 	steps := []struct {
 		name   string
@@ -379,4 +362,82 @@ func TestNewRefusesLongLocalInterface(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "longer than 15 bytes") {
 		t.Errorf("New with a 17-byte interface = %v, want an error naming its length", err)
 	}
+}
+
+// TestDataplaneFullResyncSkipsUntouchedTable: a periodic resync reads the
+// table only when something may have changed it since the dataplane last
+// wrote or read it (UntouchedFirewall), and repairs it then; otherwise a
+// change during the resync still goes as a delta, not a rewrite.
+func TestDataplaneFullResyncSkipsUntouchedTable(t *testing.T) {
+	r := newRig()
+	fw := &ipvstest.FakeFirewall{}
+	dp, err := ipvs.New(ipvs.Config{Kernel: r.kernel, Addresses: r.addrs, Sysctls: r.sysctls, Firewall: fw})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan := benchPlan(5)
+	k := model.ServiceKey{Namespace: "bench", Name: "svc3"}
+	full := plugin.Update{Plan: plan, Full: true}
+	type counts struct{ Loads, Syncs, Writes int }
+	now := func() counts { return counts{fw.Loads(), len(fw.Specs()), fw.Writes()} }
+	for _, st := range []struct {
+		name   string
+		before func()
+		update plugin.Update
+		// more is what the step adds to the counts.
+		more counts
+	}{
+		{name: "first apply: reads the missing table (for its marks, then its content), writes it", update: full,
+			more: counts{Loads: 2, Syncs: 1, Writes: 1}},
+		{name: "full resync, table untouched: no read, no write", update: full},
+		{name: "full resync with an endpoint moved: no read, one delta", update: plugin.Update{Plan: plan, Full: true, Changed: []model.ServiceKey{k}},
+			before: func() { plan.Services[k].VirtualServices[0].Destinations[0].Addr = netip.MustParseAddr("10.250.0.1") },
+			more:   counts{Syncs: 1, Writes: 1}},
+		{name: "element removed behind its back: read, rewritten", update: full,
+			before: func() { fw.Tamper(func(s *ipvs.FirewallSpec) { s.Endpoints = s.Endpoints[1:] }) },
+			more:   counts{Loads: 1, Syncs: 1, Writes: 1}},
+		{name: "table deleted: read, rewritten", update: full, before: fw.DeleteTable, more: counts{Loads: 1, Syncs: 1, Writes: 1}},
+		{name: "then untouched again", update: full},
+	} {
+		if st.before != nil {
+			st.before()
+		}
+		base := now()
+		if err := dp.Apply(t.Context(), st.update); err != nil {
+			t.Fatalf("%s: %v", st.name, err)
+		}
+		got := now()
+		got = counts{got.Loads - base.Loads, got.Syncs - base.Syncs, got.Writes - base.Writes}
+		if diff := cmp.Diff(st.more, got); diff != "" {
+			t.Errorf("%s: counts (-want +got):\n%s", st.name, diff)
+		}
+		// The test's own read (it counts as the dataplane's for
+		// Untouched; the next step tampers after it).
+		table, err := fw.Load()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(freshTable(t, plan), table, cmpAddrs); diff != "" {
+			t.Errorf("%s: table (-want +got):\n%s", st.name, diff)
+		}
+	}
+}
+
+// freshTable is the table a fresh dataplane writes for plan.
+func freshTable(t *testing.T, plan *model.Plan) ipvs.FirewallState {
+	t.Helper()
+	fresh := &ipvstest.FakeFirewall{}
+	r := newRig()
+	dp, err := ipvs.New(ipvs.Config{Kernel: r.kernel, Addresses: r.addrs, Sysctls: r.sysctls, Firewall: fresh})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dp.Apply(t.Context(), plugin.Update{Plan: plan, Full: true}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := fresh.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
 }

@@ -1,6 +1,7 @@
 package ipvs
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -69,36 +70,184 @@ const MasqueradeMark = 0x4000
 type NFTables struct {
 	mu    sync.Mutex
 	stamp string // the stamp the table holds, as last written or read; "" unknown
+	// conn is the lasting netlink connection that every transaction and
+	// read uses, opened by the first and closed after any error (it may
+	// hold queued messages or unread replies then) and by Close; sock is
+	// its socket, whose buffers grow to the largest transaction so far
+	// (buf bytes).
+	conn *nftables.Conn
+	sock *netlink.Conn
+	buf  int
+	// gen is the ruleset's generation (each committed nftables
+	// transaction, anyone's, adds one) after the last transaction or
+	// Load, which left the table as this NFTables knows it when
+	// genKnown: no other transaction came between (see Untouched).
+	gen      uint32
+	genKnown bool
 }
+
+var _ UntouchedFirewall = (*NFTables)(nil)
 
 var _ Firewall = (*NFTables)(nil)
 
-// NewNFTables returns a Firewall; it opens a netlink connection per Sync.
+// NewNFTables returns a Firewall; its netlink connection opens at the
+// first use, in the calling thread's network namespace, and lasts until
+// Close or an error.
 func NewNFTables() *NFTables { return &NFTables{} }
 
-// Close releases nothing and keeps the table: rules outlive the process.
-func (n *NFTables) Close() error { return nil }
+// Close closes the netlink connection and keeps the table: rules outlive
+// the process. A later use opens a new connection.
+func (n *NFTables) Close() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.drop()
+}
+
+// open returns the lasting connection, its buffers large enough for a
+// transaction of about elems set elements.
+func (n *NFTables) open(elems int) (*nftables.Conn, error) {
+	size := bufferSize(elems)
+	if n.conn != nil {
+		if size > n.buf {
+			if err := setBuffers(n.sock, size); err != nil {
+				return nil, fmt.Errorf("ipvs: nftables: %w", errors.Join(err, n.drop()))
+			}
+			n.buf = size
+		}
+		return n.conn, nil
+	}
+	var sock *netlink.Conn
+	c, err := nftables.New(nftables.AsLasting(), nftables.WithSockOptions(func(nc *netlink.Conn) error {
+		sock = nc
+		return setBuffers(nc, size)
+	}))
+	if err != nil {
+		return nil, fmt.Errorf("ipvs: nftables: %w", err)
+	}
+	n.conn, n.sock, n.buf = c, sock, size
+	return c, nil
+}
+
+// connect opens the lasting connection now, in the calling thread's
+// network namespace.
+func (n *NFTables) connect() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	_, err := n.open(0)
+	return err
+}
+
+// drop closes the lasting connection, if any.
+func (n *NFTables) drop() error {
+	c := n.conn
+	n.conn, n.sock, n.buf = nil, nil, 0
+	n.genKnown = false
+	if c == nil {
+		return nil
+	}
+	if err := c.CloseLasting(); err != nil {
+		return fmt.Errorf("ipvs: nftables: close: %w", err)
+	}
+	return nil
+}
+
+// check closes the connection when err is set, and returns err.
+func (n *NFTables) check(err error) error {
+	if err != nil {
+		_ = n.drop() // err says what went wrong
+	}
+	return err
+}
 
 // Sync replaces the table with spec's.
 func (n *NFTables) Sync(spec FirewallSpec) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.stamp = ""
-	if err := n.rewrite(spec); err != nil {
+	before, err := n.generation()
+	if err == nil {
+		err = n.rewrite(spec)
+	}
+	if err := n.check(err); err != nil {
 		return err
 	}
+	n.written(before, true)
 	n.stamp = spec.Stamp()
 	return nil
+}
+
+// Untouched reports whether no nftables transaction, this NFTables' or
+// anyone's, was committed since the last one of its own or its last
+// Load, either of which left the table as it knows it. It reads the
+// ruleset's generation: one small request, where a Load reads every
+// element.
+func (n *NFTables) Untouched() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !n.genKnown || n.conn == nil {
+		return false
+	}
+	g, err := n.generation()
+	if n.check(err) != nil {
+		return false
+	}
+	return g == n.gen
+}
+
+// written records the generation after a transaction that succeeded,
+// the ruleset's generation being before when it began. The table is as
+// known after it when the transaction was the only one since, and the
+// table was as known before it or it rewrote the table whole.
+func (n *NFTables) written(before uint32, whole bool) {
+	after, err := n.generation()
+	if n.check(err) != nil {
+		return
+	}
+	n.genKnown = after == before+1 && (whole || (n.genKnown && n.gen == before))
+	n.gen = after
+}
+
+// genType is the type of the kernel's answer to NFT_MSG_GETGEN.
+const genType = netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_NEWGEN)
+
+// generation reads the ruleset's generation (NFT_MSG_GETGEN), which
+// every committed transaction in this network namespace changes.
+func (n *NFTables) generation() (uint32, error) {
+	if _, err := n.open(0); err != nil {
+		return 0, err
+	}
+	msgs, err := n.sock.Execute(netlink.Message{
+		Header: netlink.Header{Type: netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_GETGEN), Flags: netlink.Request},
+		Data:   []byte{unix.AF_UNSPEC, unix.NFNETLINK_V0, 0, 0},
+	})
+	if err != nil {
+		return 0, fmt.Errorf("ipvs: nftables: read the generation: %w", err)
+	}
+	for _, m := range msgs {
+		if m.Header.Type != genType || len(m.Data) < 4 {
+			continue
+		}
+		ad, err := netlink.NewAttributeDecoder(m.Data[4:])
+		if err != nil {
+			return 0, fmt.Errorf("ipvs: nftables: read the generation: %w", err)
+		}
+		ad.ByteOrder = binary.BigEndian
+		for ad.Next() {
+			if ad.Type() == unix.NFTA_GEN_ID {
+				return ad.Uint32(), nil
+			}
+		}
+	}
+	return 0, errors.New("ipvs: nftables: read the generation: no NFTA_GEN_ID in the answer")
 }
 
 // rewrite replaces the table with spec's in one transaction.
 func (n *NFTables) rewrite(spec FirewallSpec) error {
 	elems := len(spec.ClusterIPs) + len(spec.ExternalIPs) + len(spec.NodePorts) + 2*len(spec.Endpoints) + len(spec.Owned) + len(spec.Internal)
-	c, err := newConn(elems)
+	c, err := n.open(elems)
 	if err != nil {
-		return fmt.Errorf("ipvs: nftables: %w", err)
+		return err
 	}
-	defer c.CloseLasting()
 	// add + delete + add in one batch: atomic, and works whether or not
 	// the table exists.
 	table := &nftables.Table{Name: TableName, Family: nftables.TableFamilyINet}
@@ -384,11 +533,29 @@ var (
 func (n *NFTables) Load() (FirewallState, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	c, err := nftables.New()
+	before, err := n.generation()
 	if err != nil {
-		return FirewallState{}, fmt.Errorf("ipvs: nftables: %w", err)
+		return FirewallState{}, n.check(err)
 	}
-	defer c.CloseLasting()
+	st, err := n.load()
+	if err != nil {
+		return FirewallState{}, n.check(err)
+	}
+	// What it read is the table as a whole when no transaction came
+	// between its reads.
+	after, err := n.generation()
+	if err != nil {
+		return FirewallState{}, n.check(err)
+	}
+	n.gen, n.genKnown = after, after == before
+	return st, nil
+}
+
+func (n *NFTables) load() (FirewallState, error) {
+	c, err := n.open(0)
+	if err != nil {
+		return FirewallState{}, err
+	}
 	tables, err := c.ListTablesOfFamily(nftables.TableFamilyINet)
 	if err != nil {
 		return FirewallState{}, fmt.Errorf("ipvs: nftables: list tables: %w", err)
@@ -517,11 +684,22 @@ func (n *NFTables) RecordOwned(add, drop []model.VirtualServiceKey) error {
 	if len(add) == 0 && len(drop) == 0 {
 		return nil
 	}
-	c, err := newConn(len(add) + len(drop))
-	if err != nil {
-		return fmt.Errorf("ipvs: nftables: %w", err)
+	before, err := n.generation()
+	if err == nil {
+		err = n.recordOwned(add, drop)
 	}
-	defer c.CloseLasting()
+	if err := n.check(err); err != nil {
+		return err
+	}
+	n.written(before, false)
+	return nil
+}
+
+func (n *NFTables) recordOwned(add, drop []model.VirtualServiceKey) error {
+	c, err := n.open(len(add) + len(drop))
+	if err != nil {
+		return err
+	}
 	table := &nftables.Table{Name: TableName, Family: nftables.TableFamilyINet}
 	for _, fam := range []ipFamily{ipv4, ipv6} {
 		typ := nodePortType4
@@ -576,32 +754,51 @@ func inChunks(elems []nftables.SetElement, f func([]nftables.SetElement) error) 
 	return nil
 }
 
-// newConn opens an nftables connection whose send buffer holds a batch of
-// about elems set elements: the kernel takes a transaction in one message,
-// which must fit the socket's send buffer (EMSGSIZE otherwise).
+// newConn opens a transient nftables connection (one socket per request
+// or transaction) whose buffers hold a transaction of about elems set
+// elements (bufferSize).
 func newConn(elems int) (*nftables.Conn, error) {
-	size := 1<<20 + 64*elems
-	return nftables.New(nftables.WithSockOptions(func(nc *netlink.Conn) error {
-		if err := nc.SetWriteBuffer(size); err != nil {
-			return fmt.Errorf("set send buffer: %w", err)
+	size := bufferSize(elems)
+	return nftables.New(nftables.WithSockOptions(func(nc *netlink.Conn) error { return setBuffers(nc, size) }))
+}
+
+// bufferSize is the socket buffer for a transaction of about elems set
+// elements. The kernel takes a transaction in one message, which must fit
+// the send buffer (EMSGSIZE otherwise), and answers each of its messages
+// (one per chunkElements elements) with an acknowledgement that the
+// receive buffer must hold until the transaction ends: past a few hundred
+// (tens of thousands of Services) the default buffer overflows (ENOBUFS)
+// after the kernel committed.
+func bufferSize(elems int) int { return 1<<20 + 64*elems }
+
+// setBuffers sets nc's send and receive buffers to size bytes.
+func setBuffers(nc *netlink.Conn, size int) error {
+	if err := nc.SetWriteBuffer(size); err != nil {
+		return fmt.Errorf("set send buffer: %w", err)
+	}
+	if err := nc.SetReadBuffer(size); err != nil {
+		return fmt.Errorf("set receive buffer: %w", err)
+	}
+	raw, err := nc.SyscallConn()
+	if err != nil {
+		return fmt.Errorf("set socket buffers: %w", err)
+	}
+	var serr error
+	if err := raw.Control(func(fd uintptr) {
+		// Beyond net.core.wmem_max and rmem_max needs CAP_NET_ADMIN,
+		// which programming nftables needs anyway.
+		for _, opt := range []int{unix.SO_SNDBUFFORCE, unix.SO_RCVBUFFORCE} {
+			if err := unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, opt, size); err != nil && !errors.Is(err, unix.EPERM) {
+				serr = err
+			}
 		}
-		raw, err := nc.SyscallConn()
-		if err != nil {
-			return fmt.Errorf("set send buffer: %w", err)
-		}
-		var serr error
-		if err := raw.Control(func(fd uintptr) {
-			// Beyond net.core.wmem_max needs CAP_NET_ADMIN, which
-			// programming nftables needs anyway.
-			serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, size)
-		}); err != nil {
-			return fmt.Errorf("set send buffer: %w", err)
-		}
-		if serr != nil && !errors.Is(serr, unix.EPERM) {
-			return fmt.Errorf("set send buffer: %w", serr)
-		}
-		return nil
-	}))
+	}); err != nil {
+		return fmt.Errorf("set socket buffers: %w", err)
+	}
+	if serr != nil {
+		return fmt.Errorf("set socket buffers: %w", serr)
+	}
+	return nil
 }
 
 // elementSet is a set whose elements change with endpoints and ownership
@@ -657,11 +854,23 @@ func (n *NFTables) Update(delta FirewallDelta) error {
 		return fmt.Errorf("ipvs: nftables: update table %s: it holds stamp %q, not %q: %w", TableName, n.stamp, delta.From, ErrNotFound)
 	}
 	n.stamp = "" // unknown until the transaction succeeds
-	c, err := newConn(2*len(delta.Add.Endpoints) + 2*len(delta.Remove.Endpoints) + len(delta.Add.elements()) + len(delta.Remove.elements()))
-	if err != nil {
-		return fmt.Errorf("ipvs: nftables: %w", err)
+	before, err := n.generation()
+	if err == nil {
+		err = n.update(delta)
 	}
-	defer c.CloseLasting()
+	if err := n.check(err); err != nil {
+		return err
+	}
+	n.written(before, false)
+	n.stamp = delta.To
+	return nil
+}
+
+func (n *NFTables) update(delta FirewallDelta) error {
+	c, err := n.open(2*len(delta.Add.Endpoints) + 2*len(delta.Remove.Endpoints) + len(delta.Add.elements()) + len(delta.Remove.elements()))
+	if err != nil {
+		return err
+	}
 	table := &nftables.Table{Name: TableName, Family: nftables.TableFamilyINet}
 	stamp := &nftables.Set{Table: table, Name: "stamp", KeyType: nftables.TypeInetService}
 	for _, es := range append(deltaSets(table, delta.Remove), elementSet{set: stamp, elems: []nftables.SetElement{{Key: []byte{0, 0}}}}) {
@@ -677,7 +886,6 @@ func (n *NFTables) Update(delta FirewallDelta) error {
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("ipvs: nftables: update sets of table %s: %w", TableName, err)
 	}
-	n.stamp = delta.To
 	return nil
 }
 

@@ -13,6 +13,8 @@ var _ Firewall = (*NFTables)(nil)
 func NewNFTables() *NFTables { return &NFTables{} }
 
 func (*NFTables) Close() error                 { return nil }
+func (*NFTables) Untouched() bool              { return false }
+func (*NFTables) connect() error               { return errUnsupported }
 func (*NFTables) Sync(FirewallSpec) error      { return errUnsupported }
 func (*NFTables) Update(FirewallDelta) error   { return errUnsupported }
 func (*NFTables) Load() (FirewallState, error) { return FirewallState{}, errUnsupported }

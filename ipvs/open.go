@@ -14,8 +14,10 @@ const DrainInterval = 2 * time.Second
 
 // Open returns a Dataplane on the running host's kernel, in the calling
 // thread's network namespace: IPVS over generic netlink, switchyard0 over
-// route netlink, /proc/sys, ctnetlink for conntrack and nftables. cfg's
-// Kernel, Addresses, Sysctls, Conntrack and Firewall are replaced. It runs Drain every
+// route netlink, /proc/sys, ctnetlink for conntrack and nftables, each
+// over one lasting connection (nftables' reopened after an error, in the
+// namespace of the thread then calling). cfg's Kernel, Addresses,
+// Sysctls, Conntrack and Firewall are replaced. It runs Drain every
 // DrainInterval until Close, which releases the handles and leaves the
 // kernel state in place.
 func Open(cfg Config) (*Dataplane, error) {
@@ -35,10 +37,14 @@ func Open(cfg Config) (*Dataplane, error) {
 		return nil, err
 	}
 	cfg.Kernel, cfg.Addresses, cfg.Sysctls, cfg.Conntrack = k, a, ProcSysctls{}, ct
-	cfg.Firewall = NewNFTables()
+	fw := NewNFTables()
+	if err := fw.connect(); err != nil { // here, in this thread's namespace
+		return nil, errors.Join(err, k.Close(), a.Close(), ct.Close())
+	}
+	cfg.Firewall = fw
 	d, err := New(cfg)
 	if err != nil {
-		return nil, errors.Join(err, k.Close(), a.Close(), ct.Close())
+		return nil, errors.Join(err, k.Close(), a.Close(), ct.Close(), fw.Close())
 	}
 	stop, done := make(chan struct{}), make(chan struct{})
 	go func() {
@@ -62,7 +68,7 @@ func Open(cfg Config) (*Dataplane, error) {
 		once.Do(func() {
 			close(stop)
 			<-done
-			err = errors.Join(closeErr(k), closeErr(a), closeErr(ct))
+			err = errors.Join(closeErr(k), closeErr(a), closeErr(ct), closeErr(fw))
 		})
 		return err
 	}

@@ -33,11 +33,15 @@ import (
 
 // Update is one round of desired state for a Dataplane.
 type Update struct {
-	// Plan is the whole desired state; read-only for the dataplane.
+	// Plan is the whole desired state; read-only for the dataplane. A
+	// ServicePlan is never modified once in a Plan: a changed Service
+	// gets a new one.
 	Plan *model.Plan
 	// Changed lists the Services whose plan may differ from the previous
 	// Apply (added, updated or deleted: a deleted Service is absent from
-	// Plan). It is ignored when Full is set.
+	// Plan). With Full set, a dataplane may take a Service that Changed
+	// does not list and whose ServicePlan is the same pointer as before
+	// as unchanged in the plan (never in the kernel, which it reads).
 	Changed []model.ServiceKey
 	// Full asks the dataplane to reconcile everything it owns against
 	// Plan: on the first Apply, on a periodic resync and after an error.

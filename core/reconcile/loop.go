@@ -114,6 +114,13 @@ type Loop struct {
 	policies *policystage.Stage
 	// dsr is the dsr stage; nil without Config.DSR.
 	dsr *dsrStage
+	// wantList is the announcements of announce, sorted, while
+	// wantValid; electedFor[i] what elect gave Elected[i] for them, while
+	// its valid is set. A Sync elects again only the Services it took a
+	// change of, unless something every election reads changed.
+	wantList   []model.Announcement
+	wantValid  bool
+	electedFor []electCache
 
 	mu          sync.Mutex // guards the fields below, read by State and LastSync
 	desired     map[model.ServiceKey]*model.ServicePlan
@@ -126,6 +133,12 @@ type Loop struct {
 	// pendingFull asks the next Sync for a full apply (RequestFull).
 	pendingFull bool
 	policyView  []policystage.Status
+}
+
+// electCache is an announcer's last election result (elect's).
+type electCache struct {
+	out   []model.Announcement
+	valid bool
 }
 
 // announcerState is what the loop last sent one announcer.
@@ -161,6 +174,7 @@ func New(cfg Config) *Loop {
 		announce:    make(map[model.ServiceKey][]netip.Addr),
 		elections:   make(map[model.ServiceKey]electionInfo),
 		ann:         make([]announcerState, len(cfg.Elected)),
+		electedFor:  make([]electCache, len(cfg.Elected)),
 		health:      make(map[model.ServiceKey]healthcheck.Port),
 		healthDirty: true,
 		desired:     make(map[model.ServiceKey]*model.ServicePlan),
@@ -337,20 +351,31 @@ func (l *Loop) Sync(ctx context.Context) (res SyncResult, err error) {
 	}
 	l.trackDSRElections(p, changed, full)
 	want := l.wantAnnouncements()
+	// Every election reads the nodes, gossip's view of them (which may
+	// have changed with no change taken) and the options; otherwise only
+	// the Services whose plan or watched state changed can elect
+	// differently.
+	all := full || opts != nil || len(d.Nodes) > 0 || l.cfg.Alive != nil
+	var dirty map[model.ServiceKey]bool
+	if !all {
+		dirty = make(map[model.ServiceKey]bool, len(changed)+len(d.Services))
+		for _, k := range changed {
+			dirty[k] = true
+		}
+		for k := range d.Services {
+			dirty[k] = true
+		}
+	}
 	wants := make([][]model.Announcement, len(l.announcers))
 	for i, ea := range l.elected {
-		wants[i] = elect(ea, l.cfg.NodeName, l.nodes, l.elections, l.cfg.Alive, want)
+		wants[i] = l.electFor(i, ea, want, dirty) // read-only: send copies it
 	}
 
 	var errs []error
 	// 2. Withdraw what is going away before the dataplane removes it.
 	for i, a := range l.announcers {
 		st := &l.ann[i]
-		keep := slices.DeleteFunc(slices.Clone(st.sent), func(x model.Announcement) bool {
-			_, found := slices.BinarySearchFunc(wants[i], x, compareAnnouncements)
-			return !found
-		})
-		if len(keep) < len(st.sent) {
+		if keep, ok := withdrawn(st.sent, wants[i]); ok {
 			errs = append(errs, l.send(ctx, i, a, keep)...)
 		}
 	}
@@ -461,7 +486,9 @@ func (l *Loop) failed(stage string, err error, attrs ...any) {
 func (l *Loop) send(ctx context.Context, i int, a plugin.Announcer, set []model.Announcement) []error {
 	st := &l.ann[i]
 	st.sent = set
-	if err := a.Announce(ctx, set); err != nil {
+	// A copy: set may be the loop's last election, which the announcer
+	// may keep and must not change.
+	if err := a.Announce(ctx, slices.Clone(set)); err != nil {
 		st.ok = false
 		err = fmt.Errorf("announcer %s: %w", a.Name(), err)
 		l.failed(metrics.StageAnnounce, err, "addresses", countAddrs(set))
@@ -486,6 +513,7 @@ func (l *Loop) track(p *model.Plan, changed []model.ServiceKey, full bool) {
 		clear(l.announce)
 		clear(l.health)
 		l.healthDirty = true
+		l.wantValid = false
 		for k, sp := range p.Services {
 			l.trackOne(k, sp)
 		}
@@ -494,11 +522,15 @@ func (l *Loop) track(p *model.Plan, changed []model.ServiceKey, full bool) {
 	for _, k := range changed {
 		sp := p.Services[k]
 		old, had := l.health[k]
+		oldAnnounce := l.announce[k]
 		delete(l.desired, k)
 		delete(l.announce, k)
 		delete(l.health, k)
 		if sp != nil {
 			l.trackOne(k, sp)
+		}
+		if !slices.Equal(oldAnnounce, l.announce[k]) {
+			l.wantValid = false
 		}
 		if now, has := l.health[k]; had != has || old != now {
 			l.healthDirty = true
@@ -544,10 +576,14 @@ func (l *Loop) markApplied(changed []model.ServiceKey, full bool) {
 }
 
 // wantAnnouncements returns the announcements of the desired state,
-// sorted by address then Service.
+// sorted by address then Service; read-only, kept until announce
+// changes.
 func (l *Loop) wantAnnouncements() []model.Announcement {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.wantValid {
+		return l.wantList
+	}
 	var out []model.Announcement
 	for k, addrs := range l.announce {
 		for _, a := range addrs {
@@ -555,7 +591,77 @@ func (l *Loop) wantAnnouncements() []model.Announcement {
 		}
 	}
 	slices.SortFunc(out, compareAnnouncements)
+	l.wantList, l.wantValid = out, true
 	return out
+}
+
+// electFor returns what announcer i (ea) announces of want: its last
+// result with the announcements of the dirty Services elected again, or
+// a whole election when dirty is nil, when there is no last result, or
+// when ea.WithNodes (an address's nodes are those of every Service
+// sharing it).
+func (l *Loop) electFor(i int, ea *plugin.ElectedAnnouncer, want []model.Announcement, dirty map[model.ServiceKey]bool) []model.Announcement {
+	c := &l.electedFor[i]
+	if dirty == nil || !c.valid || ea.WithNodes {
+		c.out = elect(ea, l.cfg.NodeName, l.nodes, l.elections, l.cfg.Alive, want)
+		c.valid = true
+		return c.out
+	}
+	if len(dirty) == 0 {
+		return c.out
+	}
+	var sub []model.Announcement // want's announcements of the dirty Services
+	for k := range dirty {
+		for _, a := range l.announce[k] {
+			sub = append(sub, model.Announcement{Addr: a, Service: k})
+		}
+	}
+	slices.SortFunc(sub, compareAnnouncements)
+	again := elect(ea, l.cfg.NodeName, l.nodes, l.elections, l.cfg.Alive, sub)
+	c.out = mergeAnnouncements(c.out, again, dirty)
+	return c.out
+}
+
+// withdrawn returns sent without the announcements (by address and
+// Service) that want lacks, and whether there were any; both are sorted.
+// One pass over both, allocating only when something is withdrawn.
+func withdrawn(sent, want []model.Announcement) ([]model.Announcement, bool) {
+	var keep []model.Announcement
+	gone := false
+	j := 0
+	for i, x := range sent {
+		for j < len(want) && compareAnnouncements(want[j], x) < 0 {
+			j++
+		}
+		if j < len(want) && compareAnnouncements(want[j], x) == 0 {
+			if gone {
+				keep = append(keep, x)
+			}
+			continue
+		}
+		if !gone {
+			gone = true
+			keep = append(make([]model.Announcement, 0, len(sent)), sent[:i]...)
+		}
+	}
+	return keep, gone
+}
+
+// mergeAnnouncements merges two sorted lists into a new one, leaving
+// out a's announcements of the Services in skip (b has none of a's
+// other announcements).
+func mergeAnnouncements(a, b []model.Announcement, skip map[model.ServiceKey]bool) []model.Announcement {
+	out := make([]model.Announcement, 0, len(a)+len(b))
+	for _, x := range a {
+		if skip[x.Service] {
+			continue
+		}
+		for len(b) > 0 && compareAnnouncements(b[0], x) < 0 {
+			out, b = append(out, b[0]), b[1:]
+		}
+		out = append(out, x)
+	}
+	return append(out, b...)
 }
 
 func compareAnnouncements(a, b model.Announcement) int {

@@ -14,18 +14,49 @@ import (
 
 // FakeFirewall is a table that records the specs it was asked to program
 // and, like the nftables table, keeps the last one's stamp and owned keys
-// (as RecordOwned changes them) for Load. The zero value is ready and
-// holds no table.
+// (as RecordOwned changes them) for Load. Like ipvs.NFTables it counts
+// a generation that every change, Tamper's too, moves, for Untouched;
+// a test's own Load counts as the Firewall's. The zero value is ready
+// and holds no table.
 type FakeFirewall struct {
 	mu     sync.Mutex
 	specs  []ipvs.FirewallSpec
 	table  *ipvs.FirewallSpec
 	stamp  string // the table's
 	writes int
+	loads  int
 	err    error
+	// gen counts changes; seen is gen after the last write or Load,
+	// which left the table as known when known is set.
+	gen, seen int
+	known     bool
 }
 
-var _ ipvs.Firewall = (*FakeFirewall)(nil)
+var _ ipvs.UntouchedFirewall = (*FakeFirewall)(nil)
+
+// Untouched reports whether nothing changed the table since the last
+// successful write or Load, which left it as known.
+func (f *FakeFirewall) Untouched() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.err == nil && f.known && f.seen == f.gen
+}
+
+// changed counts a write that succeeded: the table is as known after it
+// when it was (whole) or the write rewrote it whole.
+func (f *FakeFirewall) changed(whole bool) {
+	f.known = whole || (f.known && f.seen == f.gen)
+	f.gen++
+	f.seen = f.gen
+	f.writes++
+}
+
+// Loads returns the number of successful Loads.
+func (f *FakeFirewall) Loads() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.loads
+}
 
 // SetError makes later Syncs and Loads fail with err (nil clears it).
 func (f *FakeFirewall) SetError(err error) {
@@ -38,6 +69,7 @@ func (f *FakeFirewall) Sync(spec ipvs.FirewallSpec) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.err != nil {
+		f.known = false
 		return f.err
 	}
 	f.specs = append(f.specs, spec)
@@ -45,7 +77,7 @@ func (f *FakeFirewall) Sync(spec ipvs.FirewallSpec) error {
 	spec.Internal = slices.Clone(spec.Internal)
 	f.table = &spec
 	f.stamp = spec.Stamp()
-	f.writes++
+	f.changed(true)
 	return nil
 }
 
@@ -56,12 +88,14 @@ func (f *FakeFirewall) RecordOwned(add, drop []model.VirtualServiceKey) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.err != nil {
+		f.known = false
 		return f.err
 	}
 	if len(add) == 0 && len(drop) == 0 {
 		return nil
 	}
 	if f.table == nil {
+		f.known = false
 		return fmt.Errorf("ipvstest: record owned services: table: %w", ipvs.ErrNotFound)
 	}
 	owned := map[model.VirtualServiceKey]bool{}
@@ -70,6 +104,7 @@ func (f *FakeFirewall) RecordOwned(add, drop []model.VirtualServiceKey) error {
 	}
 	for _, k := range drop {
 		if !owned[k] {
+			f.known = false
 			return fmt.Errorf("ipvstest: record owned services: drop %v: %w", k, ipvs.ErrNotFound)
 		}
 		delete(owned, k)
@@ -78,7 +113,7 @@ func (f *FakeFirewall) RecordOwned(add, drop []model.VirtualServiceKey) error {
 		owned[k] = true
 	}
 	f.table.Owned = slices.SortedFunc(maps.Keys(owned), model.VirtualServiceKey.Compare)
-	f.writes++
+	f.changed(false)
 	return nil
 }
 
@@ -94,8 +129,11 @@ func (f *FakeFirewall) Load() (ipvs.FirewallState, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.err != nil {
+		f.known = false
 		return ipvs.FirewallState{}, f.err
 	}
+	f.loads++
+	f.seen, f.known = f.gen, true
 	if f.table == nil {
 		return ipvs.FirewallState{}, nil
 	}
@@ -111,9 +149,11 @@ func (f *FakeFirewall) Update(delta ipvs.FirewallDelta) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.err != nil {
+		f.known = false
 		return f.err
 	}
 	if f.table == nil || f.stamp != delta.From {
+		f.known = false
 		return fmt.Errorf("ipvstest: update the table: not at stamp %q: %w", delta.From, ipvs.ErrNotFound)
 	}
 	t := *f.table
@@ -130,7 +170,7 @@ func (f *FakeFirewall) Update(delta ipvs.FirewallDelta) error {
 	f.table = &t
 	f.stamp = delta.To
 	f.specs = append(f.specs, t)
-	f.writes++
+	f.changed(false)
 	return nil
 }
 
@@ -150,6 +190,7 @@ func (f *FakeFirewall) Tamper(change func(*ipvs.FirewallSpec)) {
 	t := *f.table
 	change(&t)
 	f.table = &t
+	f.gen++
 }
 
 // DeleteTable drops the table, as an administrator's `nft delete table`
@@ -158,6 +199,7 @@ func (f *FakeFirewall) DeleteTable() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.table = nil
+	f.gen++
 }
 
 // Specs returns the programmed specs, oldest first.
