@@ -77,13 +77,7 @@ func RunRollout(ctx context.Context, n *node.Node, spec RolloutSpec, log *slog.L
 	if err != nil {
 		return res, err
 	}
-	defer func() {
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Minute)
-		defer cancel()
-		if out, err := n.Kubectl(dctx, "delete", "namespace", rolloutNamespace, "--wait=true", "--timeout=10m").CombinedOutput(); err != nil {
-			log.Warn("delete the rollout namespace", "err", err, "output", strings.TrimSpace(string(out)))
-		}
-	}()
+	defer deleteNamespace(ctx, n, rolloutNamespace, log)
 	if res.OldPod, err = daemonPod(ctx, n); err != nil {
 		return res, err
 	}
@@ -187,6 +181,16 @@ func serviceBackends(ctx context.Context, n *node.Node, ns string, log *slog.Log
 	})
 	log.Info("backends up", "target", target, "err", err)
 	return target, net.JoinHostPort(svc.Spec.ClusterIP, strconv.Itoa(int(svc.Spec.Ports[0].Port))), err
+}
+
+// deleteNamespace deletes namespace ns and waits until it is gone (even
+// when ctx is done), logging a failure: what a run leaves to tidy up.
+func deleteNamespace(ctx context.Context, n *node.Node, ns string, log *slog.Logger) {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Minute)
+	defer cancel()
+	if out, err := n.Kubectl(dctx, "delete", "namespace", ns, "--wait=true", "--timeout=10m").CombinedOutput(); err != nil {
+		log.Warn("delete the namespace", "namespace", ns, "err", err, "output", strings.TrimSpace(string(out)))
+	}
 }
 
 // daemonPod returns the name of the Switchyard DaemonSet's running pod.

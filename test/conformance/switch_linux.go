@@ -105,13 +105,7 @@ func RunSwitch(ctx context.Context, n *node.Node, all Proxies, spec SwitchSpec, 
 	if err != nil {
 		return res, err
 	}
-	defer func() {
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Minute)
-		defer cancel()
-		if out, err := n.Kubectl(dctx, "delete", "namespace", switchNamespace, "--wait=true", "--timeout=10m").CombinedOutput(); err != nil {
-			log.Warn("delete the switch namespace", "err", err, "output", strings.TrimSpace(string(out)))
-		}
-	}()
+	defer deleteNamespace(ctx, n, switchNamespace, log)
 	log.Info("kube-proxy serving", "nodePort", nodePort, "clusterIP", clusterIP)
 
 	leg := func(from, to Proxy, stop func() error, cleanup string, left func(KernelState) []string) (SwitchLeg, error) {
