@@ -108,14 +108,15 @@ type KernelState struct {
 	IPVS     []string `json:"ipvs"`     // ipvsadm -Sn's "-A" lines: the virtual services
 }
 
-// kernelStateScript prints the sections ParseKernelState reads.
-const kernelStateScript = `echo '== links'; ip -o link show | cut -d: -f2 | cut -d@ -f1
+// kernelStateScript prints the sections ParseKernelState reads; a tool
+// that fails fails the script (a state it cannot read proves nothing).
+const kernelStateScript = `set -e
+echo '== links'; ip -o link show | cut -d: -f2 | cut -d@ -f1
 echo '== ipsets'; ipset list -n
-echo '== iptables ipv4'; iptables-save | grep -E '^[*:]'
-echo '== iptables ipv6'; ip6tables-save | grep -E '^[*:]'
+echo '== iptables ipv4'; s=$(iptables-save); echo "$s" | grep -E '^[*:]' || true
+echo '== iptables ipv6'; s=$(ip6tables-save); echo "$s" | grep -E '^[*:]' || true
 echo '== nft'; nft list tables
-echo '== ipvs'; ipvsadm -Sn | grep '^-A'
-true`
+echo '== ipvs'; s=$(ipvsadm -Sn); echo "$s" | grep '^-A' || true`
 
 // ParseKernelState reads kernelStateScript's output.
 func ParseKernelState(out string) (KernelState, error) {
@@ -147,14 +148,21 @@ func ParseKernelState(out string) (KernelState, error) {
 		case "iptables":
 			if t, ok := strings.CutPrefix(line, "*"); ok {
 				table = t
-			} else if c, ok := strings.CutPrefix(line, ":"); ok {
+			} else if c, ok := strings.CutPrefix(line, ":"); ok && table != "" {
 				k.Chains = append(k.Chains, fam+" "+table+" "+strings.Fields(c)[0])
+			} else {
+				return KernelState{}, fmt.Errorf("conformance: kernel state: iptables line %q", line)
 			}
 		case "nft":
-			if t, ok := strings.CutPrefix(line, "table "); ok {
-				k.NFTables = append(k.NFTables, t)
+			t, ok := strings.CutPrefix(line, "table ")
+			if !ok {
+				return KernelState{}, fmt.Errorf("conformance: kernel state: nft line %q", line)
 			}
+			k.NFTables = append(k.NFTables, t)
 		case "ipvs":
+			if !strings.HasPrefix(line, "-A ") {
+				return KernelState{}, fmt.Errorf("conformance: kernel state: ipvsadm line %q", line)
+			}
 			k.IPVS = append(k.IPVS, line)
 		default:
 			return KernelState{}, fmt.Errorf("conformance: kernel state: line %q outside a section", line)

@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -173,7 +174,8 @@ func TestKernelStateLeftovers(t *testing.T) {
 			}
 		})
 	}
-	for _, bad := range []string{"", "stray\n== links\n", "== links\nlo\n"} {
+	for _, bad := range []string{"", "stray\n== links\n", "== links\nlo\n",
+		switchyardState + "sh: 6: ipvsadm: not found\n", strings.Replace(kubeletState, "== nft\n", "== nft\nError: no such file\n", 1)} {
 		if _, err := ParseKernelState(bad); err == nil {
 			t.Errorf("ParseKernelState(%q) = nil error", bad)
 		}
