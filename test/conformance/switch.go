@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -17,15 +18,25 @@ type Sample struct {
 
 // Outage is what a series of samples says about the service.
 type Outage struct {
-	Requests int `json:"requests"`
-	Failed   int `json:"failed"`
+	Requests int
+	Failed   int
 	// Without is the time without service: from the last answered
 	// request before the first failure to the first answered one after
 	// the last failure (from the first sample when none was answered
 	// before, to the last when none was after). Zero when none failed.
-	Without time.Duration `json:"without"`
+	Without time.Duration
 	// Recovered is false when the last request failed.
-	Recovered bool `json:"recovered"`
+	Recovered bool
+}
+
+// MarshalJSON writes Without in seconds.
+func (o Outage) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Requests       int     `json:"requests"`
+		Failed         int     `json:"failed"`
+		WithoutSeconds float64 `json:"withoutSeconds"`
+		Recovered      bool    `json:"recovered"`
+	}{o.Requests, o.Failed, o.Without.Seconds(), o.Recovered})
 }
 
 func (o Outage) String() string {

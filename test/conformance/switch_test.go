@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -33,6 +34,17 @@ func TestMeasureOutage(t *testing.T) {
 				t.Errorf("(-want +got)\n%s", diff)
 			}
 		})
+	}
+}
+
+func TestOutageJSON(t *testing.T) {
+	b, err := json.Marshal(Outage{Requests: 10, Failed: 3, Without: 1500 * time.Millisecond, Recovered: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"requests":10,"failed":3,"withoutSeconds":1.5,"recovered":true}`
+	if diff := cmp.Diff(want, string(b)); diff != "" {
+		t.Errorf("(-want +got)\n%s", diff)
 	}
 }
 
