@@ -72,7 +72,14 @@ func RunDetectLocal(ctx context.Context, n *node.Node, sw Proxy, stop []Proxy, w
 	switch cidrs := nd.Spec.PodCIDRs; {
 	case len(cidrs) == 0:
 		res.Live = true
-		rule, err := findRule()
+		var rule string
+		// The table is there once the daemon's first sync ended.
+		wctx, cancel := context.WithTimeout(ctx, wait)
+		err := poll(wctx, "the table inet switchyard", func() (err error) {
+			rule, err = findRule()
+			return err
+		})
+		cancel()
 		if err != nil {
 			return res, err
 		}
