@@ -32,6 +32,26 @@
 #
 # make conformance-smoke: four fast Services [Conformance] specs against
 # Switchyard only, results in $(CACHE)/conformance-smoke.
+#
+# make conformance-switch: the node switched from upstream kube-proxy
+# (IPVS mode) to Switchyard (kube-proxy stopped, switchyard
+# --cleanup-kube-proxy, deploy/ applied) and back (kubectl delete -k,
+# switchyard --cleanup, kube-proxy started) while a client outside the
+# node requests a NodePort and one on the node the ClusterIP, every
+# 200 ms on new connections; reports per switch the failed requests and
+# the seconds without service, and fails when a cleanup left an object
+# of its proxy (kube-ipvs0, KUBE-* ipsets and new KUBE-* iptables chains,
+# the kube-proxy nftables tables, IPVS services; switchyard0 and the
+# switchyard tables) or the service did not come back. Result in
+# $(CONFORMANCE_RESULTS)/switch.json; kube-proxy (IPVS) runs at the end.
+#
+# make test-conformance (part of `make test`): on the node (reused when
+# up, else brought up; taken down at the end unless CONFORMANCE_KEEP_NODE
+# is set): detect-local following the Node's pod CIDR (patched in when
+# the Node has none: the daemon's table must gain "ip saddr PODCIDR"
+# without a restart; detect-local.json), then the smoke specs, which
+# must all pass. Cold, this builds e2e.test, the kubelet, the control
+# plane, agnhost, CoreDNS, the node's root filesystem and images.
 CONFORMANCE_PROXIES ?= switchyard,kube-proxy-nftables,kube-proxy-ipvs
 CONFORMANCE_FOCUS ?=
 CONFORMANCE_SKIP ?=
@@ -54,7 +74,8 @@ define conformance-run
 		-timeout $(CONFORMANCE_TIMEOUT) $(5)
 endef
 
-.PHONY: conformance conformance-smoke conformance-table conformance-rollout conformance-bootstrap
+CONFORMANCE_KEEP_NODE ?=
+.PHONY: conformance conformance-smoke conformance-table conformance-rollout conformance-bootstrap conformance-switch test-conformance
 conformance: image
 	$(call conformance-run,$(CONFORMANCE_PROXIES),$(CONFORMANCE_FOCUS),$(CONFORMANCE_SKIP),$(CONFORMANCE_RESULTS))
 
@@ -66,6 +87,25 @@ conformance-rollout: image
 
 conformance-bootstrap: image
 	$(call conformance-run,switchyard,,,$(CONFORMANCE_RESULTS),-bootstrap)
+
+conformance-switch: image
+	$(call conformance-run,switchyard,,,$(CONFORMANCE_RESULTS),-switch)
+
+test-conformance: image
+	@rc=0; \
+	$(MAKE) --no-print-directory conformance-check CONFORMANCE_CHECK=-detect-local || rc=1; \
+	[ $$rc = 1 ] || $(MAKE) --no-print-directory conformance-check CONFORMANCE_CHECK=-require-pass \
+		CONFORMANCE_CHECK_FOCUS='$(CONFORMANCE_SMOKE_FOCUS)' || rc=1; \
+	[ -n "$(CONFORMANCE_KEEP_NODE)" ] || $(MAKE) --no-print-directory node-down || rc=1; \
+	exit $$rc
+
+# conformance-check: one conformance-run for test-conformance, results in
+# $(CACHE)/conformance-smoke.
+CONFORMANCE_CHECK ?=
+CONFORMANCE_CHECK_FOCUS ?=
+.PHONY: conformance-check
+conformance-check:
+	$(call conformance-run,switchyard,$(CONFORMANCE_CHECK_FOCUS),,$(CACHE)/conformance-smoke,$(CONFORMANCE_CHECK))
 
 conformance-table:
 	$(GO) build -o $(CONFORMANCE) ./test/conformance/cmd/conformance

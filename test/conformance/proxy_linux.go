@@ -109,10 +109,19 @@ func (s switchyard) Start(ctx context.Context, n *node.Node) error {
 // Stop deletes what apply created (the namespace with it), waits for the
 // daemon's pod to be gone, then runs switchyard --cleanup on the node.
 func (s switchyard) Stop(ctx context.Context, n *node.Node) error {
+	if err := s.delete(ctx, n); err != nil {
+		return err
+	}
+	return s.cleanup(ctx, n, "--cleanup")
+}
+
+// delete deletes what apply created and waits for the daemon's pod to be
+// gone; what it programmed stays in the kernel.
+func (s switchyard) delete(ctx context.Context, n *node.Node) error {
 	if out, err := n.Kubectl(ctx, "delete", "-k", s.Deploy, "--ignore-not-found", "--wait=true", "--timeout=15m").CombinedOutput(); err != nil {
 		return fmt.Errorf("conformance: kubectl delete -k %s: %w: %s", s.Deploy, err, out)
 	}
-	return s.cleanup(ctx, n, "--cleanup")
+	return nil
 }
 
 // kubeProxy is upstream's kube-proxy in mode (ipvs, nftables) as upstream

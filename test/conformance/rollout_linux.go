@@ -73,17 +73,11 @@ const rolloutNamespace = "rollout"
 // at the end.
 func RunRollout(ctx context.Context, n *node.Node, spec RolloutSpec, log *slog.Logger) (RolloutResult, error) {
 	res := RolloutResult{Conns: spec.Conns, Start: time.Now(), LoadBefore: loadAvg()}
-	target, err := rolloutBackends(ctx, n, log)
+	target, _, err := serviceBackends(ctx, n, rolloutNamespace, log)
 	if err != nil {
 		return res, err
 	}
-	defer func() {
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Minute)
-		defer cancel()
-		if out, err := n.Kubectl(dctx, "delete", "namespace", rolloutNamespace, "--wait=true", "--timeout=10m").CombinedOutput(); err != nil {
-			log.Warn("delete the rollout namespace", "err", err, "output", strings.TrimSpace(string(out)))
-		}
-	}()
+	defer deleteNamespace(ctx, n, rolloutNamespace, log)
 	if res.OldPod, err = daemonPod(ctx, n); err != nil {
 		return res, err
 	}
@@ -129,13 +123,13 @@ func RunRollout(ctx context.Context, n *node.Node, spec RolloutSpec, log *slog.L
 	return res, nil
 }
 
-// rolloutBackends creates the namespace, two netexec pods and a NodePort
-// Service, waits until the Service answers through the node, and returns
-// the node address and NodePort.
-func rolloutBackends(ctx context.Context, n *node.Node, log *slog.Logger) (string, error) {
+// serviceBackends creates namespace ns, two netexec pods and a NodePort
+// Service in it, waits until the Service answers through the node, and
+// returns the node address and NodePort, and the ClusterIP and port.
+func serviceBackends(ctx context.Context, n *node.Node, ns string, log *slog.Logger) (nodePort, clusterIP string, _ error) {
 	c := n.Client.CoreV1()
-	if _, err := c.Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: rolloutNamespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return "", fmt.Errorf("conformance: %w", err)
+	if _, err := c.Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return "", "", fmt.Errorf("conformance: %w", err)
 	}
 	labels := map[string]string{"app": "rollout"}
 	for _, name := range []string{"backend-a", "backend-b"} {
@@ -153,11 +147,11 @@ func rolloutBackends(ctx context.Context, n *node.Node, log *slog.Logger) (strin
 				}},
 			},
 		}
-		if _, err := c.Pods(rolloutNamespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return "", fmt.Errorf("conformance: %w", err)
+		if _, err := c.Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return "", "", fmt.Errorf("conformance: %w", err)
 		}
 	}
-	svc, err := c.Services(rolloutNamespace).Create(ctx, &corev1.Service{
+	svc, err := c.Services(ns).Create(ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "rollout"},
 		Spec: corev1.ServiceSpec{
 			Type: corev1.ServiceTypeNodePort, Selector: labels,
@@ -165,10 +159,10 @@ func rolloutBackends(ctx context.Context, n *node.Node, log *slog.Logger) (strin
 		},
 	}, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
-		svc, err = c.Services(rolloutNamespace).Get(ctx, "rollout", metav1.GetOptions{})
+		svc, err = c.Services(ns).Get(ctx, "rollout", metav1.GetOptions{})
 	}
 	if err != nil {
-		return "", fmt.Errorf("conformance: %w", err)
+		return "", "", fmt.Errorf("conformance: %w", err)
 	}
 	target := net.JoinHostPort(node.NodeIP, strconv.Itoa(int(svc.Spec.Ports[0].NodePort)))
 	seen := map[string]bool{}
@@ -186,7 +180,17 @@ func rolloutBackends(ctx context.Context, n *node.Node, log *slog.Logger) (strin
 		return nil
 	})
 	log.Info("backends up", "target", target, "err", err)
-	return target, err
+	return target, net.JoinHostPort(svc.Spec.ClusterIP, strconv.Itoa(int(svc.Spec.Ports[0].Port))), err
+}
+
+// deleteNamespace deletes namespace ns and waits until it is gone (even
+// when ctx is done), logging a failure: what a run leaves to tidy up.
+func deleteNamespace(ctx context.Context, n *node.Node, ns string, log *slog.Logger) {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Minute)
+	defer cancel()
+	if out, err := n.Kubectl(dctx, "delete", "namespace", ns, "--wait=true", "--timeout=10m").CombinedOutput(); err != nil {
+		log.Warn("delete the namespace", "namespace", ns, "err", err, "output", strings.TrimSpace(string(out)))
+	}
 }
 
 // daemonPod returns the name of the Switchyard DaemonSet's running pod.

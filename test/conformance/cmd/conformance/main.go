@@ -4,15 +4,20 @@
 //
 //	conformance -kube-bin DIR -rootfs FILE -userland FILE -image TAR -switchyard-bin FILE
 //	            [-proxies switchyard,kube-proxy-nftables,kube-proxy-ipvs] [-focus RE] [-skip RE]
-//	            [-results DIR] [-table-only | -rollout | -bootstrap]
+//	            [-results DIR] [-require-pass] [-table-only | -rollout | -bootstrap | -switch | -detect-local]
 //
 // It reuses a running node (make node-up) or brings one up, and leaves
 // it running (make node-down). Each proxy's last report stays under
 // -results; -table-only prints the table from them without running.
-// -rollout (make conformance-rollout) and -bootstrap (make
-// conformance-bootstrap) run no e2e.test: they measure a rollout restart
-// of the Switchyard DaemonSet under traffic, and its start on a node
-// without a service proxy (RunRollout, RunBootstrap).
+// -require-pass (make test-conformance) fails the run when a selected
+// spec failed or none passed.
+// -rollout (make conformance-rollout), -bootstrap (make
+// conformance-bootstrap), -switch (make conformance-switch) and
+// -detect-local (make test-conformance) run no e2e.test: they measure a
+// rollout restart of the Switchyard DaemonSet under traffic, its start
+// on a node without a service proxy, the node switching from kube-proxy
+// to Switchyard and back under traffic, and detect-local following the
+// Node's pod CIDR (RunRollout, RunBootstrap, RunSwitch, RunDetectLocal).
 package main
 
 import (
@@ -68,6 +73,9 @@ func run(ctx context.Context, args []string) error {
 	tableOnly := fs.Bool("table-only", false, "print the table from the stored reports, run nothing")
 	bootstrap := fs.Bool("bootstrap", false, "instead of e2e.test: Switchyard started with no proxy on the node and without the lab's stand-in for the kubernetes Service, first without deploy's API server address (must stay unready), then with it (results in -results/bootstrap.json)")
 	rollout := fs.Bool("rollout", false, "instead of e2e.test: kubectl rollout restart of the Switchyard DaemonSet under traffic, measured (results in -results/rollout.json)")
+	switchProxies := fs.Bool("switch", false, "instead of e2e.test: the node switched from kube-proxy (IPVS mode) to Switchyard with --cleanup-kube-proxy and back with --cleanup under traffic, measured (results in -results/switch.json)")
+	detectLocal := fs.Bool("detect-local", false, "instead of e2e.test: Switchyard's detect-local picking up the Node's pod CIDR (patched in when it has none) without a restart (results in -results/detect-local.json)")
+	requirePass := fs.Bool("require-pass", false, "fail when a selected spec failed or none passed")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -88,8 +96,15 @@ func run(ctx context.Context, args []string) error {
 			Focus: *focus, Skip: *skip, Timeout: *timeout,
 		},
 	}
-	if *rollout || *bootstrap {
-		return runSwitchyard(ctx, log, *results, cfg, *bootstrap)
+	switch {
+	case *rollout:
+		return runSwitchyard(ctx, log, *results, cfg, "rollout")
+	case *bootstrap:
+		return runSwitchyard(ctx, log, *results, cfg, "bootstrap")
+	case *switchProxies:
+		return runSwitchyard(ctx, log, *results, cfg, "switch")
+	case *detectLocal:
+		return runSwitchyard(ctx, log, *results, cfg, "detect-local")
 	}
 	if !*tableOnly {
 		if err := runProxies(ctx, log, store, cfg); err != nil {
@@ -107,7 +122,35 @@ func run(ctx context.Context, args []string) error {
 		}
 	}
 	fmt.Printf("reports: %s\n\n%s", *results, conformance.Table(runs, filter))
+	if *requirePass {
+		return requirePassed(runs, filter, cfg.proxies)
+	}
 	return nil
+}
+
+// requirePassed fails when a selected spec did not pass for one of
+// proxies (a skip too: the smoke subset is chosen to run on one node), or
+// when a proxy ran none.
+func requirePassed(runs map[string][]conformance.Result, filter conformance.Filter, proxies []string) error {
+	var errs []error
+	for _, p := range proxies {
+		p = strings.TrimSpace(p)
+		passed := 0
+		for _, r := range runs[p] {
+			if r.Setup || !filter.Match(r.Spec) {
+				continue
+			}
+			if r.Outcome != conformance.Pass {
+				errs = append(errs, fmt.Errorf("%s: %s: %s %s", p, r.Spec, r.Outcome, r.Reason))
+				continue
+			}
+			passed++
+		}
+		if passed == 0 {
+			errs = append(errs, fmt.Errorf("%s: no selected spec passed", p))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // openNode reuses the running node when its Node is Ready, importing the
@@ -169,10 +212,12 @@ func (c runConfig) check() error {
 // runSwitchyard measures one thing about Switchyard on the node, writes
 // the result to results/NAME.json and prints it: a rollout restart under
 // traffic (kube-proxy stopped through its cleanup first; it fails when an
-// established connection was lost or a request failed), or, with
-// bootstrap, the start without a service proxy (RunBootstrap).
-// Switchyard stays deployed.
-func runSwitchyard(ctx context.Context, log *slog.Logger, results string, c runConfig, bootstrap bool) error {
+// established connection was lost or a request failed), the start
+// without a service proxy (bootstrap, RunBootstrap), the switch from
+// kube-proxy and back (switch, RunSwitch; kube-proxy runs at the end) or
+// detect-local following the Node (detect-local, RunDetectLocal).
+// Switchyard stays deployed but after switch.
+func runSwitchyard(ctx context.Context, log *slog.Logger, results string, c runConfig, name string) error {
 	if err := c.check(); err != nil {
 		return err
 	}
@@ -186,16 +231,21 @@ func runSwitchyard(ctx context.Context, log *slog.Logger, results string, c runC
 		return err
 	}
 	defer n.Close()
-	var (
-		name string
-		res  any
-	)
-	if bootstrap {
-		name = "bootstrap"
+	var res any
+	switch name {
+	case "bootstrap":
 		res, err = conformance.RunBootstrap(ctx, n, sw, all.Others(sw), c.deploy, 3*time.Minute, log)
-	} else {
-		name = "rollout"
+	case "rollout":
 		res, err = rollout(ctx, n, sw, all.Others(sw), log)
+	case "switch":
+		res, err = conformance.RunSwitch(ctx, n, all, conformance.SwitchSpec{
+			RequestPeriod: 200 * time.Millisecond, Settle: 20 * time.Second,
+			Timeout: 3 * time.Second, Recover: 15 * time.Minute,
+		}, log)
+	case "detect-local":
+		res, err = conformance.RunDetectLocal(ctx, n, sw, all.Others(sw), 5*time.Minute, log)
+	default:
+		return fmt.Errorf("unknown measurement %q", name)
 	}
 	b, jerr := json.MarshalIndent(res, "", "  ")
 	if jerr != nil {
