@@ -45,7 +45,8 @@
 # switchyard tables) or the service did not come back. Result in
 # $(CONFORMANCE_RESULTS)/switch.json; kube-proxy (IPVS) runs at the end.
 #
-# make test-conformance (part of `make test`): on the node (reused when
+# make test-conformance (not in `make test`: ~34 min of builds cold, ~10 min warm):
+# on the node (reused when
 # up, else brought up; taken down at the end unless CONFORMANCE_KEEP_NODE
 # is set): detect-local following the Node's pod CIDR (patched in when
 # the Node has none: the daemon's table must gain "ip saddr PODCIDR"
