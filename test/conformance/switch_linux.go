@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"strings"
 	"sync"
@@ -217,16 +218,29 @@ type clients struct {
 }
 
 const (
-	guestClientPid = "/run/switch-client.pid"
-	guestClientLog = "/run/switch-client.log"
+	guestClientPid   = "/run/switch-client.pid"
+	guestClientLog   = "/run/switch-client.log"
+	guestClientProbe = "/run/switch-client.sh"
 )
 
 func (c *clients) start(ctx context.Context) error {
 	period := fmt.Sprintf("%.1f", c.spec.RequestPeriod.Seconds())
 	timeout := max(1, int(c.spec.Timeout.Seconds()))
+	host, port, err := net.SplitHostPort(c.clusterIP)
+	if err != nil {
+		return fmt.Errorf("conformance: the ClusterIP %q: %w", c.clusterIP, err)
+	}
+	// One request is a bash /dev/tcp exchange: the rootfs's static
+	// busybox wget segfaults in the guest, and nothing else there speaks
+	// HTTP.
 	script := fmt.Sprintf(`rm -f %[1]s
-setsid sh -c 'while :; do t=$(date +%%s.%%N); if busybox wget -q -O /dev/null -T %[2]d http://%[3]s/hostname 2>/dev/null; then echo "$t 1"; else echo "$t 0"; fi; sleep %[4]s; done' >%[1]s 2>/dev/null </dev/null &
-echo $! >%[5]s`, guestClientLog, timeout, c.clusterIP, period, guestClientPid)
+cat >%[6]s <<'PROBE'
+exec 3<>/dev/tcp/%[3]s/%[7]s || exit 1
+printf 'GET /hostname HTTP/1.0\r\nHost: switch\r\n\r\n' >&3
+head -n1 <&3 | grep -q '^HTTP/1\.[01] 200'
+PROBE
+setsid sh -c 'while :; do t=$(date +%%s.%%N); if timeout %[2]d bash %[6]s 2>/dev/null; then echo "$t 1"; else echo "$t 0"; fi; sleep %[4]s; done' >%[1]s 2>/dev/null </dev/null &
+echo $! >%[5]s`, guestClientLog, timeout, host, period, guestClientPid, guestClientProbe, port)
 	if _, err := c.n.Exec(ctx, script); err != nil {
 		return fmt.Errorf("conformance: start the guest's client: %w", err)
 	}
