@@ -99,6 +99,23 @@ var dataplaneModes = map[string]dataplaneMode{
 	config.ModeDryRun: {open: func(*config.Config, *slog.Logger) (plugin.Dataplane, error) { return dryrun.New(), nil }, schedulers: dryrun.SchedulerSet},
 }
 
+// announcerTypes are the announcer types the daemon builds, keyed by the
+// config's type string. A new type is its package plus one line here,
+// such as `types["static"] = static.Type` (core/lb's package doc); the
+// config names it with `type: static` and gives its settings under
+// `settings:`.
+func announcerTypes() lb.Types {
+	types := lb.Builtin()
+	return types
+}
+
+// configChecks are what the daemon checks every config with (at start
+// and on each reload) beyond core/config's own validation: what the
+// dataplane and the announcer types decide.
+func configChecks() []config.Check {
+	return []config.Check{checkDataplane, announcerTypes().Check}
+}
+
 // checkDataplane validates what the config package leaves to the
 // dataplane cfg's mode names (config.Check): its default scheduler.
 func checkDataplane(cfg *config.Config) config.Errors {
@@ -227,6 +244,7 @@ func runDaemon(ctx context.Context, dc daemonConfig) (err error) {
 		Client:     dc.Client,
 		NodeName:   dc.NodeName,
 		Namespace:  lb.DaemonNamespace(os.Getenv("POD_NAMESPACE"), os.ReadFile),
+		Types:      announcerTypes(),
 		Registerer: reg,
 		Trigger:    func() { r.Trigger() },
 		Log:        log,

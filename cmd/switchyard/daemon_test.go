@@ -46,7 +46,7 @@ func startDaemon(t *testing.T, extraConfig string) *daemonUnderTest {
 func startDaemonWith(t *testing.T, extraConfig string, newDP func(*config.Config, *slog.Logger) (plugin.Dataplane, error)) *daemonUnderTest {
 	t.Helper()
 	d := &daemonUnderTest{tc: writeTestConfig(t, extraConfig)}
-	w, err := config.NewWatcher(d.tc.Path, checkDataplane)
+	w, err := config.NewWatcher(d.tc.Path, configChecks()...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,7 +238,7 @@ func (d *daemonUnderTest) waitMetric(t *testing.T, want string) {
 
 func TestDaemonRefusesUnavailableDataplane(t *testing.T) {
 	tc := writeTestConfig(t, "dataplane:\n  mode: ipvs\n")
-	w, err := config.NewWatcher(tc.Path, checkDataplane)
+	w, err := config.NewWatcher(tc.Path, configChecks()...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +253,7 @@ func TestDaemonRefusesUnavailableDataplane(t *testing.T) {
 func TestDaemonRefusesBusyPort(t *testing.T) {
 	d := startDaemon(t, "")
 	d.waitPlan(t, []string{"default/web ClusterIP TCP 10.96.0.10:80 rr -> 10.1.0.1:8080 10.1.0.2:8080"})
-	w, err := config.NewWatcher(d.tc.Path, checkDataplane)
+	w, err := config.NewWatcher(d.tc.Path, configChecks()...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -133,7 +133,7 @@ func startE2E(t *testing.T, cfg *rest.Config, node, extraConfig string) *e2eDaem
 		dp:  &recordingDataplane{Dataplane: dryrun.New()},
 		dsr: &recordingDSR{},
 	}
-	w, err := config.NewWatcher(d.tc.Path, checkDataplane)
+	w, err := config.NewWatcher(d.tc.Path, configChecks()...)
 	if err != nil {
 		t.Fatal(err)
 	}

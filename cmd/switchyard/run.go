@@ -88,14 +88,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cleanupNode(ctx, f.cleanup, f.cleanupKubeProxy, log)
 	}
 	if f.setSysctls {
-		w, err := config.NewWatcher(f.configPath, checkDataplane) // read once
+		w, err := config.NewWatcher(f.configPath, configChecks()...) // read once
 		if err != nil {
 			return err
 		}
 		warnDeprecated(log, w)
 		return setSysctls(w.Config(), tuning.RunningHost(), log)
 	}
-	watcher, err := config.NewWatcher(f.configPath, checkDataplane)
+	watcher, err := config.NewWatcher(f.configPath, configChecks()...)
 	if err != nil {
 		return err
 	}

@@ -102,6 +102,11 @@ func TestRunRefusesInvalidConfig(t *testing.T) {
 			want:   `line 6: dataplane.ipvs.scheduler: unknown scheduler "maglev" (want rr, wrr, lc, wlc, lblc, lblcr, dh, sh, sed, nq, fo, ovf, mh, twos)`,
 		},
 		{
+			name:   "an announcer type the daemon does not register",
+			config: "apiVersion: switchyard.dev/v1alpha2\nkind: SwitchyardConfig\nannouncers:\n- name: x\n  type: carrier-pigeon\n",
+			want:   `line 5: announcers[0].type: unknown type "carrier-pigeon" (want arp, bgp or cloud)`,
+		},
+		{
 			name:   "wrong kind",
 			config: "apiVersion: v1\nkind: ConfigMap\n",
 			want:   `line 1: apiVersion: got "v1", want "switchyard.dev/v1alpha2" or the older "switchyard.dev/v1alpha1"; line 2: kind: got "ConfigMap", want "SwitchyardConfig"`,

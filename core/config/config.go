@@ -324,11 +324,13 @@ type LabelSelectorRequirement struct {
 }
 
 // Announcer is one named announcer. Exactly the settings block matching
-// Type may be set.
+// Type may be set: arp, bgp or cloud for the built-in types, settings for
+// a type registered outside this package.
 type Announcer struct {
 	// Name identifies the announcer (a DNS label). Required.
 	Name string `yaml:"name"`
-	// Type is "arp", "bgp" or "cloud". Required.
+	// Type is "arp", "bgp", "cloud", or the name of another registered
+	// announcer type (AnnouncerTypeCheck refuses any other). Required.
 	Type string `yaml:"type"`
 	// Pools are the pools whose addresses it announces. Default empty:
 	// every pool.
@@ -340,6 +342,10 @@ type Announcer struct {
 	ARP   *ARPAnnouncer   `yaml:"arp"`
 	BGP   *BGPAnnouncer   `yaml:"bgp"`
 	Cloud *CloudAnnouncer `yaml:"cloud"`
+	// Settings is the settings block of a type registered outside this
+	// package, read by that type (DecodeSettings). The built-in types
+	// refuse it.
+	Settings map[string]any `yaml:"settings"`
 }
 
 // ARPAnnouncer announces IPv4 addresses with ARP and IPv6 addresses with

@@ -596,6 +596,10 @@ announcers:
   cloud: {url: "ftp://x"}
 - name: e
   type: gossip
+- name: f
+  type: arp
+  settings: {x: 1}
+- name: g
 `,
 			want: []FieldError{
 				{Path: "announcers[0].pools[1]", Line: 7, Msg: `unknown pool "q"`},
@@ -614,6 +618,8 @@ announcers:
 				{Path: "announcers[2].bgp.peers[0].communities[1]", Line: 23, Msg: `invalid community "x" (want ASN:value, each 0 to 65535)`},
 				{Path: "announcers[3].cloud.url", Line: 26, Msg: `invalid URL "ftp://x" (want an absolute http or https URL)`},
 				{Path: "announcers[4].type", Line: 28, Msg: `unknown type "gossip" (want arp, bgp or cloud)`},
+				{Path: "announcers[5].settings", Line: 31, Msg: `set, but type "arp" takes its settings in "arp"`},
+				{Path: "announcers[6].type", Line: 32, Msg: "required"},
 			},
 		},
 		{
@@ -716,7 +722,7 @@ serviceProxyName: "-bad"
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c, err := Parse([]byte(tt.in))
+			c, err := Parse([]byte(tt.in), AnnouncerTypeCheck(BuiltinAnnouncerTypes...))
 			if err == nil {
 				t.Fatalf("Parse succeeded: %+v", c)
 			}

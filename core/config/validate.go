@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -138,6 +139,36 @@ func interfaceName(s string) error {
 		return fmt.Errorf("%q holds a character an interface name cannot ('/', ':' or white space)", s)
 	}
 	return nil
+}
+
+// BuiltinAnnouncerTypes are the announcer types this package validates
+// the settings of: each has a block of its own (arp, bgp, cloud).
+var BuiltinAnnouncerTypes = []string{AnnouncerARP, AnnouncerBGP, AnnouncerCloud}
+
+func isBuiltinAnnouncer(t string) bool { return slices.Contains(BuiltinAnnouncerTypes, t) }
+
+// AnnouncerTypeCheck returns a Check that refuses an announcer whose type
+// is not one of known, naming them. Validate leaves the type names to it:
+// the daemon knows which types are registered (core/lb's Types.Check).
+func AnnouncerTypeCheck(known ...string) Check {
+	known = slices.Sorted(slices.Values(known))
+	return func(c *Config) Errors {
+		var errs Errors
+		for i, a := range c.Announcers {
+			if a.Type != "" && !slices.Contains(known, a.Type) {
+				errs = append(errs, &FieldError{Path: fmt.Sprintf("announcers[%d].type", i), Msg: fmt.Sprintf("unknown type %q (want %s)", a.Type, orList(known))})
+			}
+		}
+		return errs
+	}
+}
+
+// orList joins names as "a, b or c".
+func orList(names []string) string {
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 }
 
 // SchedulerCheck returns a Check that refuses a default scheduler
@@ -279,15 +310,16 @@ func (v *validator) announcers(path string, as []Announcer, pools map[string]boo
 		}
 		v.labels(p+".nodeSelector", a.NodeSelector)
 		blocks := map[string]bool{AnnouncerARP: a.ARP != nil, AnnouncerBGP: a.BGP != nil, AnnouncerCloud: a.Cloud != nil}
-		switch a.Type {
-		case AnnouncerARP, AnnouncerBGP, AnnouncerCloud:
-		default:
-			v.add(p+".type", "unknown type %q (want arp, bgp or cloud)", a.Type)
+		if a.Type == "" {
+			v.add(p+".type", "required")
 		}
-		for _, t := range []string{AnnouncerARP, AnnouncerBGP, AnnouncerCloud} {
+		for _, t := range BuiltinAnnouncerTypes {
 			if blocks[t] && t != a.Type {
 				v.add(p+"."+t, "set, but type is %q", a.Type)
 			}
+		}
+		if a.Settings != nil && isBuiltinAnnouncer(a.Type) {
+			v.add(p+".settings", "set, but type %q takes its settings in %q", a.Type, a.Type)
 		}
 		switch {
 		case a.Type == AnnouncerBGP && a.BGP == nil:

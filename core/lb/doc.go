@@ -33,15 +33,21 @@
 // config's type string (config.Announcer.Type) to a Type, which says how
 // the election treats it and builds it from config. Builtin holds arp,
 // bgp and cloud. Adding a type is its package (a plugin.Announcer and a
-// Type built from its config block) plus one registration line where the
-// daemon wires the Manager:
+// Type built from its config block) plus one registration line in the
+// daemon's announcerTypes (cmd/switchyard):
 //
 //	types := lb.Builtin()
 //	types["static"] = static.Type // the one registration line
-//	m, err := lb.New(ctx, lb.Config{Types: types, ...}, cfg)
 //
-// (core/config must also accept the type and its settings block.) A
-// type that needs this node (BGP: its router ID and peer selectors) sets
+// The config names it with `type: static` and gives its settings in the
+// announcer's `settings:` block, which core/config keeps as it was
+// written and the type decodes strictly (config.Announcer.DecodeSettings)
+// in its Check and New. Types.Check, which the daemon passes to
+// config.Parse at start and on every reload, refuses a type that is not
+// registered and reports the Check of a type registered outside
+// core/config, so a bad block is refused with the announcer's path and
+// line while the last good config keeps running. A type that needs this
+// node (BGP: its router ID and peer selectors) sets
 // NeedsNode and starts once the watch has reported the node, read from
 // the loop's nodes (model.Node keeps every address with its type), never
 // from the API server.

@@ -2,6 +2,7 @@ package lb
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -207,12 +208,38 @@ type recordingType struct {
 	mu    sync.Mutex
 	nodes [][]string
 	self  string
+	tag   string // from its settings block
+}
+
+// recordingSettings is the recording type's settings block
+// (config.Announcer.Settings).
+type recordingSettings struct {
+	Tag string `yaml:"tag"`
+}
+
+func checkRecording(ac config.Announcer) (recordingSettings, error) {
+	var s recordingSettings
+	if err := ac.DecodeSettings(&s); err != nil {
+		return s, err
+	}
+	if ac.Settings != nil && s.Tag == "" {
+		return s, errors.New("settings.tag: required")
+	}
+	return s, nil
 }
 
 func (r *recordingType) typ() Type {
-	return Type{Mode: election.Layer2, NeedsNode: true, New: func(_ context.Context, env Env, ac config.Announcer) (*Instance, error) {
+	return Type{Mode: election.Layer2, NeedsNode: true, Check: func(ac config.Announcer) error {
+		_, err := checkRecording(ac)
+		return err
+	}, New: func(_ context.Context, env Env, ac config.Announcer) (*Instance, error) {
+		s, err := checkRecording(ac)
+		if err != nil {
+			return nil, err
+		}
 		r.mu.Lock()
 		r.self = env.Self.Name
+		r.tag = s.Tag
 		r.mu.Unlock()
 		return &Instance{Announcer: &serialAnnouncer{}, SetNodes: func(nodes []*model.Node) error {
 			var names []string
@@ -289,6 +316,85 @@ func TestManagerRegisteredType(t *testing.T) {
 	if err := m.SetAnnouncers([]config.Announcer{{Name: "rec", Type: "arp"}}); err == nil {
 		t.Error("SetAnnouncers took a change of type")
 	}
+}
+
+// TestRegisteredTypeConfig: a config names a registered type and gives
+// its settings in a settings block, which the type decodes strictly;
+// Types.Check refuses an unregistered type, naming the registered ones,
+// and reports the type's own Check at the announcer's path; the daemon
+// passes it to config.Parse, so such a config never reaches New.
+func TestRegisteredTypeConfig(t *testing.T) {
+	const header = "apiVersion: " + config.APIVersion + "\nkind: " + config.Kind + "\nannouncers:\n"
+	rec := &recordingType{}
+	types := Builtin()
+	types["recording"] = rec.typ()
+	tests := []struct {
+		name string
+		in   string
+		want []config.FieldError
+	}{
+		{name: "settings", in: "- {name: rec, type: recording, settings: {tag: blue}}\n"},
+		{name: "no settings", in: "- {name: rec, type: recording}\n"},
+		{name: "unregistered", in: "- {name: rec, type: carrier-pigeon}\n", want: []config.FieldError{
+			{Path: "announcers[0].type", Line: 4, Msg: `unknown type "carrier-pigeon" (want arp, bgp, cloud or recording)`},
+		}},
+		{name: "unknown setting", in: "- {name: rec, type: recording, settings: {tag: blue, colour: red}}\n", want: []config.FieldError{
+			{Path: "announcers[0]", Line: 4, Msg: `settings: unknown field "colour"`},
+		}},
+		{name: "the type's check", in: "- {name: rec, type: recording, settings: {}}\n", want: []config.FieldError{
+			{Path: "announcers[0]", Line: 4, Msg: "settings.tag: required"},
+		}},
+		{name: "settings of a built-in type", in: "- {name: l2, type: arp, settings: {tag: blue}}\n", want: []config.FieldError{
+			{Path: "announcers[0].settings", Line: 4, Msg: `set, but type "arp" takes its settings in "arp"`},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := config.Parse([]byte(header+tt.in), types.Check)
+			var got []config.FieldError
+			for _, e := range errorsOf(err) {
+				got = append(got, *e)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("Parse errors (-want +got):\n%s\n%v", diff, err)
+			}
+		})
+	}
+
+	c, err := config.Parse([]byte(header+"- {name: rec, type: recording, settings: {tag: blue}}\n"), types.Check)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Membership = config.Membership{BindAddress: "127.0.0.1", Port: -1}
+	m, err := New(t.Context(), Config{
+		Client: fake.NewClientset(), NodeName: "n1", Namespace: "ns", Types: types,
+		Registerer: prometheus.NewRegistry(), Trigger: func() {}, Log: discard(),
+	}, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	m.SetNodes(map[string]*model.Node{"n1": {Name: "n1", Ready: true}})
+	harness.Poll(t, time.Minute, func() error {
+		if _, _, n := rec.last(); n == 0 {
+			return errors.New("the recording announcer was not built")
+		}
+		return nil
+	})
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if rec.tag != "blue" {
+		t.Errorf("the announcer was built with tag %q, want blue", rec.tag)
+	}
+}
+
+// errorsOf returns the FieldErrors of a Parse error, nil for nil.
+func errorsOf(err error) config.Errors {
+	var errs config.Errors
+	if err != nil && !errors.As(err, &errs) {
+		errs = config.Errors{{Msg: err.Error()}}
+	}
+	return errs
 }
 
 // TestManagerRefuses: an unknown type, or a config error of a type that

@@ -2,8 +2,11 @@ package lb
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"maps"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -53,6 +56,24 @@ func Builtin() Types {
 		config.AnnouncerBGP:   BGP,
 		config.AnnouncerCloud: Cloud,
 	}
+}
+
+// Check is the config.Check of the types: it refuses an announcer whose
+// type is not registered, naming those that are, and reports what the
+// Check of a type registered outside core/config finds in its settings,
+// so that the daemon refuses such a config at start and keeps its last
+// good config on a reload. (core/config validates the built-in types'
+// blocks itself; their Checks run when New builds them.)
+func (ts Types) Check(c *config.Config) config.Errors {
+	errs := config.AnnouncerTypeCheck(slices.Collect(maps.Keys(ts))...)(c)
+	for i, ac := range c.Announcers {
+		if t, ok := ts[ac.Type]; ok && t.Check != nil && !slices.Contains(config.BuiltinAnnouncerTypes, ac.Type) {
+			if err := t.Check(ac); err != nil {
+				errs = append(errs, &config.FieldError{Path: fmt.Sprintf("announcers[%d]", i), Msg: err.Error()})
+			}
+		}
+	}
+	return errs
 }
 
 // Env is what a Type's New may use.
