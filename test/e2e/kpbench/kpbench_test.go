@@ -142,6 +142,14 @@ func TestParseProcIPVS(t *testing.T) {
 		t.Errorf("ParseProcIPVS (-want +got):\n%s", diff)
 	}
 
+	// Every real server line counts, the header's does not.
+	if got, want := CountRealServers([]byte(procIPVS)), 5; got != want {
+		t.Errorf("CountRealServers = %d, want %d", got, want)
+	}
+	if got := CountRealServers([]byte(procIPVS[:strings.Index(procIPVS, "TCP  0A600100")])); got != 0 {
+		t.Errorf("CountRealServers of the header = %d, want 0", got)
+	}
+
 	for _, bad := range []string{
 		"h\nh\nh\nTCP  0A6001:0050 rr\n",
 		"h\nh\nh\nTCP  0A600100:0050 rr\n  -> 0A400002:1F90 Masq x 0 0\n",
