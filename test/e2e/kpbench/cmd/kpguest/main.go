@@ -37,6 +37,7 @@ type options struct {
 	services, perService, changes int
 	kubeconfig                    string
 	kubeProxy, switchyard         string
+	switchyardBase                string
 	switchyardConfig              string
 	switchyardArgs                string
 	switchyardProfile             time.Duration
@@ -56,6 +57,7 @@ func main() {
 	flag.StringVar(&o.kubeconfig, "kubeconfig", "testdata/kubeconfig", "kubeconfig reaching the host's API server")
 	flag.StringVar(&o.kubeProxy, "kube-proxy", "", "kube-proxy binary (static)")
 	flag.StringVar(&o.switchyard, "switchyard", "", "switchyard binary (static)")
+	flag.StringVar(&o.switchyardBase, "switchyard-base", "", "a second switchyard binary (static), measured as switchyard-base")
 	flag.StringVar(&o.switchyardConfig, "switchyard-config", "testdata/switchyard.yaml", "switchyard configuration")
 	flag.StringVar(&o.switchyardArgs, "switchyard-args", "", "extra switchyard flags, space-separated (such as --v=4)")
 	flag.DurationVar(&o.switchyardProfile, "switchyard-profile", 0, "when set, profile switchyard's CPU for this long from its start (--profiling) and print the profile in base64")
@@ -121,12 +123,16 @@ func run(o options, out io.Writer) error {
 			if err := restore(); err != nil {
 				return fmt.Errorf("%s: %w", what, err)
 			}
-		case kpbench.Switchyard:
+		case kpbench.Switchyard, kpbench.SwitchyardBase:
 			args := switchyardArgs(o)
-			if o.switchyardProfile > 0 {
+			if o.switchyardProfile > 0 && what == kpbench.Switchyard {
 				args = append(args, "--profiling")
 			}
-			p := b.proxy(kpbench.Switchyard, o.switchyard, args, switchyardSyncs, ipvsView{b: &b}, &round)
+			bin := o.switchyard
+			if what == kpbench.SwitchyardBase {
+				bin = o.switchyardBase
+			}
+			p := b.proxy(what, bin, args, switchyardSyncs, ipvsView{b: &b}, &round)
 			res.Proxies = append(res.Proxies, p)
 		case "switch":
 			sw, err := b.switchProxies()
