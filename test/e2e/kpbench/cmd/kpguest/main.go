@@ -371,12 +371,9 @@ func (b *bench) measure(p *kpbench.Proxy, bin string, args []string, syncs syncM
 		}
 		b.w.ApplyChange(c)
 		// Reads are spaced 4 times their cost, as above, but never more
-		// than 100 ms apart: an nft run takes tens of milliseconds of the
-		// one CPU under TCG (polled back to back, it took half the CPU
-		// from kube-proxy's syncs), and seconds when the host starves the
-		// guest, which must not delay the next read by 4 times that; a
-		// netlink dump of one service's destinations takes much less than
-		// the 2 ms interval.
+		// than the view's maxSpacing apart: a read takes seconds when
+		// the host starves the guest, which must not delay the next
+		// read by 4 times that.
 		var nextRead time.Time
 		err = poll(exited, b.o.changeTimeout, 2*time.Millisecond, func() (bool, error) {
 			if time.Now().Before(nextRead) {
@@ -384,7 +381,7 @@ func (b *bench) measure(p *kpbench.Proxy, bin string, args []string, syncs syncM
 			}
 			began := time.Now()
 			ok, err := view.has(b.w.Services[c.Service].VIP, c.New)
-			nextRead = time.Now().Add(min(4*time.Since(began), 100*time.Millisecond))
+			nextRead = time.Now().Add(min(4*time.Since(began), view.maxSpacing()))
 			return ok, err
 		})
 		if err != nil {
