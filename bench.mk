@@ -69,6 +69,15 @@ bench: bench-peers
 #                      # and switchyard's CPU over one syncPeriod holding a
 #                      # periodic full resync (about a minute more)
 #
+# Before and after a change, alternated in one boot: build the other
+# revision's daemon (static, outside /tmp) and name it switchyard-base;
+# KPBENCH_SWITCHYARD_ARGS=--v=4 KPBENCH_LOG_TAIL=400000 adds the daemon's
+# per-stage timings of each change (watch, queued, plan, policies, and
+# the dataplane's want-and-read, diff-and-ops, firewall):
+#
+#   make bench-kubeproxy KPBENCH_SWITCHYARD_BASE=$HOME/.cache/switchyard/kpbench/base \
+#     KPBENCH_ONLY=floor,switchyard-base,switchyard,switchyard-base,switchyard KPBENCH_CHANGES=7
+#
 # KPBENCH_ONLY=switch measures instead a node switching from kube-proxy to
 # switchyard with --cleanup-kube-proxy (seconds without service) and back
 # with --cleanup, failing on any object either cleanup leaves (about 1.5
@@ -79,11 +88,12 @@ KPBENCH_SERVICES ?= 1000
 KPBENCH_CHANGES ?= 5
 KPBENCH_ONLY ?=
 KPBENCH_RESYNC ?=
+KPBENCH_SWITCHYARD_BASE ?=
 .PHONY: bench-kubeproxy
 bench-kubeproxy:
 	@test/lab/deps.sh --netfilter-tools >/dev/null
 	@bin=$$(test/tools/kube-binaries.sh --kube-proxy) && \
-	SWITCHYARD_KUBE_BIN=$$bin KPBENCH_SERVICES=$(KPBENCH_SERVICES) KPBENCH_CHANGES=$(KPBENCH_CHANGES) KPBENCH_ONLY=$(KPBENCH_ONLY) KPBENCH_RESYNC=$(KPBENCH_RESYNC) \
+	SWITCHYARD_KUBE_BIN=$$bin KPBENCH_SWITCHYARD_BASE=$(KPBENCH_SWITCHYARD_BASE) KPBENCH_SERVICES=$(KPBENCH_SERVICES) KPBENCH_CHANGES=$(KPBENCH_CHANGES) KPBENCH_ONLY=$(KPBENCH_ONLY) KPBENCH_RESYNC=$(KPBENCH_RESYNC) \
 	$(GO) test -tags integration -count=1 -run '^$$' -bench '^BenchmarkIntegrationKubeProxyIPVS$$' -benchtime 1x -timeout 4h ./test/e2e/kpbench
 
 bench: bench-kubeproxy

@@ -50,6 +50,9 @@ type Source struct {
 
 	mu sync.Mutex
 	tr *tracker
+	// received is when the oldest change not taken yet arrived; zero
+	// when none is pending.
+	received time.Time
 }
 
 // New returns a Source reading through client. It starts nothing: Run
@@ -191,7 +194,20 @@ func (s *Source) Take() model.Delta {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.tr.take()
+	d := s.tr.take()
+	if !d.Empty() {
+		d.Received = s.received
+	}
+	s.received = time.Time{}
+	return d
+}
+
+// changedLocked records that a change arrived now, if it is the oldest
+// pending; s.mu is held.
+func (s *Source) changedLocked() {
+	if s.received.IsZero() {
+		s.received = time.Now()
+	}
 }
 
 // Healthy returns nil, or the last list or watch failure of a resource
@@ -244,6 +260,9 @@ func (s *Source) onService(from int, obj any, deleted bool) {
 	}
 	s.mu.Lock()
 	changed := s.tr.setService(serviceKeyOf(svc.Namespace, svc.Name), m)
+	if changed {
+		s.changedLocked()
+	}
 	s.mu.Unlock()
 	if changed {
 		s.notify()
@@ -302,6 +321,9 @@ func (s *Source) onSlice(old, cur any) {
 	if curOK {
 		changed = s.tr.setSlice(curKey, slice.Name, eps, triggerTime(slice)) || changed
 	}
+	if changed {
+		s.changedLocked()
+	}
 	s.mu.Unlock()
 	if changed {
 		s.notify()
@@ -321,6 +343,9 @@ func (s *Source) onNode(obj any, deleted bool) {
 	}
 	s.mu.Lock()
 	changed := s.tr.setNode(node.Name, m)
+	if changed {
+		s.changedLocked()
+	}
 	s.mu.Unlock()
 	if changed {
 		s.notify()

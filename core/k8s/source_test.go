@@ -95,7 +95,9 @@ func startSource(t *testing.T, src func(Options) *Source) (s *Source, changed <-
 	return s, ch, stop
 }
 
-// nextDelta waits for OnChange and takes deltas until one is not empty.
+// nextDelta waits for OnChange and takes deltas until one is not empty,
+// checks that it says when its oldest change arrived (before the take),
+// and returns it with that time zeroed.
 func nextDelta(t *testing.T, s *Source, changed <-chan struct{}) model.Delta {
 	t.Helper()
 	timeout := time.After(30 * time.Second)
@@ -103,6 +105,10 @@ func nextDelta(t *testing.T, s *Source, changed <-chan struct{}) model.Delta {
 		select {
 		case <-changed:
 			if d := s.Take(); !d.Empty() {
+				if d.Received.IsZero() || d.Received.After(time.Now()) {
+					t.Errorf("Take: Received = %v, want the arrival of its oldest change", d.Received)
+				}
+				d.Received = time.Time{}
 				return d
 			}
 		case <-timeout:

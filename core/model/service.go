@@ -334,6 +334,10 @@ type Delta struct {
 	// annotations (endpoints.kubernetes.io/last-change-trigger-time) of
 	// the changes in this delta, for network programming latency.
 	TriggerTimes []time.Time
+	// Received is when the Source received the oldest change in this
+	// delta (zero when unknown): with TriggerTimes, it splits a change's
+	// latency into the watch and the wait for a sync.
+	Received time.Time
 }
 
 // Empty reports whether the delta carries no change.

@@ -334,9 +334,19 @@ func (l *Loop) Sync(ctx context.Context) (res SyncResult, err error) {
 	weighed := l.now()
 	// How long the oldest change this round takes waited for it: the
 	// watch and the runner's batching, before any of the sync's own work.
-	var waited time.Duration
+	// watch is from that trigger time to when the Source received the
+	// oldest change (the API server, the watch, the informer's decode),
+	// queued from then to the sync's start (the runner's rate limit and
+	// whatever sync ran meanwhile).
+	var waited, watch, queued time.Duration
 	if len(d.TriggerTimes) > 0 {
 		waited = start.Sub(d.TriggerTimes[0]) // sorted
+		if !d.Received.IsZero() {
+			watch = d.Received.Sub(d.TriggerTimes[0])
+		}
+	}
+	if !d.Received.IsZero() {
+		queued = start.Sub(d.Received)
 	}
 	l.triggers = append(l.triggers, d.TriggerTimes...)
 	if len(l.triggers) > maxPendingTriggers {
@@ -450,7 +460,7 @@ func (l *Loop) Sync(ctx context.Context) (res SyncResult, err error) {
 	// applied ahead of a periodic resync), the dataplane, and announcing
 	// and health checks after it.
 	l.log.Debug("sync", "full", full, "changed", len(changed), "took", end.Sub(start), "errors", len(errs),
-		"waited", waited, "plan", planned.Sub(start), "policies", weighed.Sub(planned),
+		"waited", waited, "watch", watch, "queued", queued, "plan", planned.Sub(start), "policies", weighed.Sub(planned),
 		"withdraw", applyStart.Sub(weighed), "dataplane", applied.Sub(applyStart), "announce", end.Sub(applied))
 	return res, errors.Join(errs...)
 }

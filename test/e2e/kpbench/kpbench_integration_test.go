@@ -53,6 +53,8 @@ func envInt(b *testing.B, name string, def int) int {
 // log to print, default none), KPBENCH_SWITCHYARD_ARGS (extra daemon
 // flags, such as --v=4), KPBENCH_PROFILE (a duration: profile the
 // daemon's CPU that long from its start, saved to KPBENCH_PROFILE_OUT),
+// KPBENCH_SWITCHYARD_BASE (a switchyard binary of another revision, not
+// under /tmp, measured as "switchyard-base" in KPBENCH_ONLY),
 // KPBENCH_COMPLETE_POLL (how often the guest reads the kernel's table
 // until it is complete, default 100ms), KPBENCH_RESYNC=1 (after the
 // changes, print switchyard's CPU over one syncPeriod holding a periodic
@@ -110,6 +112,13 @@ func BenchmarkIntegrationKubeProxyIPVS(b *testing.B) {
 		buildStatic(b, switchyard, "github.com/switchyard-lb/switchyard/cmd/switchyard")
 		extra = append(extra, switchyard)
 	}
+	base := os.Getenv("KPBENCH_SWITCHYARD_BASE")
+	if strings.Contains(only, kpbench.SwitchyardBase) {
+		if _, err := os.Stat(base); err != nil {
+			b.Fatalf("%s needs $KPBENCH_SWITCHYARD_BASE, a static switchyard binary outside /tmp: %v", kpbench.SwitchyardBase, err)
+		}
+		extra = append(extra, base)
+	}
 	if err := os.WriteFile(filepath.Join(guestData, "switchyard.yaml"), []byte(kpbench.SwitchyardConfig), 0o644); err != nil {
 		b.Fatal(err)
 	}
@@ -139,7 +148,7 @@ func BenchmarkIntegrationKubeProxyIPVS(b *testing.B) {
 	job := lab.Job{
 		Binary: kpguest,
 		Args: []string{"-services", strconv.Itoa(n), "-endpoints", "10", "-changes", strconv.Itoa(changes),
-			"-kube-proxy", kubeProxy, "-switchyard", switchyard, "-only", only,
+			"-kube-proxy", kubeProxy, "-switchyard", switchyard, "-switchyard-base", base, "-only", only,
 			"-switchyard-args", os.Getenv("KPBENCH_SWITCHYARD_ARGS"), "-switchyard-profile", envDuration(b, "KPBENCH_PROFILE").String(),
 			"-complete-poll", cmp.Or(envDuration(b, "KPBENCH_COMPLETE_POLL"), 100*time.Millisecond).String(),
 			"-log-tail", strconv.Itoa(envInt(b, "KPBENCH_LOG_TAIL", 0)),

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 func TestNewWorkload(t *testing.T) {
@@ -66,7 +65,7 @@ func TestChanges(t *testing.T) {
 	}
 
 	c := Change{Service: 1, Old: netip.MustParseAddr("10.64.0.11"), New: netip.MustParseAddr("10.80.0.1")}
-	patch := ChangePatch(c, metav1.NewTime(time.Date(2026, 11, 29, 22, 0, 0, 0, time.UTC)))
+	patch := ChangePatch(c, time.Date(2026, 11, 29, 22, 0, 0, 123456789, time.UTC))
 	var ops []map[string]any
 	if err := json.Unmarshal(patch, &ops); err != nil {
 		t.Fatalf("patch is not JSON: %v\n%s", err, patch)
@@ -75,7 +74,7 @@ func TestChanges(t *testing.T) {
 		{"op": "test", "path": "/endpoints/0/addresses/0", "value": "10.64.0.11"},
 		{"op": "replace", "path": "/endpoints/0/addresses/0", "value": "10.80.0.1"},
 		{"op": "add", "path": "/metadata/annotations", "value": map[string]any{
-			"endpoints.kubernetes.io/last-change-trigger-time": "2026-11-29T22:00:00Z"}},
+			"endpoints.kubernetes.io/last-change-trigger-time": "2026-11-29T22:00:00.123456789Z"}},
 	}
 	if diff := cmp.Diff(want, ops); diff != "" {
 		t.Errorf("ChangePatch (-want +got):\n%s", diff)
@@ -141,6 +140,14 @@ func TestParseProcIPVS(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, got, cmp.Comparer(func(x, y netip.AddrPort) bool { return x == y })); diff != "" {
 		t.Errorf("ParseProcIPVS (-want +got):\n%s", diff)
+	}
+
+	// Every real server line counts, the header's does not.
+	if got, want := CountRealServers([]byte(procIPVS)), 5; got != want {
+		t.Errorf("CountRealServers = %d, want %d", got, want)
+	}
+	if got := CountRealServers([]byte(procIPVS[:strings.Index(procIPVS, "TCP  0A600100")])); got != 0 {
+		t.Errorf("CountRealServers of the header = %d, want 0", got)
 	}
 
 	for _, bad := range []string{

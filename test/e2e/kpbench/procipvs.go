@@ -1,6 +1,7 @@
 package kpbench
 
 import (
+	"bytes"
 	"io"
 	"net/netip"
 
@@ -53,4 +54,22 @@ func (w Workload) Missing(t Table) int {
 		}
 	}
 	return missing
+}
+
+// CountRealServers counts the real server lines of a /proc/net/ip_vs
+// read without parsing them (every family and kind of service): an upper
+// bound of what ParseProcIPVS returns. While a proxy is still
+// programming, fewer lines than the workload has endpoints prove the
+// table incomplete at a fraction of a parse's cost, CPU the proxy
+// measured shares the guest's one CPU with.
+func CountRealServers(data []byte) int {
+	n := bytes.Count(data, []byte("\n  -> "))
+	if bytes.HasPrefix(data, []byte("  -> ")) {
+		n++
+	}
+	// The header's third line has the same shape.
+	if bytes.Contains(data, []byte("\n  -> RemoteAddress:Port ")) {
+		n--
+	}
+	return n
 }

@@ -19,6 +19,12 @@ const (
 	KubeProxy         = "kube-proxy" // --proxy-mode=ipvs
 	KubeProxyNftables = "kube-proxy-nftables"
 	Switchyard        = "switchyard"
+	// SwitchyardBase is a second switchyard binary (another revision,
+	// KPBENCH_SWITCHYARD_BASE), measured as switchyard is, so that a
+	// change is compared before and after in one boot, alternated
+	// (KPBENCH_ONLY=floor,switchyard-base,switchyard,switchyard-base,switchyard).
+	// It has no column of the table: its lines and samples are printed.
+	SwitchyardBase = "switchyard-base"
 )
 
 // Result is one benchmark run in one guest boot.

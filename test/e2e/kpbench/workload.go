@@ -3,6 +3,7 @@ package kpbench
 import (
 	"fmt"
 	"net/netip"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -134,10 +135,12 @@ func SliceName(service string) string { return service + "-0" }
 
 // ChangePatch is the JSON patch making change c on its Service's
 // EndpointSlice, stamped with the trigger time the proxies' network
-// programming latency metrics start from.
-func ChangePatch(c Change, trigger metav1.Time) []byte {
+// programming latency metrics start from, to the nanosecond as the
+// endpoint controllers write it (whole seconds would make a sub-second
+// latency unreadable).
+func ChangePatch(c Change, trigger time.Time) []byte {
 	return fmt.Appendf(nil, `[{"op":"test","path":"/endpoints/0/addresses/0","value":%q},`+
 		`{"op":"replace","path":"/endpoints/0/addresses/0","value":%q},`+
 		`{"op":"add","path":"/metadata/annotations","value":{%q:%q}}]`,
-		c.Old.String(), c.New.String(), corev1.EndpointsLastChangeTriggerTime, trigger.UTC().Format("2006-01-02T15:04:05Z"))
+		c.Old.String(), c.New.String(), corev1.EndpointsLastChangeTriggerTime, trigger.UTC().Format(time.RFC3339Nano))
 }

@@ -37,6 +37,7 @@ type options struct {
 	services, perService, changes int
 	kubeconfig                    string
 	kubeProxy, switchyard         string
+	switchyardBase                string
 	switchyardConfig              string
 	switchyardArgs                string
 	switchyardProfile             time.Duration
@@ -56,6 +57,7 @@ func main() {
 	flag.StringVar(&o.kubeconfig, "kubeconfig", "testdata/kubeconfig", "kubeconfig reaching the host's API server")
 	flag.StringVar(&o.kubeProxy, "kube-proxy", "", "kube-proxy binary (static)")
 	flag.StringVar(&o.switchyard, "switchyard", "", "switchyard binary (static)")
+	flag.StringVar(&o.switchyardBase, "switchyard-base", "", "a second switchyard binary (static), measured as switchyard-base")
 	flag.StringVar(&o.switchyardConfig, "switchyard-config", "testdata/switchyard.yaml", "switchyard configuration")
 	flag.StringVar(&o.switchyardArgs, "switchyard-args", "", "extra switchyard flags, space-separated (such as --v=4)")
 	flag.DurationVar(&o.switchyardProfile, "switchyard-profile", 0, "when set, profile switchyard's CPU for this long from its start (--profiling) and print the profile in base64")
@@ -121,12 +123,16 @@ func run(o options, out io.Writer) error {
 			if err := restore(); err != nil {
 				return fmt.Errorf("%s: %w", what, err)
 			}
-		case kpbench.Switchyard:
+		case kpbench.Switchyard, kpbench.SwitchyardBase:
 			args := switchyardArgs(o)
-			if o.switchyardProfile > 0 {
+			if o.switchyardProfile > 0 && what == kpbench.Switchyard {
 				args = append(args, "--profiling")
 			}
-			p := b.proxy(kpbench.Switchyard, o.switchyard, args, switchyardSyncs, ipvsView{b: &b}, &round)
+			bin := o.switchyard
+			if what == kpbench.SwitchyardBase {
+				bin = o.switchyardBase
+			}
+			p := b.proxy(what, bin, args, switchyardSyncs, ipvsView{b: &b}, &round)
 			res.Proxies = append(res.Proxies, p)
 		case "switch":
 			sw, err := b.switchProxies()
@@ -299,7 +305,11 @@ func (b *bench) measure(p *kpbench.Proxy, bin string, args []string, syncs syncM
 	// (seen: 100ms reads added 6 s to switchyard's 1,000 Services), so
 	// reads are spaced at least 4 times their cost: they take a fifth of
 	// the CPU at most.
-	var nextRead time.Time
+	var (
+		nextRead  time.Time
+		reads     int
+		readsTook time.Duration // the reads' wall time, which the proxy did not have
+	)
 	err = poll(exited, b.o.completeTimeout, b.o.completePoll, func() (bool, error) {
 		if time.Now().Before(nextRead) {
 			return false, nil
@@ -309,7 +319,9 @@ func (b *bench) measure(p *kpbench.Proxy, bin string, args []string, syncs syncM
 		if err != nil {
 			return false, err
 		}
-		nextRead = time.Now().Add(4 * time.Since(began))
+		took := time.Since(began)
+		reads, readsTook = reads+1, readsTook+took
+		nextRead = time.Now().Add(4 * took)
 		return missing == 0, nil
 	})
 	if err != nil {
@@ -317,7 +329,8 @@ func (b *bench) measure(p *kpbench.Proxy, bin string, args []string, syncs syncM
 	}
 	p.Complete = time.Since(start)
 	p.CPUComplete, _ = cpu(pid)
-	fmt.Fprintf(b.out, "== %s: %s table complete after %s (CPU %s)\n", p.Name, view, p.Complete.Round(time.Millisecond), p.CPUComplete)
+	fmt.Fprintf(b.out, "== %s: %s table complete after %s (CPU %s; %d reads of the table took %s)\n", p.Name, view,
+		p.Complete.Round(time.Millisecond), p.CPUComplete, reads, readsTook.Round(time.Millisecond))
 
 	// Until its first sync ended, as its metrics say.
 	err = poll(exited, b.o.syncTimeout, 250*time.Millisecond, func() (bool, error) {
@@ -348,19 +361,19 @@ func (b *bench) measure(p *kpbench.Proxy, bin string, args []string, syncs syncM
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		_, err = b.client.DiscoveryV1().EndpointSlices(kpbench.Namespace).Patch(ctx,
 			kpbench.SliceName(b.w.Services[c.Service].Name), types.JSONPatchType,
-			kpbench.ChangePatch(c, metav1.Now()), metav1.PatchOptions{})
+			kpbench.ChangePatch(c, changeStart), metav1.PatchOptions{})
 		cancel()
+		// The API server's answer: its share, with the network's, of
+		// the time until a watcher hears of the change.
+		answered := time.Since(changeStart)
 		if err != nil {
 			return fmt.Errorf("patch endpoint slice: %w", err)
 		}
 		b.w.ApplyChange(c)
 		// Reads are spaced 4 times their cost, as above, but never more
-		// than 100 ms apart: an nft run takes tens of milliseconds of the
-		// one CPU under TCG (polled back to back, it took half the CPU
-		// from kube-proxy's syncs), and seconds when the host starves the
-		// guest, which must not delay the next read by 4 times that; a
-		// netlink dump of one service's destinations takes much less than
-		// the 2 ms interval.
+		// than the view's maxSpacing apart: a read takes seconds when
+		// the host starves the guest, which must not delay the next
+		// read by 4 times that.
 		var nextRead time.Time
 		err = poll(exited, b.o.changeTimeout, 2*time.Millisecond, func() (bool, error) {
 			if time.Now().Before(nextRead) {
@@ -368,7 +381,7 @@ func (b *bench) measure(p *kpbench.Proxy, bin string, args []string, syncs syncM
 			}
 			began := time.Now()
 			ok, err := view.has(b.w.Services[c.Service].VIP, c.New)
-			nextRead = time.Now().Add(min(4*time.Since(began), 100*time.Millisecond))
+			nextRead = time.Now().Add(min(4*time.Since(began), view.maxSpacing()))
 			return ok, err
 		})
 		if err != nil {
@@ -385,7 +398,10 @@ func (b *bench) measure(p *kpbench.Proxy, bin string, args []string, syncs syncM
 		}
 		cpuAfter, _ := cpu(pid)
 		p.ChangeCPU = append(p.ChangeCPU, cpuAfter-cpuBefore)
-		fmt.Fprintf(b.out, "== %s: change %d visible after %s, sync ended after %s (CPU %s)\n", p.Name, len(p.Changes),
+		// The write's time (the trigger time the slice carries) lines
+		// the sample up with the proxy's own log (--v=4).
+		fmt.Fprintf(b.out, "== %s: change %d written at %s (PATCH answered after %s), visible after %s, sync ended after %s (CPU %s)\n",
+			p.Name, len(p.Changes), changeStart.UTC().Format(time.RFC3339Nano), answered.Round(100*time.Microsecond),
 			visible.Round(100*time.Microsecond), time.Since(changeStart).Round(time.Millisecond), cpuAfter-cpuBefore)
 	}
 	if p.Name == kpbench.Switchyard && b.o.resync {
