@@ -834,12 +834,17 @@ func TestPolicySeesDataplaneStats(t *testing.T) {
 	both := func(w ...uint32) map[model.VirtualServiceKey][]uint32 {
 		return map[model.VirtualServiceKey][]uint32{cip: w, np: w}
 	}
-	stats := func(a1, a2, a3, inactive uint32) map[netip.AddrPort]plugin.EndpointStats {
+	// conns is the statistics of the three endpoints, active and
+	// inactive connections of each in turn.
+	conns := func(a1, i1, a2, i2, a3, i3 uint32) map[netip.AddrPort]plugin.EndpointStats {
 		return map[netip.AddrPort]plugin.EndpointStats{
-			netip.MustParseAddrPort("10.244.1.2:8080"): {ActiveConns: a1, InactiveConns: inactive},
-			netip.MustParseAddrPort("10.244.2.2:8080"): {ActiveConns: a2, InactiveConns: inactive},
-			netip.MustParseAddrPort("10.244.3.2:8080"): {ActiveConns: a3, InactiveConns: inactive},
+			netip.MustParseAddrPort("10.244.1.2:8080"): {ActiveConns: a1, InactiveConns: i1},
+			netip.MustParseAddrPort("10.244.2.2:8080"): {ActiveConns: a2, InactiveConns: i2},
+			netip.MustParseAddrPort("10.244.3.2:8080"): {ActiveConns: a3, InactiveConns: i3},
 		}
+	}
+	stats := func(a1, a2, a3, inactive uint32) map[netip.AddrPort]plugin.EndpointStats {
+		return conns(a1, inactive, a2, inactive, a3, inactive)
 	}
 	if diff := cmp.Diff(both(1, 1, 1), kernelWeights()); diff != "" {
 		t.Fatalf("before any traffic, kernel weights (-want +got):\n%s", diff)
@@ -862,11 +867,7 @@ func TestPolicySeesDataplaneStats(t *testing.T) {
 				clock.Step(tick)
 			},
 			// Inactive: 1 on each frontend an endpoint was set on.
-			wantSeen: map[netip.AddrPort]plugin.EndpointStats{
-				netip.MustParseAddrPort("10.244.1.2:8080"): {ActiveConns: 4, InactiveConns: 1},
-				netip.MustParseAddrPort("10.244.2.2:8080"): {ActiveConns: 2, InactiveConns: 2},
-				netip.MustParseAddrPort("10.244.3.2:8080"): {ActiveConns: 0, InactiveConns: 1},
-			},
+			wantSeen:    conns(4, 1, 2, 2, 0, 1),
 			wantWeights: both(1, 3, 5),
 			wantEvals:   2,
 		},
@@ -877,11 +878,7 @@ func TestPolicySeesDataplaneStats(t *testing.T) {
 				clock.Step(tick / 2)
 				src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{webKey: web}})
 			},
-			wantSeen: map[netip.AddrPort]plugin.EndpointStats{
-				netip.MustParseAddrPort("10.244.1.2:8080"): {ActiveConns: 4, InactiveConns: 1},
-				netip.MustParseAddrPort("10.244.2.2:8080"): {ActiveConns: 2, InactiveConns: 2},
-				netip.MustParseAddrPort("10.244.3.2:8080"): {ActiveConns: 0, InactiveConns: 1},
-			},
+			wantSeen:    conns(4, 1, 2, 2, 0, 1),
 			wantWeights: both(1, 3, 5),
 			wantEvals:   3,
 		},
