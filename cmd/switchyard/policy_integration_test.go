@@ -194,25 +194,11 @@ func TestIntegrationPolicies(t *testing.T) {
 			return fmt.Errorf("%s: no %s Event on web with %q among %d", step, reason, contains, len(evs.Items))
 		})
 	}
-	waitCondition := func(step string, status metav1.ConditionStatus, reason string) {
-		t.Helper()
-		poll(t, 60*time.Second, func() error {
-			svc, err := client.CoreV1().Services(ns).Get(ctx, "web", metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			i := slices.IndexFunc(svc.Status.Conditions, func(c metav1.Condition) bool { return c.Type == registry.ConditionPolicyReady })
-			if i < 0 || svc.Status.Conditions[i].Status != status || svc.Status.Conditions[i].Reason != reason {
-				return fmt.Errorf("%s: web's conditions %+v, want %s %s %s", step, svc.Status.Conditions, registry.ConditionPolicyReady, status, reason)
-			}
-			return nil
-		})
-	}
 
 	// 1. The ConfigMap does not exist yet: uniform weights, and the user is told.
 	waitWeights("no ConfigMap", "web", "rr 10.1.0.1:8080=1 10.1.0.2:8080=1")
 	waitEvent("no ConfigMap", "PolicyFailed", "policy not found")
-	waitCondition("no ConfigMap", metav1.ConditionFalse, "LoadFailed")
+	waitCondition(t, client, ns, "web", "no ConfigMap", metav1.ConditionFalse, "LoadFailed")
 
 	// 2. Created (gzip, pinned): zone-aware weights.
 	cms := client.CoreV1().ConfigMaps(registry.DefaultNamespace)
@@ -226,7 +212,7 @@ func TestIntegrationPolicies(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitWeights("created", "web", "wrr 10.1.0.1:8080=100 10.1.0.2:8080=0")
-	waitCondition("created", metav1.ConditionTrue, "Evaluated")
+	waitCondition(t, client, ns, "web", "created", metav1.ConditionTrue, "Evaluated")
 
 	// 3. Updated parameters.
 	cm.Data[registry.KeyParams] = `{"localWeight": 7}`
@@ -271,7 +257,7 @@ func TestIntegrationPolicies(t *testing.T) {
 	}
 	waitEvent("garbage", "PolicyFailed", "invalid policy module")
 	waitEvent("garbage", "PolicyFallback", "the last good version of the policy, sha256 "+registry.ShortDigest(registry.Digest(module)))
-	waitCondition("garbage", metav1.ConditionFalse, "LoadFailed")
+	waitCondition(t, client, ns, "web", "garbage", metav1.ConditionFalse, "LoadFailed")
 	waitWeights("garbage", "web", "wrr 10.1.0.1:8080=7 10.1.0.2:8080=0")
 
 	// 7. A module that does not match its pin is refused too.
@@ -288,12 +274,12 @@ func TestIntegrationPolicies(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitWeights("fixed", "web", "wrr 10.1.0.1:8080=5 10.1.0.2:8080=0")
-	waitCondition("fixed", metav1.ConditionTrue, "Evaluated")
+	waitCondition(t, client, ns, "web", "fixed", metav1.ConditionTrue, "Evaluated")
 	if err := cms.Delete(ctx, "zone", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitWeights("deleted", "web", "rr 10.1.0.1:8080=1 10.1.0.2:8080=1")
-	waitCondition("deleted", metav1.ConditionFalse, "LoadFailed")
+	waitCondition(t, client, ns, "web", "deleted", metav1.ConditionFalse, "LoadFailed")
 
 	code, body, err := httpGet("http://" + tc.Metrics + "/metrics")
 	if err != nil || code != 200 {
