@@ -8,7 +8,11 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+
+	"github.com/switchyard-lb/switchyard/announcers/cloud/cloudtest"
 )
 
 // TestIntegrationAnnouncersReload changes a running daemon's announcer
@@ -74,4 +78,85 @@ membership:
 		}
 		return nil
 	})
+}
+
+// TestIntegrationAnnounceFailedEvent runs one daemon whose cloud provider
+// fails the first ensures of a Service's address: the Service gets one
+// AnnounceFailed warning Event naming the announcer and the address,
+// not one per failed call, and the address is ensured once the provider
+// recovers.
+func TestIntegrationAnnounceFailedEvent(t *testing.T) {
+	srv, ns, provider := startCloudNode(t)
+	ctx, client := t.Context(), srv.Client
+	const failures = 3
+	for range failures {
+		provider.FailNext(cloudtest.Fault{Method: "PUT", Status: 503})
+	}
+	tc := writeTestConfig(t, fmt.Sprintf(`pools:
+  - name: public
+    addresses: [192.0.2.0/28]
+announcers:
+  - name: provider
+    type: cloud
+    cloud: {url: %q}
+membership:
+  bindAddress: 127.0.0.1
+  port: %d
+`, provider.URL, freeGossipPort(t)))
+	d := startMain(t, srv.Kubeconfig, "node-a", tc)
+	defer d.finish(t)
+	d.waitServing(t)
+	if _, err := client.CoreV1().Services(ns).Create(ctx, lbService(ns, "web"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var ip string
+	poll(t, 60*time.Second, func() error {
+		for addr, st := range provider.Addresses() {
+			if len(st.Services) > 0 && st.Services[0] == ns+"/web" {
+				ip = addr
+				return nil
+			}
+		}
+		return fmt.Errorf("provider serves %v, want the Service's address after %d failures", provider.Addresses(), failures)
+	})
+	failed := 0
+	for _, r := range provider.Requests() {
+		if r.Method == "PUT" && r.Status == 503 {
+			failed++
+		}
+	}
+	if failed != failures {
+		t.Fatalf("provider answered %d PUTs with 503, want %d", failed, failures)
+	}
+
+	sel := fields.Set{"involvedObject.name": "web", "reason": "AnnounceFailed"}.AsSelector().String()
+	var events []corev1.Event
+	poll(t, 30*time.Second, func() error {
+		l, err := client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: sel})
+		if err != nil {
+			return err
+		}
+		if len(l.Items) == 0 {
+			return fmt.Errorf("no AnnounceFailed Event on the Service")
+		}
+		events = l.Items
+		return nil
+	})
+	// The recorder writes asynchronously and nothing signals that it is
+	// idle: give late duplicates (which would raise the count or add
+	// Events) two more seconds to show.
+	time.Sleep(2 * time.Second)
+	l, err := client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: sel})
+	if err != nil {
+		t.Fatal(err)
+	}
+	events = l.Items
+	if len(events) != 1 || events[0].Count > 1 {
+		t.Fatalf("AnnounceFailed Events = %+v, want one with count 1 for %d failed calls", events, failures)
+	}
+	e := events[0]
+	want := "announcer provider failed to announce " + ip + ": "
+	if e.Type != corev1.EventTypeWarning || !strings.HasPrefix(e.Message, want) || e.Source.Component != "switchyard" {
+		t.Errorf("Event = %s %q from %+v, want a Warning starting %q from switchyard", e.Type, e.Message, e.Source, want)
+	}
 }

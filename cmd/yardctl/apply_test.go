@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/switchyard-lb/switchyard/plugins/registry"
+	"github.com/switchyard-lb/switchyard/test/harness"
 	"github.com/switchyard-lb/switchyard/wasm-sdk/walkthrough"
 )
 
@@ -207,13 +209,12 @@ func (w *watchRun) start(t *testing.T, a *applier) {
 // waitFor polls cond until it holds, failing the test after w.limit.
 func (w *watchRun) waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(w.limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s; output:\n%s\nerrors:\n%s", what, w.out.String(), w.errw.String())
+	harness.Poll(t, w.limit, func() error {
+		if !cond() {
+			return fmt.Errorf("waiting for %s; output:\n%s\nerrors:\n%s", what, w.out.String(), w.errw.String())
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // TestApplyWatch checks the hot-reload loop: the module is applied at

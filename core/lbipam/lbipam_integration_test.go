@@ -42,6 +42,16 @@ func ensureNamespace(t testing.TB, c kubernetes.Interface, name string) {
 	}
 }
 
+// apiServer starts an API server holding the Lease namespace, and
+// returns it with a client.
+func apiServer(t *testing.T) (*apitest.Server, kubernetes.Interface) {
+	t.Helper()
+	s := apitest.Start(t)
+	c := client(t, s, nil)
+	ensureNamespace(t, c, lbipam.DefaultLeaseNamespace)
+	return s, c
+}
+
 // client returns a client of its own, with a rate limit that does not
 // slow the tests down; cut, when set, makes every request fail (a
 // network partition).
@@ -252,9 +262,7 @@ func deleteService(t testing.TB, c kubernetes.Interface, ns, name string) {
 // fresh namespace, returned with the test client.
 func setup(t *testing.T, pools func(ns string) []ipam.Pool, mod ...func(*lbipam.Config)) (kubernetes.Interface, string, *running) {
 	t.Helper()
-	s := apitest.Start(t)
-	c := client(t, s, nil)
-	ensureNamespace(t, c, lbipam.DefaultLeaseNamespace)
+	s, c := apiServer(t)
 	ns := s.Namespace(t)
 	cfg := lbipam.Config{
 		Client:        client(t, s, nil),
@@ -560,9 +568,7 @@ func watchDuplicates(t *testing.T, c kubernetes.Interface, ns string) {
 }
 
 func TestIntegrationTakeoverWaitsForStalePublisher(t *testing.T) {
-	s := apitest.Start(t)
-	c := client(t, s, nil)
-	ensureNamespace(t, c, lbipam.DefaultLeaseNamespace)
+	s, c := apiServer(t)
 	ns := s.Namespace(t)
 	watchDuplicates(t, c, ns)
 	// While no allocator runs, x publishes 198.51.100.10 but its request
@@ -586,9 +592,7 @@ func TestIntegrationTakeoverWaitsForStalePublisher(t *testing.T) {
 }
 
 func TestIntegrationFailover(t *testing.T) {
-	s := apitest.Start(t)
-	c := client(t, s, nil)
-	ensureNamespace(t, c, lbipam.DefaultLeaseNamespace)
+	s, c := apiServer(t)
 	ns := s.Namespace(t)
 	watchDuplicates(t, c, ns)
 	pools := []ipam.Pool{
@@ -692,9 +696,7 @@ func TestIntegrationFailover(t *testing.T) {
 }
 
 func TestIntegrationNamespaceSelectors(t *testing.T) {
-	s := apitest.Start(t)
-	c := client(t, s, nil)
-	ensureNamespace(t, c, lbipam.DefaultLeaseNamespace)
+	s, c := apiServer(t)
 	ns1, ns2 := s.Namespace(t), s.Namespace(t)
 	main := ipam.Pool{Name: "main", Addresses: []string{"198.51.100.10-198.51.100.19"}, AutoAssign: true, Namespaces: []string{ns1, ns2}}
 	ctl := start(t, lbipam.Config{Client: client(t, s, nil), Identity: "node-a", Pools: []ipam.Pool{main}})

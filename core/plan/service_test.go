@@ -199,11 +199,9 @@ func TestPlanService(t *testing.T) {
 		},
 		{
 			name: "unknown node: no NodePort, nothing local",
-			svc: func() *model.Service {
-				s := modeltest.LoadBalancer(webKey, []string{"10.96.0.10"}, "198.51.100.1")
+			svc: modeltest.With(modeltest.LoadBalancer(webKey, []string{"10.96.0.10"}, "198.51.100.1"), func(s *model.Service) {
 				s.ExternalTrafficPolicy = model.PolicyLocal
-				return s
-			}(),
+			}),
 			eps:    []model.Endpoint{modeltest.Ready("10.0.0.1", "n1"), modeltest.Ready("10.0.0.2", "")},
 			noNode: true,
 			want: &model.ServicePlan{Key: webKey, Announce: modeltest.Addrs("198.51.100.1"), VirtualServices: []model.VirtualService{
@@ -213,11 +211,9 @@ func TestPlanService(t *testing.T) {
 		},
 		{
 			name: "LoadBalancer: ingress IPs of the family with its source ranges, announced",
-			svc: func() *model.Service {
-				s := modeltest.LoadBalancer(webKey, []string{"10.96.0.10"}, "198.51.100.2", "198.51.100.1", "2001:db8::1")
+			svc: modeltest.With(modeltest.LoadBalancer(webKey, []string{"10.96.0.10"}, "198.51.100.2", "198.51.100.1", "2001:db8::1"), func(s *model.Service) {
 				s.LoadBalancerSourceRanges = modeltest.Prefixes("203.0.113.7/24", "192.0.2.0/24", "203.0.113.0/24", "2001:db8:1::/48")
-				return s
-			}(),
+			}),
 			eps: []model.Endpoint{modeltest.Ready("10.0.0.1", "n2")},
 			want: &model.ServicePlan{Key: webKey, Announce: modeltest.Addrs("198.51.100.1", "198.51.100.2"),
 				VirtualServices: []model.VirtualService{
@@ -229,11 +225,9 @@ func TestPlanService(t *testing.T) {
 		},
 		{
 			name: "LoadBalancer with two ports announces each address once",
-			svc: func() *model.Service {
-				s := modeltest.LoadBalancer(webKey, []string{"10.96.0.10"}, "198.51.100.1")
+			svc: modeltest.With(modeltest.LoadBalancer(webKey, []string{"10.96.0.10"}, "198.51.100.1"), func(s *model.Service) {
 				s.Ports = append(s.Ports, model.ServicePort{Name: "https", Protocol: model.TCP, Port: 443})
-				return s
-			}(),
+			}),
 			node: &model.Node{Name: "n1"},
 			want: &model.ServicePlan{Key: webKey, Announce: modeltest.Addrs("198.51.100.1"), VirtualServices: []model.VirtualService{
 				vs(model.FrontendClusterIP, "10.96.0.10", 80, nil),
@@ -246,11 +240,9 @@ func TestPlanService(t *testing.T) {
 		},
 		{
 			name: "LoadBalancer: a /0 source range allows everyone; another family's ranges do not apply",
-			svc: func() *model.Service {
-				s := modeltest.LoadBalancer(webKey, []string{"10.96.0.10", "fd96::10"}, "198.51.100.1", "2001:db8::1")
+			svc: modeltest.With(modeltest.LoadBalancer(webKey, []string{"10.96.0.10", "fd96::10"}, "198.51.100.1", "2001:db8::1"), func(s *model.Service) {
 				s.LoadBalancerSourceRanges = modeltest.Prefixes("0.0.0.0/0", "192.0.2.0/24")
-				return s
-			}(),
+			}),
 			node: &model.Node{Name: "n1"},
 			want: &model.ServicePlan{Key: webKey, Announce: modeltest.Addrs("198.51.100.1", "2001:db8::1"),
 				VirtualServices: []model.VirtualService{
@@ -262,11 +254,9 @@ func TestPlanService(t *testing.T) {
 		},
 		{
 			name: "LoadBalancer of a foreign class: proxied, not announced",
-			svc: func() *model.Service {
-				s := modeltest.LoadBalancer(webKey, []string{"10.96.0.10"}, "198.51.100.1")
+			svc: modeltest.With(modeltest.LoadBalancer(webKey, []string{"10.96.0.10"}, "198.51.100.1"), func(s *model.Service) {
 				s.LoadBalancerClass = "example.com/other"
-				return s
-			}(),
+			}),
 			node: &model.Node{Name: "n1"},
 			want: &model.ServicePlan{Key: webKey, VirtualServices: []model.VirtualService{
 				vs(CIP, "10.96.0.10", 80, nil),
@@ -275,11 +265,9 @@ func TestPlanService(t *testing.T) {
 		},
 		{
 			name: "LoadBalancer of our configured class is announced",
-			svc: func() *model.Service {
-				s := modeltest.LoadBalancer(webKey, []string{"10.96.0.10"}, "198.51.100.1")
+			svc: modeltest.With(modeltest.LoadBalancer(webKey, []string{"10.96.0.10"}, "198.51.100.1"), func(s *model.Service) {
 				s.LoadBalancerClass = "example.com/ours"
-				return s
-			}(),
+			}),
 			node: &model.Node{Name: "n1"},
 			opts: &plan.Options{LoadBalancerClass: "example.com/ours", IgnoreUnclassed: true},
 			want: &model.ServicePlan{Key: webKey, Announce: modeltest.Addrs("198.51.100.1"), VirtualServices: []model.VirtualService{
@@ -289,11 +277,9 @@ func TestPlanService(t *testing.T) {
 		},
 		{
 			name: "LoadBalancer of the default class is announced",
-			svc: func() *model.Service {
-				s := modeltest.LoadBalancer(webKey, []string{"10.96.0.10"}, "198.51.100.1")
+			svc: modeltest.With(modeltest.LoadBalancer(webKey, []string{"10.96.0.10"}, "198.51.100.1"), func(s *model.Service) {
 				s.LoadBalancerClass = "switchyard.dev/lb"
-				return s
-			}(),
+			}),
 			node: &model.Node{Name: "n1"},
 			want: &model.ServicePlan{Key: webKey, Announce: modeltest.Addrs("198.51.100.1"), VirtualServices: []model.VirtualService{
 				vs(CIP, "10.96.0.10", 80, nil),
@@ -312,13 +298,11 @@ func TestPlanService(t *testing.T) {
 		},
 		{
 			name: "external IPs; one equal to an ingress IP keeps the LoadBalancer frontend",
-			svc: func() *model.Service {
-				s := modeltest.ClusterIP(webKey, "10.96.0.10")
+			svc: modeltest.With(modeltest.ClusterIP(webKey, "10.96.0.10"), func(s *model.Service) {
 				s.ExternalIPs = modeltest.Addrs("203.0.113.9", "198.51.100.1", "2001:db8::9")
 				s.LoadBalancerIPs = modeltest.Addrs("198.51.100.1")
 				s.LoadBalancerSourceRanges = modeltest.Prefixes("192.0.2.0/24")
-				return s
-			}(),
+			}),
 			eps: []model.Endpoint{modeltest.Ready("10.0.0.1", "n2")},
 			want: &model.ServicePlan{Key: webKey, VirtualServices: []model.VirtualService{
 				vs(CIP, "10.96.0.10", 80, dests("10.0.0.1")),
@@ -328,11 +312,9 @@ func TestPlanService(t *testing.T) {
 		},
 		{
 			name: "dual-stack: every family's frontends use that family's endpoints",
-			svc: func() *model.Service {
-				s := modeltest.LoadBalancer(webKey, []string{"10.96.0.10", "fd96::10"}, "198.51.100.1", "2001:db8::1")
+			svc: modeltest.With(modeltest.LoadBalancer(webKey, []string{"10.96.0.10", "fd96::10"}, "198.51.100.1", "2001:db8::1"), func(s *model.Service) {
 				s.ExternalIPs = modeltest.Addrs("203.0.113.9", "2001:db8::9")
-				return s
-			}(),
+			}),
 			eps: []model.Endpoint{modeltest.Ready("10.0.0.1", "n2"), modeltest.Ready("fd01::1", "n2"), modeltest.Ready("fd01::2", "n1")},
 			want: &model.ServicePlan{Key: webKey, Announce: modeltest.Addrs("198.51.100.1", "2001:db8::1"),
 				VirtualServices: []model.VirtualService{
@@ -348,11 +330,9 @@ func TestPlanService(t *testing.T) {
 		},
 		{
 			name: "IPv6-only: no IPv4 frontends even with IPv4 ingress, external IPs and endpoints",
-			svc: func() *model.Service {
-				s := modeltest.LoadBalancer(webKey, []string{"fd96::10"}, "198.51.100.1", "2001:db8::1")
+			svc: modeltest.With(modeltest.LoadBalancer(webKey, []string{"fd96::10"}, "198.51.100.1", "2001:db8::1"), func(s *model.Service) {
 				s.ExternalIPs = modeltest.Addrs("203.0.113.9")
-				return s
-			}(),
+			}),
 			eps: []model.Endpoint{modeltest.Ready("10.0.0.1", "n2"), modeltest.Ready("fd01::1", "n2")},
 			want: &model.ServicePlan{Key: webKey, Announce: modeltest.Addrs("2001:db8::1"), VirtualServices: []model.VirtualService{
 				vs(LB, "2001:db8::1", 80, dests("fd01::1")),
@@ -362,11 +342,9 @@ func TestPlanService(t *testing.T) {
 		},
 		{
 			name: "sessionAffinity ClientIP sets the timeout on every frontend",
-			svc: func() *model.Service {
-				s := modeltest.LoadBalancer(webKey, []string{"10.96.0.10"}, "198.51.100.1")
+			svc: modeltest.With(modeltest.LoadBalancer(webKey, []string{"10.96.0.10"}, "198.51.100.1"), func(s *model.Service) {
 				s.AffinityTimeout = 3 * time.Hour
-				return s
-			}(),
+			}),
 			node: &model.Node{Name: "n1"},
 			want: &model.ServicePlan{Key: webKey, Announce: modeltest.Addrs("198.51.100.1"), VirtualServices: []model.VirtualService{
 				withAffinity(vs(CIP, "10.96.0.10", 80, nil), 3*time.Hour),
@@ -375,11 +353,7 @@ func TestPlanService(t *testing.T) {
 		},
 		{
 			name: "scheduler annotation naming a scheduler IPVS supports wins",
-			svc: func() *model.Service {
-				s := modeltest.ClusterIP(webKey, "10.96.0.10")
-				s.Scheduler = "mh"
-				return s
-			}(),
+			svc:  modeltest.With(modeltest.ClusterIP(webKey, "10.96.0.10"), func(s *model.Service) { s.Scheduler = "mh" }),
 			opts: &plan.Options{Scheduler: "wlc", Schedulers: dryrun.New()},
 			want: &model.ServicePlan{Key: webKey, VirtualServices: []model.VirtualService{
 				withScheduler(vs(CIP, "10.96.0.10", 80, nil), "mh"),
@@ -387,11 +361,7 @@ func TestPlanService(t *testing.T) {
 		},
 		{
 			name: "invalid scheduler annotation falls back to the configured scheduler",
-			svc: func() *model.Service {
-				s := modeltest.ClusterIP(webKey, "10.96.0.10")
-				s.Scheduler = "fastest"
-				return s
-			}(),
+			svc:  modeltest.With(modeltest.ClusterIP(webKey, "10.96.0.10"), func(s *model.Service) { s.Scheduler = "fastest" }),
 			opts: &plan.Options{Scheduler: "wlc", Schedulers: dryrun.New()},
 			want: &model.ServicePlan{Key: webKey, VirtualServices: []model.VirtualService{
 				withScheduler(vs(CIP, "10.96.0.10", 80, nil), "wlc"),
@@ -399,11 +369,7 @@ func TestPlanService(t *testing.T) {
 		},
 		{
 			name: "scheduler annotation IPVS accepts but the dataplane does not falls back",
-			svc: func() *model.Service {
-				s := modeltest.ClusterIP(webKey, "10.96.0.10")
-				s.Scheduler = "mh"
-				return s
-			}(),
+			svc:  modeltest.With(modeltest.ClusterIP(webKey, "10.96.0.10"), func(s *model.Service) { s.Scheduler = "mh" }),
 			opts: &plan.Options{Scheduler: "wlc", Schedulers: plugintest.NewSchedulers("rr", "wrr", "wlc")},
 			want: &model.ServicePlan{Key: webKey, VirtualServices: []model.VirtualService{
 				withScheduler(vs(CIP, "10.96.0.10", 80, nil), "wlc"),
@@ -411,11 +377,7 @@ func TestPlanService(t *testing.T) {
 		},
 		{
 			name: "scheduler annotation the smaller set supports wins",
-			svc: func() *model.Service {
-				s := modeltest.ClusterIP(webKey, "10.96.0.10")
-				s.Scheduler = "wrr"
-				return s
-			}(),
+			svc:  modeltest.With(modeltest.ClusterIP(webKey, "10.96.0.10"), func(s *model.Service) { s.Scheduler = "wrr" }),
 			opts: &plan.Options{Scheduler: "wlc", Schedulers: plugintest.NewSchedulers("rr", "wrr", "wlc")},
 			want: &model.ServicePlan{Key: webKey, VirtualServices: []model.VirtualService{
 				withScheduler(vs(CIP, "10.96.0.10", 80, nil), "wrr"),
@@ -423,11 +385,7 @@ func TestPlanService(t *testing.T) {
 		},
 		{
 			name: "without the dataplane's schedulers an annotation falls back",
-			svc: func() *model.Service {
-				s := modeltest.ClusterIP(webKey, "10.96.0.10")
-				s.Scheduler = "mh"
-				return s
-			}(),
+			svc:  modeltest.With(modeltest.ClusterIP(webKey, "10.96.0.10"), func(s *model.Service) { s.Scheduler = "mh" }),
 			opts: &plan.Options{Scheduler: "wlc"},
 			want: &model.ServicePlan{Key: webKey, VirtualServices: []model.VirtualService{
 				withScheduler(vs(CIP, "10.96.0.10", 80, nil), "wlc"),
@@ -461,13 +419,11 @@ func TestPlanService(t *testing.T) {
 		},
 		{
 			name: "health check: distinct ready local addresses of a LoadBalancer with ETP Local",
-			svc: func() *model.Service {
-				s := modeltest.LoadBalancer(webKey, []string{"10.96.0.10"})
+			svc: modeltest.With(modeltest.LoadBalancer(webKey, []string{"10.96.0.10"}), func(s *model.Service) {
 				s.ExternalTrafficPolicy = model.PolicyLocal
 				s.HealthCheckNodePort = 32000
 				s.Ports = append(s.Ports, model.ServicePort{Name: "https", Protocol: model.TCP, Port: 443})
-				return s
-			}(),
+			}),
 			eps: func() []model.Endpoint {
 				https := modeltest.Ready("10.0.0.1", "n1")
 				https.PortName, https.Port = "https", 8443
@@ -485,13 +441,11 @@ func TestPlanService(t *testing.T) {
 		},
 		{
 			name: "health check: a dual-stack pod counts once",
-			svc: func() *model.Service {
-				s := modeltest.LoadBalancer(webKey, []string{"10.96.0.10", "fd96::10"})
+			svc: modeltest.With(modeltest.LoadBalancer(webKey, []string{"10.96.0.10", "fd96::10"}), func(s *model.Service) {
 				s.ExternalTrafficPolicy = model.PolicyLocal
 				s.HealthCheckNodePort = 32000
 				s.Ports[0].NodePort = 0
-				return s
-			}(),
+			}),
 			eps:  []model.Endpoint{modeltest.Ready("10.0.0.1", "n1"), modeltest.Ready("fd01::1", "n1")},
 			node: &model.Node{Name: "n1"},
 			want: &model.ServicePlan{Key: webKey, HealthCheckNodePort: 32000, LocalEndpoints: 1,

@@ -4,22 +4,133 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/switchyard-lb/switchyard/core/config"
 	"github.com/switchyard-lb/switchyard/core/model"
 	"github.com/switchyard-lb/switchyard/core/model/modeltest"
+	"github.com/switchyard-lb/switchyard/core/plan"
 	"github.com/switchyard-lb/switchyard/core/plugin"
 	"github.com/switchyard-lb/switchyard/core/plugin/plugintest"
 	"github.com/switchyard-lb/switchyard/core/policystage"
 	"github.com/switchyard-lb/switchyard/core/runner/runnertest"
+	"github.com/switchyard-lb/switchyard/ipvs"
+	"github.com/switchyard-lb/switchyard/ipvs/dryrun"
+	"github.com/switchyard-lb/switchyard/ipvs/ipvstest"
 )
+
+var (
+	t0     = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	webKey = model.ServiceKey{Namespace: "default", Name: "web"}
+	apiKey = model.ServiceKey{Namespace: "prod", Name: "api"}
+	nodeA  = &model.Node{Name: "node-a", Addresses: []netip.Addr{netip.MustParseAddr("192.168.1.10")}, Ready: true}
+
+	webEndpoints = []model.Endpoint{modeltest.Ready("10.244.1.2", "node-a"), modeltest.Ready("10.244.2.2", "node-b")}
+	cmpOpts      = []cmp.Option{cmpopts.EquateEmpty(), cmpopts.EquateComparable(netip.Addr{}, netip.AddrPort{}, netip.Prefix{})}
+)
+
+func cat(parts ...[]string) []string {
+	var out []string
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out
+}
+
+// table renders the dataplane with runs of spaces collapsed.
+func table(dp *dryrun.Dataplane) []string {
+	lines := strings.Split(strings.TrimSpace(dp.String()), "\n")[3:] // skip the 3 title lines
+	for i, l := range lines {
+		lines[i] = strings.Join(strings.Fields(l), " ")
+	}
+	return lines
+}
+
+// loop drives a Stage as core/reconcile's Sync does, without announcers
+// or health checks: it takes the watch's changes, replans them with the
+// real planner, weighs the plan, and hands the dataplane the Services
+// whose weighted plan changed (everything on the first round, as a full
+// Apply). The node is node-a.
+type loop struct {
+	src     *plugintest.Source
+	planner *plan.Planner
+	stage   *policystage.Stage
+	dp      plugin.Dataplane
+	now     func() time.Time
+	nodes   map[string]*model.Node
+	full    bool // the next Apply is a full one
+	// status is the stage's last Status, as the loop's State shows it.
+	status []policystage.Status
+}
+
+// newLoop wires the stage as core/reconcile and cmd/switchyard do: the
+// planner and, when cfg names none, the stage get dp's schedulers.
+func newLoop(src *plugintest.Source, dp plugin.Dataplane, now func() time.Time, cfg policystage.Config) *loop {
+	sched, _ := dp.(plugin.SchedulerSet)
+	if cfg.Schedulers == nil {
+		cfg.Schedulers = sched
+	}
+	return &loop{src: src, planner: plan.New(plan.Options{Schedulers: sched}), stage: policystage.New(cfg), dp: dp, now: now,
+		nodes: map[string]*model.Node{}, full: true}
+}
+
+// Sync runs one round; it does nothing before the source and the
+// policies have synced.
+func (l *loop) Sync(ctx context.Context) error {
+	if !l.src.HasSynced() || !l.stage.HasSynced() {
+		return nil
+	}
+	d := l.src.Take()
+	for name, n := range d.Nodes {
+		if n == nil {
+			delete(l.nodes, name)
+		} else {
+			l.nodes[name] = n
+		}
+	}
+	changed := l.planner.Update(l.nodes["node-a"], d.Services)
+	changed, p := l.stage.Weigh(ctx, policystage.Round{
+		Now: l.now(), Node: l.nodes["node-a"], Services: d.Services, Plan: l.planner.Plan(), Changed: changed,
+	})
+	if st := l.stage.TakeStatus(); st != nil {
+		l.status = st
+	}
+	if !l.full && len(changed) == 0 {
+		return nil
+	}
+	if err := l.dp.Apply(ctx, plugin.Update{Plan: p, Changed: changed, Full: l.full}); err != nil {
+		return err
+	}
+	l.full = false
+	return nil
+}
+
+func mustSync(t testing.TB, l *loop) {
+	t.Helper()
+	if err := l.Sync(context.Background()); err != nil {
+		t.Fatalf("Sync: %v", err)
+	}
+}
+
+// harness is a loop over the dry-run dataplane.
+type harness struct {
+	src  *plugintest.Source
+	dry  *dryrun.Dataplane
+	loop *loop
+}
+
+func newHarness(t *testing.T) *harness {
+	return &harness{src: plugintest.NewSource(), dry: dryrun.New()}
+}
 
 // Deadlines of the tests' evaluations: generous, since a deadline that
 // passes fails the evaluation and the machine may be loaded, except where
@@ -628,5 +739,175 @@ func TestPolicyLoadFailuresCountedOnce(t *testing.T) {
 func TestDefaultDeadlineIsTheDaemons(t *testing.T) {
 	if policystage.DefaultDeadline != config.DefaultEvaluationDeadline {
 		t.Errorf("policystage.DefaultDeadline %v, config.DefaultEvaluationDeadline %v: keep them equal", policystage.DefaultDeadline, config.DefaultEvaluationDeadline)
+	}
+}
+
+// leastConns is a least-connections-like policy: each endpoint gets one
+// more than the most active connections any endpoint has, less its own.
+// It keeps the statistics it saw last.
+type leastConns struct {
+	mu   sync.Mutex
+	seen map[netip.AddrPort]plugin.EndpointStats
+}
+
+func (p *leastConns) evaluate(_ context.Context, in *plugin.PolicyInput) (plugin.PolicyResult, error) {
+	seen := make(map[netip.AddrPort]plugin.EndpointStats, len(in.Endpoints))
+	var most uint32
+	for _, ep := range in.Endpoints {
+		seen[netip.AddrPortFrom(ep.Addr, ep.Port)] = ep.Stats
+		most = max(most, ep.Stats.ActiveConns)
+	}
+	w := make([]uint32, len(in.Endpoints))
+	for i, ep := range in.Endpoints {
+		w[i] = most + 1 - ep.Stats.ActiveConns
+	}
+	p.mu.Lock()
+	p.seen = seen
+	p.mu.Unlock()
+	return plugin.PolicyResult{Weights: w}, nil
+}
+
+func (p *leastConns) last() map[netip.AddrPort]plugin.EndpointStats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.seen
+}
+
+// TestPolicySeesDataplaneStats runs the loop over the IPVS dataplane on
+// the fake kernel: connection counts set in the kernel reach the policy on
+// the statistics tick, summed over the Service port's frontends, and the
+// weights the kernel holds follow them.
+func TestPolicySeesDataplaneStats(t *testing.T) {
+	const tick = 10 * time.Second
+	kernel := ipvstest.NewFake()
+	addrs := ipvstest.NewFakeAddresses()
+	addrs.AddLink("eth0", "device")
+	node := netip.MustParseAddr("192.168.1.10")
+	if err := addrs.AddAddr("eth0", node); err != nil {
+		t.Fatal(err)
+	}
+	dp, err := ipvs.New(ipvs.Config{Kernel: kernel, Addresses: addrs, Sysctls: ipvstest.NewFakeSysctls(map[string]string{
+		"net/ipv4/ip_forward": "1", "net/ipv4/vs/conntrack": "1", "net/ipv4/vs/expire_nodest_conn": "1",
+		"net/ipv4/vs/expire_quiescent_template": "1", "net/ipv4/vs/conn_reuse_mode": "0",
+	})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lc := &leastConns{}
+	pols := plugintest.NewPolicies("leastconns")
+	fn := plugintest.NewFunc("leastconns", lc.evaluate)
+	pols.Set("leastconns", fn, nil, nil)
+	src := plugintest.NewSource()
+	clock := runnertest.NewClock(t0)
+	loop := newLoop(src, dp, clock.Now, policystage.Config{Policies: pols, Stats: dp, StatsInterval: tick})
+
+	eps := []model.Endpoint{modeltest.Ready("10.244.1.2", "node-a"), modeltest.Ready("10.244.2.2", "node-b"), modeltest.Ready("10.244.3.2", "node-c")}
+	web := modeltest.State(modeltest.ClusterIP(webKey, "10.96.0.1"), eps...)
+	web.Service.Type = model.NodePort
+	web.Service.Ports[0].NodePort = 30080
+	src.Push(model.Delta{Nodes: map[string]*model.Node{"node-a": nodeA},
+		Services: map[model.ServiceKey]model.ServiceState{webKey: web}})
+	src.SetSynced(true)
+	mustSync(t, loop)
+
+	cip := model.VirtualServiceKey{Addr: modeltest.Addr("10.96.0.1"), Port: 80, Protocol: model.TCP}
+	np := model.VirtualServiceKey{Addr: node, Port: 30080, Protocol: model.TCP}
+	dst := func(s string) ipvs.DestinationKey {
+		ap := netip.MustParseAddrPort(s)
+		return ipvs.DestinationKey{Addr: ap.Addr(), Port: ap.Port()}
+	}
+	setConns := func(k model.VirtualServiceKey, d string, active uint32) {
+		t.Helper()
+		if err := kernel.SetConns(k, dst(d), active, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kernelWeights := func() map[model.VirtualServiceKey][]uint32 {
+		out := map[model.VirtualServiceKey][]uint32{}
+		for _, e := range kernel.Table() {
+			for _, d := range e.Destinations {
+				out[e.Service.VirtualServiceKey] = append(out[e.Service.VirtualServiceKey], d.Weight)
+			}
+		}
+		return out
+	}
+	both := func(w ...uint32) map[model.VirtualServiceKey][]uint32 {
+		return map[model.VirtualServiceKey][]uint32{cip: w, np: w}
+	}
+	// conns is the statistics of the three endpoints, active and
+	// inactive connections of each in turn.
+	conns := func(a1, i1, a2, i2, a3, i3 uint32) map[netip.AddrPort]plugin.EndpointStats {
+		return map[netip.AddrPort]plugin.EndpointStats{
+			netip.MustParseAddrPort("10.244.1.2:8080"): {ActiveConns: a1, InactiveConns: i1},
+			netip.MustParseAddrPort("10.244.2.2:8080"): {ActiveConns: a2, InactiveConns: i2},
+			netip.MustParseAddrPort("10.244.3.2:8080"): {ActiveConns: a3, InactiveConns: i3},
+		}
+	}
+	stats := func(a1, a2, a3, inactive uint32) map[netip.AddrPort]plugin.EndpointStats {
+		return conns(a1, inactive, a2, inactive, a3, inactive)
+	}
+	if diff := cmp.Diff(both(1, 1, 1), kernelWeights()); diff != "" {
+		t.Fatalf("before any traffic, kernel weights (-want +got):\n%s", diff)
+	}
+
+	steps := []struct {
+		name        string
+		do          func()
+		wantSeen    map[netip.AddrPort]plugin.EndpointStats
+		wantWeights map[model.VirtualServiceKey][]uint32
+		wantEvals   int // in all
+	}{
+		{
+			name: "a tick reads the counters, summed over the ClusterIP and the NodePort",
+			do: func() {
+				setConns(cip, "10.244.1.2:8080", 4)
+				setConns(cip, "10.244.2.2:8080", 1)
+				setConns(np, "10.244.2.2:8080", 1)
+				setConns(np, "10.244.3.2:8080", 0)
+				clock.Step(tick)
+			},
+			// Inactive: 1 on each frontend an endpoint was set on.
+			wantSeen:    conns(4, 1, 2, 2, 0, 1),
+			wantWeights: both(1, 3, 5),
+			wantEvals:   2,
+		},
+		{
+			name: "between ticks an evaluation sees the last read, not the kernel",
+			do: func() {
+				setConns(cip, "10.244.1.2:8080", 0)
+				clock.Step(tick / 2)
+				src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{webKey: web}})
+			},
+			wantSeen:    conns(4, 1, 2, 2, 0, 1),
+			wantWeights: both(1, 3, 5),
+			wantEvals:   3,
+		},
+		{
+			name: "the next tick follows the kernel",
+			do: func() {
+				setConns(np, "10.244.2.2:8080", 0)
+				setConns(np, "10.244.1.2:8080", 0)
+				setConns(cip, "10.244.3.2:8080", 0)
+				setConns(cip, "10.244.2.2:8080", 0)
+				setConns(np, "10.244.3.2:8080", 6)
+				clock.Step(tick)
+			},
+			wantSeen:    stats(0, 0, 6, 2),
+			wantWeights: both(7, 7, 1),
+			wantEvals:   4,
+		},
+	}
+	for _, s := range steps {
+		s.do()
+		mustSync(t, loop)
+		if diff := cmp.Diff(s.wantSeen, lc.last()); diff != "" {
+			t.Errorf("%s: the policy saw (-want +got):\n%s", s.name, diff)
+		}
+		if diff := cmp.Diff(s.wantWeights, kernelWeights()); diff != "" {
+			t.Errorf("%s: kernel weights (-want +got):\n%s", s.name, diff)
+		}
+		if got := fn.Calls(); got != s.wantEvals {
+			t.Errorf("%s: %d evaluations in all, want %d", s.name, got, s.wantEvals)
+		}
 	}
 }

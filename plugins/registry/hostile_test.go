@@ -2,7 +2,7 @@ package registry_test
 
 import (
 	"context"
-	"net/netip"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/core/model/modeltest"
 	"github.com/switchyard-lb/switchyard/core/plan"
 	"github.com/switchyard-lb/switchyard/core/plugin"
 	"github.com/switchyard-lb/switchyard/core/plugin/plugintest"
@@ -103,20 +104,16 @@ func TestHostileModules(t *testing.T) {
 	for name := range want {
 		i++
 		key := model.ServiceKey{Namespace: "default", Name: name}
-		svc := &model.Service{Key: key, Type: model.ClusterIP, ClusterIPs: []netip.Addr{netip.AddrFrom4([4]byte{10, 96, 0, byte(i)})},
-			Ports: []model.ServicePort{{Name: "http", Protocol: model.TCP, Port: 80}}, Policy: "hostile", PolicyParams: name}
+		svc := modeltest.ClusterIP(key, fmt.Sprintf("10.96.0.%d", i))
+		svc.Policy, svc.PolicyParams = "hostile", name
 		switch name {
 		case "healthy":
 			svc.PolicyParams = ""
 		case "forbidden", "abiv2", "garbage-bytes", "missing":
 			svc.Policy, svc.PolicyParams = name, ""
 		}
-		var eps []model.Endpoint
-		for j := range 3 {
-			eps = append(eps, model.Endpoint{Addr: netip.AddrFrom4([4]byte{10, 244, byte(i), byte(j + 1)}), Port: 8080, PortName: "http",
-				Protocol: model.TCP, Ready: true, Serving: true})
-		}
-		delta.Services[key] = model.ServiceState{Service: svc, Endpoints: eps}
+		delta.Services[key] = modeltest.State(svc, modeltest.Ready(fmt.Sprintf("10.244.%d.1", i), ""),
+			modeltest.Ready(fmt.Sprintf("10.244.%d.2", i), ""), modeltest.Ready(fmt.Sprintf("10.244.%d.3", i), ""))
 	}
 	src.Push(delta)
 	src.SetSynced(true)

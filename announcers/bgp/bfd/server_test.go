@@ -3,6 +3,7 @@ package bfd_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"syscall"
 	"testing"
@@ -192,17 +193,12 @@ func TestServerTwoPeers(t *testing.T) {
 	}
 	wait := func(what string, ok func(node, router bfd.State) bool) {
 		t.Helper()
-		deadline := time.Now().Add(time.Minute)
-		for {
-			a, b := sides[0].srv.Sessions()[0].State, sides[1].srv.Sessions()[0].State
-			if ok(a, b) {
-				return
+		harness.Poll(t, time.Minute, func() error {
+			if a, b := sides[0].srv.Sessions()[0].State, sides[1].srv.Sessions()[0].State; !ok(a, b) {
+				return fmt.Errorf("%s: node %s, router %s", what, a, b)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: node %s, router %s", what, a, b)
-			}
-			time.Sleep(5 * ms)
-		}
+			return nil
+		})
 	}
 	bothUp := func(a, b bfd.State) bool { return a == bfd.Up && b == bfd.Up }
 	wait("handshake", bothUp)

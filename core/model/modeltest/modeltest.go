@@ -80,3 +80,12 @@ func LoadBalancer(key model.ServiceKey, clusterIPs []string, ingress ...string) 
 func State(svc *model.Service, eps ...model.Endpoint) model.ServiceState {
 	return model.ServiceState{Service: svc, Endpoints: eps}
 }
+
+// With returns v after edit has changed it, for a builder's value with a
+// field or two set inside a table:
+//
+//	modeltest.With(modeltest.ClusterIP(key, "10.96.0.10"), func(s *model.Service) { s.Scheduler = "mh" })
+func With[T any](v *T, edit func(*T)) *T {
+	edit(v)
+	return v
+}
