@@ -22,11 +22,6 @@ func TestDataplaneIPv6Masquerade(t *testing.T) {
 	clearPlan(t)
 	deleteTable(t)
 	node6 := "fd00:244::1" // the node's address on the client's link
-	frontend := func(addr string, port uint16, kind model.FrontendKind, local bool, dests []model.Destination) model.VirtualService {
-		vs := clusterIP(addr, port, model.TCP, "rr", dests)
-		vs.Kind, vs.Local = kind, local
-		return vs
-	}
 	plan := planOf(map[string]model.VirtualService{
 		"cip6":    frontend("fd00:96::3:40", 80, model.FrontendClusterIP, false, backends(true, HTTPPort, 1, -1, -1)),
 		"lb6":     frontend("fd00:96::3:41", 80, model.FrontendLoadBalancer, false, backends(true, HTTPPort, -1, -1, 1)),
@@ -37,31 +32,13 @@ func TestDataplaneIPv6Masquerade(t *testing.T) {
 	if err := dp.Apply(t.Context(), plugin.Update{Plan: plan, Full: true}); err != nil {
 		t.Fatalf("Apply: %v", err)
 	}
-	type seen struct {
-		Backend string
-		Source  netip.Addr
-	}
-	for _, tc := range []struct {
-		name   string
-		from   *Namespace
-		target string
-		want   seen
-	}{
-		{"ClusterIP from a pod keeps its source", topo.Client, "[fd00:96::3:40]:80", seen{"be1", topo.ClientIPv6}},
-		{"ClusterIP from the node is masqueraded", Root, "[fd00:96::3:40]:80", seen{"be1", netip.MustParseAddr("fd00:244:1::1")}},
-		{"LoadBalancer Cluster is masqueraded", topo.Client, "[fd00:96::3:41]:80", seen{"be3", netip.MustParseAddr("fd00:244:3::1")}},
-		{"NodePort Cluster is masqueraded", topo.Client, "[fd00:244::1]:30092", seen{"be2", netip.MustParseAddr("fd00:244:2::1")}},
-		{"NodePort Local keeps the client", topo.Client, "[fd00:244::1]:30093", seen{"be2", topo.ClientIPv6}},
-	} {
-		name, src, err := Source(t.Context(), tc.from, netip.MustParseAddrPort(tc.target))
-		if err != nil {
-			t.Errorf("%s: %v", tc.name, err)
-			continue
-		}
-		if diff := cmp.Diff(tc.want, seen{name, src}, cmpLab); diff != "" {
-			t.Errorf("%s (-want +got):\n%s", tc.name, diff)
-		}
-	}
+	checkSources(t, "", []sourceCase{
+		{"ClusterIP from a pod keeps its source", topo.Client, "[fd00:96::3:40]:80", seenBy{"be1", topo.ClientIPv6}},
+		{"ClusterIP from the node is masqueraded", Root, "[fd00:96::3:40]:80", seenBy{"be1", netip.MustParseAddr("fd00:244:1::1")}},
+		{"LoadBalancer Cluster is masqueraded", topo.Client, "[fd00:96::3:41]:80", seenBy{"be3", netip.MustParseAddr("fd00:244:3::1")}},
+		{"NodePort Cluster is masqueraded", topo.Client, "[fd00:244::1]:30092", seenBy{"be2", netip.MustParseAddr("fd00:244:2::1")}},
+		{"NodePort Local keeps the client", topo.Client, "[fd00:244::1]:30093", seenBy{"be2", topo.ClientIPv6}},
+	})
 }
 
 // TestDataplaneSCTP balances SCTP associations over IPv4 and IPv6

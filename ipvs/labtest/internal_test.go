@@ -1,14 +1,8 @@
 package labtest
 
 import (
-	"context"
-	"errors"
 	"net/netip"
-	"syscall"
 	"testing"
-	"time"
-
-	"github.com/google/go-cmp/cmp"
 
 	"github.com/switchyard-lb/switchyard/core/model"
 	"github.com/switchyard-lb/switchyard/core/plugin"
@@ -50,51 +44,17 @@ func TestDataplaneInternalTraffic(t *testing.T) {
 			t.Fatalf("Apply: %v", err)
 		}
 	}
-	type seen struct {
-		Backend string
-		Source  netip.Addr
-	}
-	type check struct {
-		name   string
-		from   *Namespace
-		target string
-		want   seen // zero: refused
-	}
-	run := func(phase string, checks []check) {
-		t.Helper()
-		for _, tc := range checks {
-			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-			name, src, err := Source(ctx, tc.from, netip.MustParseAddrPort(tc.target))
-			cancel()
-			if tc.want == (seen{}) {
-				// No local endpoint: IPVS rejects the SYN with an
-				// ICMP port unreachable, a refused connection.
-				if !errors.Is(err, syscall.ECONNREFUSED) {
-					t.Errorf("%s: %s: answered by %s (seen as %s), err %v; want refused", phase, tc.name, name, src, err)
-				}
-				continue
-			}
-			if err != nil {
-				t.Errorf("%s: %s: %v", phase, tc.name, err)
-				continue
-			}
-			if diff := cmp.Diff(tc.want, seen{name, src}, cmpLab); diff != "" {
-				t.Errorf("%s: %s (-want +got):\n%s", phase, tc.name, diff)
-			}
-		}
-	}
-
 	apply("10.244.0.0/24")
-	run("client in the cluster CIDR", []check{
-		{"a pod reaches the LoadBalancer IP's remote endpoint, unmasqueraded", topo.Client, "10.96.3.1:80", seen{"be2", topo.ClientIPv4}},
-		{"the node reaches it, masqueraded", Root, "10.96.3.1:80", seen{"be2", netip.MustParseAddr("10.244.2.1")}},
-		{"a pod reaches the external IP's cluster-wide set", topo.Client, "10.96.3.2:80", seen{"be3", topo.ClientIPv4}},
-		{"the node reaches it, masqueraded", Root, "10.96.3.2:80", seen{"be3", netip.MustParseAddr("10.244.3.1")}},
+	checkSources(t, "client in the cluster CIDR", []sourceCase{
+		{"a pod reaches the LoadBalancer IP's remote endpoint, unmasqueraded", topo.Client, "10.96.3.1:80", seenBy{"be2", topo.ClientIPv4}},
+		{"the node reaches it, masqueraded", Root, "10.96.3.1:80", seenBy{"be2", netip.MustParseAddr("10.244.2.1")}},
+		{"a pod reaches the external IP's cluster-wide set", topo.Client, "10.96.3.2:80", seenBy{"be3", topo.ClientIPv4}},
+		{"the node reaches it, masqueraded", Root, "10.96.3.2:80", seenBy{"be3", netip.MustParseAddr("10.244.3.1")}},
 	})
 	apply("10.244.9.0/24")
-	run("client outside the cluster CIDR", []check{
-		{"an outside client is refused at the LoadBalancer IP without local endpoint", topo.Client, "10.96.3.1:80", seen{}},
-		{"an outside client gets the external IP's local endpoint, keeping its address", topo.Client, "10.96.3.2:80", seen{"be1", topo.ClientIPv4}},
-		{"the node still reaches the LoadBalancer IP's remote endpoint", Root, "10.96.3.1:80", seen{"be2", netip.MustParseAddr("10.244.2.1")}},
+	checkSources(t, "client outside the cluster CIDR", []sourceCase{
+		{"an outside client is refused at the LoadBalancer IP without local endpoint", topo.Client, "10.96.3.1:80", seenBy{}},
+		{"an outside client gets the external IP's local endpoint, keeping its address", topo.Client, "10.96.3.2:80", seenBy{"be1", topo.ClientIPv4}},
+		{"the node still reaches the LoadBalancer IP's remote endpoint", Root, "10.96.3.1:80", seenBy{"be2", netip.MustParseAddr("10.244.2.1")}},
 	})
 }
