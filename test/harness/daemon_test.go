@@ -82,7 +82,7 @@ func TestExecStopsWithSIGTERM(t *testing.T) {
 	if _, err := os.Stat(sh); err != nil {
 		t.Skipf("no %s: %v", sh, err)
 	}
-	d := Exec(t, "shell", sh, []string{"GREETING=hello"}, "-c", `echo "$GREETING"; trap 'echo bye; exit 0' TERM; while :; do sleep 0.05; done`)
+	d := Exec(t, "shell", sh, []string{"GREETING=hello"}, "-c", `trap 'echo bye; exit 0' TERM; echo "$GREETING"; while :; do sleep 0.05; done`)
 	Poll(t, 4*time.Minute, Cond("the greeting", func() bool { return strings.Contains(d.Logs.String(), "hello") }))
 	d.Stop(t)
 	if got := d.Logs.String(); got != "hello\nbye\n" {
@@ -99,7 +99,7 @@ func TestExecInAndKill(t *testing.T) {
 			t.Skipf("no %s: %v", f, err)
 		}
 	}
-	script := `echo "$GREETING"; trap 'echo bye; exit 0' TERM; while :; do sleep 0.05; done`
+	script := `trap 'echo bye; exit 0' TERM; echo "$GREETING"; while :; do sleep 0.05; done`
 	d := ExecIn(t, []string{env}, "shell", sh, []string{"GREETING=hello"}, "-c", script)
 	Poll(t, 4*time.Minute, Cond("the greeting", func() bool { return strings.Contains(d.Logs.String(), "hello") }))
 	d.Stop(t)
