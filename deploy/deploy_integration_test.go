@@ -64,44 +64,7 @@ func TestIntegrationDeploy(t *testing.T) {
 	})
 
 	t.Run("the overlay of the local image changes only the image and names the API server", func(t *testing.T) {
-		base := mustKubectl(t, s, "kustomize", ".")
-		local := mustKubectl(t, s, "kustomize", "../test/tools/image/deploy")
-		images := 0
-		for _, ds := range daemonSets(t, local) {
-			for _, c := range slices.Concat(ds.Spec.Template.Spec.InitContainers, ds.Spec.Template.Spec.Containers) {
-				images++
-				if c.Image != localImage {
-					t.Errorf("container %s: image %q, want %q (what make image tags)", c.Name, c.Image, localImage)
-				}
-			}
-		}
-		if images != 2 {
-			t.Errorf("the overlay renders %d containers, want 2 (sysctls and switchyard)", images)
-		}
-		// It adds the ConfigMap that names the node lab's API server (the
-		// one object a user writes for their cluster, deploy/daemonset.yaml);
-		// everything else is deploy/ as it is.
-		docs := strings.Split(local, "\n---\n")
-		apiserver := slices.IndexFunc(docs, func(d string) bool {
-			return strings.Contains(d, "kind: ConfigMap") && strings.Contains(d, "name: switchyard-apiserver")
-		})
-		if apiserver < 0 {
-			t.Fatalf("the overlay renders no switchyard-apiserver ConfigMap:\n%s", local)
-		}
-		for _, kv := range []string{"host: 192.168.100.1", `port: "443"`} {
-			if !strings.Contains(docs[apiserver], kv) {
-				t.Errorf("switchyard-apiserver ConfigMap lacks %s:\n%s", kv, docs[apiserver])
-			}
-		}
-		local = strings.Join(slices.Delete(docs, apiserver, apiserver+1), "\n---\n")
-		want := strings.ReplaceAll(base, "image: switchyard:latest", "image: "+localImage)
-		if diff := cmp.Diff(want, local); diff != "" {
-			t.Errorf("overlay rendering without its ConfigMap (-deploy/ with the image replaced +the overlay):\n%s", diff)
-		}
-		out := mustKubectl(t, s, "apply", "--dry-run=server", "-k", "../test/tools/image/deploy")
-		if n := strings.Count(out, "(server dry run)"); n != 11 {
-			t.Errorf("dry run of the overlay reported %d objects, want 11 (deploy/'s 10 and the ConfigMap):\n%s", n, out)
-		}
+		checkLocalOverlay(t, s)
 	})
 
 	mustKubectl(t, s, "apply", "-k", ".")
@@ -149,48 +112,7 @@ func TestIntegrationDeploy(t *testing.T) {
 	}
 
 	t.Run("reads what it watches", func(t *testing.T) {
-		if _, err := client.CoreV1().Services("").List(ctx, metav1.ListOptions{}); err != nil {
-			t.Errorf("list services: %v", err)
-		}
-		if _, err := client.DiscoveryV1().EndpointSlices("").List(ctx, metav1.ListOptions{}); err != nil {
-			t.Errorf("list endpointslices: %v", err)
-		}
-		if _, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); err != nil {
-			t.Errorf("list nodes: %v", err)
-		}
-		if _, err := client.CoreV1().ConfigMaps(namespace).Get(ctx, "switchyard-config", metav1.GetOptions{}); err != nil {
-			t.Errorf("get its config ConfigMap: %v", err)
-		}
-		// How the daemon reads a BGP password Secret: a watch on its name.
-		byName := metav1.ListOptions{FieldSelector: "metadata.name=bgp-auth"}
-		if _, err := client.CoreV1().Secrets(namespace).List(ctx, byName); err != nil {
-			t.Errorf("list a Secret by name in %s: %v", namespace, err)
-		}
-		if w, err := client.CoreV1().Secrets(namespace).Watch(ctx, byName); err != nil {
-			t.Errorf("watch a Secret by name in %s: %v", namespace, err)
-		} else {
-			w.Stop()
-		}
-		w, err := client.DiscoveryV1().EndpointSlices(app).Watch(ctx, metav1.ListOptions{})
-		if err != nil {
-			t.Fatalf("watch endpointslices: %v", err)
-		}
-		defer w.Stop()
-		slice := &discoveryv1.EndpointSlice{
-			ObjectMeta:  metav1.ObjectMeta{Name: "lb-1", Labels: map[string]string{discoveryv1.LabelServiceName: "lb"}},
-			AddressType: discoveryv1.AddressTypeIPv4,
-		}
-		if _, err := s.Client.DiscoveryV1().EndpointSlices(app).Create(ctx, slice, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case ev := <-w.ResultChan():
-			if ev.Type != watch.Added {
-				t.Errorf("watch event = %s %+v, want ADDED", ev.Type, ev.Object)
-			}
-		case <-time.After(30 * time.Second):
-			t.Error("no watch event for a new EndpointSlice within 30s")
-		}
+		checkReads(t, s.Client, client, app)
 	})
 
 	t.Run("writes Service status, Events and its Lease", func(t *testing.T) {
@@ -218,59 +140,7 @@ func TestIntegrationDeploy(t *testing.T) {
 	})
 
 	t.Run("denied everything else", func(t *testing.T) {
-		denials := map[string]func() error{
-			"update a Service's spec": func() error {
-				got, err := s.Client.CoreV1().Services(app).Get(ctx, svc.Name, metav1.GetOptions{})
-				if err != nil {
-					return err
-				}
-				got.Spec.Ports[0].Port = 81
-				_, err = client.CoreV1().Services(app).Update(ctx, got, metav1.UpdateOptions{})
-				return err
-			},
-			"delete a Service": func() error {
-				return client.CoreV1().Services(app).Delete(ctx, svc.Name, metav1.DeleteOptions{})
-			},
-			"create a Secret in its namespace": func() error {
-				_, err := client.CoreV1().Secrets(namespace).Create(ctx,
-					&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "x"}}, metav1.CreateOptions{})
-				return err
-			},
-			"update a Secret in its namespace": func() error {
-				_, err := client.CoreV1().Secrets(namespace).Update(ctx,
-					&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "bgp-auth"}}, metav1.UpdateOptions{})
-				return err
-			},
-			"delete a Secret in its namespace": func() error {
-				return client.CoreV1().Secrets(namespace).Delete(ctx, "bgp-auth", metav1.DeleteOptions{})
-			},
-			"get secrets elsewhere": func() error {
-				_, err := client.CoreV1().Secrets("kube-system").Get(ctx, "x", metav1.GetOptions{})
-				return err
-			},
-			"list secrets in every namespace": func() error {
-				_, err := client.CoreV1().Secrets("").List(ctx, metav1.ListOptions{})
-				return err
-			},
-			"list configmaps outside its namespace": func() error {
-				_, err := client.CoreV1().ConfigMaps("kube-system").List(ctx, metav1.ListOptions{})
-				return err
-			},
-			"create a lease outside its namespace": func() error {
-				_, err := client.CoordinationV1().Leases("kube-system").Create(ctx,
-					&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "x"}}, metav1.CreateOptions{})
-				return err
-			},
-			"write EndpointSlices": func() error {
-				_, err := client.DiscoveryV1().EndpointSlices(app).Create(ctx, &discoveryv1.EndpointSlice{
-					ObjectMeta: metav1.ObjectMeta{Name: "x"}, AddressType: discoveryv1.AddressTypeIPv4}, metav1.CreateOptions{})
-				return err
-			},
-			"list pods": func() error {
-				_, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
-				return err
-			},
-		}
+		denials := daemonDenials(ctx, s.Client, client, app, svc.Name)
 		for name, call := range denials {
 			if err := call(); !apierrors.IsForbidden(err) {
 				t.Errorf("%s: err = %v, want Forbidden", name, err)
@@ -362,4 +232,156 @@ func daemonSets(t *testing.T, stream string) []appsv1.DaemonSet {
 		out = append(out, ds)
 	}
 	return out
+}
+
+// checkLocalOverlay renders test/tools/image/deploy, the overlay of the
+// local image: it changes only deploy/'s images and adds the ConfigMap
+// naming the node lab's API server, and the server accepts it.
+func checkLocalOverlay(t *testing.T, s *apitest.Server) {
+	base := mustKubectl(t, s, "kustomize", ".")
+	local := mustKubectl(t, s, "kustomize", "../test/tools/image/deploy")
+	images := 0
+	for _, ds := range daemonSets(t, local) {
+		for _, c := range slices.Concat(ds.Spec.Template.Spec.InitContainers, ds.Spec.Template.Spec.Containers) {
+			images++
+			if c.Image != localImage {
+				t.Errorf("container %s: image %q, want %q (what make image tags)", c.Name, c.Image, localImage)
+			}
+		}
+	}
+	if images != 2 {
+		t.Errorf("the overlay renders %d containers, want 2 (sysctls and switchyard)", images)
+	}
+	// It adds the ConfigMap that names the node lab's API server (the
+	// one object a user writes for their cluster, deploy/daemonset.yaml);
+	// everything else is deploy/ as it is.
+	docs := strings.Split(local, "\n---\n")
+	apiserver := slices.IndexFunc(docs, func(d string) bool {
+		return strings.Contains(d, "kind: ConfigMap") && strings.Contains(d, "name: switchyard-apiserver")
+	})
+	if apiserver < 0 {
+		t.Fatalf("the overlay renders no switchyard-apiserver ConfigMap:\n%s", local)
+	}
+	for _, kv := range []string{"host: 192.168.100.1", `port: "443"`} {
+		if !strings.Contains(docs[apiserver], kv) {
+			t.Errorf("switchyard-apiserver ConfigMap lacks %s:\n%s", kv, docs[apiserver])
+		}
+	}
+	local = strings.Join(slices.Delete(docs, apiserver, apiserver+1), "\n---\n")
+	want := strings.ReplaceAll(base, "image: switchyard:latest", "image: "+localImage)
+	if diff := cmp.Diff(want, local); diff != "" {
+		t.Errorf("overlay rendering without its ConfigMap (-deploy/ with the image replaced +the overlay):\n%s", diff)
+	}
+	out := mustKubectl(t, s, "apply", "--dry-run=server", "-k", "../test/tools/image/deploy")
+	if n := strings.Count(out, "(server dry run)"); n != 11 {
+		t.Errorf("dry run of the overlay reported %d objects, want 11 (deploy/'s 10 and the ConfigMap):\n%s", n, out)
+	}
+}
+
+// daemonDenials are the calls the daemon's ServiceAccount (client) must be
+// forbidden, by name; admin reads what a call needs.
+func daemonDenials(ctx context.Context, admin, client kubernetes.Interface, app, svc string) map[string]func() error {
+	return map[string]func() error{
+		"update a Service's spec": func() error {
+			got, err := admin.CoreV1().Services(app).Get(ctx, svc, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			got.Spec.Ports[0].Port = 81
+			_, err = client.CoreV1().Services(app).Update(ctx, got, metav1.UpdateOptions{})
+			return err
+		},
+		"delete a Service": func() error {
+			return client.CoreV1().Services(app).Delete(ctx, svc, metav1.DeleteOptions{})
+		},
+		"create a Secret in its namespace": func() error {
+			_, err := client.CoreV1().Secrets(namespace).Create(ctx,
+				&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "x"}}, metav1.CreateOptions{})
+			return err
+		},
+		"update a Secret in its namespace": func() error {
+			_, err := client.CoreV1().Secrets(namespace).Update(ctx,
+				&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "bgp-auth"}}, metav1.UpdateOptions{})
+			return err
+		},
+		"delete a Secret in its namespace": func() error {
+			return client.CoreV1().Secrets(namespace).Delete(ctx, "bgp-auth", metav1.DeleteOptions{})
+		},
+		"get secrets elsewhere": func() error {
+			_, err := client.CoreV1().Secrets("kube-system").Get(ctx, "x", metav1.GetOptions{})
+			return err
+		},
+		"list secrets in every namespace": func() error {
+			_, err := client.CoreV1().Secrets("").List(ctx, metav1.ListOptions{})
+			return err
+		},
+		"list configmaps outside its namespace": func() error {
+			_, err := client.CoreV1().ConfigMaps("kube-system").List(ctx, metav1.ListOptions{})
+			return err
+		},
+		"create a lease outside its namespace": func() error {
+			_, err := client.CoordinationV1().Leases("kube-system").Create(ctx,
+				&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "x"}}, metav1.CreateOptions{})
+			return err
+		},
+		"write EndpointSlices": func() error {
+			_, err := client.DiscoveryV1().EndpointSlices(app).Create(ctx, &discoveryv1.EndpointSlice{
+				ObjectMeta: metav1.ObjectMeta{Name: "x"}, AddressType: discoveryv1.AddressTypeIPv4}, metav1.CreateOptions{})
+			return err
+		},
+		"list pods": func() error {
+			_, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+			return err
+		},
+	}
+}
+
+// checkReads checks that the daemon's ServiceAccount (client) reads and
+// watches what the daemon does: Services, EndpointSlices, Nodes, its
+// config ConfigMap and a BGP password Secret by name; admin creates the
+// EndpointSlice its watch should see in namespace app.
+func checkReads(t *testing.T, admin, client kubernetes.Interface, app string) {
+	ctx := t.Context()
+	if _, err := client.CoreV1().Services("").List(ctx, metav1.ListOptions{}); err != nil {
+		t.Errorf("list services: %v", err)
+	}
+	if _, err := client.DiscoveryV1().EndpointSlices("").List(ctx, metav1.ListOptions{}); err != nil {
+		t.Errorf("list endpointslices: %v", err)
+	}
+	if _, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); err != nil {
+		t.Errorf("list nodes: %v", err)
+	}
+	if _, err := client.CoreV1().ConfigMaps(namespace).Get(ctx, "switchyard-config", metav1.GetOptions{}); err != nil {
+		t.Errorf("get its config ConfigMap: %v", err)
+	}
+	// How the daemon reads a BGP password Secret: a watch on its name.
+	byName := metav1.ListOptions{FieldSelector: "metadata.name=bgp-auth"}
+	if _, err := client.CoreV1().Secrets(namespace).List(ctx, byName); err != nil {
+		t.Errorf("list a Secret by name in %s: %v", namespace, err)
+	}
+	if w, err := client.CoreV1().Secrets(namespace).Watch(ctx, byName); err != nil {
+		t.Errorf("watch a Secret by name in %s: %v", namespace, err)
+	} else {
+		w.Stop()
+	}
+	w, err := client.DiscoveryV1().EndpointSlices(app).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatalf("watch endpointslices: %v", err)
+	}
+	defer w.Stop()
+	slice := &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Name: "lb-1", Labels: map[string]string{discoveryv1.LabelServiceName: "lb"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+	}
+	if _, err := admin.DiscoveryV1().EndpointSlices(app).Create(ctx, slice, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev := <-w.ResultChan():
+		if ev.Type != watch.Added {
+			t.Errorf("watch event = %s %+v, want ADDED", ev.Type, ev.Object)
+		}
+	case <-time.After(30 * time.Second):
+		t.Error("no watch event for a new EndpointSlice within 30s")
+	}
 }

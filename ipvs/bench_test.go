@@ -91,10 +91,7 @@ func BenchmarkApplyOneChangeFirewall(b *testing.B) {
 	plan := benchPlan(10000)
 	r := newRig()
 	fw := &nopFirewall{}
-	dp, err := ipvs.New(ipvs.Config{Kernel: r.kernel, Addresses: r.addrs, Sysctls: r.sysctls, Firewall: fw})
-	if err != nil {
-		b.Fatal(err)
-	}
+	dp := r.plainDataplane(b, func(c *ipvs.Config) { c.Firewall = fw })
 	if err := dp.Apply(b.Context(), plugin.Update{Plan: plan, Full: true}); err != nil {
 		b.Fatal(err)
 	}

@@ -100,17 +100,24 @@ func entry(s ipvs.Service, ds ...ipvs.DestinationState) ipvstest.Entry {
 	return ipvstest.Entry{Service: s, Destinations: ds}
 }
 
-func TestDataplaneProgramsAndAdopts(t *testing.T) {
+// newNodeRig is a rig whose node has nodeIP on eth0 and a foreign IPVS
+// service (keyFor, on an address that is not on switchyard0).
+func newNodeRig(t *testing.T) (*rig, ipvs.Service) {
+	t.Helper()
 	r := newRig()
 	r.addrs.AddLink("eth0", "device")
 	if err := r.addrs.AddAddr("eth0", nodeIP); err != nil {
 		t.Fatal(err)
 	}
-	// A foreign service on an address that is not on switchyard0.
 	foreign := ipvs.Service{VirtualServiceKey: keyFor, Scheduler: "rr"}
 	if err := r.kernel.AddService(foreign); err != nil {
 		t.Fatal(err)
 	}
+	return r, foreign
+}
+
+func TestDataplaneProgramsAndAdopts(t *testing.T) {
+	r, foreign := newNodeRig(t)
 	plan := webPlan(be("10.244.1.2", 8080, 1), be("10.244.2.2", 8080, 2))
 	dp := r.dataplane(t)
 	if err := dp.Apply(t.Context(), plugin.Update{Plan: plan, Full: true}); err != nil {
@@ -179,6 +186,64 @@ func TestDataplaneProgramsAndAdopts(t *testing.T) {
 	wantCT := []ipvstest.ConntrackDeletion{{VIP: vipA, Port: 53}, {VIP: vipA, Port: 53}}
 	if diff := cmp.Diff(wantCT, r.ct.Deletions(), cmpAddrs); diff != "" {
 		t.Errorf("conntrack deletions (-want +got):\n%s", diff)
+	}
+}
+
+func TestDataplaneStats(t *testing.T) {
+	// The foreign service is not the dataplane's: its counters are not read.
+	r, _ := newNodeRig(t)
+	dp := r.dataplane(t)
+	if err := dp.Apply(t.Context(), plugin.Update{Plan: webPlan(be("10.244.1.2", 8080, 1), be("10.244.2.2", 8080, 2)), Full: true}); err != nil {
+		t.Fatalf("Apply: %v", err)
+	}
+	d1 := ipvs.DestinationKey{Addr: netip.MustParseAddr("10.244.1.2"), Port: 8080}
+	d2 := ipvs.DestinationKey{Addr: netip.MustParseAddr("10.244.2.2"), Port: 8080}
+	for _, step := range []error{
+		r.kernel.SetConns(keyA, d1, 7, 3),
+		r.kernel.SetRates(keyA, d1, 12, 3000, 90000),
+		r.kernel.SetConns(keyNP, d2, 2, 0),
+		r.kernel.SetRates(keyNP, d2, 1<<40, 5, 6), // a rate above 32 bits saturates
+	} {
+		if step != nil {
+			t.Fatal(step)
+		}
+	}
+	before := r.kernel.Calls(ipvstest.OpDestinations)
+
+	got, err := dp.Stats()
+	if err != nil {
+		t.Fatalf("Stats: %v", err)
+	}
+	ap := func(k ipvs.DestinationKey) netip.AddrPort { return netip.AddrPortFrom(k.Addr, k.Port) }
+	dns1 := netip.MustParseAddrPort("10.244.1.3:8080")
+	dns2 := netip.MustParseAddrPort("10.244.2.3:8080")
+	want := map[model.VirtualServiceKey]map[netip.AddrPort]plugin.EndpointStats{
+		keyA: {
+			ap(d1): {ActiveConns: 7, InactiveConns: 3, ConnRate: 12, BytesInRate: 3000, BytesOutRate: 90000},
+			ap(d2): {},
+		},
+		keyNP: {
+			ap(d1): {},
+			ap(d2): {ActiveConns: 2, ConnRate: 1<<32 - 1, BytesInRate: 5, BytesOutRate: 6},
+		},
+		keyA53: {dns1: {}, dns2: {}},
+	}
+	if diff := cmp.Diff(want, got, cmpAddrs); diff != "" {
+		t.Errorf("Stats (-want +got):\n%s", diff)
+	}
+	if n := r.kernel.Calls(ipvstest.OpDestinations) - before; n != len(want) {
+		t.Errorf("Stats dumped %d times, want one dump per owned virtual service (%d)", n, len(want))
+	}
+
+	// A failing dump is reported, and leaves the virtual services out.
+	boom := errors.New("netlink: boom")
+	r.kernel.SetError(ipvstest.OpDestinations, boom)
+	got, err = dp.Stats()
+	if !errors.Is(err, boom) {
+		t.Errorf("Stats error = %v, want %v", err, boom)
+	}
+	if len(got) != 0 {
+		t.Errorf("Stats after failed dumps = %v, want nothing", got)
 	}
 }
 
@@ -317,6 +382,61 @@ func TestDataplaneRecoversAfterError(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, r.kernel.Table(), cmpAddrs); diff != "" {
 		t.Errorf("kernel table (-want +got):\n%s", diff)
+	}
+}
+
+// A dump interrupted by concurrent changes returns partial results; the
+// dataplane must read again instead of acting on them or failing.
+func TestDataplaneRetriesInterruptedDumps(t *testing.T) {
+	r := newRig()
+	plan := webPlan(be("10.244.1.2", 8080, 1), be("10.244.2.2", 8080, 2))
+	if err := r.dataplane(t).Apply(t.Context(), plugin.Update{Plan: plan, Full: true}); err != nil {
+		t.Fatalf("Apply: %v", err)
+	}
+	want := r.kernel.Table()
+
+	// A restarted dataplane reads everything; each dump is interrupted
+	// once. Acting on the partial results would re-create what is there
+	// (and fail with ErrExists).
+	r.addrs.Interrupt(1)
+	r.kernel.Interrupt(ipvstest.OpServices, 1)
+	r.kernel.Interrupt(ipvstest.OpDestinations, 1)
+	services, mutations := r.kernel.Calls(ipvstest.OpServices), r.mutations()
+	dp := r.dataplane(t)
+	if err := dp.Apply(t.Context(), plugin.Update{Plan: plan, Full: true}); err != nil {
+		t.Fatalf("Apply with interrupted dumps: %v", err)
+	}
+	if n := r.mutations() - mutations; n != 0 {
+		t.Errorf("Apply with interrupted dumps made %d kernel changes, want 0", n)
+	}
+	if n := r.kernel.Calls(ipvstest.OpServices) - services; n != 2 {
+		t.Errorf("Services called %d times, want 2 (one interrupted)", n)
+	}
+	if diff := cmp.Diff(want, r.kernel.Table(), cmpAddrs); diff != "" {
+		t.Errorf("kernel table (-want +got):\n%s", diff)
+	}
+
+	// A dump interrupted on every attempt fails the Apply, and nothing
+	// is pruned on its partial results: the empty plan deletes nothing.
+	r.kernel.Interrupt(ipvstest.OpServices, 1000)
+	err := r.dataplane(t).Apply(t.Context(), plugin.Update{Plan: &model.Plan{}, Full: true})
+	if !errors.Is(err, ipvs.ErrInterrupted) {
+		t.Fatalf("Apply with a dump interrupted every time = %v, want ErrInterrupted", err)
+	}
+	if diff := cmp.Diff(want, r.kernel.Table(), cmpAddrs); diff != "" {
+		t.Errorf("kernel table after a failed load (-want +got):\n%s", diff)
+	}
+	r.kernel.Interrupt(ipvstest.OpServices, 0)
+
+	// An interrupted conntrack deletion is asked again.
+	before := len(r.ct.Deletions())
+	r.ct.Interrupt(1)
+	if err := dp.Apply(t.Context(), plugin.Update{Plan: &model.Plan{}, Full: true}); err != nil {
+		t.Fatalf("Apply empty plan: %v", err)
+	}
+	wantCT := []ipvstest.ConntrackDeletion{{VIP: vipA, Port: 53}, {VIP: vipA, Port: 53}}
+	if diff := cmp.Diff(wantCT, r.ct.Deletions()[before:], cmpAddrs); diff != "" {
+		t.Errorf("conntrack deletions (-want +got):\n%s", diff)
 	}
 }
 

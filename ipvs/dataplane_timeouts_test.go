@@ -16,10 +16,7 @@ import (
 func TestDataplaneSetsTimeouts(t *testing.T) {
 	newDP := func(r *rig, tm ipvs.Timeouts) *ipvs.Dataplane {
 		t.Helper()
-		dp, err := ipvs.New(ipvs.Config{Kernel: r.kernel, Addresses: r.addrs, Sysctls: r.sysctls, Timeouts: tm})
-		if err != nil {
-			t.Fatal(err)
-		}
+		dp := r.plainDataplane(t, func(c *ipvs.Config) { c.Timeouts = tm })
 		return dp
 	}
 	apply := func(dp *ipvs.Dataplane) error {

@@ -15,6 +15,20 @@ import (
 	"github.com/switchyard-lb/switchyard/ipvs/ipvstest"
 )
 
+// plainDataplane is a Dataplane over the rig's kernel, addresses and
+// sysctls only (no conntrack, strict ARP or drain timeout, unlike
+// dataplane), with set's changes to its config.
+func (r *rig) plainDataplane(t testing.TB, set func(*ipvs.Config)) *ipvs.Dataplane {
+	t.Helper()
+	c := ipvs.Config{Kernel: r.kernel, Addresses: r.addrs, Sysctls: r.sysctls}
+	set(&c)
+	dp, err := ipvs.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dp
+}
+
 func TestBuildFirewallSpec(t *testing.T) {
 	lbCluster := netip.MustParseAddr("192.0.2.1")
 	lbLocal := netip.MustParseAddr("192.0.2.2")
@@ -123,10 +137,7 @@ func TestFirewallSpecStamp(t *testing.T) {
 func TestDataplaneSyncsFirewallOnChange(t *testing.T) {
 	r := newRig()
 	fw := &ipvstest.FakeFirewall{}
-	dp, err := ipvs.New(ipvs.Config{Kernel: r.kernel, Addresses: r.addrs, Sysctls: r.sysctls, Firewall: fw})
-	if err != nil {
-		t.Fatal(err)
-	}
+	dp := r.plainDataplane(t, func(c *ipvs.Config) { c.Firewall = fw })
 	plan := webPlan(be("10.244.1.2", 8080, 1))
 	steps := []struct {
 		name   string
@@ -169,11 +180,9 @@ func TestDataplaneRestartKeepsFirewall(t *testing.T) {
 	r := newRig()
 	fw := &ipvstest.FakeFirewall{}
 	newDP := func() *ipvs.Dataplane {
-		dp, err := ipvs.New(ipvs.Config{Kernel: r.kernel, Addresses: r.addrs, Sysctls: r.sysctls, Firewall: fw,
-			Local: ipvs.LocalDetector{CIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}}})
-		if err != nil {
-			t.Fatal(err)
-		}
+		dp := r.plainDataplane(t, func(c *ipvs.Config) {
+			c.Firewall, c.Local.CIDRs = fw, []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}
+		})
 		return dp
 	}
 	plan := webPlan(be("10.244.1.2", 8080, 1))
@@ -261,10 +270,7 @@ func TestDataplaneRestartRemembersNodePorts(t *testing.T) {
 func TestDataplaneFirewallDelta(t *testing.T) {
 	r := newRig()
 	fw := &ipvstest.FakeFirewall{}
-	dp, err := ipvs.New(ipvs.Config{Kernel: r.kernel, Addresses: r.addrs, Sysctls: r.sysctls, Firewall: fw})
-	if err != nil {
-		t.Fatal(err)
-	}
+	dp := r.plainDataplane(t, func(c *ipvs.Config) { c.Firewall = fw })
 	plan := benchPlan(20)
 	if err := dp.Apply(t.Context(), plugin.Update{Plan: plan, Full: true}); err != nil {
 		t.Fatal(err)
@@ -371,10 +377,7 @@ func TestNewRefusesLongLocalInterface(t *testing.T) {
 func TestDataplaneFullResyncSkipsUntouchedTable(t *testing.T) {
 	r := newRig()
 	fw := &ipvstest.FakeFirewall{}
-	dp, err := ipvs.New(ipvs.Config{Kernel: r.kernel, Addresses: r.addrs, Sysctls: r.sysctls, Firewall: fw})
-	if err != nil {
-		t.Fatal(err)
-	}
+	dp := r.plainDataplane(t, func(c *ipvs.Config) { c.Firewall = fw })
 	plan := benchPlan(5)
 	k := model.ServiceKey{Namespace: "bench", Name: "svc3"}
 	full := plugin.Update{Plan: plan, Full: true}
@@ -428,10 +431,7 @@ func freshTable(t *testing.T, plan *model.Plan) ipvs.FirewallState {
 	t.Helper()
 	fresh := &ipvstest.FakeFirewall{}
 	r := newRig()
-	dp, err := ipvs.New(ipvs.Config{Kernel: r.kernel, Addresses: r.addrs, Sysctls: r.sysctls, Firewall: fresh})
-	if err != nil {
-		t.Fatal(err)
-	}
+	dp := r.plainDataplane(t, func(c *ipvs.Config) { c.Firewall = fresh })
 	if err := dp.Apply(t.Context(), plugin.Update{Plan: plan, Full: true}); err != nil {
 		t.Fatal(err)
 	}

@@ -42,10 +42,7 @@ func TestDataplaneInternalServices(t *testing.T) {
 	r := newRig()
 	fw := &ipvstest.FakeFirewall{}
 	newDP := func() *ipvs.Dataplane {
-		dp, err := ipvs.New(ipvs.Config{Kernel: r.kernel, Addresses: r.addrs, Sysctls: r.sysctls, Conntrack: r.ct, Firewall: fw})
-		if err != nil {
-			t.Fatal(err)
-		}
+		dp := r.plainDataplane(t, func(c *ipvs.Config) { c.Conntrack = r.ct; c.Firewall = fw })
 		return dp
 	}
 	web := []model.Destination{be("10.244.2.2", 8080, 1)}

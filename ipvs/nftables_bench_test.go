@@ -212,10 +212,7 @@ func BenchmarkApplyFullUnchangedNFTables(b *testing.B) {
 	r := newRig()
 	fw := ipvs.NewNFTables()
 	defer fw.Close()
-	dp, err := ipvs.New(ipvs.Config{Kernel: r.kernel, Addresses: r.addrs, Sysctls: r.sysctls, Firewall: fw})
-	if err != nil {
-		b.Fatal(err)
-	}
+	dp := r.plainDataplane(b, func(c *ipvs.Config) { c.Firewall = fw })
 	if err := dp.Apply(b.Context(), plugin.Update{Plan: plan, Full: true}); err != nil {
 		b.Fatal(err)
 	}

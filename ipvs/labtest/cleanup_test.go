@@ -65,45 +65,12 @@ func TestCleanup(t *testing.T) {
 		}
 		defer nl.Close()
 
-		// The node: an address on a non-dummy link (a veth), the
-		// proxies' dummy links.
-		if err := nl.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "node0"}, PeerName: "node0-peer"}); err != nil {
-			return fmt.Errorf("add node0: %w", err)
-		}
-		for _, l := range []struct{ link, addr string }{
-			{"node0", "192.168.77.1"}, {cleanup.SwitchyardDummy, "10.96.9.10"}, {cleanup.KubeProxyDummy, "10.96.9.20"},
-		} {
-			if l.link != "node0" {
-				if err := a.EnsureDummy(l.link); err != nil {
-					return err
-				}
-			}
-			if err := a.AddAddr(l.link, netip.MustParseAddr(l.addr)); err != nil {
-				return err
-			}
-		}
-		for _, key := range slices.Concat(sySvcs, kpSvcs, foreign) {
-			if err := k.AddService(ipvs.Service{VirtualServiceKey: key, Scheduler: "rr"}); err != nil {
-				return fmt.Errorf("add %v: %w", key, err)
-			}
-		}
-		if err := ipvs.NewNFTables().Sync(ipvs.FirewallSpec{
-			ClusterIPs: []netip.Addr{sySvcs[0].Addr}, Owned: sySvcs[1:],
-		}); err != nil {
-			return fmt.Errorf("program Switchyard's table: %w", err)
-		}
 		c, err := nftables.New()
 		if err != nil {
 			return err
 		}
-		for _, tb := range []*nftables.Table{
-			{Family: nftables.TableFamilyIPv4, Name: "kube-proxy"}, {Family: nftables.TableFamilyIPv6, Name: "kube-proxy"}, fTable,
-		} {
-			c.AddTable(tb)
-			c.AddChain(&nftables.Chain{Name: "services", Table: tb})
-		}
-		if err := c.Flush(); err != nil {
-			return fmt.Errorf("add the kube-proxy and foreign tables: %w", err)
+		if err := addLeftovers(k, a, nl, c, sySvcs, kpSvcs, foreign, fTable); err != nil {
+			return err
 		}
 
 		h, closeHost, err := cleanup.Open()
@@ -111,32 +78,6 @@ func TestCleanup(t *testing.T) {
 			return err
 		}
 		defer closeHost()
-		state := func() (svcs []model.VirtualServiceKey, links []string, tables []string) {
-			t.Helper()
-			list, err := k.Services()
-			if err != nil {
-				t.Errorf("list IPVS services: %v", err)
-			}
-			for _, s := range list {
-				svcs = append(svcs, s.VirtualServiceKey)
-			}
-			for _, name := range []string{cleanup.SwitchyardDummy, cleanup.KubeProxyDummy, "node0"} {
-				if _, err := nl.LinkByName(name); err == nil {
-					links = append(links, name)
-				}
-			}
-			all, err := c.ListTables()
-			if err != nil {
-				t.Errorf("list nftables tables: %v", err)
-			}
-			for _, tb := range all {
-				tables = append(tables, map[nftables.TableFamily]string{
-					nftables.TableFamilyINet: "inet", nftables.TableFamilyIPv4: "ip", nftables.TableFamilyIPv6: "ip6",
-				}[tb.Family]+" "+tb.Name)
-			}
-			slices.Sort(tables)
-			return svcs, links, tables
-		}
 		sorted := func(keys ...[]model.VirtualServiceKey) []model.VirtualServiceKey {
 			out := slices.Concat(keys...)
 			slices.SortFunc(out, model.VirtualServiceKey.Compare)
@@ -144,7 +85,10 @@ func TestCleanup(t *testing.T) {
 		}
 		check := func(what string, wantSvcs []model.VirtualServiceKey, wantLinks, wantTables []string) {
 			t.Helper()
-			svcs, links, tables := state()
+			svcs, links, tables, err := leftovers(k, nl, c)
+			if err != nil {
+				t.Error(err)
+			}
 			if diff := cmp.Diff(wantSvcs, svcs, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
 				t.Errorf("%s: IPVS services (-want +got):\n%s", what, diff)
 			}
@@ -190,4 +134,78 @@ func TestCleanup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// addLeftovers builds, in the calling thread's namespace, what both
+// proxies and others leave on a node: an address on a non-dummy link (a
+// veth), the proxies' dummy links with their addresses, the IPVS
+// services sySvcs, kpSvcs and foreign, Switchyard's nftables table
+// (sySvcs[0] its ClusterIP, the rest owned NodePorts), kube-proxy's ip
+// and ip6 tables and the foreign table fTable.
+func addLeftovers(k *ipvs.Netlink, a *ipvs.NetlinkAddresses, nl *netlink.Handle, c *nftables.Conn,
+	sySvcs, kpSvcs, foreign []model.VirtualServiceKey, fTable *nftables.Table) error {
+	if err := nl.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "node0"}, PeerName: "node0-peer"}); err != nil {
+		return fmt.Errorf("add node0: %w", err)
+	}
+	for _, l := range []struct{ link, addr string }{
+		{"node0", "192.168.77.1"}, {cleanup.SwitchyardDummy, "10.96.9.10"}, {cleanup.KubeProxyDummy, "10.96.9.20"},
+	} {
+		if l.link != "node0" {
+			if err := a.EnsureDummy(l.link); err != nil {
+				return err
+			}
+		}
+		if err := a.AddAddr(l.link, netip.MustParseAddr(l.addr)); err != nil {
+			return err
+		}
+	}
+	for _, key := range slices.Concat(sySvcs, kpSvcs, foreign) {
+		if err := k.AddService(ipvs.Service{VirtualServiceKey: key, Scheduler: "rr"}); err != nil {
+			return fmt.Errorf("add %v: %w", key, err)
+		}
+	}
+	if err := ipvs.NewNFTables().Sync(ipvs.FirewallSpec{
+		ClusterIPs: []netip.Addr{sySvcs[0].Addr}, Owned: sySvcs[1:],
+	}); err != nil {
+		return fmt.Errorf("program Switchyard's table: %w", err)
+	}
+	for _, tb := range []*nftables.Table{
+		{Family: nftables.TableFamilyIPv4, Name: "kube-proxy"}, {Family: nftables.TableFamilyIPv6, Name: "kube-proxy"}, fTable,
+	} {
+		c.AddTable(tb)
+		c.AddChain(&nftables.Chain{Name: "services", Table: tb})
+	}
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("add the kube-proxy and foreign tables: %w", err)
+	}
+	return nil
+}
+
+// leftovers reads what addLeftovers built and the cleanups remove: the
+// IPVS services, which of the proxies' and node0 links exist, and the
+// nftables tables as "family name", sorted.
+func leftovers(k *ipvs.Netlink, nl *netlink.Handle, c *nftables.Conn) (svcs []model.VirtualServiceKey, links, tables []string, err error) {
+	list, err := k.Services()
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("list IPVS services: %w", err)
+	}
+	for _, s := range list {
+		svcs = append(svcs, s.VirtualServiceKey)
+	}
+	for _, name := range []string{cleanup.SwitchyardDummy, cleanup.KubeProxyDummy, "node0"} {
+		if _, err := nl.LinkByName(name); err == nil {
+			links = append(links, name)
+		}
+	}
+	all, err := c.ListTables()
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("list nftables tables: %w", err)
+	}
+	for _, tb := range all {
+		tables = append(tables, map[nftables.TableFamily]string{
+			nftables.TableFamilyINet: "inet", nftables.TableFamilyIPv4: "ip", nftables.TableFamilyIPv6: "ip6",
+		}[tb.Family]+" "+tb.Name)
+	}
+	slices.Sort(tables)
+	return svcs, links, tables, nil
 }

@@ -29,15 +29,7 @@ func TestDataplaneCrashKeepsOwnership(t *testing.T) {
 	node := netip.MustParseAddr("10.244.0.1")
 	npKey := model.VirtualServiceKey{Addr: node, Port: 30092, Protocol: model.TCP}
 	foreign := ipvs.Service{VirtualServiceKey: model.VirtualServiceKey{Addr: node, Port: 30098, Protocol: model.TCP}, Scheduler: "rr"}
-	k, err := ipvs.NewNetlink()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer k.Close()
-	if err := k.AddService(foreign); err != nil {
-		t.Fatalf("add the foreign service: %v", err)
-	}
-	t.Cleanup(func() { k.DeleteService(foreign.VirtualServiceKey) })
+	addForeignService(t, foreign)
 
 	nodePort := clusterIP(node.String(), npKey.Port, model.TCP, "rr", backends(false, HTTPPort, -1, 1, -1))
 	nodePort.Kind = model.FrontendNodePort

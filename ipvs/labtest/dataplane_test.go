@@ -177,6 +177,100 @@ func planOf(vss map[string]model.VirtualService) *model.Plan {
 
 func svcKey(name string) model.ServiceKey { return model.ServiceKey{Namespace: "lab", Name: name} }
 
+// frontend is clusterIP's virtual service as a frontend of kind, with
+// externalTrafficPolicy Local when local.
+func frontend(vip string, port uint16, kind model.FrontendKind, local bool, dests []model.Destination) model.VirtualService {
+	vs := clusterIP(vip, port, model.TCP, "rr", dests)
+	vs.Kind, vs.Local = kind, local
+	return vs
+}
+
+// seenBy is which backend answered a connection and the source address
+// it saw.
+type seenBy struct {
+	Backend string
+	Source  netip.Addr
+}
+
+// sourceCase is a connection from a namespace to target and what the
+// backend should see; a zero want means the connection is refused.
+type sourceCase struct {
+	name   string
+	from   *Namespace
+	target string
+	want   seenBy
+}
+
+// checkSources opens each case's connection (Source) and compares who
+// answered, seeing which source, with the case's want.
+func checkSources(t *testing.T, phase string, cases []sourceCase) {
+	t.Helper()
+	for _, tc := range cases {
+		name := tc.name
+		if phase != "" {
+			name = phase + ": " + name
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		backend, src, err := Source(ctx, tc.from, netip.MustParseAddrPort(tc.target))
+		cancel()
+		if tc.want == (seenBy{}) {
+			// No endpoint to take it: IPVS rejects the SYN with an ICMP
+			// port unreachable, a refused connection.
+			if !errors.Is(err, syscall.ECONNREFUSED) {
+				t.Errorf("%s: answered by %s (seen as %s), err %v; want refused", name, backend, src, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		if diff := cmp.Diff(tc.want, seenBy{backend, src}, cmpLab); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", name, diff)
+		}
+	}
+}
+
+// dialFirst opens a keep-alive HTTP connection from the client to target,
+// closed when the test ends, and returns it with the backend that
+// answered its first request.
+func dialFirst(t *testing.T, target netip.AddrPort) (*HTTPConn, string) {
+	t.Helper()
+	conn, err := DialHTTP(t.Context(), topo.Client, target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	first, err := conn.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return conn, first
+}
+
+// addForeignService adds an IPVS service Switchyard does not own, as
+// another tool would, deleted when the test ends.
+func addForeignService(t *testing.T, svc ipvs.Service) {
+	t.Helper()
+	k, err := ipvs.NewNetlink()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	if err := k.AddService(svc); err != nil {
+		t.Fatalf("add the foreign service: %v", err)
+	}
+	t.Cleanup(func() {
+		k, err := ipvs.NewNetlink()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer k.Close()
+		k.DeleteService(svc.VirtualServiceKey)
+	})
+}
+
 // kernelDump is the IPVS table and switchyard0's addresses, without
 // connection counts.
 func kernelDump(t *testing.T) (map[string][]ipvs.Destination, []netip.Addr) {
@@ -272,15 +366,7 @@ func TestDataplaneSplitsAndSurvivesRestart(t *testing.T) {
 		t.Errorf("mh with mh-port: answers %v, want all three backends", got)
 	}
 
-	conn, err := DialHTTP(t.Context(), topo.Client, netip.MustParseAddrPort("10.96.1.10:80"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	first, err := conn.Get()
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn, first := dialFirst(t, netip.MustParseAddrPort("10.96.1.10:80"))
 	table, addrs := kernelDump(t)
 
 	// Restart: a new Dataplane, the same plan.
@@ -322,15 +408,7 @@ func TestDataplaneGracefulRemoval(t *testing.T) {
 	if err := dp.Apply(t.Context(), plugin.Update{Plan: plan, Full: true}); err != nil {
 		t.Fatal(err)
 	}
-	conn, err := DialHTTP(t.Context(), topo.Client, target)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	first, err := conn.Get()
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn, first := dialFirst(t, target)
 	weights := []int{1, 1, 1}
 	for i, be := range topo.Backends {
 		if be.Name == first {
@@ -638,26 +716,10 @@ func TestDataplaneMasqueradeNodeWithoutClusterCIDRs(t *testing.T) {
 	if err := dp.Apply(t.Context(), plugin.Update{Plan: plan, Full: true}); err != nil {
 		t.Fatalf("Apply: %v", err)
 	}
-	type seen struct {
-		Backend string
-		Source  netip.Addr
-	}
-	for _, tc := range []struct {
-		name string
-		from *Namespace
-		want seen
-	}{
-		{"from a pod it keeps its source", topo.Client, seen{"be1", topo.ClientIPv4}},
-		{"from the node it is masqueraded", Root, seen{"be1", netip.MustParseAddr("10.244.1.1")}},
-	} {
-		name, src, err := Source(t.Context(), tc.from, netip.MustParseAddrPort("10.96.1.60:80"))
-		if err != nil {
-			t.Fatalf("%s: %v", tc.name, err)
-		}
-		if diff := cmp.Diff(tc.want, seen{name, src}, cmpLab); diff != "" {
-			t.Errorf("%s (-want +got):\n%s", tc.name, diff)
-		}
-	}
+	checkSources(t, "", []sourceCase{
+		{"from a pod it keeps its source", topo.Client, "10.96.1.60:80", seenBy{"be1", topo.ClientIPv4}},
+		{"from the node it is masqueraded", Root, "10.96.1.60:80", seenBy{"be1", netip.MustParseAddr("10.244.1.1")}},
+	})
 }
 
 // TestDataplaneMasquerade checks the nftables table: ClusterIP traffic
@@ -670,14 +732,10 @@ func TestDataplaneMasquerade(t *testing.T) {
 	clearPlan(t)
 	t.Cleanup(func() { deleteFirewallTable(t) })
 	lb := func(vip string, local bool, dests []model.Destination) model.VirtualService {
-		vs := clusterIP(vip, 80, model.TCP, "rr", dests)
-		vs.Kind, vs.Local = model.FrontendLoadBalancer, local
-		return vs
+		return frontend(vip, 80, model.FrontendLoadBalancer, local, dests)
 	}
 	nodePort := func(port uint16, local bool, dests []model.Destination) model.VirtualService {
-		vs := clusterIP("10.244.0.1", port, model.TCP, "rr", dests)
-		vs.Kind, vs.Local = model.FrontendNodePort, local
-		return vs
+		return frontend("10.244.0.1", port, model.FrontendNodePort, local, dests)
 	}
 	allowed := lb("10.96.2.3", false, backends(false, HTTPPort, 1, -1, -1))
 	allowed.SourceRanges = []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24"), netip.MustParsePrefix("10.244.0.0/24")}
@@ -699,32 +757,15 @@ func TestDataplaneMasquerade(t *testing.T) {
 	if err := dp.Apply(t.Context(), plugin.Update{Plan: plan, Full: true}); err != nil {
 		t.Fatalf("Apply: %v", err)
 	}
-	type seen struct {
-		Backend string
-		Source  netip.Addr
-	}
-	for _, tc := range []struct {
-		name   string
-		from   *Namespace
-		target string
-		want   seen
-	}{
-		{"ClusterIP from a pod keeps its source", topo.Client, "10.96.1.50:80", seen{"be1", topo.ClientIPv4}},
-		{"ClusterIP from the node is masqueraded", Root, "10.96.1.50:80", seen{"be1", netip.MustParseAddr("10.244.1.1")}},
-		{"LoadBalancer Cluster is masqueraded", topo.Client, "10.96.2.1:80", seen{"be2", netip.MustParseAddr("10.244.2.1")}},
-		{"LoadBalancer Local keeps the client", topo.Client, "10.96.2.2:80", seen{"be3", topo.ClientIPv4}},
-		{"NodePort Cluster is masqueraded", topo.Client, "10.244.0.1:30080", seen{"be2", netip.MustParseAddr("10.244.2.1")}},
-		{"NodePort Local keeps the client", topo.Client, "10.244.0.1:30081", seen{"be2", topo.ClientIPv4}},
-		{"a client inside loadBalancerSourceRanges passes", topo.Client, "10.96.2.3:80", seen{"be1", netip.MustParseAddr("10.244.1.1")}},
-	} {
-		name, src, err := Source(t.Context(), tc.from, netip.MustParseAddrPort(tc.target))
-		if err != nil {
-			t.Fatalf("%s: %v", tc.name, err)
-		}
-		if diff := cmp.Diff(tc.want, seen{name, src}, cmpLab); diff != "" {
-			t.Errorf("%s (-want +got):\n%s", tc.name, diff)
-		}
-	}
+	checkSources(t, "", []sourceCase{
+		{"ClusterIP from a pod keeps its source", topo.Client, "10.96.1.50:80", seenBy{"be1", topo.ClientIPv4}},
+		{"ClusterIP from the node is masqueraded", Root, "10.96.1.50:80", seenBy{"be1", netip.MustParseAddr("10.244.1.1")}},
+		{"LoadBalancer Cluster is masqueraded", topo.Client, "10.96.2.1:80", seenBy{"be2", netip.MustParseAddr("10.244.2.1")}},
+		{"LoadBalancer Local keeps the client", topo.Client, "10.96.2.2:80", seenBy{"be3", topo.ClientIPv4}},
+		{"NodePort Cluster is masqueraded", topo.Client, "10.244.0.1:30080", seenBy{"be2", netip.MustParseAddr("10.244.2.1")}},
+		{"NodePort Local keeps the client", topo.Client, "10.244.0.1:30081", seenBy{"be2", topo.ClientIPv4}},
+		{"a client inside loadBalancerSourceRanges passes", topo.Client, "10.96.2.3:80", seenBy{"be1", netip.MustParseAddr("10.244.1.1")}},
+	})
 	// Outside the ranges the SYN is dropped: no answer within a second,
 	// where an allowed connection takes milliseconds.
 	ctx, cancel := context.WithTimeout(t.Context(), time.Second)

@@ -35,13 +35,13 @@
 // drops a NodePort (deleted, a foreign service on the node address kept),
 // checks hairpin masquerade and that an endpoint change updates the table's
 // sets in place; family_test.go covers IPv6 NodePort/LoadBalancer/ClusterIP
-// masquerade and SCTP; sctp_affinity_test.go SCTP with ClientIP affinity
-// over IPv4 and IPv6; sourceranges_test.go IPv6 loadBalancerSourceRanges
-// (allowed, dropped, then allowed once the range is added);
-// internal_test.go in-cluster traffic to Local LoadBalancer and external
-// IPs (a pod and the node reach every endpoint through the firewall-mark
-// service, the node masqueraded; an outside client gets the local ones,
-// or is refused without any, and keeps its address); open_test.go
+// masquerade, SCTP, SCTP with ClientIP affinity over IPv4 and IPv6, and
+// IPv6 loadBalancerSourceRanges (allowed, dropped, then allowed once the
+// range is added); internal_test.go in-cluster traffic to Local
+// LoadBalancer and external IPs (a pod and the node reach every endpoint
+// through the firewall-mark service, the node masqueraded; an outside
+// client gets the local ones, or is refused without any, and keeps its
+// address) and each kind of local traffic detector; open_test.go
 // a Dataplane from ipvs.Open, whose own goroutine deletes drained real
 // servers once their connections end (SCTP) or the drain timeout passes
 // (TCP). They are not parallel:

@@ -42,15 +42,7 @@ func TestDrainKeepsEstablishedConnections(t *testing.T) {
 	target := netip.AddrPortFrom(vip, 80)
 	svc := createService(t, client, vip, 80, "tcp", "rr", []uint32{1, 1, 1})
 
-	conn, err := DialHTTP(t.Context(), topo.Client, target)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	first, err := conn.Get()
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn, first := dialFirst(t, target)
 	var drained ipvs.Destination
 	for _, be := range topo.Backends {
 		if be.Name == first {

@@ -80,6 +80,61 @@ func backendName(a netip.Addr) string {
 
 // backendEndpoints returns one ready endpoint of port "http" per lab
 // backend, each on a node of its own.
+// policyLoop is the policy tests' reconcile loop (fake Source and
+// clock, real planner, policy stage and lab Dataplane) on node "lab".
+type policyLoop struct {
+	src   *plugintest.Source
+	dp    *labDataplane
+	clock *runnertest.Clock
+	loop  *reconcile.Loop
+}
+
+// newPolicyLoop starts the loop with the policies, reporting to
+// reporter (nil: none), a statistics tick, and the Services, synced.
+func newPolicyLoop(t *testing.T, pols *plugintest.Policies, reporter *plugintest.Reporter, tick time.Duration, services ...model.ServiceState) *policyLoop {
+	t.Helper()
+	l := &policyLoop{src: plugintest.NewSource(), dp: newLabDataplane(t), clock: runnertest.NewClock(time.Now())}
+	delta := model.Delta{
+		Nodes:    map[string]*model.Node{"lab": {Name: "lab", Ready: true}},
+		Services: map[model.ServiceKey]model.ServiceState{},
+	}
+	for _, s := range services {
+		delta.Services[s.Service.Key] = s
+	}
+	l.src.Push(delta)
+	l.src.SetSynced(true)
+	stage := policystage.Config{Policies: pols, Deadline: 2 * time.Second, StatsInterval: tick}
+	if reporter != nil {
+		stage.Reporter = reporter
+	}
+	l.loop = reconcile.New(reconcile.Config{
+		NodeName: "lab", Source: l.src, Planner: plan.New(plan.Options{}), Dataplane: l.dp,
+		// A generous evaluation deadline: under TCG on a loaded host the
+		// default 50 ms can pass before the first evaluation returns, and
+		// the Service would fall back to uniform weights.
+		Now: l.clock.Now, PolicyStage: stage,
+	})
+	return l
+}
+
+// sync runs one sync of the loop, failing the test on an error.
+func (l *policyLoop) sync(t *testing.T) {
+	t.Helper()
+	if _, err := l.loop.Sync(t.Context()); err != nil {
+		t.Fatalf("Sync: %v", err)
+	}
+}
+
+// policyService is ClusterIP Service lab/name at vip, port 80 (http),
+// with the policy, over backendEndpoints.
+func policyService(name, vip, policy string) model.ServiceState {
+	return model.ServiceState{
+		Service: &model.Service{Key: svcKey(name), Type: model.ClusterIP, ClusterIPs: []netip.Addr{netip.MustParseAddr(vip)}, Policy: policy,
+			Ports: []model.ServicePort{{Name: "http", Protocol: model.TCP, Port: 80}}},
+		Endpoints: backendEndpoints(),
+	}
+}
+
 func backendEndpoints() []model.Endpoint {
 	var eps []model.Endpoint
 	for _, be := range topo.Backends {
@@ -158,36 +213,12 @@ func TestPolicyWeightsDriveTraffic(t *testing.T) {
 	clearPlan(t)
 	const tick = time.Second
 	vip := netip.MustParseAddrPort("10.96.5.10:80")
-	key := model.ServiceKey{Namespace: "lab", Name: "policy"}
-	eps := backendEndpoints()
-	src := plugintest.NewSource()
-	src.Push(model.Delta{
-		Nodes: map[string]*model.Node{"lab": {Name: "lab", Ready: true}},
-		Services: map[model.ServiceKey]model.ServiceState{key: {
-			Service: &model.Service{Key: key, Type: model.ClusterIP, ClusterIPs: []netip.Addr{vip.Addr()}, Policy: "split",
-				Ports: []model.ServicePort{{Name: "http", Protocol: model.TCP, Port: vip.Port()}}},
-			Endpoints: eps,
-		}},
-	})
-	src.SetSynced(true)
 	pol := &labPolicy{}
 	pols := plugintest.NewPolicies("split")
 	pols.Set("split", plugintest.NewFunc("split", pol.evaluate), nil, nil)
-	dp := newLabDataplane(t)
-	clock := runnertest.NewClock(time.Now())
-	loop := reconcile.New(reconcile.Config{
-		NodeName: "lab", Source: src, Planner: plan.New(plan.Options{}), Dataplane: dp,
-		// A generous evaluation deadline: under TCG on a loaded host the
-		// default 50 ms can pass before the first evaluation returns, and
-		// the Service would fall back to uniform weights.
-		Now: clock.Now, PolicyStage: policystage.Config{Policies: pols, Deadline: 2 * time.Second, StatsInterval: tick},
-	})
-	syncLoop := func() {
-		t.Helper()
-		if _, err := loop.Sync(t.Context()); err != nil {
-			t.Fatalf("Sync: %v", err)
-		}
-	}
+	pl := newPolicyLoop(t, pols, nil, tick, policyService("policy", vip.Addr().String(), "split"))
+	dp, clock := pl.dp, pl.clock
+	syncLoop := func() { t.Helper(); pl.sync(t) }
 	table := func() map[string][]ipvs.Destination { return ipvsTable(t, "TCP/10.96.5.10:80 ") }
 	want := func(w ...uint32) map[string][]ipvs.Destination {
 		return map[string][]ipvs.Destination{"TCP/10.96.5.10:80 wrr flags=0x0 persist=0s": backendDests(w...)}

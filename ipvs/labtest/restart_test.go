@@ -104,15 +104,7 @@ func TestDataplaneRestartChangesNothing(t *testing.T) {
 	deleteTable(t)
 	node := netip.MustParseAddr("10.244.0.1")
 	foreign := ipvs.Service{VirtualServiceKey: model.VirtualServiceKey{Addr: node, Port: 30099, Protocol: model.TCP}, Scheduler: "rr"}
-	k, err := ipvs.NewNetlink()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer k.Close()
-	if err := k.AddService(foreign); err != nil {
-		t.Fatalf("add the foreign service: %v", err)
-	}
-	t.Cleanup(func() { k.DeleteService(foreign.VirtualServiceKey) })
+	addForeignService(t, foreign)
 
 	nodePort := clusterIP("10.244.0.1", 30090, model.TCP, "rr", backends(false, HTTPPort, -1, 1, -1))
 	nodePort.Kind = model.FrontendNodePort
@@ -128,15 +120,7 @@ func TestDataplaneRestartChangesNothing(t *testing.T) {
 	if name, src, err := Source(t.Context(), topo.Client, netip.MustParseAddrPort("10.244.0.1:30090")); err != nil || name != "be2" {
 		t.Fatalf("NodePort before the restart: %s seen as %s, %v; want be2", name, src, err)
 	}
-	conn, err := DialHTTP(t.Context(), topo.Client, netip.MustParseAddrPort("10.96.3.10:80"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	first, err := conn.Get()
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn, first := dialFirst(t, netip.MustParseAddrPort("10.96.3.10:80"))
 	table, addrs := kernelDump(t)
 	gen := nftGeneration(t)
 

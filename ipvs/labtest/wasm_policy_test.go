@@ -16,12 +16,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/switchyard-lb/switchyard/core/model"
-	"github.com/switchyard-lb/switchyard/core/plan"
 	"github.com/switchyard-lb/switchyard/core/plugin"
 	"github.com/switchyard-lb/switchyard/core/plugin/plugintest"
-	"github.com/switchyard-lb/switchyard/core/policystage"
-	"github.com/switchyard-lb/switchyard/core/reconcile"
-	"github.com/switchyard-lb/switchyard/core/runner/runnertest"
 	"github.com/switchyard-lb/switchyard/ipvs"
 	"github.com/switchyard-lb/switchyard/plugins/wasm"
 )
@@ -139,40 +135,16 @@ func TestWasmPolicyWeightsDriveTraffic(t *testing.T) {
 	pols.Set("hostile-loop", loaded["hostile"], []byte(`{"mode": "loop"}`), nil)
 	pols.Set("hostile-trap", loaded["hostile"], []byte(`{"mode": "trap"}`), nil)
 
-	eps := backendEndpoints()
-	service := func(name, vip, policy string) model.ServiceState {
-		k := model.ServiceKey{Namespace: "lab", Name: name}
-		return model.ServiceState{
-			Service: &model.Service{Key: k, Type: model.ClusterIP, ClusterIPs: []netip.Addr{netip.MustParseAddr(vip)}, Policy: policy,
-				Ports: []model.ServicePort{{Name: "http", Protocol: model.TCP, Port: 80}}},
-			Endpoints: eps,
-		}
-	}
-	canary := service("canary", "10.96.7.10", "canary")
-	src := plugintest.NewSource()
-	src.Push(model.Delta{
-		Nodes: map[string]*model.Node{"lab": {Name: "lab", Ready: true}},
-		Services: map[model.ServiceKey]model.ServiceState{
-			canary.Service.Key: canary,
-			svcKey("loop"):     service("loop", "10.96.7.11", "hostile-loop"),
-			svcKey("trap"):     service("trap", "10.96.7.12", "hostile-trap"),
-		},
-	})
-	src.SetSynced(true)
+	canary := policyService("canary", "10.96.7.10", "canary")
 	const tick = time.Second
-	dp := newLabDataplane(t)
-	clock := runnertest.NewClock(time.Now())
 	reporter := plugintest.NewReporter()
-	loop := reconcile.New(reconcile.Config{
-		NodeName: "lab", Source: src, Planner: plan.New(plan.Options{}), Dataplane: dp, Now: clock.Now,
-		PolicyStage: policystage.Config{Policies: pols, Reporter: reporter, Deadline: 2 * time.Second, StatsInterval: tick},
-	})
+	pl := newPolicyLoop(t, pols, reporter, tick, canary,
+		policyService("loop", "10.96.7.11", "hostile-loop"), policyService("trap", "10.96.7.12", "hostile-trap"))
+	src, clock := pl.src, pl.clock
 	syncLoop := func() {
 		t.Helper()
 		start := time.Now()
-		if _, err := loop.Sync(ctx); err != nil {
-			t.Fatalf("Sync: %v", err)
-		}
+		pl.sync(t)
 		t.Logf("Sync with the wasm policies: %s", time.Since(start).Round(time.Millisecond))
 	}
 	table := func() map[string][]ipvs.Destination { return ipvsTable(t, "TCP/10.96.7.") }

@@ -129,10 +129,7 @@ func TestSetSysctls(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg, err := config.Parse([]byte("apiVersion: switchyard.dev/v1alpha2\nkind: SwitchyardConfig\n" + tt.config))
-			if err != nil {
-				t.Fatal(err)
-			}
+			cfg := parseConfig(t, tt.config)
 			initial := kernelDefaults()
 			if tt.kernel != nil {
 				tt.kernel(initial)
@@ -288,10 +285,7 @@ func TestSetSysctlsConntrack(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg, err := config.Parse([]byte("apiVersion: switchyard.dev/v1alpha2\nkind: SwitchyardConfig\n" + tt.config))
-			if err != nil {
-				t.Fatal(err)
-			}
+			cfg := parseConfig(t, tt.config)
 			sysctls := ipvstest.NewFakeSysctls(kernelDefaults())
 			params := ipvstest.NewFakeSysctls(map[string]string{"hashsize": "16384"})
 			var p ipvs.Sysctls = params
@@ -332,4 +326,14 @@ func TestSetSysctlsConntrack(t *testing.T) {
 			}
 		})
 	}
+}
+
+// parseConfig parses a config file made of the header and body.
+func parseConfig(t *testing.T, body string) *config.Config {
+	t.Helper()
+	cfg, err := config.Parse([]byte("apiVersion: switchyard.dev/v1alpha2\nkind: SwitchyardConfig\n" + body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
 }

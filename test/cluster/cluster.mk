@@ -51,15 +51,7 @@ CLUSTER_APT_PACKAGES := frr
 
 .PHONY: cluster-deps
 cluster-deps:
-	@missing=""; for p in $(CLUSTER_APT_PACKAGES); do \
-		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || missing="$$missing $$p"; \
-	done; \
-	if [ -z "$$missing" ]; then exit 0; fi; \
-	if [ "$$(id -u)" != 0 ]; then echo "cluster: not root, cannot install:$$missing"; exit 1; fi; \
-	echo "cluster: installing$$missing"; \
-	export DEBIAN_FRONTEND=noninteractive; \
-	apt-get -o DPkg::Lock::Timeout=300 update -qq && \
-	apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends $$missing >/dev/null
+	@test/tools/apt-deps.sh cluster fail $(CLUSTER_APT_PACKAGES)
 
 .PHONY: test-cluster
 test-cluster: cluster-deps

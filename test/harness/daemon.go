@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -83,6 +84,7 @@ type Daemon struct {
 
 	ctx    context.Context
 	cancel func() // asks the daemon to stop
+	kill   func() // ends the process at once (Exec only)
 	done   chan error
 	// stopped is set once Stop or Halt has collected the result.
 	stopped bool
@@ -103,8 +105,17 @@ func Go(parent context.Context, name string, logs *Buffer, daemon func(ctx conte
 // stop it.
 func Exec(t testing.TB, name, bin string, env []string, args ...string) *Daemon {
 	t.Helper()
+	return ExecIn(t, nil, name, bin, env, args...)
+}
+
+// ExecIn is Exec with the command line behind wrap, such as
+// ["ip", "netns", "exec", NS] to run the daemon in a network namespace
+// (a wrapper that execs bin, so that the signals reach the daemon).
+func ExecIn(t testing.TB, wrap []string, name, bin string, env []string, args ...string) *Daemon {
+	t.Helper()
 	logs := &Buffer{}
-	cmd := exec.Command(bin, args...)
+	argv := append(append(append([]string{}, wrap...), bin), args...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
@@ -115,6 +126,10 @@ func Exec(t testing.TB, name, bin string, env []string, args ...string) *Daemon 
 	d.ctx = ctx
 	d.cancel = func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
+		cancel()
+	}
+	d.kill = func() {
+		_ = cmd.Process.Kill()
 		cancel()
 	}
 	go func() { d.done <- cmd.Wait() }()
@@ -162,6 +177,26 @@ func (d *Daemon) Halt() {
 	<-d.done
 }
 
+// Kill ends the daemon's process at once (SIGKILL: no withdrawal, no
+// leave) and waits for it to be gone, failing the test after 30 s. Only
+// for a daemon started by Exec or ExecIn.
+func (d *Daemon) Kill(t testing.TB) {
+	t.Helper()
+	if d.kill == nil {
+		t.Fatalf("%s: Kill needs a daemon process (Exec)", d.Name)
+	}
+	if d.stopped {
+		return
+	}
+	d.stopped = true
+	d.kill()
+	select {
+	case <-d.done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s: still running 30s after SIGKILL", d.Name)
+	}
+}
+
 // LogIfFailed logs what the daemon wrote when the test has failed.
 func (d *Daemon) LogIfFailed(t testing.TB) {
 	t.Helper()
@@ -174,16 +209,66 @@ func (d *Daemon) LogIfFailed(t testing.TB) {
 // directory of t and returns the binary's path.
 func BuildDaemon(t testing.TB) string {
 	t.Helper()
+	out := filepath.Join(t.TempDir(), "switchyard")
+	if err := buildDaemon(out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+var (
+	sharedOnce sync.Once
+	sharedBin  string
+	sharedErr  error
+)
+
+// sharedDirPrefix names SharedDaemon's directories; the process id
+// follows.
+const sharedDirPrefix = "sy-daemon-"
+
+// SharedDaemon builds the daemon once per test process, for suites
+// whose tests each start several daemons, into a directory of the
+// system's temporary directory named after the process (a test's
+// TempDir would go with the first test); directories of earlier
+// processes that are gone are removed first.
+func SharedDaemon(t testing.TB) string {
+	t.Helper()
+	sharedOnce.Do(func() {
+		if old, err := filepath.Glob(filepath.Join(os.TempDir(), sharedDirPrefix+"*")); err == nil {
+			for _, d := range old {
+				pid, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(d), sharedDirPrefix))
+				if err == nil && pid != os.Getpid() && syscall.Kill(pid, 0) == syscall.ESRCH {
+					os.RemoveAll(d)
+				}
+			}
+		}
+		dir := filepath.Join(os.TempDir(), sharedDirPrefix+strconv.Itoa(os.Getpid()))
+		if sharedErr = os.MkdirAll(dir, 0o755); sharedErr != nil {
+			return
+		}
+		sharedBin = filepath.Join(dir, "switchyard")
+		began := time.Now()
+		if sharedErr = buildDaemon(sharedBin); sharedErr == nil {
+			fmt.Fprintf(os.Stderr, "daemon built in %s: %s\n", time.Since(began).Round(time.Millisecond), sharedBin)
+		}
+	})
+	if sharedErr != nil {
+		t.Fatal(sharedErr)
+	}
+	return sharedBin
+}
+
+// buildDaemon builds cmd/switchyard into out.
+func buildDaemon(out string) error {
 	// go test puts its own GOROOT/bin first in PATH.
 	goBin, err := exec.LookPath("go")
 	if err != nil {
-		t.Fatalf("find the go command: %v", err)
+		return fmt.Errorf("find the go command: %w", err)
 	}
-	out := filepath.Join(t.TempDir(), "switchyard")
 	if b, err := exec.Command(goBin, "build", "-o", out, "github.com/switchyard-lb/switchyard/cmd/switchyard").CombinedOutput(); err != nil {
-		t.Fatalf("build the daemon: %v\n%s", err, b)
+		return fmt.Errorf("build the daemon: %w\n%s", err, b)
 	}
-	return out
+	return nil
 }
 
 // Metric returns the value of the first sample on the daemon's /metrics
@@ -193,13 +278,24 @@ func Metric(metricsAddr, prefix string) (float64, bool) {
 	if err != nil || code != http.StatusOK {
 		return 0, false
 	}
-	for _, line := range strings.Split(body, "\n") {
+	v, err := ParseMetric(body, prefix)
+	return v, err == nil
+}
+
+// ParseMetric returns the value of the first sample of a Prometheus text
+// exposition whose name and labels start with prefix: for the suites
+// that fetch /metrics their own way (from inside a namespace or guest).
+func ParseMetric(body, prefix string) (float64, error) {
+	for line := range strings.SplitSeq(body, "\n") {
 		if rest, ok := strings.CutPrefix(line, prefix); ok {
 			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
-			return v, err == nil
+			if err != nil {
+				return 0, fmt.Errorf("metric %q: %w", prefix, err)
+			}
+			return v, nil
 		}
 	}
-	return 0, false
+	return 0, fmt.Errorf("no metric %q", prefix)
 }
 
 // DebugState decodes the daemon's /debug/state at metricsAddr into st

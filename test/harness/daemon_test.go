@@ -82,11 +82,56 @@ func TestExecStopsWithSIGTERM(t *testing.T) {
 	if _, err := os.Stat(sh); err != nil {
 		t.Skipf("no %s: %v", sh, err)
 	}
-	d := Exec(t, "shell", sh, []string{"GREETING=hello"}, "-c", `echo "$GREETING"; trap 'echo bye; exit 0' TERM; while :; do sleep 0.05; done`)
+	d := Exec(t, "shell", sh, []string{"GREETING=hello"}, "-c", `trap 'echo bye; exit 0' TERM; echo "$GREETING"; while :; do sleep 0.05; done`)
 	Poll(t, 4*time.Minute, Cond("the greeting", func() bool { return strings.Contains(d.Logs.String(), "hello") }))
 	d.Stop(t)
 	if got := d.Logs.String(); got != "hello\nbye\n" {
 		t.Errorf("logs = %q, want hello and bye", got)
+	}
+}
+
+// ExecIn runs the command behind a wrapper that execs it (env here, ip
+// netns exec in the lab suites): the signals reach the command itself.
+func TestExecInAndKill(t *testing.T) {
+	sh, env := "/bin/sh", "/usr/bin/env"
+	for _, f := range []string{sh, env} {
+		if _, err := os.Stat(f); err != nil {
+			t.Skipf("no %s: %v", f, err)
+		}
+	}
+	script := `trap 'echo bye; exit 0' TERM; echo "$GREETING"; while :; do sleep 0.05; done`
+	d := ExecIn(t, []string{env}, "shell", sh, []string{"GREETING=hello"}, "-c", script)
+	Poll(t, 4*time.Minute, Cond("the greeting", func() bool { return strings.Contains(d.Logs.String(), "hello") }))
+	d.Stop(t)
+	if got := d.Logs.String(); got != "hello\nbye\n" {
+		t.Errorf("logs after Stop = %q, want hello and bye", got)
+	}
+
+	d = ExecIn(t, []string{env}, "shell", sh, []string{"GREETING=hello"}, "-c", script)
+	Poll(t, 4*time.Minute, Cond("the greeting", func() bool { return strings.Contains(d.Logs.String(), "hello") }))
+	d.Kill(t)
+	if got := d.Logs.String(); got != "hello\n" {
+		t.Errorf("logs after Kill = %q, want hello only (SIGKILL runs no trap)", got)
+	}
+}
+
+func TestParseMetric(t *testing.T) {
+	body := "# HELP x\nswitchyard_a{k=\"v\"} 2\nswitchyard_b 3.5\nswitchyard_bad x\n"
+	tests := []struct {
+		prefix  string
+		want    float64
+		wantErr bool
+	}{
+		{prefix: `switchyard_a{k="v"} `, want: 2},
+		{prefix: "switchyard_b ", want: 3.5},
+		{prefix: "switchyard_c ", wantErr: true},
+		{prefix: "switchyard_bad ", wantErr: true},
+	}
+	for _, tt := range tests {
+		got, err := ParseMetric(body, tt.prefix)
+		if (err != nil) != tt.wantErr || got != tt.want {
+			t.Errorf("ParseMetric(%q) = %v, %v; want %v, error %v", tt.prefix, got, err, tt.want, tt.wantErr)
+		}
 	}
 }
 

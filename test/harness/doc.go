@@ -12,6 +12,10 @@
 // hand it run or runDaemon, which only package main can call) or as the
 // built binary by Exec (BuildDaemon), stopped alike and showing its logs
 // when the test failed; Metric, DebugState and WaitReady read its
-// servers. The lab suites (test/peers, test/cluster, test/node) run the
-// daemon inside network namespaces or VMs through their own packages.
+// servers. ExecIn runs the binary behind a wrapper such as `ip netns
+// exec NS`, and SharedDaemon builds it once per test process: test/peers
+// runs its daemons in node namespaces that way (Stop, Kill, the logs),
+// and reads their servers from inside the namespace with ParseMetric.
+// test/cluster and test/node run the daemon inside VMs through their own
+// packages.
 package harness

@@ -21,11 +21,8 @@
 NODE_UP_FLAGS ?=
 NODE_IMAGE ?=
 NODELAB := $(BIN)/nodelab
-NODE_SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 NODE_KUBE_FLAGS := --kubelet --control-plane --agnhost --coredns
-NODE_DEPS = command -v gcc >/dev/null && [ -e /usr/lib/x86_64-linux-gnu/libc.a ] || \
-	{ $(NODE_SUDO) apt-get update >/dev/null && $(NODE_SUDO) env DEBIAN_FRONTEND=noninteractive \
-	  apt-get install -y --no-install-recommends gcc libc6-dev >/dev/null; }
+NODE_DEPS = test/tools/apt-deps.sh node sudo gcc libc6-dev
 
 .PHONY: node-up node-down
 node-up: $(if $(NODE_IMAGE),image)

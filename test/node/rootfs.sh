@@ -21,6 +21,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 cache=${SWITCHYARD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/switchyard}/node
 mkdir -p "$cache"
 log() { echo "node rootfs: $*" >&2; }
+# shellcheck source=test/node/lib.sh
+. "$here/lib.sh"
 
 suite=bookworm
 packages=(
@@ -37,25 +39,8 @@ krel=$(ls "$kdir/lib/modules" | sort -V | tail -n1)
 
 hash=$( { cat "$0"; echo "$suite ${packages[*]} $krel $spare_mb"; } | sha256sum | cut -c1-16)
 out=$cache/rootfs-$hash
-if [ -f "$out/.complete" ]; then
-	echo "$out/rootfs.ext4"
-	exit 0
-fi
-
-exec 9>"$cache/.lock"
-flock 9
-if [ -f "$out/.complete" ]; then
-	echo "$out/rootfs.ext4"
-	exit 0
-fi
-
-sudo=""
-[ "$(id -u)" = 0 ] || sudo=sudo
-if ! command -v mmdebstrap >/dev/null; then
-	log "apt-get install mmdebstrap"
-	$sudo apt-get update >/dev/null
-	$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends mmdebstrap >/dev/null
-fi
+reuse_or_lock "$out/.complete" "$out/rootfs.ext4"
+need_mmdebstrap "node rootfs"
 
 $sudo rm -rf "$out"
 mkdir -p "$out"

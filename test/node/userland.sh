@@ -19,6 +19,8 @@ set -euo pipefail
 cache=${SWITCHYARD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/switchyard}/node
 mkdir -p "$cache"
 log() { echo "node userland: $*" >&2; }
+# shellcheck source=test/node/lib.sh
+. "$(cd "$(dirname "$0")" && pwd)/lib.sh"
 
 suite=bookworm
 packages=(
@@ -27,25 +29,8 @@ packages=(
 
 hash=$( { cat "$0"; echo "$suite ${packages[*]}"; } | sha256sum | cut -c1-16)
 out=$cache/userland-$hash.tar
-if [ -f "$out" ]; then
-	echo "$out"
-	exit 0
-fi
-
-exec 9>"$cache/.lock"
-flock 9
-if [ -f "$out" ]; then
-	echo "$out"
-	exit 0
-fi
-
-sudo=""
-[ "$(id -u)" = 0 ] || sudo=sudo
-if ! command -v mmdebstrap >/dev/null; then
-	log "apt-get install mmdebstrap"
-	$sudo apt-get update >/dev/null
-	$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends mmdebstrap >/dev/null
-fi
+reuse_or_lock "$out" "$out"
+need_mmdebstrap "node userland"
 
 SECONDS=0
 log "mmdebstrap $suite minbase with ${packages[*]} (a minute or more, once)"

@@ -41,19 +41,7 @@ func TestPeersDaemonBFD(t *testing.T) {
 	routers := []*router{startFRRConf(t, lab.sw, frrConf, true), startBIRDConf(t, lab.sw, birdConf)}
 	a := lab.addNode(t, "node-a", 11, macA, nil)
 	pool := netip.MustParsePrefix("198.51.100.0/28")
-	a.start(t, fmt.Sprintf(`pools:
-  - name: edge
-    addresses: [%s]
-announcers:
-  - name: edge
-    type: bgp
-    pools: [edge]
-    bgp:
-      asn: %d
-      peers:
-        - {address: %s, asn: %d, holdTime: 9s, bfd: {}}
-        - {address: %s, asn: %d, holdTime: 9s, bfd: {}}
-`, pool, nodeASN, frrAddr, frrASN, birdAddr, birdASN))
+	a.start(t, bgpConfig("edge", pool, "", peer(frrAddr, frrASN, "holdTime: 9s, bfd: {}"), peer(birdAddr, birdASN, "holdTime: 9s, bfd: {}")))
 	created := time.Now()
 	lab.createLB(t, "web", []corev1.IPFamily{corev1.IPv4Protocol}, a)
 	web := lbPrefix(t, lab, "web", pool)

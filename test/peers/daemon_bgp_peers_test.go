@@ -33,23 +33,7 @@ func TestPeersDaemonBGP(t *testing.T) {
 	a := lab.addNode(t, "node-a", 11, macA, nil)
 	b := lab.addNode(t, "node-b", 12, macB, nil)
 	pool := netip.MustParsePrefix("198.51.100.0/28")
-	config := fmt.Sprintf(`pools:
-  - name: edge
-    addresses: [%s]
-announcers:
-  - name: edge
-    type: bgp
-    pools: [edge]
-    bgp:
-      asn: %d
-      peers:
-        - address: %s
-          asn: %d
-          holdTime: 3s
-        - address: %s
-          asn: %d
-          holdTime: 3s
-`, pool, nodeASN, frrAddr, frrASN, birdAddr, birdASN)
+	config := bgpConfig("edge", pool, "", peer(frrAddr, frrASN, "holdTime: 3s"), peer(birdAddr, birdASN, "holdTime: 3s"))
 	started := time.Now()
 	a.start(t, config)
 	b.start(t, config)
@@ -156,20 +140,7 @@ func TestPeersDaemonBGPIPv6(t *testing.T) {
 	a := lab.addNode(t, "node-a", 11, macA, nil)
 	b := lab.addNode(t, "node-b", 12, macB, nil)
 	pool := netip.MustParsePrefix("fd00:100::/124")
-	config := fmt.Sprintf(`pools:
-  - name: edge6
-    addresses: [%s]
-announcers:
-  - name: edge6
-    type: bgp
-    pools: [edge6]
-    bgp:
-      asn: %d
-      peers:
-        - address: %s
-          asn: %d
-          holdTime: 3s
-`, pool, nodeASN, frrAddr6, frrASN)
+	config := bgpConfig("edge6", pool, "", peer(frrAddr6, frrASN, "holdTime: 3s"))
 	a.start(t, config)
 	b.start(t, config)
 	harness.Poll(t, 30*time.Second, func() error {

@@ -7,11 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
-	"os"
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -43,20 +41,8 @@ func TestPeersDaemonGracefulRestart(t *testing.T) {
 	pool := netip.MustParsePrefix("198.51.100.0/28")
 	const restartTime = 60 * time.Second
 	config := func(gr bool) string {
-		return fmt.Sprintf(`pools:
-  - name: edge
-    addresses: [%s]
-announcers:
-  - name: edge
-    type: bgp
-    pools: [edge]
-    bgp:
-      asn: %d
-      gracefulRestart: {enabled: %t, restartTime: %s}
-      peers:
-        - {address: %s, asn: %d, holdTime: 3s}
-        - {address: %s, asn: %d, holdTime: 3s}
-`, pool, nodeASN, gr, restartTime, frrAddr, frrASN, birdAddr, birdASN)
+		return bgpConfig("edge", pool, fmt.Sprintf("gracefulRestart: {enabled: %t, restartTime: %s}", gr, restartTime),
+			peer(frrAddr, frrASN, "holdTime: 3s"), peer(birdAddr, birdASN, "holdTime: 3s"))
 	}
 	a.start(t, config(true))
 	b.start(t, config(false))
@@ -134,32 +120,6 @@ announcers:
 		t.Errorf("FRR kept stale paths via %v after the daemon of a node going away stopped", stale)
 	}
 	checkRIBs(t, routers, web, b.addr4.String())
-}
-
-// stop sends the daemon SIGTERM, as the kubelet does, and waits for it
-// to exit.
-func (n *daemonNode) stop(t *testing.T) {
-	t.Helper()
-	if err := n.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatalf("stopping %s's daemon: %v", n.name, err)
-	}
-	harness.Poll(t, time.Minute, func() error {
-		if err := syscall.Kill(n.cmd.Process.Pid, 0); err == nil {
-			return fmt.Errorf("pid %d still running", n.cmd.Process.Pid)
-		}
-		return nil
-	})
-}
-
-// logged reports whether the daemon's log (the file netns.Start writes
-// its output to) holds s.
-func (n *daemonNode) logged(s string) bool {
-	f, ok := n.cmd.Stdout.(*os.File)
-	if !ok {
-		return false
-	}
-	b, err := os.ReadFile(f.Name())
-	return err == nil && strings.Contains(string(b), s)
 }
 
 // healthz returns the body of the daemon's /healthz (200 or 503).

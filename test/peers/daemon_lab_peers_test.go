@@ -12,12 +12,8 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -45,54 +41,6 @@ import (
 // /debug/state), on each node namespace's loopback.
 const daemonMetrics = "127.0.0.1:10249"
 
-var (
-	buildOnce sync.Once
-	builtBin  string
-	buildErr  error
-)
-
-// daemonBinary builds cmd/switchyard once per test process into a
-// directory named after the process; directories of earlier processes
-// that are gone are removed first.
-func daemonBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() { builtBin, buildErr = buildDaemon() })
-	if buildErr != nil {
-		t.Fatalf("building the daemon: %v", buildErr)
-	}
-	return builtBin
-}
-
-const buildDirPrefix = "sy-peers-daemon-"
-
-func buildDaemon() (string, error) {
-	if old, err := filepath.Glob(filepath.Join(os.TempDir(), buildDirPrefix+"*")); err == nil {
-		for _, d := range old {
-			pid, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(d), buildDirPrefix))
-			if err == nil && pid != os.Getpid() && syscall.Kill(pid, 0) == syscall.ESRCH {
-				os.RemoveAll(d)
-			}
-		}
-	}
-	dir := filepath.Join(os.TempDir(), buildDirPrefix+strconv.Itoa(os.Getpid()))
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "switchyard")
-	// go test puts its own go first in PATH.
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		return "", fmt.Errorf("finding the go command: %w", err)
-	}
-	began := time.Now()
-	out, err := exec.Command(goBin, "build", "-o", bin, "github.com/switchyard-lb/switchyard/cmd/switchyard").CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("go build ./cmd/switchyard: %w: %s", err, out)
-	}
-	fmt.Fprintf(os.Stderr, "daemon built in %s: %s\n", time.Since(began).Round(time.Millisecond), bin)
-	return bin, nil
-}
-
 // daemonLab is a bridge, a real API server and the daemon binary.
 type daemonLab struct {
 	srv *apitest.Server
@@ -114,7 +62,7 @@ func newDaemonLab(t *testing.T) *daemonLab {
 		}
 		t.Skip(why)
 	}
-	lab := &daemonLab{bin: daemonBinary(t)}
+	lab := &daemonLab{bin: harness.SharedDaemon(t)}
 	lab.srv = apitest.Start(t)
 	// The daemons run as the DaemonSet's ServiceAccount with the
 	// least-privilege RBAC of deploy/, which the allocator's Lease
@@ -139,7 +87,7 @@ type daemonNode struct {
 	addr4 netip.Addr
 	addr6 netip.Addr
 	lab   *daemonLab
-	cmd   *exec.Cmd
+	d     *harness.Daemon
 	http  *http.Client
 }
 
@@ -206,20 +154,31 @@ func (n *daemonNode) setReady(t *testing.T, ready bool) {
 func (n *daemonNode) start(t *testing.T, extra string) {
 	t.Helper()
 	cfg := filepath.Join(t.TempDir(), "config.yaml")
-	body := "apiVersion: switchyard.dev/v1alpha2\nkind: SwitchyardConfig\ndataplane:\n  mode: dryrun\n" + extra
+	body := "apiVersion: " + harness.APIVersion + "\nkind: SwitchyardConfig\ndataplane:\n  mode: dryrun\n" + extra
 	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	n.cmd = n.ns.Start(t, n.lab.bin, "--config", cfg, "--kubeconfig", n.lab.kubeconfig,
-		"--hostname-override", n.name, "--log-format", "text")
+	n.d = harness.ExecIn(t, []string{"ip", "netns", "exec", n.ns.Name()}, n.name, n.lab.bin, nil,
+		"--config", cfg, "--kubeconfig", n.lab.kubeconfig, "--hostname-override", n.name, "--log-format", "text")
+	t.Cleanup(func() { n.d.LogIfFailed(t) })
 }
 
 // kill SIGKILLs the daemon: no withdrawal, no gossip leave.
 func (n *daemonNode) kill(t *testing.T) {
 	t.Helper()
-	if err := syscall.Kill(-n.cmd.Process.Pid, syscall.SIGKILL); err != nil {
-		t.Fatalf("killing %s's daemon: %v", n.name, err)
-	}
+	n.d.Kill(t)
+}
+
+// stop sends the daemon SIGTERM, as the kubelet does, and waits for it
+// to exit cleanly.
+func (n *daemonNode) stop(t *testing.T) {
+	t.Helper()
+	n.d.Stop(t)
+}
+
+// logged reports whether the daemon's log holds s.
+func (n *daemonNode) logged(s string) bool {
+	return strings.Contains(n.d.Logs.String(), s)
 }
 
 func (n *daemonNode) get(path string) (string, error) {
@@ -242,12 +201,11 @@ func (n *daemonNode) metric(prefix string) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	for line := range strings.SplitSeq(body, "\n") {
-		if rest, ok := strings.CutPrefix(line, prefix); ok {
-			return strconv.ParseFloat(strings.TrimSpace(rest), 64)
-		}
+	v, err := harness.ParseMetric(body, prefix)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", n.name, err)
 	}
-	return 0, fmt.Errorf("%s: no metric %q", n.name, prefix)
+	return v, nil
 }
 
 // debugState is the part of /debug/state the tests read.
@@ -286,6 +244,30 @@ func (n *daemonNode) announced(announcer string) ([]string, error) {
 		out = append(out, a.Address)
 	}
 	return out, nil
+}
+
+// bgpConfig is the config lines of a pool named name holding prefix and
+// a BGP announcer of the same name serving it, speaking as nodeASN to
+// peers (peer's flow mappings), with settings (a line under bgp:, or
+// none).
+func bgpConfig(name string, prefix netip.Prefix, settings string, peers ...string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "pools:\n  - name: %s\n    addresses: [%s]\n", name, prefix)
+	fmt.Fprintf(&b, "announcers:\n  - name: %s\n    type: bgp\n    pools: [%s]\n    bgp:\n      asn: %d\n", name, name, nodeASN)
+	if settings != "" {
+		fmt.Fprintf(&b, "      %s\n", settings)
+	}
+	b.WriteString("      peers:\n")
+	for _, p := range peers {
+		fmt.Fprintf(&b, "        - %s\n", p)
+	}
+	return b.String()
+}
+
+// peer is a BGP peer's entry in bgpConfig: its address and AS number
+// and the settings opts (a flow mapping's fields, such as "holdTime: 3s").
+func peer(addr string, asn int, opts string) string {
+	return fmt.Sprintf("{address: %s, asn: %d, %s}", addr, asn, opts)
 }
 
 // waitMembers waits until every node's gossip sees all of them.

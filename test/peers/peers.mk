@@ -10,15 +10,7 @@ PEERS_APT_PACKAGES := arping iproute2 iputils-ping frr bird2
 
 # peers-deps installs the peer software with apt when any of it is missing.
 peers-deps:
-	@missing=""; for p in $(PEERS_APT_PACKAGES); do \
-		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || missing="$$missing $$p"; \
-	done; \
-	if [ -z "$$missing" ]; then exit 0; fi; \
-	if [ "$$(id -u)" != 0 ]; then echo "peers: not root, cannot install:$$missing (the peer tests will skip)"; exit 0; fi; \
-	echo "peers: installing$$missing"; \
-	export DEBIAN_FRONTEND=noninteractive; \
-	apt-get -o DPkg::Lock::Timeout=300 update -qq && \
-	apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends $$missing >/dev/null
+	@test/tools/apt-deps.sh peers skip $(PEERS_APT_PACKAGES)
 
 # The daemon suites (test/peers/daemon_*) run the switchyard daemon against
 # a real kube-apiserver: PEERS_KUBE_BIN builds or finds the cached binaries

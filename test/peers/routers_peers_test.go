@@ -58,33 +58,20 @@ type router struct {
 	rib func(t *testing.T, prefix netip.Prefix) []string
 }
 
-const daemonFRRConf = `frr defaults traditional
-hostname rfrr
-router bgp 64513
- bgp router-id 10.0.0.1
- no bgp ebgp-requires-policy
- no bgp default ipv4-unicast
- neighbor NODES peer-group
- neighbor NODES remote-as 64512
- neighbor NODES timers 1 3
- neighbor NODES timers connect 1
- neighbor 10.0.0.11 peer-group NODES
- neighbor 10.0.0.12 peer-group NODES
- neighbor NODES6 peer-group
- neighbor NODES6 remote-as 64512
- neighbor NODES6 timers 1 3
- neighbor NODES6 timers connect 1
- neighbor fd00::11 peer-group NODES6
- neighbor fd00::12 peer-group NODES6
- address-family ipv4 unicast
-  neighbor NODES activate
-  maximum-paths 8
- exit-address-family
- address-family ipv6 unicast
-  neighbor NODES6 activate
-  maximum-paths 8
- exit-address-family
-`
+// daemonPeering is how both routers peer with the nodes (FRR over IPv4
+// and IPv6, BIRD over IPv4), with ECMP.
+func daemonPeering(routerID string, asn uint32, nodes6 ...netip.Addr) routers.Peering {
+	return routers.Peering{
+		RouterID: netip.MustParseAddr(routerID), ASN: asn, NodeASN: nodeASN,
+		Nodes:  []netip.Addr{netip.MustParseAddr("10.0.0.11"), netip.MustParseAddr("10.0.0.12")},
+		Nodes6: nodes6, Keepalive: 1, Hold: 3, Multipath: true,
+	}
+}
+
+var (
+	daemonFRRConf  = daemonPeering(frrAddr, frrASN, netip.MustParseAddr("fd00::11"), netip.MustParseAddr("fd00::12")).FRRConf()
+	daemonBIRDConf = daemonPeering(birdAddr, birdASN).BIRDConf()
+)
 
 // startFRR runs zebra and bgpd in a namespace at 10.0.0.1 and fd00::1
 // on sw, peering with the nodes' IPv4 and IPv6 addresses (sessions the
@@ -148,18 +135,6 @@ func (r *router) frrPaths(t *testing.T, prefix netip.Prefix) []frrPath {
 	}
 	return rib.Routes[prefix.String()]
 }
-
-const daemonBIRDConf = `router id 10.0.0.2;
-protocol device { scan time 10; }
-protocol kernel { ipv4 { import none; export all; }; merge paths on; }
-template bgp node {
-  local 10.0.0.2 as 64514; hold time 3; keepalive time 1; connect retry time 1;
-  error wait time 1, 5;
-  ipv4 { import all; export none; };
-}
-protocol bgp node_a from node { neighbor 10.0.0.11 as 64512; }
-protocol bgp node_b from node { neighbor 10.0.0.12 as 64512; }
-`
 
 // startBIRD runs BIRD in a namespace at 10.0.0.2 on sw.
 func startBIRD(t *testing.T, sw *netns.Switch) *router {
