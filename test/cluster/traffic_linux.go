@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"strings"
@@ -55,6 +56,56 @@ func Get(ctx context.Context, from *Namespace, target netip.AddrPort) (Answer, e
 		return Answer{}, fmt.Errorf("GET http://%s from %s: %w", target, from.Name, err)
 	}
 	return parseAnswer(body)
+}
+
+// Download fetches n bytes of filler from a pod's HTTP server at target
+// (path /?bytes=n) from namespace from, on a fresh connection from a
+// unique source port, within timeout; it returns the pod's answer and
+// how many bytes of filler arrived.
+func Download(ctx context.Context, from *Namespace, target netip.AddrPort, n int64, timeout time.Duration) (Answer, int64, error) {
+	var (
+		line string
+		got  int64
+	)
+	err := from.Do(func() error {
+		port, err := netns.NextSourcePort()
+		if err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		d := net.Dialer{LocalAddr: &net.TCPAddr{Port: port}}
+		conn, err := d.DialContext(ctx, "tcp", target.String())
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		if dl, ok := ctx.Deadline(); ok {
+			conn.SetDeadline(dl)
+		}
+		if _, err := fmt.Fprintf(conn, "GET /?bytes=%d HTTP/1.0\r\nHost: %s\r\n\r\n", n, target); err != nil {
+			return fmt.Errorf("send request: %w", err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			return fmt.Errorf("read response: %w", err)
+		}
+		defer resp.Body.Close()
+		body := bufio.NewReader(resp.Body)
+		if line, err = body.ReadString('\n'); err != nil {
+			return fmt.Errorf("read the answer line: %w", err)
+		}
+		got, err = io.Copy(io.Discard, body)
+		if err != nil {
+			return fmt.Errorf("read body after %d bytes: %w", got, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return Answer{}, got, fmt.Errorf("download %d bytes from %s from %s: %w", n, target, from.Name, err)
+	}
+	a, err := parseAnswer(line)
+	return a, got, err
 }
 
 // BreakKind says how a flow broke.
