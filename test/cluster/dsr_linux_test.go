@@ -153,7 +153,7 @@ func TestDSRFlowsSurviveECMPChanges(t *testing.T) {
 		return ok
 	}
 	dsrOK, natOK := healthy(dsrTr), healthy(natTr)
-	t.Logf("before the ECMP changes: %d of %d dsr flows and %d of %d nat flows healthy", len(dsrOK), flows, len(natOK), flows)
+	t.Logf("before the ECMP changes: %d of %d dsr flows and %d of %d nat flows healthy (dsr %s; nat %s)", len(dsrOK), flows, len(natOK), flows, dsrTr.Report(), natTr.Report())
 	before := count()
 
 	// node3 leaves the ECMP set, then joins it again; each time every
@@ -233,9 +233,12 @@ func TestDSRFlowsSurviveECMPChanges(t *testing.T) {
 
 	// A backend pod added: node3's first pod joins both Services. In dsr
 	// mode node3 becomes a backend node holding a third of the Maglev
-	// slots (one endpoint each): the flows hashing there move to it and
-	// break (it holds no connection of theirs); the others stay. In nat
-	// mode each ingress node's IPVS connections stay where they are.
+	// slots (one endpoint each): at most the flows hashing there move
+	// to it and break (it holds no connection of theirs); the others
+	// stay. (Measured: none move while their ingress node stays the
+	// same, as its IPVS connection to their node outlives the table
+	// change.) In nat mode each ingress node's IPVS connections stay
+	// where they are.
 	added := ingressOnly.Pods[0]
 	setEndpoints(backends[0].Pods[0], backends[1].Pods[0], added)
 	for _, svc := range []*cluster.Service{dsr, nat} {
