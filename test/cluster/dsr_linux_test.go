@@ -68,26 +68,7 @@ func TestDSRFlowsSurviveECMPChanges(t *testing.T) {
 	guestCapacity(t, 2*flows)
 	backends, ingressOnly := c.Nodes[:2], c.Nodes[2]
 	create := func(name, mode string) *cluster.Service {
-		var eps []cluster.Endpoint
-		for _, n := range backends {
-			eps = append(eps, cluster.Endpoint{Pod: n.Pods[0]})
-		}
-		svc, err := c.CreateService(t.Context(), namespace(t, c), cluster.ServiceSpec{
-			Name: name, Type: corev1.ServiceTypeLoadBalancer, Pool: cluster.PoolBGP, Endpoints: eps,
-			Annotations: map[string]string{k8s.AnnotationForwardingMode: mode},
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			// Not t.Context(): it is canceled before cleanups run.
-			if err := c.DeleteService(context.Background(), svc); err != nil {
-				t.Error(err)
-			}
-		})
-		if _, err := c.WaitLoadBalancerIP(t.Context(), svc, programmed); err != nil {
-			t.Fatal(err)
-		}
+		svc := createModeLB(t, c, name, cluster.PoolBGP, mode, backends[0].Pods[0], backends[1].Pods[0])
 		// Every node announces either: dsr's ECMP over all nodes, and
 		// externalTrafficPolicy Cluster for nat.
 		waitNextHops(t, c, svc.LoadBalancerIP, c.Nodes, 3*time.Second)
@@ -342,6 +323,34 @@ func TestDSRFlowsSurviveECMPChanges(t *testing.T) {
 	if len(masked) > 0 {
 		t.Errorf("dsr: %d flows' pods did not see the client's own address and port: %s", len(masked), strings.Join(masked[:min(5, len(masked))], "; "))
 	}
+}
+
+// createModeLB creates a LoadBalancer Service in pool, in forwarding
+// mode (switchyard.dev/forwarding-mode), over pods, deleted with the
+// test, and waits for its address.
+func createModeLB(t *testing.T, c *cluster.Cluster, name, pool, mode string, pods ...*cluster.Pod) *cluster.Service {
+	t.Helper()
+	var eps []cluster.Endpoint
+	for _, p := range pods {
+		eps = append(eps, cluster.Endpoint{Pod: p})
+	}
+	svc, err := c.CreateService(t.Context(), namespace(t, c), cluster.ServiceSpec{
+		Name: name, Type: corev1.ServiceTypeLoadBalancer, Pool: pool, Endpoints: eps,
+		Annotations: map[string]string{k8s.AnnotationForwardingMode: mode},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// Not t.Context(): it is canceled before cleanups run.
+		if err := c.DeleteService(context.Background(), svc); err != nil {
+			t.Error(err)
+		}
+	})
+	if _, err := c.WaitLoadBalancerIP(t.Context(), svc, programmed); err != nil {
+		t.Fatal(err)
+	}
+	return svc
 }
 
 // permille is k of n in thousandths (0 of 0 is 0).

@@ -1,16 +1,13 @@
 package cluster_test
 
 import (
-	"context"
 	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/vishvananda/netlink"
-	corev1 "k8s.io/api/core/v1"
 
-	"github.com/switchyard-lb/switchyard/core/k8s"
 	"github.com/switchyard-lb/switchyard/test/cluster"
 )
 
@@ -44,28 +41,16 @@ func TestDSRLayer2Relief(t *testing.T) {
 	}
 	for _, mode := range []string{"nat", "dsr"} {
 		t.Run(mode, func(t *testing.T) {
-			var eps []cluster.Endpoint
+			var all []*cluster.Pod
 			for _, n := range c.Nodes {
-				eps = append(eps, cluster.Endpoint{Pod: n.Pods[0]})
+				all = append(all, n.Pods[0])
 			}
-			svc, err := c.CreateService(t.Context(), namespace(t, c), cluster.ServiceSpec{
-				Name: "l2-relief-" + mode, Type: corev1.ServiceTypeLoadBalancer, Pool: cluster.PoolL2, Endpoints: eps,
-				Annotations: map[string]string{k8s.AnnotationForwardingMode: mode},
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				if err := c.DeleteService(context.Background(), svc); err != nil {
-					t.Error(err)
-				}
-			})
-			if _, err := c.WaitLoadBalancerIP(t.Context(), svc, programmed); err != nil {
-				t.Fatal(err)
-			}
+			svc := createModeLB(t, c, "l2-relief-"+mode, cluster.PoolL2, mode, all...)
 			owner := heldOwner(t, c, svc)
-			var pods []*cluster.Pod
-			eps = nil
+			var (
+				pods []*cluster.Pod
+				eps  []cluster.Endpoint
+			)
 			for _, n := range others(c, owner) {
 				pods = append(pods, n.Pods[0])
 				eps = append(eps, cluster.Endpoint{Pod: n.Pods[0]})

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"net/netip"
 	"os"
 	"strings"
@@ -63,49 +62,21 @@ func Get(ctx context.Context, from *Namespace, target netip.AddrPort) (Answer, e
 // unique source port, within timeout; it returns the pod's answer and
 // how many bytes of filler arrived.
 func Download(ctx context.Context, from *Namespace, target netip.AddrPort, n int64, timeout time.Duration) (Answer, int64, error) {
-	var (
-		line string
-		got  int64
-	)
+	var body string
 	err := from.Do(func() error {
 		port, err := netns.NextSourcePort()
 		if err != nil {
 			return err
 		}
-		ctx, cancel := context.WithTimeout(ctx, timeout)
-		defer cancel()
-		d := net.Dialer{LocalAddr: &net.TCPAddr{Port: port}}
-		conn, err := d.DialContext(ctx, "tcp", target.String())
-		if err != nil {
-			return err
-		}
-		defer conn.Close()
-		if dl, ok := ctx.Deadline(); ok {
-			conn.SetDeadline(dl)
-		}
-		if _, err := fmt.Fprintf(conn, "GET /?bytes=%d HTTP/1.0\r\nHost: %s\r\n\r\n", n, target); err != nil {
-			return fmt.Errorf("send request: %w", err)
-		}
-		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-		if err != nil {
-			return fmt.Errorf("read response: %w", err)
-		}
-		defer resp.Body.Close()
-		body := bufio.NewReader(resp.Body)
-		if line, err = body.ReadString('\n'); err != nil {
-			return fmt.Errorf("read the answer line: %w", err)
-		}
-		got, err = io.Copy(io.Discard, body)
-		if err != nil {
-			return fmt.Errorf("read body after %d bytes: %w", got, err)
-		}
-		return nil
+		body, err = netns.HTTPGet(ctx, port, target, fmt.Sprintf("/?bytes=%d", n), timeout)
+		return err
 	})
 	if err != nil {
-		return Answer{}, got, fmt.Errorf("download %d bytes from %s from %s: %w", n, target, from.Name, err)
+		return Answer{}, 0, fmt.Errorf("download %d bytes from %s from %s: %w", n, target, from.Name, err)
 	}
+	line, filler, _ := strings.Cut(body, "\n")
 	a, err := parseAnswer(line)
-	return a, got, err
+	return a, int64(len(filler)), err
 }
 
 // BreakKind says how a flow broke.
