@@ -39,13 +39,21 @@ func TestDSRLayer2Relief(t *testing.T) {
 	if len(c.Nodes) < 3 {
 		t.Fatalf("%d nodes: want 3 (the owner and two backend nodes)", len(c.Nodes))
 	}
-	for _, mode := range []string{"nat", "dsr"} {
+	// Both Services first, so that each has its own address (one
+	// created after the other's deletion could take over its address
+	// while a node still holds the other mode's state for it).
+	var all []*cluster.Pod
+	for _, n := range c.Nodes {
+		all = append(all, n.Pods[0])
+	}
+	modes := []string{"nat", "dsr"}
+	svcs := map[string]*cluster.Service{}
+	for _, mode := range modes {
+		svcs[mode] = createModeLB(t, c, "l2-relief-"+mode, cluster.PoolL2, mode, all...)
+	}
+	for _, mode := range modes {
 		t.Run(mode, func(t *testing.T) {
-			var all []*cluster.Pod
-			for _, n := range c.Nodes {
-				all = append(all, n.Pods[0])
-			}
-			svc := createModeLB(t, c, "l2-relief-"+mode, cluster.PoolL2, mode, all...)
+			svc := svcs[mode]
 			owner := heldOwner(t, c, svc)
 			var (
 				pods []*cluster.Pod
