@@ -94,7 +94,9 @@ func DSRDesired(p model.DSRPlan) (Desired, error) {
 			continue
 		}
 		if !peer.Addr6.Is6() {
-			return Desired{}, fmt.Errorf("ipvs: dsr: peer %s: IPv6 frontends and no IPv6 address", peer.Name)
+			// A peer without an IPv6 address serves no IPv6 frontend
+			// (plan.DSR leaves it out of their tables): IPv4 only.
+			continue
 		}
 		// The same mark's IPv6 service (IPVS keys firewall-mark services
 		// by family too): ip6ip6 to the peer's IPv6 address.

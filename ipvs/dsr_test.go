@@ -169,6 +169,37 @@ func TestDSRDesiredRefuses(t *testing.T) {
 	}
 }
 
+// TestDSRDesiredIPv6: with an IPv6 frontend, each peer with an IPv6
+// address gets the same mark's IPv6 service too (ip6ip6 to that
+// address); a peer without one (left out of the IPv6 tables) keeps its
+// IPv4 service only, and the rest of the plan still applies.
+func TestDSRDesiredIPv6(t *testing.T) {
+	p := dsrPlan(model.IPIP, peer("n2", "10.0.2.2", 1), peer("n3", "10.0.3.2", 2))
+	p.Addr6 = netip.MustParseAddr("fd00::12")
+	p.Peers[0].Addr6 = netip.MustParseAddr("fd00::22")
+	p.Frontends = append(p.Frontends, model.DSRFrontend{
+		VirtualServiceKey: model.VirtualServiceKey{Addr: netip.MustParseAddr("2001:db8::10"), Port: 80, Protocol: model.TCP},
+		Slots:             []uint32{0, plan.DSRMark(1)},
+	})
+	want, err := ipvs.DSRDesired(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[model.VirtualServiceKey][]string{}
+	for k, s := range want.Services {
+		for _, d := range s.Destinations {
+			got[k] = append(got[k], d.Addr.String())
+		}
+	}
+	if diff := cmp.Diff(map[model.VirtualServiceKey][]string{
+		ipvs.MarkKey(plan.DSRMark(1), false): {"10.0.2.2"},
+		ipvs.MarkKey(plan.DSRMark(1), true):  {"fd00::22"},
+		ipvs.MarkKey(plan.DSRMark(2), false): {"10.0.3.2"},
+	}, got, cmpopts.EquateComparable(netip.Addr{})); diff != "" {
+		t.Errorf("mark services (-want +got):\n%s", diff)
+	}
+}
+
 func TestIsDSRMark(t *testing.T) {
 	for m, want := range map[uint32]bool{0: false, 5: false, 0x4000: false, plan.DSRMark(0): true, plan.DSRMark(7): true, plan.DSRMark(7) | 1: false} {
 		if got := ipvs.IsDSRMark(m); got != want {

@@ -783,9 +783,17 @@ ignoreUnclassed: true
 		LoadBalancerClass: "example.com/lb",
 		IgnoreUnclassed:   true,
 		ForwardingMode:    model.ForwardingDSR,
+		DSREncapsulation:  model.IPIP,
 	}
 	if diff := cmp.Diff(want, c.PlanOptions(), cmpOpts); diff != "" {
 		t.Errorf("PlanOptions mismatch (-want +got):\n%s", diff)
+	}
+	c, err = Parse([]byte(header + "dataplane: {dsr: {encapsulation: gue}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.PlanOptions().DSREncapsulation; got != model.GUE {
+		t.Errorf("PlanOptions of dsr.encapsulation gue: DSREncapsulation %v, want gue", got)
 	}
 	c, err = Parse([]byte(header + "dataplane: {nodePortAddresses: [primary]}\n"))
 	if err != nil {

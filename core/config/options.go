@@ -15,6 +15,7 @@ func (c *Config) PlanOptions() plan.Options {
 		LoadBalancerClass: c.LoadBalancerClass,
 		IgnoreUnclassed:   c.IgnoreUnclassed,
 		ForwardingMode:    forwardingMode(c.Dataplane.ForwardingMode),
+		DSREncapsulation:  dsrEncapsulation(c.Dataplane.DSR.Encapsulation),
 	}
 }
 
@@ -25,4 +26,13 @@ func forwardingMode(s string) model.ForwardingMode {
 		return model.ForwardingDSR
 	}
 	return model.ForwardingNAT
+}
+
+// dsrEncapsulation is dataplane.dsr.encapsulation for the planner: ipip
+// unless it says gue.
+func dsrEncapsulation(s string) model.Encapsulation {
+	if s == EncapGUE {
+		return model.GUE
+	}
+	return model.IPIP
 }

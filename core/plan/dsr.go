@@ -93,6 +93,10 @@ type DSRInput struct {
 	// plan clamps TCP's MSS to what fits it once encapsulated.
 	LinkMTU   int
 	Frontends []DSRFrontendInput
+	// IPv6 plans the IPv6 side (this node's Addr6, MSS6) even when no
+	// frontend in Frontends is IPv6: for a caller planning the frontends
+	// one by one.
+	IPv6 bool
 	// Marks are the peer marks the previous plan gave (its
 	// model.DSRPlan.Marks), nil for the first: each node keeps its mark
 	// (assignDSRMarks), so that a node joining or leaving rebuilds no
@@ -174,7 +178,7 @@ func DSR(in DSRInput) (model.DSRPlan, error) {
 	if !given {
 		p.Marks = marks
 	}
-	v6 := slices.ContainsFunc(in.Frontends, func(f DSRFrontendInput) bool { return f.Key.Addr.Is6() })
+	v6 := in.IPv6 || slices.ContainsFunc(in.Frontends, func(f DSRFrontendInput) bool { return f.Key.Addr.Is6() })
 	if v6 {
 		if in.Encapsulation != model.IPIP {
 			// GUE over IPv6 needs a second FOU port (AF_INET6, fou6):

@@ -44,6 +44,10 @@ type Options struct {
 	// switchyard.dev/forwarding-mode annotation; ForwardingDefault means
 	// nat.
 	ForwardingMode model.ForwardingMode
+	// DSREncapsulation is dataplane.dsr.encapsulation. IPv6 frontends
+	// are planned dsr only over ipip (ip6ip6); over GUE they stay nat,
+	// as GUE over IPv6 is not built (plan.DSR refuses it).
+	DSREncapsulation model.Encapsulation
 }
 
 // normalized returns a copy of o with defaults filled in, owning its slice.
@@ -56,6 +60,7 @@ func (o *Options) normalized() Options {
 		LoadBalancerClass: o.LoadBalancerClass,
 		IgnoreUnclassed:   o.IgnoreUnclassed,
 		ForwardingMode:    o.ForwardingMode,
+		DSREncapsulation:  o.DSREncapsulation,
 	}
 	if n.ForwardingMode == model.ForwardingDefault {
 		n.ForwardingMode = model.ForwardingNAT
@@ -71,5 +76,5 @@ func (o *Options) normalized() Options {
 
 func (o *Options) equal(p *Options) bool {
 	return o.Scheduler == p.Scheduler && o.Schedulers == p.Schedulers && o.LoadBalancerClass == p.LoadBalancerClass &&
-		o.IgnoreUnclassed == p.IgnoreUnclassed && o.ForwardingMode == p.ForwardingMode && o.NodePortPrimary == p.NodePortPrimary && slices.Equal(o.NodePortAddresses, p.NodePortAddresses)
+		o.IgnoreUnclassed == p.IgnoreUnclassed && o.ForwardingMode == p.ForwardingMode && o.DSREncapsulation == p.DSREncapsulation && o.NodePortPrimary == p.NodePortPrimary && slices.Equal(o.NodePortAddresses, p.NodePortAddresses)
 }

@@ -45,6 +45,8 @@ type env struct {
 	class           string
 	ignoreUnclassed bool
 	forwarding      model.ForwardingMode
+	// dsr6: IPv6 frontends may be dsr (ipip: ip6ip6).
+	dsr6 bool
 }
 
 // newEnv derives the planning environment. node may be nil (unknown):
@@ -52,7 +54,7 @@ type env struct {
 // normalized.
 func newEnv(node *model.Node, opts *Options) env {
 	e := env{scheduler: opts.Scheduler, schedulers: opts.Schedulers, class: opts.LoadBalancerClass, ignoreUnclassed: opts.IgnoreUnclassed,
-		forwarding: opts.ForwardingMode}
+		forwarding: opts.ForwardingMode, dsr6: opts.DSREncapsulation != model.GUE}
 	if node == nil {
 		return e
 	}
@@ -178,11 +180,12 @@ func (e *env) planService(svc *model.Service, eps []model.Endpoint) *model.Servi
 				vs.Addr, vs.Port, vs.Kind, vs.Local = addr, vport, kind, local && kind.External()
 				vs.SourceRanges = slices.Clone(ranges)
 				vs.Destinations = sel.destinations(local)
-				if dsr && f == ipv4 && (kind == model.FrontendLoadBalancer || kind == model.FrontendExternalIP) {
-					// dsr (IPv4 only so far): this node serves the
-					// flows its table hashes here from its own
-					// endpoints, keeping the client's address, as
-					// externalTrafficPolicy Local does.
+				if dsr && (f == ipv4 || e.dsr6) && (kind == model.FrontendLoadBalancer || kind == model.FrontendExternalIP) {
+					// dsr (TCP, UDP and SCTP alike; IPv6 over ipip
+					// only): this node serves the flows its table
+					// hashes here from its own endpoints, keeping the
+					// client's address, as externalTrafficPolicy
+					// Local does.
 					vs.Local = true
 					vs.Destinations = sel.destinations(true)
 					vs.DSRNodes = sel.dsrNodes()

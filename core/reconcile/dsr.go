@@ -102,11 +102,12 @@ func (s *dsrStage) track(p *model.Plan, changed []model.ServiceKey, full bool) {
 
 // dsrAddr is the address a node is tunnelled to: its primary IPv4 (the
 // first InternalIP, else the first ExternalIP, as kube-proxy picks node
-// IPs); invalid when it has none.
-func dsrAddr(n *model.Node) netip.Addr {
+// IPs); invalid when it has none. With v6, its primary IPv6 instead,
+// where IPv6 frontends' flows are tunnelled (ip6ip6).
+func dsrAddr(n *model.Node, v6 bool) netip.Addr {
 	for _, t := range []model.NodeAddressType{model.NodeInternalIP, model.NodeExternalIP} {
 		for _, a := range n.IPs(t) {
-			if a.Is4() {
+			if a.Is4() != v6 {
 				return a
 			}
 		}
@@ -128,9 +129,13 @@ func (s *dsrStage) sync(self string, nodes map[string]*model.Node, full bool) er
 		return nil // this node's Node is not known yet
 	}
 	addrs := make(map[string]netip.Addr, len(nodes))
+	addrs6 := make(map[string]netip.Addr, len(nodes))
 	for name, n := range nodes {
-		if a := dsrAddr(n); a.IsValid() {
+		if a := dsrAddr(n, false); a.IsValid() {
 			addrs[name] = a
+		}
+		if a := dsrAddr(n, true); a.IsValid() {
+			addrs6[name] = a
 		}
 	}
 	selfAddr, ok := addrs[self]
@@ -141,10 +146,18 @@ func (s *dsrStage) sync(self string, nodes map[string]*model.Node, full bool) er
 	if err != nil {
 		return err
 	}
+	// The IPv6 side (ip6ip6 only) when some frontend is IPv6 and this
+	// node has an IPv6 address; else those frontends fail one by one
+	// (table) and the rest is applied.
+	v6 := false
+	for _, vs := range s.frontends {
+		v6 = v6 || slices.ContainsFunc(vs, func(v model.VirtualService) bool { return v.Addr.Is6() })
+	}
+	v6 = v6 && s.cfg.Encapsulation == model.IPIP && addrs6[self].IsValid()
 	base, err := plan.DSR(plan.DSRInput{
-		Self: self, Nodes: []plan.DSRNode{{Name: self, Addr: selfAddr, Mark: marks[self]}},
+		Self: self, Nodes: []plan.DSRNode{{Name: self, Addr: selfAddr, Addr6: addrs6[self], Mark: marks[self]}},
 		TableSize: s.cfg.TableSize, Seed: s.cfg.Seed, Encapsulation: s.cfg.Encapsulation,
-		GUEPort: s.cfg.GUEPort, LinkMTU: s.cfg.LinkMTU,
+		GUEPort: s.cfg.GUEPort, LinkMTU: s.cfg.LinkMTU, IPv6: v6,
 	})
 	if err != nil {
 		return err
@@ -157,7 +170,7 @@ func (s *dsrStage) sync(self string, nodes map[string]*model.Node, full bool) er
 			if want[v.VirtualServiceKey] {
 				continue // the planner gives a key to one Service; never met
 			}
-			t, err := s.table(self, v, addrs, marks)
+			t, err := s.table(self, v, addrs, addrs6, marks)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("service %s: %w", k, err))
 				continue
@@ -176,7 +189,11 @@ func (s *dsrStage) sync(self string, nodes map[string]*model.Node, full bool) er
 	}
 	slices.SortFunc(base.Frontends, func(a, b model.DSRFrontend) int { return a.Compare(b.VirtualServiceKey) })
 	for _, name := range slices.Sorted(maps.Keys(peers)) {
-		base.Peers = append(base.Peers, model.DSRPeer{Name: name, Addr: addrs[name], Mark: marks[name]})
+		peer := model.DSRPeer{Name: name, Addr: addrs[name], Mark: marks[name]}
+		if v6 {
+			peer.Addr6 = addrs6[name]
+		}
+		base.Peers = append(base.Peers, peer)
 	}
 	// A frontend that failed to plan is left out rather than the whole
 	// plan held back: its error is returned after the rest is applied.
@@ -194,23 +211,25 @@ func (s *dsrStage) sync(self string, nodes map[string]*model.Node, full bool) er
 
 // table returns a frontend's table, planned again only when its inputs
 // changed.
-func (s *dsrStage) table(self string, v model.VirtualService, addrs map[string]netip.Addr, marks map[string]uint32) (dsrTable, error) {
+func (s *dsrStage) table(self string, v model.VirtualService, addrs, addrs6 map[string]netip.Addr, marks map[string]uint32) (dsrTable, error) {
 	// The backends that can be tunnelled to: a node unknown or without
-	// an IPv4 address cannot (it is left out on every node alike, once
-	// their views of the Nodes agree).
+	// an IPv4 address (an IPv6 one for an IPv6 frontend) cannot (it is
+	// left out on every node alike, once their views of the Nodes
+	// agree).
+	v6 := v.Addr.Is6()
 	var sig strings.Builder
 	sig.WriteString(strconv.FormatUint(uint64(marks[self]), 16))
-	nodes := []plan.DSRNode{{Name: self, Addr: addrs[self], Mark: marks[self]}}
+	nodes := []plan.DSRNode{{Name: self, Addr: addrs[self], Addr6: addrs6[self], Mark: marks[self]}}
 	var backends []maglev.Backend
 	for _, b := range v.DSRNodes {
 		a, ok := addrs[b.Node]
-		if !ok || b.Weight == 0 {
+		if _, has6 := addrs6[b.Node]; !ok || (v6 && !has6) || b.Weight == 0 {
 			continue
 		}
 		backends = append(backends, maglev.Backend{Name: b.Node, Weight: b.Weight})
 		fmt.Fprintf(&sig, " %s/%d/%x", b.Node, b.Weight, marks[b.Node])
 		if b.Node != self {
-			nodes = append(nodes, plan.DSRNode{Name: b.Node, Addr: a, Mark: marks[b.Node]})
+			nodes = append(nodes, plan.DSRNode{Name: b.Node, Addr: a, Addr6: addrs6[b.Node], Mark: marks[b.Node]})
 		}
 	}
 	if t, ok := s.tables[v.VirtualServiceKey]; ok && t.sig == sig.String() {

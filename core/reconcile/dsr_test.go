@@ -2,8 +2,10 @@ package reconcile_test
 
 import (
 	"context"
+	"maps"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -206,5 +208,108 @@ func TestLoopDSRTableSizeFixed(t *testing.T) {
 		Services: map[model.ServiceKey]model.ServiceState{lbKey: svc}})
 	if p, _ := n.dsr.last(); len(p.Frontends) != 1 || len(p.Frontends[0].Slots) != 1009 {
 		t.Fatalf("plan %+v: want one frontend of 1009 slots", p)
+	}
+}
+
+// TestLoopDSRIPv6: a dual-stack dsr Service (IPv4 and IPv6 ingress IPs,
+// endpoints of both families on n1 and n2) as n3 plans it. Over ipip its
+// IPv6 frontend gets a table like the IPv4 one, tunnelled to the peers'
+// IPv6 addresses (ip6ip6) with the IPv6 MSS clamp; a backend node without
+// an IPv6 address is left out of the IPv6 table only; when n3 itself
+// has none, the IPv6 frontend fails with a clear error and the IPv4 one
+// is applied all the same.
+func TestLoopDSRIPv6(t *testing.T) {
+	node := func(name string, addrs ...string) *model.Node {
+		n := &model.Node{Name: name, Ready: true, Addresses: modeltest.Addrs(addrs...)}
+		for _, a := range addrs {
+			n.StatusAddresses = append(n.StatusAddresses, model.NodeAddress{Type: model.NodeInternalIP, Address: a})
+		}
+		return n
+	}
+	svc := model.ServiceState{
+		Service: &model.Service{Key: lbKey, Type: model.LoadBalancer, ClusterIPs: modeltest.Addrs("10.96.0.20", "fd00:96::20"),
+			LoadBalancerIPs: modeltest.Addrs("192.0.2.7", "2001:db8::7"),
+			Ports:           []model.ServicePort{{Name: "http", Protocol: model.TCP, Port: 80}},
+			ForwardingMode:  model.ForwardingDSR},
+		Endpoints: []model.Endpoint{
+			modeltest.Ready("10.1.0.1", "n1"), modeltest.Ready("10.2.0.1", "n2"),
+			modeltest.Ready("fd00:1::1", "n1"), modeltest.Ready("fd00:2::1", "n2"),
+		},
+	}
+	v4, v6 := model.VirtualServiceKey{Addr: modeltest.Addr("192.0.2.7"), Port: 80, Protocol: model.TCP},
+		model.VirtualServiceKey{Addr: modeltest.Addr("2001:db8::7"), Port: 80, Protocol: model.TCP}
+	type peer struct{ Name, Addr, Addr6 string }
+	type result struct {
+		Addr6     string
+		MSS, MSS6 uint16
+		Peers     []peer
+		// Owners are the nodes holding slots, per frontend.
+		Owners map[model.VirtualServiceKey][]string
+	}
+	for _, tt := range []struct {
+		name    string
+		nodes   []*model.Node
+		wantErr string
+		want    result
+	}{
+		{
+			name:  "every node with IPv6",
+			nodes: []*model.Node{node("n1", "10.0.1.2", "fd00::12"), node("n2", "10.0.2.2", "fd00::22"), node("n3", "10.0.3.2", "fd00::32")},
+			want: result{Addr6: "fd00::32", MSS: 1440, MSS6: 1400,
+				Peers:  []peer{{"n1", "10.0.1.2", "fd00::12"}, {"n2", "10.0.2.2", "fd00::22"}},
+				Owners: map[model.VirtualServiceKey][]string{v4: {"n1", "n2"}, v6: {"n1", "n2"}}},
+		},
+		{
+			name:  "a backend node without IPv6",
+			nodes: []*model.Node{node("n1", "10.0.1.2", "fd00::12"), node("n2", "10.0.2.2"), node("n3", "10.0.3.2", "fd00::32")},
+			want: result{Addr6: "fd00::32", MSS: 1440, MSS6: 1400,
+				Peers:  []peer{{"n1", "10.0.1.2", "fd00::12"}, {"n2", "10.0.2.2", ""}},
+				Owners: map[model.VirtualServiceKey][]string{v4: {"n1", "n2"}, v6: {"n1"}}},
+		},
+		{
+			name:    "this node without IPv6",
+			nodes:   []*model.Node{node("n1", "10.0.1.2", "fd00::12"), node("n2", "10.0.2.2", "fd00::22"), node("n3", "10.0.3.2")},
+			wantErr: `this node "n3" has no IPv6 address`,
+			want: result{MSS: 1440,
+				Peers:  []peer{{"n1", "10.0.1.2", ""}, {"n2", "10.0.2.2", ""}},
+				Owners: map[model.VirtualServiceKey][]string{v4: {"n1", "n2"}}},
+		},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			n3 := newDSRNode("n3")
+			nodes := map[string]*model.Node{}
+			for _, n := range tt.nodes {
+				nodes[n.Name] = n
+			}
+			n3.src.Push(model.Delta{Nodes: nodes, Services: map[model.ServiceKey]model.ServiceState{lbKey: svc}})
+			_, err := n3.loop.Sync(context.Background())
+			if tt.wantErr == "" && err != nil || tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
+				t.Fatalf("Sync: %v, want error %q", err, tt.wantErr)
+			}
+			p, _ := n3.dsr.last()
+			got := result{MSS: p.MSS, MSS6: p.MSS6, Owners: map[model.VirtualServiceKey][]string{}}
+			if p.Addr6.IsValid() {
+				got.Addr6 = p.Addr6.String()
+			}
+			names := map[uint32]string{0: "n3"}
+			for _, pe := range p.Peers {
+				names[pe.Mark] = pe.Name
+				x := peer{Name: pe.Name, Addr: pe.Addr.String()}
+				if pe.Addr6.IsValid() {
+					x.Addr6 = pe.Addr6.String()
+				}
+				got.Peers = append(got.Peers, x)
+			}
+			for _, f := range p.Frontends {
+				seen := map[string]bool{}
+				for _, m := range f.Slots {
+					seen[names[m]] = true
+				}
+				got.Owners[f.VirtualServiceKey] = slices.Sorted(maps.Keys(seen))
+			}
+			if d := cmp.Diff(tt.want, got, cmpopts.EquateComparable(netip.Addr{})); d != "" {
+				t.Errorf("n3's dsr plan mismatch (-want +got):\n%s", d)
+			}
+		})
 	}
 }

@@ -33,7 +33,12 @@
 # layer-2 rolling restart without the restart grace (bench-cluster does).
 # CLUSTER_DSR_FLOWS is how many long-lived flows TestDSRFlowsSurviveECMPChanges
 # keeps open through each of its Services, dsr and nat (default 100;
-# bench-cluster runs 1,000); the suite adds 48-70 s at load 7-20.
+# bench-cluster runs 1,000) through its three stages (a node without
+# endpoints leaving and joining the ECMP set, a backend pod added, a
+# backend node leaving); the suite adds 48-70 s at load 7-20 (before the
+# last two stages, which add about 45 s at load 32).
+# TestDSRLayer2Relief (20 clients downloading 1 MiB each through a
+# layer-2 owner, nat then dsr) adds about 55 s at load 23.
 # The soak (TestSoak): CLUSTER_SOAK_SERVICES ClusterIP Services,
 # CLUSTER_SOAK_UPDATES endpoint updates over CLUSTER_SOAK_DURATION
 # (by default 30, 200 and 30s; bench-cluster: 1000, 10000 and 30m). Like
@@ -90,7 +95,8 @@ test-cluster: cluster-deps
 # (CLUSTER_BENCH_API_OUTAGE), 200 Services appearing at the kill
 # (CLUSTER_BENCH_CHAOS_SERVICES). TestDSRFlowsSurviveECMPChanges runs
 # CLUSTER_BENCH_DSR_FLOWS (1,000) flows through each of its Services, dsr
-# and nat side by side (issue 12's done-when).
+# and nat side by side, and TestDSRLayer2Relief the layer-2 owner's bytes
+# (issue 12's done-when).
 # (CLUSTER_BENCH_CHAOS_SERVICES). Then the soak, once, in a fresh guest
 # (TestSoak at issue 13's size: CLUSTER_SOAK_SERVICES=1000,
 # CLUSTER_SOAK_UPDATES=10000 over CLUSTER_SOAK_DURATION=30m; writing the
@@ -103,7 +109,7 @@ CLUSTER_BENCH_ROLLING_FLOWS ?= 1000
 CLUSTER_BENCH_DSR_FLOWS ?= 1000
 CLUSTER_BENCH_API_OUTAGE ?= 60s
 CLUSTER_BENCH_CHAOS_SERVICES ?= 200
-CLUSTER_BENCH_RUN ?= ^(TestLoadBalancer(BGP|Layer2|BGPRollingRestart|Layer2RollingRestart)|TestChaos.*|TestDSRFlowsSurviveECMPChanges)$$
+CLUSTER_BENCH_RUN ?= ^(TestLoadBalancer(BGP|Layer2|BGPRollingRestart|Layer2RollingRestart)|TestChaos.*|TestDSRFlowsSurviveECMPChanges|TestDSRLayer2Relief)$$
 CLUSTER_BENCH_OUT ?= $(or $(TMPDIR),/tmp)/switchyard-bench-cluster.txt
 CLUSTER_BENCH_SOAK ?= 1
 CLUSTER_BENCH_SOAK_TIMEOUT ?= 100m

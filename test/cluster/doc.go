@@ -59,7 +59,9 @@
 // concurrent long-lived TCP or UDP flows from one namespace, each one
 // recording the first break (reset, timeout, an answer from another
 // backend) with its time, so that a test can say "of N established flows,
-// M survived". Get is one request, for "who answers and what did it see".
+// M survived". Get is one request, for "who answers and what did it see";
+// Download fetches a large body (the pods' HTTP server adds filler on
+// ?bytes=N), for byte counts on the nodes' interfaces.
 //
 // How it runs: the host-side test (build tag cluster, `make
 // test-cluster`) starts etcd and kube-apiserver (test/apitest), applies

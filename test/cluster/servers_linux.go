@@ -7,12 +7,14 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"time"
 )
 
 // serve starts pod's servers inside its namespace: HTTP on PodHTTPPort,
 // the line protocol on PodTCPPort and UDP on PodUDPPort, each answering
-// with the pod's name and the client address it saw.
+// with the pod's name and the client address it saw; HTTP adds a body of
+// filler when asked (Download).
 func serve(pod *Pod) (io.Closer, error) {
 	var (
 		httpLn, tcpLn net.Listener
@@ -40,6 +42,11 @@ func serve(pod *Pod) (io.Closer, error) {
 	srv := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			fmt.Fprintf(w, "%s %s", pod.Name, r.RemoteAddr)
+			// ?bytes=N: N filler bytes after a newline (Download).
+			if n, err := strconv.ParseInt(r.URL.Query().Get("bytes"), 10, 64); err == nil && n > 0 {
+				w.Write([]byte{'\n'})
+				io.CopyN(w, zeros{}, n)
+			}
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
@@ -79,6 +86,14 @@ func answerLines(name string, c net.Conn) {
 			return
 		}
 	}
+}
+
+// zeros reads as endless zero bytes.
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
 }
 
 type closers []io.Closer

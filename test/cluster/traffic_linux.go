@@ -57,6 +57,28 @@ func Get(ctx context.Context, from *Namespace, target netip.AddrPort) (Answer, e
 	return parseAnswer(body)
 }
 
+// Download fetches n bytes of filler from a pod's HTTP server at target
+// (path /?bytes=n) from namespace from, on a fresh connection from a
+// unique source port, within timeout; it returns the pod's answer and
+// how many bytes of filler arrived.
+func Download(ctx context.Context, from *Namespace, target netip.AddrPort, n int64, timeout time.Duration) (Answer, int64, error) {
+	var body string
+	err := from.Do(func() error {
+		port, err := netns.NextSourcePort()
+		if err != nil {
+			return err
+		}
+		body, err = netns.HTTPGet(ctx, port, target, fmt.Sprintf("/?bytes=%d", n), timeout)
+		return err
+	})
+	if err != nil {
+		return Answer{}, 0, fmt.Errorf("download %d bytes from %s from %s: %w", n, target, from.Name, err)
+	}
+	line, filler, _ := strings.Cut(body, "\n")
+	a, err := parseAnswer(line)
+	return a, int64(len(filler)), err
+}
+
 // BreakKind says how a flow broke.
 type BreakKind string
 
