@@ -52,8 +52,8 @@ check:
 test: check test-unit test-integration test-lab test-lab-cleanup test-cluster test-peers wasm-conformance
 
 test-unit:
-	$(GO) test -race -count=1 $(GOTEST_FLAGS) ./...
-	$(GO) -C wasm-sdk/go test -race -count=1 $(GOTEST_FLAGS) ./...
+	$(GO) test -race -count=1 -timeout 30m $(GOTEST_FLAGS) ./...
+	$(GO) -C wasm-sdk/go test -race -count=1 -timeout 30m $(GOTEST_FLAGS) ./...
 	@# Too slow under the race detector (a cold wasm compile; checking and packing a Go module
 	@# again and again), so run once without it.
 	$(GO) test -count=1 -run '^TestCompilationCacheDir$$' $(GOTEST_FLAGS) ./plugins/wasm/
@@ -65,7 +65,7 @@ test-unit:
 # makes a missing one fail the tests that build modules instead of skipping.
 test-integration:
 	@bin=$$(test/tools/kube-binaries.sh) && \
-	SWITCHYARD_KUBE_BIN=$$bin SWITCHYARD_WASM_TOOLCHAINS=1 $(GO) test -tags integration -count=1 -run '^TestIntegration' $(GOTEST_FLAGS) ./...
+	SWITCHYARD_KUBE_BIN=$$bin SWITCHYARD_WASM_TOOLCHAINS=1 $(GO) test -tags integration -count=1 -timeout 45m -run '^TestIntegration' $(GOTEST_FLAGS) ./...
 
 # fuzz: every Go fuzz target in the repository (grep `func Fuzz`), one at a
 # time, FUZZTIME each (test/tools/fuzz.sh); not part of `make test`. A

@@ -153,6 +153,12 @@ func readModule(path string) ([]byte, error) {
 	return b, nil
 }
 
+// instantiateDeadline bounds creating an instance of the policy, its
+// start function included: the daemon's bound (wasm.Config's default).
+// The tests raise it, so that a loaded machine does not fail them on a
+// Go guest's runtime start.
+var instantiateDeadline = time.Second
+
 // loadModule loads a module through the daemon's host with the
 // daemon's default limits.
 func loadModule(ctx context.Context, path string, deadline time.Duration) (*wasm.Policy, func(), error) {
@@ -160,7 +166,7 @@ func loadModule(ctx context.Context, path string, deadline time.Duration) (*wasm
 	if err != nil {
 		return nil, nil, err
 	}
-	cfg := wasm.Config{MemoryLimitPages: 512, Deadline: deadline, CacheDir: compileCacheDir()}
+	cfg := wasm.Config{MemoryLimitPages: 512, Deadline: deadline, InstantiateDeadline: instantiateDeadline, CacheDir: compileCacheDir()}
 	rt, err := wasm.NewRuntime(ctx, cfg)
 	if err != nil && cfg.CacheDir != "" { // an unwritable cache: run without
 		cfg.CacheDir = ""

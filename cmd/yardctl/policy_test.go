@@ -24,6 +24,7 @@ import (
 var zoneAware, canary string
 
 func TestMain(m *testing.M) {
+	instantiateDeadline = generousTestDeadline
 	root, err := filepath.Abs("../..")
 	if err == nil {
 		var b []byte
