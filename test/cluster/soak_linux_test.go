@@ -71,6 +71,7 @@ func TestSoak(t *testing.T) {
 	duration := envDuration(t, envSoakDuration, 30*time.Second)
 	t.Logf("soak: %d Services, %d endpoint updates over %s", count, updates, duration)
 	ns := namespace(t, c)
+	t.Cleanup(func() { soakEvidence(t, c) })
 	flows := flowService(t, c, ns, "soak-flows")
 	traffic := startChaosTraffic(t, c, flows, c.Nodes)
 	waitConverged(t, c.Nodes, nil, nil)
@@ -336,4 +337,42 @@ func soakTable(stages ...[]soakSample) string {
 		b.WriteString("\n")
 	}
 	return strings.TrimSuffix(b.String(), "\n")
+}
+
+// soakEvidence logs, when the soak failed, what tells its causes apart:
+// each node's real servers at weight 0 with their connections, and its
+// daemon's warnings and errors other than gossip's (which drown them in
+// the log's tail).
+func soakEvidence(t *testing.T, c *cluster.Cluster) {
+	if !t.Failed() {
+		return
+	}
+	for _, n := range c.Nodes {
+		servers, err := n.DrainingServers()
+		if err != nil {
+			t.Logf("%s: %v", n.Name, err)
+		}
+		t.Logf("%s: %d real servers at weight 0:\n%s", n.Name, len(servers), strings.Join(servers[:min(40, len(servers))], "\n"))
+		lines := n.DaemonLogLines(func(l string) bool {
+			return (strings.Contains(l, "level=WARN") || strings.Contains(l, "level=ERROR")) && !strings.Contains(l, "component=membership")
+		})
+		t.Logf("%s's daemon warnings and errors but gossip's (%d, the last 40):\n%s", n.Name, len(lines), strings.Join(lines[max(0, len(lines)-40):], "\n"))
+		if g, err := n.DaemonGoroutines(context.Background()); err != nil {
+			t.Logf("%s: %v", n.Name, err)
+		} else {
+			t.Logf("%s's daemon's goroutines in the dataplane or the sync:\n%s", n.Name, syncStacks(g))
+		}
+	}
+}
+
+// syncStacks keeps, of pprof's aggregated goroutine dump, the stacks that
+// pass through the IPVS dataplane or the reconcile loop.
+func syncStacks(dump string) string {
+	var out []string
+	for _, stack := range strings.Split(dump, "\n\n") {
+		if strings.Contains(stack, "switchyard/ipvs.") || strings.Contains(stack, "switchyard/core/reconcile.") {
+			out = append(out, stack)
+		}
+	}
+	return strings.Join(out, "\n\n")
 }
