@@ -11,10 +11,19 @@ import "net/netip"
 // service's entries when it gets its first serving real servers
 // (UDPFlushes).
 type Conntrack interface {
-	// DeleteUDP deletes the UDP entries whose original destination is
-	// vip:port and, when backend is valid, whose reply comes from backend.
-	// It returns how many it deleted, also with an error wrapping
-	// ErrInterrupted, when the table's dump was interrupted and only
-	// some of the entries were seen.
-	DeleteUDP(vip netip.Addr, port uint16, backend netip.Addr) (uint, error)
+	// DeleteUDP deletes the UDP entries that any of flows names, in one
+	// pass over the table per address family: a pass reads the whole
+	// table, so the dataplane gathers what an Apply or a Drain removed
+	// into one call. It returns how many it deleted, also with an error
+	// wrapping ErrInterrupted, when the table's dump was interrupted and
+	// only some of the entries were seen.
+	DeleteUDP(flows []UDPFlows) (uint, error)
+}
+
+// UDPFlows names UDP conntrack entries: those whose original destination
+// is VIP:Port and, when Backend is valid, whose reply comes from Backend.
+type UDPFlows struct {
+	VIP     netip.Addr
+	Port    uint16
+	Backend netip.Addr // invalid: every backend
 }

@@ -35,33 +35,45 @@ func (c *NetlinkConntrack) Close() error {
 	return nil
 }
 
-func (c *NetlinkConntrack) DeleteUDP(vip netip.Addr, port uint16, backend netip.Addr) (uint, error) {
-	f := &netlink.ConntrackFilter{}
-	err := f.AddProtocol(unix.IPPROTO_UDP)
-	if err == nil {
-		err = f.AddIP(netlink.ConntrackOrigDstIP, vip.AsSlice())
+func (c *NetlinkConntrack) DeleteUDP(flows []UDPFlows) (uint, error) {
+	byFamily := map[netlink.InetFamily][]netlink.CustomConntrackFilter{}
+	for _, fl := range flows {
+		f := &netlink.ConntrackFilter{}
+		err := f.AddProtocol(unix.IPPROTO_UDP)
+		if err == nil {
+			err = f.AddIP(netlink.ConntrackOrigDstIP, fl.VIP.AsSlice())
+		}
+		if err == nil {
+			err = f.AddPort(netlink.ConntrackOrigDstPort, fl.Port)
+		}
+		if err == nil && fl.Backend.IsValid() {
+			err = f.AddIP(netlink.ConntrackReplySrcIP, fl.Backend.AsSlice())
+		}
+		if err != nil {
+			return 0, fmt.Errorf("ipvs: conntrack filter for udp %s: %w", netip.AddrPortFrom(fl.VIP, fl.Port), err)
+		}
+		fam := netlink.InetFamily(unix.AF_INET)
+		if fl.VIP.Is6() {
+			fam = unix.AF_INET6
+		}
+		byFamily[fam] = append(byFamily[fam], f)
 	}
-	if err == nil {
-		err = f.AddPort(netlink.ConntrackOrigDstPort, port)
+	// The library dumps the whole table and deletes the entries that
+	// match any filter one by one; an interrupted dump still deletes what
+	// it matched, and returns ErrDumpInterrupted with the count.
+	var total uint
+	for _, fam := range []netlink.InetFamily{unix.AF_INET, unix.AF_INET6} {
+		filters := byFamily[fam]
+		if len(filters) == 0 {
+			continue
+		}
+		c.mu.Lock()
+		n, err := c.h.ConntrackDeleteFilters(netlink.ConntrackTable, fam, filters...)
+		c.mu.Unlock()
+		total += n
+		if err != nil {
+			return total, fmt.Errorf("ipvs: delete the udp conntrack entries of %d services or backends: %w", len(filters), dumpErr(err))
+		}
 	}
-	if err == nil && backend.IsValid() {
-		err = f.AddIP(netlink.ConntrackReplySrcIP, backend.AsSlice())
-	}
-	if err != nil {
-		return 0, fmt.Errorf("ipvs: conntrack filter for udp %s: %w", netip.AddrPortFrom(vip, port), err)
-	}
-	fam := netlink.InetFamily(unix.AF_INET)
-	if vip.Is6() {
-		fam = unix.AF_INET6
-	}
-	// The library dumps the whole table and deletes the matching entries
-	// one by one; an interrupted dump still deletes what it matched, and
-	// returns ErrDumpInterrupted with the count.
-	c.mu.Lock()
-	n, err := c.h.ConntrackDeleteFilters(netlink.ConntrackTable, fam, f)
-	c.mu.Unlock()
-	if err != nil {
-		return n, fmt.Errorf("ipvs: delete udp conntrack entries to %s (backend %v): %w", netip.AddrPortFrom(vip, port), backend, dumpErr(err))
-	}
-	return n, nil
+	return total, nil
 }

@@ -2,8 +2,6 @@
 
 package ipvs
 
-import "net/netip"
-
 // NetlinkConntrack needs Linux.
 type NetlinkConntrack struct{}
 
@@ -13,6 +11,6 @@ var _ Conntrack = (*NetlinkConntrack)(nil)
 func NewNetlinkConntrack() (*NetlinkConntrack, error) { return nil, errUnsupported }
 
 func (*NetlinkConntrack) Close() error { return errUnsupported }
-func (*NetlinkConntrack) DeleteUDP(netip.Addr, uint16, netip.Addr) (uint, error) {
+func (*NetlinkConntrack) DeleteUDP([]UDPFlows) (uint, error) {
 	return 0, errUnsupported
 }

@@ -87,8 +87,12 @@ type Dataplane struct {
 	plans    map[model.ServiceKey]*model.ServicePlan
 	addrRefs map[netip.Addr]int
 	draining map[drainKey]time.Time // since when
-	sysctls  map[string]string      // as reported
-	timeouts bool                   // cfg.Timeouts are set
+	// staleUDP are the UDP conntrack entries to delete once the Apply or
+	// Drain that removed their services or backends is done: all in one
+	// pass over the table (deleteStaleUDP), not one per backend.
+	staleUDP []UDPFlows
+	sysctls  map[string]string // as reported
+	timeouts bool              // cfg.Timeouts are set
 	// fw is the firewall spec of want, kept as want changes, with the
 	// element changes the table has not taken yet.
 	fw      fwIndex
@@ -280,6 +284,7 @@ func (d *Dataplane) Apply(ctx context.Context, u plugin.Update) error {
 	if err := d.drainLocked(); err != nil {
 		kernelErrs = append(kernelErrs, err)
 	}
+	d.deleteStaleUDP()
 	if len(kernelErrs) > 0 {
 		d.loaded = false
 	}
@@ -864,7 +869,9 @@ func (d *Dataplane) removeDest(k model.VirtualServiceKey, dk DestinationKey) {
 func (d *Dataplane) Drain() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.drainLocked()
+	err := d.drainLocked()
+	d.deleteStaleUDP()
+	return err
 }
 
 // SetDrainTimeout changes Config.DrainTimeout (zero or less:
@@ -978,23 +985,38 @@ func (d *Dataplane) flushUDP(keys []model.VirtualServiceKey) {
 	}
 }
 
-// clearUDP deletes conntrack entries of a removed UDP backend (or of a
-// whole service when backend is invalid: deleted, or newly served). A failure is logged, not
-// returned: the kernel state is right, and retrying would need the
-// removed backend remembered.
+// clearUDP queues the deletion of the conntrack entries of a removed UDP
+// backend (or of a whole service when backend is invalid: deleted, or
+// newly served) for deleteStaleUDP.
 func (d *Dataplane) clearUDP(k model.VirtualServiceKey, backend netip.Addr) {
 	if d.cfg.Conntrack == nil {
 		return
 	}
+	d.staleUDP = append(d.staleUDP, UDPFlows{VIP: k.Addr, Port: k.Port, Backend: backend})
+}
+
+// deleteStaleUDP deletes the conntrack entries clearUDP queued, in one
+// pass over the table: a pass reads every entry, and one per removed
+// backend held the dataplane's lock for minutes in a soak's churn
+// (hundreds of backends, thousands of entries), so that Drain waited and
+// drained real servers stayed. A failure is logged, not returned: the
+// kernel state is right, and retrying would need the removed backends
+// remembered.
+func (d *Dataplane) deleteStaleUDP() {
+	if len(d.staleUDP) == 0 {
+		return
+	}
+	flows := d.staleUDP
+	d.staleUDP = nil
 	var n uint // deletions add up over interrupted attempts
 	_, err := retryDump(func() (struct{}, error) {
-		m, err := d.cfg.Conntrack.DeleteUDP(k.Addr, k.Port, backend)
+		m, err := d.cfg.Conntrack.DeleteUDP(flows)
 		n += m
 		return struct{}{}, err
 	})
 	if err != nil {
-		d.cfg.Log.Warn("delete stale UDP conntrack entries", "service", keyString(k), "backend", backend, "err", err)
+		d.cfg.Log.Warn("delete stale UDP conntrack entries", "services-and-backends", len(flows), "err", err)
 		return
 	}
-	d.cfg.Log.Debug("deleted stale UDP conntrack entries", "service", keyString(k), "backend", backend, "entries", n)
+	d.cfg.Log.Debug("deleted stale UDP conntrack entries", "services-and-backends", len(flows), "entries", n)
 }

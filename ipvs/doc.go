@@ -8,7 +8,8 @@
 //   - Sysctls, the kernel parameters it sets: ProcSysctls;
 //   - Conntrack, stale UDP entry deletion over ctnetlink (a removed
 //     backend's, a deleted service's, and a service's when it gets its
-//     first serving real servers): NetlinkConntrack;
+//     first serving real servers), all of an Apply's or a Drain's in one
+//     pass over the table: NetlinkConntrack;
 //   - Firewall, its own nftables table (masquerade incl. hairpin,
 //     loadBalancerSourceRanges, internal marks) over google/nftables:
 //     NFTables. The table

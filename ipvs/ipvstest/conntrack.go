@@ -2,25 +2,22 @@ package ipvstest
 
 import (
 	"fmt"
-	"net/netip"
 	"slices"
 	"sync"
 
 	"github.com/switchyard-lb/switchyard/ipvs"
 )
 
-// ConntrackDeletion is one DeleteUDP call.
-type ConntrackDeletion struct {
-	VIP     netip.Addr
-	Port    uint16
-	Backend netip.Addr // invalid: every backend
-}
+// ConntrackDeletion is the entries of one service, or of one of its
+// backends, that a DeleteUDP call names.
+type ConntrackDeletion = ipvs.UDPFlows
 
-// FakeConntrack records the deletions asked of it. The zero value is
-// ready.
+// FakeConntrack records the deletions asked of it, and the passes over
+// the table they cost: one per DeleteUDP call. The zero value is ready.
 type FakeConntrack struct {
 	mu        sync.Mutex
 	deletions []ConntrackDeletion
+	passes    int
 	interrupt int // DeleteUDP calls still to interrupt
 }
 
@@ -35,10 +32,11 @@ func (f *FakeConntrack) Interrupt(n int) {
 
 var _ ipvs.Conntrack = (*FakeConntrack)(nil)
 
-func (f *FakeConntrack) DeleteUDP(vip netip.Addr, port uint16, backend netip.Addr) (uint, error) {
+func (f *FakeConntrack) DeleteUDP(flows []ipvs.UDPFlows) (uint, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.deletions = append(f.deletions, ConntrackDeletion{VIP: vip, Port: port, Backend: backend})
+	f.passes++
+	f.deletions = append(f.deletions, flows...)
 	if f.interrupt > 0 {
 		f.interrupt--
 		return 0, fmt.Errorf("ipvstest: delete udp conntrack entries: %w", ipvs.ErrInterrupted)
@@ -46,7 +44,15 @@ func (f *FakeConntrack) DeleteUDP(vip netip.Addr, port uint16, backend netip.Add
 	return 0, nil
 }
 
-// Deletions returns the calls so far, in order.
+// Passes returns how many DeleteUDP calls, each a pass over the whole
+// table in the kernel, there were.
+func (f *FakeConntrack) Passes() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.passes
+}
+
+// Deletions returns the services and backends named so far, in order.
 func (f *FakeConntrack) Deletions() []ConntrackDeletion {
 	f.mu.Lock()
 	defer f.mu.Unlock()

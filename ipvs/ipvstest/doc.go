@@ -5,7 +5,8 @@
 //     kernel (ipvs.ErrExists, ipvs.ErrNotFound), lets tests set connection
 //     counts and inject errors and interrupted dumps, and exposes its table as the expected state;
 //   - FakeAddresses (ipvs.Addresses): links and their addresses;
-//   - FakeConntrack (ipvs.Conntrack): the UDP deletions asked of it;
+//   - FakeConntrack (ipvs.Conntrack): the UDP deletions asked of it and
+//     the passes over the table they cost;
 //   - FakeSysctls (ipvs.Sysctls): kernel parameters;
 //   - FakeFirewall (ipvs.Firewall): the nftables table's specs, stamp and
 //     owned keys, with its transactions counted;

@@ -43,8 +43,10 @@
 # CLUSTER_SOAK_UPDATES endpoint updates over CLUSTER_SOAK_DURATION
 # (by default 30, 200 and 30s; bench-cluster: 1000, 10000 and 30m). Like
 # the router restart, make test-cluster skips it (CLUSTER_SKIP): even
-# small it takes minutes in the guest, and its one run failed on real
-# stale state (README, Tests). CLUSTER_TIMEOUT is the guest's -test.timeout (default 30m),
+# small it takes minutes in the guest (100 Services, 1,000 updates over
+# 3m: about 11 minutes at host load 26-42; README, Tests). A failing soak logs each node's
+# weight-0 real servers with their connections and its daemon's
+# goroutines in the sync (the lab daemons run with --profiling). CLUSTER_TIMEOUT is the guest's -test.timeout (default 30m),
 # CLUSTER_GO_TIMEOUT the host's go test -timeout (default 45m).
 CLUSTER_RUN ?=
 CLUSTER_SKIP ?= ^(TestChaosRouterRestart|TestSoak)$$

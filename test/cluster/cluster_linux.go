@@ -271,7 +271,7 @@ func (n *Node) StartDaemon(ctx context.Context) error {
 		return fmt.Errorf("cluster: %s: switchyard --set-sysctls: %w (log %s)", n.Name, err, log.Name())
 	}
 	cmd := exec.Command(d.opts.Switchyard, "--config", cfg, "--kubeconfig", d.opts.DaemonKubeconfig,
-		"--hostname-override", n.Name, "--log-format", "text")
+		"--hostname-override", n.Name, "--log-format", "text", "--profiling")
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := n.NS.Command(cmd); err != nil {
@@ -365,22 +365,35 @@ const daemonMetrics = "127.0.0.1:10249"
 // DebugState returns the node's daemon's /debug/state (JSON: desired and
 // applied state, announcements among them).
 func (n *Node) DebugState(ctx context.Context) (string, error) {
+	return n.daemonGet(ctx, "/debug/state")
+}
+
+// DaemonGoroutines returns the node's daemon's goroutine stacks,
+// aggregated (pprof's goroutine?debug=1; the lab runs the daemons with
+// --profiling): where a stuck sync or drain waits.
+func (n *Node) DaemonGoroutines(ctx context.Context) (string, error) {
+	return n.daemonGet(ctx, "/debug/pprof/goroutine?debug=1")
+}
+
+// daemonGet returns the body of a GET of path on the daemon's metrics
+// port.
+func (n *Node) daemonGet(ctx context.Context, path string) (string, error) {
 	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: n.NS.DialContext, DisableKeepAlives: true}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+daemonMetrics+"/debug/state", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+daemonMetrics+path, nil)
 	if err != nil {
 		return "", err
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return "", fmt.Errorf("cluster: %s: /debug/state: %w", n.Name, err)
+		return "", fmt.Errorf("cluster: %s: %s: %w", n.Name, path, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return "", fmt.Errorf("cluster: %s: /debug/state: %w", n.Name, err)
+		return "", fmt.Errorf("cluster: %s: %s: %w", n.Name, path, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("cluster: %s: /debug/state: %s: %s", n.Name, resp.Status, body)
+		return "", fmt.Errorf("cluster: %s: %s: %s: %s", n.Name, path, resp.Status, body)
 	}
 	return string(body), nil
 }

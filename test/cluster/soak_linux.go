@@ -184,3 +184,34 @@ func (k KernelState) WithoutWeights() (KernelState, error) {
 	}
 	return out, nil
 }
+
+// DrainingServers lists the node's real servers at weight 0, each with
+// its connection counts ("TCP 10.96.0.10:80 -> 10.244.1.10:8080 active 0
+// inactive 2"): what a soak that finds them left over needs to tell
+// connections holding them from a dataplane that forgot them.
+func (n *Node) DrainingServers() ([]string, error) {
+	var k *ipvs.Netlink
+	if err := n.NS.Do(func() (err error) { k, err = ipvs.NewNetlink(); return err }); err != nil {
+		return nil, fmt.Errorf("cluster: %s: %w", n.Name, err)
+	}
+	defer k.Close()
+	svcs, err := k.Services()
+	if err != nil {
+		return nil, fmt.Errorf("cluster: %s: IPVS services: %w", n.Name, err)
+	}
+	var out []string
+	for _, s := range svcs {
+		dests, err := k.Destinations(s.VirtualServiceKey)
+		if err != nil {
+			return nil, fmt.Errorf("cluster: %s: IPVS destinations: %w", n.Name, err)
+		}
+		for _, d := range dests {
+			if d.Weight == 0 {
+				out = append(out, fmt.Sprintf("%s -> %s active %d inactive %d", serviceKey(s.Protocol.String(), netip.AddrPortFrom(s.Addr, s.Port)),
+					netip.AddrPortFrom(d.Addr, d.Port), d.ActiveConns, d.InactiveConns))
+			}
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}

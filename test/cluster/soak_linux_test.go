@@ -71,6 +71,7 @@ func TestSoak(t *testing.T) {
 	duration := envDuration(t, envSoakDuration, 30*time.Second)
 	t.Logf("soak: %d Services, %d endpoint updates over %s", count, updates, duration)
 	ns := namespace(t, c)
+	t.Cleanup(func() { soakEvidence(t, c) })
 	flows := flowService(t, c, ns, "soak-flows")
 	traffic := startChaosTraffic(t, c, flows, c.Nodes)
 	waitConverged(t, c.Nodes, nil, nil)
@@ -273,9 +274,7 @@ func soakSnapshot(t *testing.T, c *cluster.Cluster, stage string) []soakSample {
 			if i > 0 {
 				time.Sleep(500 * time.Millisecond)
 			}
-			ctx, cancel := context.WithTimeout(t.Context(), stallTimeout)
-			m, err := n.DaemonMetrics(ctx, "go_goroutines", "process_resident_memory_bytes")
-			cancel()
+			m, err := soakMetrics(t, n)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -337,3 +336,62 @@ func soakTable(stages ...[]soakSample) string {
 	}
 	return strings.TrimSuffix(b.String(), "\n")
 }
+
+// soakEvidence logs, when the soak failed, what tells its causes apart:
+// each node's real servers at weight 0 with their connections, and its
+// daemon's warnings and errors other than gossip's (which drown them in
+// the log's tail).
+func soakEvidence(t *testing.T, c *cluster.Cluster) {
+	if !t.Failed() {
+		return
+	}
+	for _, n := range c.Nodes {
+		servers, err := n.DrainingServers()
+		if err != nil {
+			t.Logf("%s: %v", n.Name, err)
+		}
+		t.Logf("%s: %d real servers at weight 0:\n%s", n.Name, len(servers), strings.Join(servers[:min(40, len(servers))], "\n"))
+		lines := n.DaemonLogLines(func(l string) bool {
+			return (strings.Contains(l, "level=WARN") || strings.Contains(l, "level=ERROR")) && !strings.Contains(l, "component=membership")
+		})
+		t.Logf("%s's daemon warnings and errors but gossip's (%d, the last 40):\n%s", n.Name, len(lines), strings.Join(lines[max(0, len(lines)-40):], "\n"))
+		if g, err := n.DaemonGoroutines(context.Background()); err != nil {
+			t.Logf("%s: %v", n.Name, err)
+		} else {
+			t.Logf("%s's daemon's goroutines in the dataplane or the sync:\n%s", n.Name, syncStacks(g))
+		}
+	}
+}
+
+// syncStacks keeps, of pprof's aggregated goroutine dump, the stacks that
+// pass through the IPVS dataplane or the reconcile loop.
+func syncStacks(dump string) string {
+	var out []string
+	for _, stack := range strings.Split(dump, "\n\n") {
+		if strings.Contains(stack, "switchyard/ipvs.") || strings.Contains(stack, "switchyard/core/reconcile.") {
+			out = append(out, stack)
+		}
+	}
+	return strings.Join(out, "\n\n")
+}
+
+// soakMetrics reads the daemon's goroutines and RSS, again when a reading
+// times out, for up to soakMetricsTries readings: under a host load of
+// 40 a starved guest let one /metrics request time out (a reading, not a
+// failure of the daemon).
+func soakMetrics(t *testing.T, n *cluster.Node) (map[string]float64, error) {
+	var err error
+	for range soakMetricsTries {
+		ctx, cancel := context.WithTimeout(t.Context(), stallTimeout)
+		var m map[string]float64
+		m, err = n.DaemonMetrics(ctx, "go_goroutines", "process_resident_memory_bytes")
+		cancel()
+		if err == nil || t.Context().Err() != nil {
+			return m, err
+		}
+	}
+	return nil, err
+}
+
+// soakMetricsTries bounds soakMetrics.
+const soakMetricsTries = 5
