@@ -94,7 +94,7 @@ func drain(c <-chan struct{}) {
 
 func TestGracefulLeave(t *testing.T) {
 	ms := cluster(t, 3)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), deadline)
 	defer cancel()
 	if err := ms[2].Close(ctx); err != nil {
 		t.Fatalf("Close: %v", err)

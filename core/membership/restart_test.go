@@ -43,7 +43,7 @@ func TestRestartGrace(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ms := cluster(t, 3, withGrace(tt.grace))
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), deadline)
 			defer cancel()
 			if err := tt.stop(ctx, ms[2]); err != nil {
 				t.Fatal(err)
@@ -81,7 +81,7 @@ func TestRestartGrace(t *testing.T) {
 func TestRestartedMemberRejoins(t *testing.T) {
 	ms := cluster(t, 3, withGrace(time.Hour))
 	port := ms[2].LocalAddr().Port()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), deadline)
 	defer cancel()
 	if err := ms[2].CloseForRestart(ctx); err != nil {
 		t.Fatal(err)

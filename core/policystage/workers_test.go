@@ -336,7 +336,7 @@ func TestPolicyStatsReadFailures(t *testing.T) {
 	clock := runnertest.NewClock(t0)
 	var logs bytes.Buffer // written by Sync only
 	loop := newLoop(src, dp, clock.Now, policystage.Config{
-		Policies: pols, Metrics: pm, Stats: dp, StatsInterval: tick, Workers: 2,
+		Policies: pols, Metrics: pm, Stats: dp, StatsInterval: tick, Workers: 2, Deadline: generousDeadline,
 		Log: slog.New(slog.NewTextHandler(&logs, nil)),
 	})
 	src.Push(model.Delta{Nodes: map[string]*model.Node{"node-a": nodeA}, Services: map[model.ServiceKey]model.ServiceState{
@@ -413,7 +413,7 @@ func TestPolicyTickSkipsStatsBlind(t *testing.T) {
 	pols.Set("p", seeing, nil, nil)
 	src := plugintest.NewSource()
 	clock := runnertest.NewClock(t0)
-	loop := newLoop(src, dp, clock.Now, policystage.Config{Policies: pols, Stats: dp, StatsInterval: tick})
+	loop := newLoop(src, dp, clock.Now, policystage.Config{Policies: pols, Stats: dp, StatsInterval: tick, Deadline: generousDeadline})
 	service := func(k model.ServiceKey, vip, endpoint, policy string) model.ServiceState {
 		st := modeltest.State(modeltest.ClusterIP(k, vip), modeltest.Ready(endpoint, "node-a"))
 		st.Service.Policy = policy

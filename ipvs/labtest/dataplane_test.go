@@ -601,16 +601,23 @@ func TestDataplaneUDPFlowFindsNewEndpoints(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ask := func() (string, error) {
+	// ask sends the flow's datagram; unanswered tells it to give up after
+	// silence (three sends) rather than answerTimeout.
+	ask := func(unanswered bool) (string, error) {
+		ctx, cancel := t.Context(), context.CancelFunc(func() {})
+		if unanswered {
+			ctx, cancel = context.WithTimeout(ctx, silence)
+		}
+		defer cancel()
 		var name string
 		err := topo.Client.Do(func() error {
 			var err error
-			name, err = udpAsk(t.Context(), port, target)
+			name, err = udpAsk(ctx, port, target)
 			return err
 		})
 		return name, err
 	}
-	if name, err := ask(); err == nil {
+	if name, err := ask(true); err == nil {
 		t.Fatalf("flow to %s before it is programmed answered by %s", target, name)
 	}
 	if err := netlink.RouteDel(elsewhere); err != nil {
@@ -627,7 +634,7 @@ func TestDataplaneUDPFlowFindsNewEndpoints(t *testing.T) {
 	if err := dp.Apply(t.Context(), plugin.Update{Plan: plan, Full: true}); err != nil {
 		t.Fatal(err)
 	}
-	if name, err := ask(); err == nil {
+	if name, err := ask(true); err == nil {
 		t.Fatalf("flow to %s without endpoints answered by %s", target, name)
 	}
 	if n := udpConntrack(t, target, target.Addr()); n == 0 {
@@ -640,7 +647,7 @@ func TestDataplaneUDPFlowFindsNewEndpoints(t *testing.T) {
 	if n := udpConntrack(t, target, target.Addr()); n != 0 {
 		t.Errorf("conntrack entries of the unanswered flow to %s after endpoints appeared: %d, want 0", target, n)
 	}
-	name, err := ask()
+	name, err := ask(false)
 	if err != nil {
 		t.Fatalf("same flow after endpoints appeared: %v", err)
 	}

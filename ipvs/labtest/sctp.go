@@ -63,13 +63,25 @@ func (be *Backend) serveSCTP() error {
 			if err != nil {
 				return // closed
 			}
-			unix.Write(nfd, []byte(be.Name))
-			// Wait for the client's shutdown, so the data is not lost
-			// to an abort.
-			unix.SetsockoptTimeval(nfd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: 5})
-			buf := make([]byte, 16)
-			unix.Read(nfd, buf)
-			unix.Close(nfd)
+			// Each association on its own goroutine: one a test holds
+			// open does not hold up the next.
+			go func() {
+				unix.Write(nfd, []byte(be.Name))
+				// Wait for the client's shutdown, so the data is not
+				// lost to an abort. The client ends the association; the
+				// timeout only ends one a failed test left open.
+				unix.SetsockoptTimeval(nfd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: int64(answerTimeout / time.Second)})
+				// The runtime's signals interrupt a read with a timeout
+				// (EINTR, signal(7)); only data, the client's shutdown or
+				// the timeout end it.
+				buf := make([]byte, 16)
+				for {
+					if _, err := unix.Read(nfd, buf); !errors.Is(err, unix.EINTR) {
+						break
+					}
+				}
+				unix.Close(nfd)
+			}()
 		}
 	}()
 	be.stop = append(be.stop, closerFunc(func() error {
@@ -143,7 +155,7 @@ func connectSCTP(srcPort int, target netip.AddrPort) (_ int, _ string, err error
 	if err := unix.Bind(fd, local); err != nil {
 		return -1, "", fmt.Errorf("bind: %w", err)
 	}
-	deadline := time.Now().Add(requestTimeout)
+	deadline := time.Now().Add(answerTimeout)
 	if err := unix.Connect(fd, remote); err != nil && !errors.Is(err, unix.EINPROGRESS) {
 		return -1, "", fmt.Errorf("connect: %w", err)
 	}

@@ -110,18 +110,28 @@ func TestWasmPolicyWeightsDriveTraffic(t *testing.T) {
 	}
 	ctx := t.Context()
 
-	// Generous deadlines: TCG runs the guest's code 10-50x slower than
-	// the host. The hostile loop costs one wasm deadline per evaluation.
-	rt, err := wasm.NewRuntime(ctx, wasm.Config{Deadline: time.Second, InstantiateDeadline: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
+	// Generous deadlines that only bound failures: TCG runs the guest's
+	// code 10-50x slower than the host, and a loaded host stalls the
+	// guest for seconds (issue 9). The hostile module has a runtime of its
+	// own with a short deadline, which its loop costs once per evaluation.
+	newRuntime := func(deadline time.Duration) *wasm.Runtime {
+		rt, err := wasm.NewRuntime(ctx, wasm.Config{Deadline: deadline, InstantiateDeadline: 2 * time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { rt.Close(context.Background()) })
+		return rt
 	}
-	t.Cleanup(func() { rt.Close(context.Background()) })
+	rt, hostileRT := newRuntime(time.Minute), newRuntime(time.Second)
 	before := memAvailable()
 	pols := plugintest.NewPolicies("")
 	loaded := map[string]*wasm.Policy{}
 	for _, name := range labModules {
 		start := time.Now()
+		rt := rt
+		if name == "hostile" {
+			rt = hostileRT
+		}
 		p, err := rt.Load(ctx, name, modules[name])
 		if err != nil {
 			t.Fatalf("load %s: %v", name, err)

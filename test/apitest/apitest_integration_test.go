@@ -80,7 +80,7 @@ func TestIntegrationServer(t *testing.T) {
 			t.Fatalf("alice lists services before any grant: err = %v, want Forbidden", err)
 		}
 		grant(t, s.Client, ns, "team-a", rbacv1.GroupKind)
-		harness.Poll(t, 10*time.Second, func() error {
+		harness.Poll(t, 2*time.Minute, func() error {
 			_, err := alice.CoreV1().Services(ns).List(ctx, metav1.ListOptions{})
 			return err
 		})
@@ -100,7 +100,7 @@ func TestIntegrationServer(t *testing.T) {
 			t.Fatalf("ServiceAccount lists services before any grant: err = %v, want Forbidden", err)
 		}
 		grant(t, s.Client, "sa-ns", "reader", rbacv1.ServiceAccountKind)
-		harness.Poll(t, 10*time.Second, func() error {
+		harness.Poll(t, 2*time.Minute, func() error {
 			_, err := sa.CoreV1().Services("sa-ns").List(ctx, metav1.ListOptions{})
 			return err
 		})
