@@ -266,6 +266,9 @@ func runDaemon(ctx context.Context, dc daemonConfig) (err error) {
 	src := k8s.New(dc.Client, k8s.Options{
 		NodeName:         dc.NodeName,
 		ServiceProxyName: cfg.ServiceProxyName,
+		// The loop programs what the lists brought so far, add-only,
+		// so that a start's kernel work overlaps them (EarlyApply).
+		Early: true,
 		OnChange: func() {
 			tracker.Queued()
 			r.Trigger()
@@ -300,10 +303,11 @@ func runDaemon(ctx context.Context, dc daemonConfig) (err error) {
 			}
 			lbm.SetNodes(nodes)
 		},
-		Metrics: m,
-		Health:  hc,
-		DSR:     dsr,
-		Log:     log.With("component", "reconcile"),
+		Metrics:    m,
+		Health:     hc,
+		DSR:        dsr,
+		EarlyApply: true,
+		Log:        log.With("component", "reconcile"),
 		// The periodic repair of kernel drift; statistics ticks and
 		// other syncs without changes do not reprogram everything.
 		FullSyncPeriod: dpCfg.SyncPeriod.Std(),

@@ -33,6 +33,12 @@ type Options struct {
 	// Services without the label, as kube-proxy. It must be a valid label
 	// value (New panics otherwise); the config validates it.
 	ServiceProxyName string
+	// Early makes Take hand out changes, and OnChange be called for
+	// them, before every informer has synced too: the state listed so
+	// far, for a loop that applies it add-only
+	// (plugin.AddOnlyDataplane) while the lists still arrive. HasSynced
+	// tells it when the state is whole.
+	Early bool
 }
 
 // Source watches Services, EndpointSlices and Nodes and hands out what
@@ -187,9 +193,10 @@ func (s *Source) HasSynced() bool {
 
 // Take returns the current state of every Service and Node that differs
 // from what the previous Take returned (the first returns everything).
-// Before every informer has synced it returns an empty delta.
+// Before every informer has synced it returns an empty delta, unless
+// Options.Early.
 func (s *Source) Take() model.Delta {
-	if !s.HasSynced() {
+	if !s.opts.Early && !s.HasSynced() {
 		return model.Delta{}
 	}
 	s.mu.Lock()
@@ -215,7 +222,7 @@ func (s *Source) changedLocked() {
 func (s *Source) Healthy() error { return s.health.err() }
 
 func (s *Source) notify() {
-	if s.opts.OnChange != nil && s.HasSynced() {
+	if s.opts.OnChange != nil && (s.opts.Early || s.HasSynced()) {
 		s.opts.OnChange()
 	}
 }
