@@ -144,7 +144,10 @@ func (s *Source) watch(obj runtime.Object, key string, sel metav1.ListOptions,
 	inf := cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, s.client), obj,
 		cache.SharedIndexInformerOptions{})
 	s.informers = append(s.informers, inf)
-	// Both calls fail only once the informer has started; it has not.
+	// These calls fail only once the informer has started; it has not.
+	if err := inf.SetTransform(dropUnread); err != nil {
+		s.log.Error("cannot set the cache's transform", "resource", key, "err", err)
+	}
 	if err := inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
 		s.health.watchFailed(key, err)
 	}); err != nil {
@@ -357,4 +360,31 @@ func (s *Source) onNode(obj any, deleted bool) {
 	if changed {
 		s.notify()
 	}
+}
+
+// annotationLastApplied is kubectl's copy of the last applied object,
+// often the object's largest field.
+const annotationLastApplied = "kubectl.kubernetes.io/last-applied-configuration"
+
+// dropUnread is the informers' transform: it drops, before an object is
+// cached, what the Source never reads and that can weigh more than the
+// rest of the object: managed fields, kubectl's last applied
+// configuration, and a Node's container images and volumes. It changes
+// the object in place (client-go hands the transform the decoded object
+// first) and is idempotent.
+func dropUnread(obj any) (any, error) {
+	if m, ok := obj.(metav1.Object); ok {
+		m.SetManagedFields(nil)
+		if a := m.GetAnnotations(); a != nil {
+			if _, ok := a[annotationLastApplied]; ok {
+				delete(a, annotationLastApplied)
+			}
+		}
+	}
+	if n, ok := obj.(*corev1.Node); ok {
+		n.Status.Images = nil
+		n.Status.VolumesInUse = nil
+		n.Status.VolumesAttached = nil
+	}
+	return obj, nil
 }
