@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -323,11 +324,20 @@ func runDaemon(ctx context.Context, dc daemonConfig) (err error) {
 		},
 	})
 	retry := max(min(maxRetryInterval, dpCfg.SyncPeriod.Std()), dpCfg.MinSyncPeriod.Std())
+	released := false
 	r = runner.New("sync", func(ctx context.Context) error {
 		start := time.Now()
 		res, err := loop.Sync(ctx)
 		if err == nil && res.Ran {
 			tracker.Updated(start)
+		}
+		if !released && res.Full && res.Applied {
+			// The start's garbage (the lists as decoded, the first
+			// plan's and diff's intermediates) is several times what
+			// stays live: hand its pages back to the kernel now rather
+			// than at the scavenger's slow pace.
+			released = true
+			debug.FreeOSMemory()
 		}
 		return err
 	}, dpCfg.MinSyncPeriod.Std(), dpCfg.SyncPeriod.Std(), retry,
