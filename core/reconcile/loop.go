@@ -322,18 +322,7 @@ func (l *Loop) Sync(ctx context.Context) (res SyncResult, err error) {
 	}
 	p := l.cfg.Planner.Plan()
 	planned := l.now()
-	if l.policies != nil {
-		// The policies weigh the planner's plans; the dataplane sees
-		// only the Services whose weighted plan changed.
-		changed, p = l.policies.Weigh(ctx, policystage.Round{
-			Now: start, Node: l.nodes[l.cfg.NodeName], Services: d.Services, Plan: p, Changed: changed,
-		})
-		if view := l.policies.TakeStatus(); view != nil {
-			l.mu.Lock()
-			l.policyView = view
-			l.mu.Unlock()
-		}
-	}
+	changed, p = l.weigh(ctx, start, d, p, changed)
 	// A resync due by the period alone waits until the last one has been
 	// over for half a period, so that resyncs slower than the period
 	// (thousands of Services under emulation) do not follow one another.
@@ -357,10 +346,7 @@ func (l *Loop) Sync(ctx context.Context) (res SyncResult, err error) {
 	if !d.Received.IsZero() {
 		queued = start.Sub(d.Received)
 	}
-	l.triggers = append(l.triggers, d.TriggerTimes...)
-	if len(l.triggers) > maxPendingTriggers {
-		l.triggers = l.triggers[:maxPendingTriggers]
-	}
+	l.addTriggers(d.TriggerTimes)
 	l.track(p, changed, full)
 	if l.dsr != nil {
 		l.dsr.track(p, changed, full)
@@ -494,6 +480,34 @@ func (l *Loop) takeDelta(d model.Delta) {
 	}
 }
 
+// weigh runs the policy stage, when there is one, over the planner's
+// plan p of the round that started at start and took d: the policies
+// weigh the planner's plans, and the dataplane sees only the Services
+// whose weighted plan changed.
+func (l *Loop) weigh(ctx context.Context, start time.Time, d model.Delta, p *model.Plan, changed []model.ServiceKey) ([]model.ServiceKey, *model.Plan) {
+	if l.policies == nil {
+		return changed, p
+	}
+	changed, p = l.policies.Weigh(ctx, policystage.Round{
+		Now: start, Node: l.nodes[l.cfg.NodeName], Services: d.Services, Plan: p, Changed: changed,
+	})
+	if view := l.policies.TakeStatus(); view != nil {
+		l.mu.Lock()
+		l.policyView = view
+		l.mu.Unlock()
+	}
+	return changed, p
+}
+
+// addTriggers keeps EndpointSlice trigger times until an Apply
+// programs them, at most maxPendingTriggers.
+func (l *Loop) addTriggers(ts []time.Time) {
+	l.triggers = append(l.triggers, ts...)
+	if len(l.triggers) > maxPendingTriggers {
+		l.triggers = l.triggers[:maxPendingTriggers]
+	}
+}
+
 // syncEarly is a Sync before the Source has synced (Config.EarlyApply):
 // it plans what the Source handed out so far and applies it add-only. It
 // records nothing as desired or applied, announces nothing and serves no
@@ -511,21 +525,8 @@ func (l *Loop) syncEarly(ctx context.Context, ad plugin.AddOnlyDataplane) (SyncR
 		l.earlyNodes = true
 	}
 	changed := l.cfg.Planner.Update(l.nodes[l.cfg.NodeName], d.Services)
-	p := l.cfg.Planner.Plan()
-	if l.policies != nil {
-		changed, p = l.policies.Weigh(ctx, policystage.Round{
-			Now: start, Node: l.nodes[l.cfg.NodeName], Services: d.Services, Plan: p, Changed: changed,
-		})
-		if view := l.policies.TakeStatus(); view != nil {
-			l.mu.Lock()
-			l.policyView = view
-			l.mu.Unlock()
-		}
-	}
-	l.triggers = append(l.triggers, d.TriggerTimes...)
-	if len(l.triggers) > maxPendingTriggers {
-		l.triggers = l.triggers[:maxPendingTriggers]
-	}
+	changed, p := l.weigh(ctx, start, d, l.cfg.Planner.Plan(), changed)
+	l.addTriggers(d.TriggerTimes)
 	res.Changed = len(changed)
 	if len(changed) == 0 {
 		return res, nil
