@@ -118,7 +118,7 @@ type Dataplane struct {
 	marksRead bool
 }
 
-var _ plugin.Dataplane = (*Dataplane)(nil)
+var _ plugin.AddOnlyDataplane = (*Dataplane)(nil)
 
 // New returns a Dataplane; it touches the kernel only in Apply.
 func New(cfg Config) (*Dataplane, error) {
@@ -189,6 +189,21 @@ func (d *Dataplane) SetLocalDetector(l LocalDetector) {
 // Apply programs the kernel for u. Errors on single objects do not stop
 // the others; they are joined, and the next Apply re-reads the kernel.
 func (d *Dataplane) Apply(ctx context.Context, u plugin.Update) error {
+	return d.apply(ctx, u, false)
+}
+
+// ApplyAddOnly programs what u wants and removes nothing
+// (plugin.AddOnlyDataplane): of the ops an Apply would run it leaves out
+// deletions, unbinds, drains and updates to weight 0, and it neither
+// writes nor prunes the firewall table beyond recording the services it
+// creates off the dummy link. The next Apply reads the kernel and the
+// table again, as at a start, before it diffs and prunes.
+func (d *Dataplane) ApplyAddOnly(ctx context.Context, u plugin.Update) error {
+	u.Full = false
+	return d.apply(ctx, u, true)
+}
+
+func (d *Dataplane) apply(ctx context.Context, u plugin.Update, addOnly bool) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("ipvs: apply: %w", err)
 	}
@@ -234,12 +249,15 @@ func (d *Dataplane) Apply(ctx context.Context, u plugin.Update) error {
 	}
 	loaded := d.cfg.Now()
 	ops := Diff(d.want, d.have, scope)
+	if addOnly {
+		ops = AddOnly(ops)
+	}
 	flushes := UDPFlushes(d.want, d.have, scope) // before the ops change d.have
 	// Ownership is recorded before it is taken and dropped after it is
 	// let go (see the package doc): a service whose record failed, or
 	// whose address failed to bind, is not touched; an address whose
 	// service failed to delete stays bound.
-	unrecorded, err := d.recordIntent(ops)
+	unrecorded, err := d.recordIntent(ops, addOnly)
 	if err != nil {
 		kernelErrs = append(kernelErrs, err)
 	}
@@ -276,6 +294,19 @@ func (d *Dataplane) Apply(ctx context.Context, u plugin.Update) error {
 	d.flushUDP(flushes)
 	d.adopt(scope, unrecorded)
 	programmed := d.cfg.Now()
+	if addOnly {
+		// The table's spec would be that of partial data: the next
+		// Apply reads the table again (fwRead), compares it with the
+		// whole spec and writes it then.
+		d.fwRead = false
+		d.cfg.Log.Debug("apply", "add-only", true, "reloaded", reloaded, "ops", len(ops),
+			"want-and-read", loaded.Sub(start), "diff-and-ops", programmed.Sub(loaded))
+		d.deleteStaleUDP() // the new UDP services' entries (flushUDP): removes no state of the proxy
+		if len(kernelErrs) > 0 {
+			d.loaded = false
+		}
+		return errors.Join(append(errs, kernelErrs...)...)
+	}
 	if err := d.syncFirewall(reloaded && !d.fwTrusted, scope, reloaded || unbinds); err != nil {
 		errs = append(errs, err) // retried: the spec is not recorded
 	}
@@ -539,9 +570,10 @@ func (d *Dataplane) ownedChanges(scope Scope, all bool) (add, drop []model.Virtu
 // ops unbind. It costs a transaction only when there are such services
 // that the table does not hold yet. Without a table (a first start), or
 // when the table refuses, it writes the whole table for the desired state
-// with them. It returns the services it could not record, which the ops
-// must not touch.
-func (d *Dataplane) recordIntent(ops []Op) (map[model.VirtualServiceKey]bool, error) {
+// with them, unless addOnly: that would write the spec of partial data,
+// so the services wait for the next Apply then. It returns the services
+// it could not record, which the ops must not touch.
+func (d *Dataplane) recordIntent(ops []Op, addOnly bool) (map[model.VirtualServiceKey]bool, error) {
 	if d.cfg.Firewall == nil {
 		return nil, nil
 	}
@@ -578,6 +610,9 @@ func (d *Dataplane) recordIntent(ops []Op) (map[model.VirtualServiceKey]bool, er
 			return nil, nil
 		}
 		errs = append(errs, err)
+	}
+	if addOnly {
+		return need, errors.Join(errs...)
 	}
 	// The table is missing or not as known: write it whole, with what
 	// the dataplane owns off the dummy already and what it is about to.

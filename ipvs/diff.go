@@ -199,6 +199,25 @@ func Diff(want Desired, have State, scope Scope) []Op {
 	return slices.Concat(binds, services, dests, drains, deletes, unbinds)
 }
 
+// AddOnly returns the ops of ops that add or update and remove nothing:
+// without deletions, unbinds, drains and updates of a real server to
+// weight 0 (which drain it). It is pure; ops is left as it was.
+func AddOnly(ops []Op) []Op {
+	out := make([]Op, 0, len(ops))
+	for _, op := range ops {
+		switch op.Kind {
+		case OpDeleteService, OpUnbindAddr, OpDrainDestination:
+			continue
+		case OpUpdateDestination:
+			if op.Dest.Weight == 0 {
+				continue
+			}
+		}
+		out = append(out, op)
+	}
+	return out
+}
+
 // UDPFlushes returns, sorted, the UDP virtual services of scope that go
 // from no serving real server (absent from have, or every destination at
 // weight 0) to some (want has a destination above weight 0). A UDP client

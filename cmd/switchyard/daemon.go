@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -266,6 +267,9 @@ func runDaemon(ctx context.Context, dc daemonConfig) (err error) {
 	src := k8s.New(dc.Client, k8s.Options{
 		NodeName:         dc.NodeName,
 		ServiceProxyName: cfg.ServiceProxyName,
+		// The loop programs what the lists brought so far, add-only,
+		// so that a start's kernel work overlaps them (EarlyApply).
+		Early: true,
 		OnChange: func() {
 			tracker.Queued()
 			r.Trigger()
@@ -300,10 +304,11 @@ func runDaemon(ctx context.Context, dc daemonConfig) (err error) {
 			}
 			lbm.SetNodes(nodes)
 		},
-		Metrics: m,
-		Health:  hc,
-		DSR:     dsr,
-		Log:     log.With("component", "reconcile"),
+		Metrics:    m,
+		Health:     hc,
+		DSR:        dsr,
+		EarlyApply: true,
+		Log:        log.With("component", "reconcile"),
 		// The periodic repair of kernel drift; statistics ticks and
 		// other syncs without changes do not reprogram everything.
 		FullSyncPeriod: dpCfg.SyncPeriod.Std(),
@@ -319,11 +324,20 @@ func runDaemon(ctx context.Context, dc daemonConfig) (err error) {
 		},
 	})
 	retry := max(min(maxRetryInterval, dpCfg.SyncPeriod.Std()), dpCfg.MinSyncPeriod.Std())
+	released := false
 	r = runner.New("sync", func(ctx context.Context) error {
 		start := time.Now()
 		res, err := loop.Sync(ctx)
 		if err == nil && res.Ran {
 			tracker.Updated(start)
+		}
+		if !released && res.Full && res.Applied {
+			// The start's garbage (the lists as decoded, the first
+			// plan's and diff's intermediates) is several times what
+			// stays live: hand its pages back to the kernel now rather
+			// than at the scavenger's slow pace.
+			released = true
+			debug.FreeOSMemory()
 		}
 		return err
 	}, dpCfg.MinSyncPeriod.Std(), dpCfg.SyncPeriod.Std(), retry,

@@ -33,6 +33,12 @@ type Options struct {
 	// Services without the label, as kube-proxy. It must be a valid label
 	// value (New panics otherwise); the config validates it.
 	ServiceProxyName string
+	// Early makes Take hand out changes, and OnChange be called for
+	// them, before every informer has synced too: the state listed so
+	// far, for a loop that applies it add-only
+	// (plugin.AddOnlyDataplane) while the lists still arrive. HasSynced
+	// tells it when the state is whole.
+	Early bool
 }
 
 // Source watches Services, EndpointSlices and Nodes and hands out what
@@ -138,7 +144,10 @@ func (s *Source) watch(obj runtime.Object, key string, sel metav1.ListOptions,
 	inf := cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, s.client), obj,
 		cache.SharedIndexInformerOptions{})
 	s.informers = append(s.informers, inf)
-	// Both calls fail only once the informer has started; it has not.
+	// These calls fail only once the informer has started; it has not.
+	if err := inf.SetTransform(dropUnread); err != nil {
+		s.log.Error("cannot set the cache's transform", "resource", key, "err", err)
+	}
 	if err := inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
 		s.health.watchFailed(key, err)
 	}); err != nil {
@@ -187,9 +196,10 @@ func (s *Source) HasSynced() bool {
 
 // Take returns the current state of every Service and Node that differs
 // from what the previous Take returned (the first returns everything).
-// Before every informer has synced it returns an empty delta.
+// Before every informer has synced it returns an empty delta, unless
+// Options.Early.
 func (s *Source) Take() model.Delta {
-	if !s.HasSynced() {
+	if !s.opts.Early && !s.HasSynced() {
 		return model.Delta{}
 	}
 	s.mu.Lock()
@@ -215,7 +225,7 @@ func (s *Source) changedLocked() {
 func (s *Source) Healthy() error { return s.health.err() }
 
 func (s *Source) notify() {
-	if s.opts.OnChange != nil && s.HasSynced() {
+	if s.opts.OnChange != nil && (s.opts.Early || s.HasSynced()) {
 		s.opts.OnChange()
 	}
 }
@@ -350,4 +360,31 @@ func (s *Source) onNode(obj any, deleted bool) {
 	if changed {
 		s.notify()
 	}
+}
+
+// annotationLastApplied is kubectl's copy of the last applied object,
+// often the object's largest field.
+const annotationLastApplied = "kubectl.kubernetes.io/last-applied-configuration"
+
+// dropUnread is the informers' transform: it drops, before an object is
+// cached, what the Source never reads and that can weigh more than the
+// rest of the object: managed fields, kubectl's last applied
+// configuration, and a Node's container images and volumes. It changes
+// the object in place (client-go hands the transform the decoded object
+// first) and is idempotent.
+func dropUnread(obj any) (any, error) {
+	if m, ok := obj.(metav1.Object); ok {
+		m.SetManagedFields(nil)
+		if a := m.GetAnnotations(); a != nil {
+			if _, ok := a[annotationLastApplied]; ok {
+				delete(a, annotationLastApplied)
+			}
+		}
+	}
+	if n, ok := obj.(*corev1.Node); ok {
+		n.Status.Images = nil
+		n.Status.VolumesInUse = nil
+		n.Status.VolumesAttached = nil
+	}
+	return obj, nil
 }

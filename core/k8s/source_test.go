@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -407,5 +409,56 @@ func TestHealthRecordsAndClears(t *testing.T) {
 		if got != st.want {
 			t.Fatalf("step %d: err() = %q, want %q", i, got, st.want)
 		}
+	}
+}
+
+// TestSourceEarly: with Options.Early, the Source hands out what it has
+// listed while another list is still refused (its caches have not
+// synced), and calls OnChange for it; the rest arrives once allowed.
+func TestSourceEarly(t *testing.T) {
+	web := model.ServiceKey{Namespace: "ns", Name: "web"}
+	client := newFakeCluster(k8stest.Service("ns", "web", "10.96.0.10"), k8stest.Slice("ns", "web-1", "web", true, "10.0.0.1"))
+	var deny atomic.Bool
+	deny.Store(true)
+	client.PrependReactor("list", "endpointslices", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if !deny.Load() {
+			return false, nil, nil
+		}
+		return true, nil, apierrors.NewServiceUnavailable("not yet")
+	})
+	changed := make(chan struct{}, 1)
+	s := New(client, Options{Early: true, OnChange: func() {
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	}}, testLogger(t))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	d := nextDelta(t, s, changed)
+	if s.HasSynced() {
+		t.Fatalf("HasSynced while the EndpointSlices' list is refused")
+	}
+	st, ok := d.Services[web]
+	if !ok || st.Service == nil {
+		t.Fatalf("early Take = %+v, want the Service listed", d)
+	}
+	if len(st.Endpoints) != 0 {
+		t.Errorf("early Take's endpoints = %v, want none listed yet", st.Endpoints)
+	}
+
+	deny.Store(false)
+	harness.Poll(t, time.Minute, harness.Cond("the caches to sync", s.HasSynced))
+	d = nextDelta(t, s, changed)
+	want := []netip.Addr{netip.MustParseAddr("10.0.0.1")}
+	var got []netip.Addr
+	for _, ep := range d.Services[web].Endpoints {
+		got = append(got, ep.Addr)
+	}
+	if diff := cmp.Diff(want, got, cmpopts.EquateComparable(netip.Addr{})); diff != "" {
+		t.Errorf("endpoints once synced (-want +got):\n%s", diff)
 	}
 }

@@ -58,6 +58,23 @@ type Dataplane interface {
 	Close() error
 }
 
+// AddOnlyDataplane is a Dataplane that can apply a plan made from partial
+// data, before every cache of the Source has synced, so that the kernel
+// work of a start overlaps the lists: the loop calls ApplyAddOnly while
+// the caches list, and Apply with Full set once they have synced (the
+// only Apply that prunes, as kube-proxy syncs nothing before). Apply's
+// rules hold for it too.
+type AddOnlyDataplane interface {
+	Dataplane
+	// ApplyAddOnly adds and updates what u.Plan wants of the Services in
+	// u.Changed (of every Service in u.Plan at the first call) and
+	// removes nothing: no virtual service deleted (owned, stale or
+	// foreign), no address unbound, no real server drained, deleted or
+	// set to weight 0, nothing taken out of other kernel tables. u.Full
+	// is unset.
+	ApplyAddOnly(ctx context.Context, u Update) error
+}
+
 // Announcer makes addresses reachable at this node. Announce is
 // declarative: set is the complete set this node should announce now, and
 // an empty set withdraws everything. It is called from one goroutine at a

@@ -66,6 +66,15 @@ type Config struct {
 	// own before it.
 	FullSyncPeriod time.Duration
 
+	// EarlyApply lets the loop program the dataplane while the Source's
+	// caches still list, when the Dataplane is a plugin.AddOnlyDataplane
+	// and the Source hands out changes before it has synced (core/k8s
+	// with Options.Early): a Sync then plans what arrived and applies it
+	// add-only, removing nothing, and announces and serves health checks
+	// nothing. The first Sync after the caches synced applies everything
+	// in full, pruning, as without it. The policies must have synced.
+	EarlyApply bool
+
 	// DSR, when set, drives the dsr side of the dsr frontends the
 	// planner plans (model.VirtualService.DSRNodes), after the Dataplane
 	// applied their own virtual services and before they are announced.
@@ -121,6 +130,9 @@ type Loop struct {
 	wantList   []model.Announcement
 	wantValid  bool
 	electedFor []electCache
+	// earlyNodes is set when an early Sync took a change of the nodes
+	// that OnNodes and the dsr stage have not seen yet.
+	earlyNodes bool
 
 	mu          sync.Mutex // guards the fields below, read by State and LastSync
 	desired     map[model.ServiceKey]*model.ServicePlan
@@ -256,6 +268,10 @@ type SyncResult struct {
 	// Changed is the number of Services whose plan the round changed,
 	// as handed to the dataplane.
 	Changed int
+	// Early is set when the round ran before the Source synced
+	// (Config.EarlyApply): Ran is unset, and the dataplane, when Applied,
+	// only added and updated.
+	Early bool
 }
 
 // Sync runs one round of reconciliation and says what it did; the
@@ -264,7 +280,13 @@ type SyncResult struct {
 func (l *Loop) Sync(ctx context.Context) (res SyncResult, err error) {
 	l.syncMu.Lock()
 	defer l.syncMu.Unlock()
-	if !l.cfg.Source.HasSynced() || (l.policies != nil && !l.policies.HasSynced()) {
+	if l.policies != nil && !l.policies.HasSynced() {
+		return SyncResult{}, nil
+	}
+	if !l.cfg.Source.HasSynced() {
+		if ad, ok := l.cfg.Dataplane.(plugin.AddOnlyDataplane); ok && l.cfg.EarlyApply {
+			return l.syncEarly(ctx, ad)
+		}
 		return SyncResult{}, nil
 	}
 	res.Ran = true
@@ -284,24 +306,11 @@ func (l *Loop) Sync(ctx context.Context) (res SyncResult, err error) {
 
 	// 1. Take the changes and replan what they affect.
 	d := l.cfg.Source.Take()
-	for name, n := range d.Nodes {
-		if n == nil {
-			delete(l.nodes, name)
-		} else {
-			l.nodes[name] = n
-		}
-	}
-	if len(d.Nodes) > 0 && l.cfg.OnNodes != nil {
+	l.takeDelta(d)
+	nodesChanged := len(d.Nodes) > 0 || l.earlyNodes
+	l.earlyNodes = false
+	if nodesChanged && l.cfg.OnNodes != nil {
 		l.cfg.OnNodes(maps.Clone(l.nodes))
-	}
-	for k, st := range d.Services {
-		if st.Service == nil {
-			delete(l.elections, k)
-		} else {
-			info := electionInfoOf(st)
-			info.dsr = l.elections[k].dsr // until its plan says otherwise
-			l.elections[k] = info
-		}
 	}
 	l.mu.Lock()
 	opts, requested := l.pendingOpts, l.pendingFull
@@ -313,18 +322,7 @@ func (l *Loop) Sync(ctx context.Context) (res SyncResult, err error) {
 	}
 	p := l.cfg.Planner.Plan()
 	planned := l.now()
-	if l.policies != nil {
-		// The policies weigh the planner's plans; the dataplane sees
-		// only the Services whose weighted plan changed.
-		changed, p = l.policies.Weigh(ctx, policystage.Round{
-			Now: start, Node: l.nodes[l.cfg.NodeName], Services: d.Services, Plan: p, Changed: changed,
-		})
-		if view := l.policies.TakeStatus(); view != nil {
-			l.mu.Lock()
-			l.policyView = view
-			l.mu.Unlock()
-		}
-	}
+	changed, p = l.weigh(ctx, start, d, p, changed)
 	// A resync due by the period alone waits until the last one has been
 	// over for half a period, so that resyncs slower than the period
 	// (thousands of Services under emulation) do not follow one another.
@@ -348,14 +346,11 @@ func (l *Loop) Sync(ctx context.Context) (res SyncResult, err error) {
 	if !d.Received.IsZero() {
 		queued = start.Sub(d.Received)
 	}
-	l.triggers = append(l.triggers, d.TriggerTimes...)
-	if len(l.triggers) > maxPendingTriggers {
-		l.triggers = l.triggers[:maxPendingTriggers]
-	}
+	l.addTriggers(d.TriggerTimes)
 	l.track(p, changed, full)
 	if l.dsr != nil {
 		l.dsr.track(p, changed, full)
-		if len(d.Nodes) > 0 {
+		if nodesChanged {
 			l.dsr.dirty = true
 		}
 	}
@@ -365,7 +360,7 @@ func (l *Loop) Sync(ctx context.Context) (res SyncResult, err error) {
 	// have changed with no change taken) and the options; otherwise only
 	// the Services whose plan or watched state changed can elect
 	// differently.
-	all := full || opts != nil || len(d.Nodes) > 0 || l.cfg.Alive != nil
+	all := full || opts != nil || nodesChanged || l.cfg.Alive != nil
 	var dirty map[model.ServiceKey]bool
 	if !all {
 		dirty = make(map[model.ServiceKey]bool, len(changed)+len(d.Services))
@@ -463,6 +458,90 @@ func (l *Loop) Sync(ctx context.Context) (res SyncResult, err error) {
 		"waited", waited, "watch", watch, "queued", queued, "plan", planned.Sub(start), "policies", weighed.Sub(planned),
 		"withdraw", applyStart.Sub(weighed), "dataplane", applied.Sub(applyStart), "announce", end.Sub(applied))
 	return res, errors.Join(errs...)
+}
+
+// takeDelta folds the nodes and the election data of d into the loop's.
+func (l *Loop) takeDelta(d model.Delta) {
+	for name, n := range d.Nodes {
+		if n == nil {
+			delete(l.nodes, name)
+		} else {
+			l.nodes[name] = n
+		}
+	}
+	for k, st := range d.Services {
+		if st.Service == nil {
+			delete(l.elections, k)
+		} else {
+			info := electionInfoOf(st)
+			info.dsr = l.elections[k].dsr // until its plan says otherwise
+			l.elections[k] = info
+		}
+	}
+}
+
+// weigh runs the policy stage, when there is one, over the planner's
+// plan p of the round that started at start and took d: the policies
+// weigh the planner's plans, and the dataplane sees only the Services
+// whose weighted plan changed.
+func (l *Loop) weigh(ctx context.Context, start time.Time, d model.Delta, p *model.Plan, changed []model.ServiceKey) ([]model.ServiceKey, *model.Plan) {
+	if l.policies == nil {
+		return changed, p
+	}
+	changed, p = l.policies.Weigh(ctx, policystage.Round{
+		Now: start, Node: l.nodes[l.cfg.NodeName], Services: d.Services, Plan: p, Changed: changed,
+	})
+	if view := l.policies.TakeStatus(); view != nil {
+		l.mu.Lock()
+		l.policyView = view
+		l.mu.Unlock()
+	}
+	return changed, p
+}
+
+// addTriggers keeps EndpointSlice trigger times until an Apply
+// programs them, at most maxPendingTriggers.
+func (l *Loop) addTriggers(ts []time.Time) {
+	l.triggers = append(l.triggers, ts...)
+	if len(l.triggers) > maxPendingTriggers {
+		l.triggers = l.triggers[:maxPendingTriggers]
+	}
+}
+
+// syncEarly is a Sync before the Source has synced (Config.EarlyApply):
+// it plans what the Source handed out so far and applies it add-only. It
+// records nothing as desired or applied, announces nothing and serves no
+// health check: the first full Sync does all of that over the whole
+// plan, and prunes.
+func (l *Loop) syncEarly(ctx context.Context, ad plugin.AddOnlyDataplane) (SyncResult, error) {
+	res := SyncResult{Early: true}
+	start := l.now()
+	d := l.cfg.Source.Take()
+	if d.Empty() {
+		return res, nil
+	}
+	l.takeDelta(d)
+	if len(d.Nodes) > 0 {
+		l.earlyNodes = true
+	}
+	changed := l.cfg.Planner.Update(l.nodes[l.cfg.NodeName], d.Services)
+	changed, p := l.weigh(ctx, start, d, l.cfg.Planner.Plan(), changed)
+	l.addTriggers(d.TriggerTimes)
+	res.Changed = len(changed)
+	if len(changed) == 0 {
+		return res, nil
+	}
+	planned := l.now()
+	if err := ad.ApplyAddOnly(ctx, plugin.Update{Plan: p, Changed: changed}); err != nil {
+		// The first full Sync applies everything anyway.
+		err = fmt.Errorf("dataplane %s: add-only, before the caches synced: %w", l.cfg.Dataplane.Name(), err)
+		l.failed(metrics.StageDataplane, err, "changed", len(changed))
+		return res, err
+	}
+	res.Applied = true
+	l.log.Debug("sync", "early", true, "changed", len(changed), "took", l.now().Sub(start),
+		"plan", planned.Sub(start), "dataplane", l.now().Sub(planned))
+	return res, nil
 }
 
 // trackDSRElections records which changed Services (all on a full

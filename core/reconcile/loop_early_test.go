@@ -1,0 +1,200 @@
+package reconcile_test
+
+import (
+	"fmt"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/switchyard-lb/switchyard/core/election"
+	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/core/model/modeltest"
+	"github.com/switchyard-lb/switchyard/core/plan"
+	"github.com/switchyard-lb/switchyard/core/plugin"
+	"github.com/switchyard-lb/switchyard/core/plugin/plugintest"
+	"github.com/switchyard-lb/switchyard/core/reconcile"
+	"github.com/switchyard-lb/switchyard/ipvs"
+	"github.com/switchyard-lb/switchyard/ipvs/dryrun"
+	"github.com/switchyard-lb/switchyard/ipvs/ipvstest"
+)
+
+// kernelTable renders the fake kernel's virtual services and real servers.
+func kernelTable(k *ipvstest.Fake) []string {
+	var out []string
+	for _, e := range k.Table() {
+		s := e.Service
+		out = append(out, fmt.Sprintf("%s %s %s", s.Protocol, netip.AddrPortFrom(s.Addr, s.Port), s.Scheduler))
+		for _, d := range e.Destinations {
+			out = append(out, fmt.Sprintf("-> %s w%d", netip.AddrPortFrom(d.Addr, d.Port), d.Weight))
+		}
+	}
+	return out
+}
+
+// TestLoopEarlyApply: with EarlyApply, a loop over the ipvs dataplane
+// programs what the Source handed out before its caches synced, adding
+// only: the previous daemon's stale service stays bound, a real server
+// the partial data lacks keeps its weight, nothing is announced and
+// OnNodes is not called. The first Sync after the caches synced is full:
+// it prunes the stale service and address, drains the real server, and
+// announces.
+func TestLoopEarlyApply(t *testing.T) {
+	kernel, addrs := ipvstest.NewFake(), ipvstest.NewFakeAddresses()
+	stale := netip.MustParseAddr("10.96.0.99")
+	if err := addrs.EnsureDummy(ipvs.DefaultDummy); err != nil {
+		t.Fatal(err)
+	}
+	if err := addrs.AddAddr(ipvs.DefaultDummy, stale); err != nil {
+		t.Fatal(err)
+	}
+	staleKey := model.VirtualServiceKey{Addr: stale, Port: 80, Protocol: model.TCP}
+	if err := kernel.AddService(ipvs.Service{VirtualServiceKey: staleKey, Scheduler: "rr"}); err != nil {
+		t.Fatal(err)
+	}
+	dp, err := ipvs.New(ipvs.Config{Kernel: kernel, Addresses: addrs, Sysctls: ipvstest.NewFakeSysctls(map[string]string{
+		"net/ipv4/ip_forward": "1", "net/ipv4/vs/conntrack": "1", "net/ipv4/vs/expire_nodest_conn": "1",
+		"net/ipv4/vs/expire_quiescent_template": "1", "net/ipv4/vs/conn_reuse_mode": "1",
+	}),
+		Firewall: &ipvstest.FakeFirewall{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, ann := plugintest.NewSource(), plugintest.NewAnnouncer("bgp")
+	var onNodes []int
+	loop := reconcile.New(reconcile.Config{
+		NodeName: "node-a", Source: src, Planner: plan.New(plan.Options{}), Dataplane: dp,
+		Elected: []plugin.ElectedAnnouncer{{Announcer: ann, Mode: election.BGP}},
+		OnNodes: func(n map[string]*model.Node) { onNodes = append(onNodes, len(n)) },
+		Now:     func() time.Time { return t0 }, EarlyApply: true,
+	})
+	lb := func(eps ...model.Endpoint) map[model.ServiceKey]model.ServiceState {
+		st := lbLocal(lbKey, "10.96.0.20", "203.0.113.10", eps...)
+		st.Service.ExternalTrafficPolicy = model.PolicyCluster
+		return map[model.ServiceKey]model.ServiceState{lbKey: st}
+	}
+	// Sorted by address: the ClusterIP, the stale service, the NodePort,
+	// the ingress. The NodePort lives on the node's address, where only
+	// the firewall table's record makes it Switchyard's: there is no
+	// table yet, and writing one would write partial data, so it waits
+	// for the full sync.
+	table := func(stale, nodePort bool, dests ...string) []string {
+		var out []string
+		fes := []string{"10.96.0.20:80"}
+		if stale {
+			fes = append(fes, "10.96.0.99:80")
+		}
+		if nodePort {
+			fes = append(fes, "192.168.1.10:30080")
+		}
+		for _, fe := range append(fes, "203.0.113.10:80") {
+			out = append(out, "TCP "+fe+" rr")
+			if fe == "10.96.0.99:80" {
+				continue
+			}
+			for _, d := range dests {
+				out = append(out, "-> "+d)
+			}
+		}
+		return out
+	}
+	listed := []netip.Addr{modeltest.Addr("10.96.0.20"), stale, modeltest.Addr("203.0.113.10")}
+
+	steps := []struct {
+		name     string
+		synced   bool
+		push     *model.Delta
+		want     reconcile.SyncResult
+		table    []string
+		bound    []netip.Addr
+		announce []model.Announcement
+		onNodes  []int
+	}{
+		{
+			name:  "listing: what arrived is added, the stale service stays",
+			push:  &model.Delta{Nodes: map[string]*model.Node{"node-a": nodeA}, Services: lb(modeltest.Ready("10.244.1.5", "node-a"))},
+			want:  reconcile.SyncResult{Early: true, Applied: true, Changed: 1},
+			table: table(true, false, "10.244.1.5:8080 w1"),
+			bound: listed,
+		},
+		{
+			name:  "listing: a real server the partial data lacks is not drained",
+			push:  &model.Delta{Services: lb(modeltest.Ready("10.244.2.5", "node-b"))},
+			want:  reconcile.SyncResult{Early: true, Applied: true, Changed: 1},
+			table: table(true, false, "10.244.1.5:8080 w1", "10.244.2.5:8080 w1"),
+			bound: listed,
+		},
+		{
+			name:  "listing: nothing new, nothing applied",
+			want:  reconcile.SyncResult{Early: true},
+			table: table(true, false, "10.244.1.5:8080 w1", "10.244.2.5:8080 w1"),
+			bound: listed,
+		},
+		{
+			name:   "synced: the full sync prunes, drains and announces",
+			synced: true,
+			want:   reconcile.SyncResult{Ran: true, Full: true, Applied: true},
+			// 10.244.1.5 had no connections: drained and deleted at once.
+			table:    table(false, true, "10.244.2.5:8080 w1"),
+			bound:    []netip.Addr{modeltest.Addr("10.96.0.20"), modeltest.Addr("203.0.113.10")},
+			announce: []model.Announcement{announced("203.0.113.10", lbKey)},
+			onNodes:  []int{1},
+		},
+	}
+	for _, st := range steps {
+		if st.push != nil {
+			src.Push(*st.push)
+		}
+		src.SetSynced(st.synced)
+		res, err := loop.Sync(t.Context())
+		if err != nil {
+			t.Fatalf("%s: Sync: %v", st.name, err)
+		}
+		if diff := cmp.Diff(st.want, res); diff != "" {
+			t.Errorf("%s: result (-want +got):\n%s", st.name, diff)
+		}
+		if diff := cmp.Diff(st.table, kernelTable(kernel)); diff != "" {
+			t.Errorf("%s: kernel table (-want +got):\n%s", st.name, diff)
+		}
+		bound, _ := addrs.Addrs(ipvs.DefaultDummy)
+		if diff := cmp.Diff(st.bound, bound, cmpopts.EquateComparable(netip.Addr{})); diff != "" {
+			t.Errorf("%s: addresses on %s (-want +got):\n%s", st.name, ipvs.DefaultDummy, diff)
+		}
+		if diff := cmp.Diff(st.announce, ann.Current(), cmpopts.EquateComparable(netip.Addr{}), cmpopts.EquateEmpty()); diff != "" {
+			t.Errorf("%s: announced (-want +got):\n%s", st.name, diff)
+		}
+		if diff := cmp.Diff(st.onNodes, onNodes, cmpopts.EquateEmpty()); diff != "" {
+			t.Errorf("%s: OnNodes calls, by nodes (-want +got):\n%s", st.name, diff)
+		}
+		if last, _ := loop.LastSync(); last.IsZero() == st.synced {
+			t.Errorf("%s: LastSync = %v, want it set only once synced", st.name, last)
+		}
+	}
+}
+
+// TestLoopEarlyApplyNeedsAddOnly: a dataplane that cannot apply add-only
+// gets nothing before the caches synced, EarlyApply or not, and the
+// Source's changes wait for the first full sync.
+func TestLoopEarlyApplyNeedsAddOnly(t *testing.T) {
+	src, dry := plugintest.NewSource(), dryrun.New()
+	loop := reconcile.New(reconcile.Config{NodeName: "node-a", Source: src, Planner: plan.New(plan.Options{}),
+		Dataplane: dry, Now: func() time.Time { return t0 }, EarlyApply: true})
+	src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{
+		webKey: modeltest.State(modeltest.ClusterIP(webKey, "10.96.0.1"), webEndpoints...)}})
+	res, err := loop.Sync(t.Context())
+	if err != nil || res != (reconcile.SyncResult{}) {
+		t.Fatalf("Sync before the caches synced = %+v, %v; want nothing done", res, err)
+	}
+	if n, st := src.Takes(), dry.Stats(); n != 0 || st.Applies != 0 {
+		t.Errorf("before the caches synced: %d Takes, %d Applies; want none", n, st.Applies)
+	}
+	src.SetSynced(true)
+	if res, err := loop.Sync(t.Context()); err != nil || !res.Full || !res.Applied {
+		t.Errorf("first Sync after the caches synced = %+v, %v; want a full apply", res, err)
+	}
+	if diff := cmp.Diff(webTable, table(dry)); diff != "" {
+		t.Errorf("dataplane (-want +got):\n%s", diff)
+	}
+}
