@@ -16,6 +16,7 @@ type Op string
 // The Kernel methods.
 const (
 	OpServices          Op = "Services"
+	OpService           Op = "Service"
 	OpAddService        Op = "AddService"
 	OpUpdateService     Op = "UpdateService"
 	OpDeleteService     Op = "DeleteService"
@@ -46,7 +47,9 @@ type Fake struct {
 	calls  map[Op]int
 	// interrupt counts, per dump op, the calls still to interrupt.
 	interrupt map[Op]int
-	timeouts  *ipvs.Timeouts // nil: DefaultTimeouts
+	// skip are the services the next Services dump leaves out.
+	skip     map[model.VirtualServiceKey]bool
+	timeouts *ipvs.Timeouts // nil: DefaultTimeouts
 }
 
 var (
@@ -79,6 +82,24 @@ func (f *Fake) Interrupt(op Op, n int) {
 		f.interrupt = map[Op]int{}
 	}
 	f.interrupt[op] = n
+}
+
+// SkipInDump makes the next Services dump leave out the services of keys
+// that the table holds, without an error: what the kernel's dump does
+// when another network namespace deletes services while it runs. Its
+// cursor between the dump's parts is an index that counts the services
+// of every namespace (ip_vs_genl_dump_services, one table for all up to
+// Linux 6.1 at least), so each deletion before it moves it past one of
+// ours, and the dump never sets NLM_F_DUMP_INTR. ReadTable (the
+// namespace's /proc/net/ip_vs, whose position counts its own services
+// only) and Service still show them.
+func (f *Fake) SkipInDump(keys ...model.VirtualServiceKey) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.skip = map[model.VirtualServiceKey]bool{}
+	for _, k := range keys {
+		f.skip[k] = true
+	}
 }
 
 // interrupted consumes one interruption of op. f must be locked.
@@ -167,14 +188,31 @@ func (f *Fake) Services() ([]ipvs.Service, error) {
 		return nil, err
 	}
 	out := make([]ipvs.Service, 0, len(f.table))
-	for _, e := range f.table {
-		out = append(out, e.Service)
+	for k, e := range f.table {
+		if !f.skip[k] {
+			out = append(out, e.Service)
+		}
 	}
+	f.skip = nil
 	ipvs.SortServices(out)
 	if err := f.interrupted(OpServices); err != nil {
 		return out[:len(out)/2], err
 	}
 	return out, nil
+}
+
+// Service returns the service of k, ErrNotFound when the table has none:
+// the kernel's exact lookup (a get, not a dump).
+func (f *Fake) Service(k model.VirtualServiceKey) (ipvs.Service, error) {
+	defer f.mu.Unlock()
+	if err := f.begin(OpService); err != nil {
+		return ipvs.Service{}, err
+	}
+	e, ok := f.table[k]
+	if !ok {
+		return ipvs.Service{}, fmt.Errorf("ipvstest: service %v: %w", k, ipvs.ErrNotFound)
+	}
+	return e.Service, nil
 }
 
 func (f *Fake) AddService(s ipvs.Service) error {

@@ -125,3 +125,44 @@ func TestFakeSetConns(t *testing.T) {
 		t.Error("Table returned the fake's own slice")
 	}
 }
+
+// TestFakeSkipInDump checks the model of the kernel's inexact dump: the
+// next Services dump, and only it, leaves the keys out; the table read
+// and the exact lookup still show them.
+func TestFakeSkipInDump(t *testing.T) {
+	f := ipvstest.NewFake()
+	for i := range 3 {
+		if err := f.AddService(ipvs.Service{VirtualServiceKey: key(i), Scheduler: "rr"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keys := func() []model.VirtualServiceKey {
+		svcs, err := f.Services()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []model.VirtualServiceKey
+		for _, s := range svcs {
+			out = append(out, s.VirtualServiceKey)
+		}
+		return out
+	}
+	f.SkipInDump(key(1))
+	opts := cmpopts.EquateComparable(netip.Addr{})
+	if diff := cmp.Diff([]model.VirtualServiceKey{key(0), key(2)}, keys(), opts); diff != "" {
+		t.Errorf("the dump after SkipInDump (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]model.VirtualServiceKey{key(0), key(1), key(2)}, keys(), opts); diff != "" {
+		t.Errorf("the dump after that (-want +got):\n%s", diff)
+	}
+	f.SkipInDump(key(1))
+	if table, err := f.ReadTable(); err != nil || len(table) != 3 {
+		t.Errorf("ReadTable = %d services, %v; want 3", len(table), err)
+	}
+	if s, err := f.Service(key(1)); err != nil || s.VirtualServiceKey != key(1) {
+		t.Errorf("Service(key 1) = %v, %v; want it", s, err)
+	}
+	if _, err := f.Service(key(9)); !errors.Is(err, ipvs.ErrNotFound) {
+		t.Errorf("Service(missing) error = %v, want ErrNotFound", err)
+	}
+}
