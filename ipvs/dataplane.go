@@ -679,6 +679,7 @@ func (d *Dataplane) load() error {
 	if err != nil {
 		return fmt.Errorf("ipvs: load: %w", err)
 	}
+	table := d.readTable()
 	var fw FirewallState
 	d.fwTrusted = d.firewallUntouched()
 	if d.fwTrusted {
@@ -702,6 +703,9 @@ func (d *Dataplane) load() error {
 			owned[k] = true
 		}
 	}
+	if svcs, err = d.leftOut(svcs, table, owned); err != nil {
+		return fmt.Errorf("ipvs: load: %w", err)
+	}
 	have := State{
 		Services: make(map[model.VirtualServiceKey]Entry, len(svcs)),
 		Addrs:    make(map[netip.Addr]bool, len(bound)),
@@ -710,7 +714,6 @@ func (d *Dataplane) load() error {
 	for _, a := range bound {
 		have.Addrs[a] = true
 	}
-	table := d.readTable()
 	for _, s := range svcs {
 		k := s.VirtualServiceKey
 		_, wanted := d.want.Services[k]
@@ -734,6 +737,64 @@ func (d *Dataplane) load() error {
 	d.loaded = true
 	d.fwRead = true
 	return nil
+}
+
+// leftOut returns svcs, the kernel's dump of the virtual services, with
+// the services of this namespace it left out. The dump is not exact: the
+// kernel resumes it, part after part, at an index that counts the
+// services of every network namespace (one table for all), so another
+// namespace deleting services meanwhile moves it past some of this one's,
+// and nothing tells (no NLM_F_DUMP_INTR). A service left out was unknown
+// to the cache: its re-creation failed with ErrExists, and once unwanted
+// it was never deleted while its address left the dummy link, which made
+// it foreign for good (the cluster lab's soak: three nodes' namespaces in
+// one kernel deleting hundreds of Services at once). /proc/net/ip_vs
+// counts this namespace's services only, so table, when read, names every
+// service on an address; the services it does not show (firewall-mark
+// ones) and, without it, every service the dataplane had, wants or
+// recorded as owned are looked up one by one when the dump lacks them
+// (Kernel.Service: exact). Both are rare: a dump leaves out services only
+// under another namespace's changes, and a mark service is looked up only
+// until it is created.
+func (d *Dataplane) leftOut(svcs []Service, table map[model.VirtualServiceKey][]DestinationState, owned map[model.VirtualServiceKey]bool) ([]Service, error) {
+	seen := make(map[model.VirtualServiceKey]bool, len(svcs))
+	for _, s := range svcs {
+		seen[s.VirtualServiceKey] = true
+	}
+	var ask []model.VirtualServiceKey
+	check := func(k model.VirtualServiceKey) {
+		if !seen[k] {
+			seen[k] = true
+			ask = append(ask, k)
+		}
+	}
+	for k := range table {
+		check(k)
+	}
+	known := func(keys iter.Seq[model.VirtualServiceKey]) {
+		for k := range keys {
+			if _, mark := MarkOf(k); mark || table == nil {
+				check(k)
+			}
+		}
+	}
+	known(maps.Keys(d.have.Services))
+	known(maps.Keys(d.have.Recorded))
+	known(maps.Keys(d.want.Services))
+	known(maps.Keys(d.journal))
+	known(maps.Keys(owned))
+	slices.SortFunc(ask, model.VirtualServiceKey.Compare)
+	for _, k := range ask {
+		s, err := d.cfg.Kernel.Service(k)
+		if errors.Is(err, ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		svcs = append(svcs, s)
+	}
+	return svcs, nil
 }
 
 // firewallUntouched reports whether the table is known to be as the

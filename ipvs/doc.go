@@ -113,9 +113,19 @@
 // (addresses: the kernel dumps every address of the namespace, so any
 // pod's veth can interrupt it; conntrack). cloudflare/ipvs cannot: neither
 // it nor mdlayher/netlink looks at the flag, and the kernel's IPVS dumps
-// never set it (they resume by index, so a concurrent change may skip or
-// repeat an entry silently; a service missed that way fails its re-creation
-// with ErrExists, and the next Apply re-reads). google/nftables ignores
+// never set it. The dump of the services resumes each part at an index
+// that counts the services of every network namespace (one table for all,
+// Linux 6.1), so services that another namespace adds or deletes meanwhile
+// make it repeat or skip some of this namespace's, silently: with several
+// nodes' namespaces in one kernel (the cluster lab) or any other IPVS
+// user in another namespace. A service skipped was unknown to the cache,
+// so it failed its re-creation with ErrExists and, once unwanted, stayed
+// while its address left the dummy link (leaked as foreign). The load
+// therefore completes the dump: /proc/net/ip_vs, whose position counts
+// this namespace's services only, names every service on an address, and
+// the firewall-mark services it does not show are looked up one by one
+// (Kernel.Service) when the dataplane knows or wants them and the dump
+// lacks them (Dataplane.leftOut). google/nftables ignores
 // it too; a commit to another table, which sets it, leaves the dataplane's
 // own table, the only one it reads, as it was.
 //
