@@ -203,15 +203,13 @@ func (n *Node) VirtualServicesOn(addrs map[netip.Addr]bool) (int, error) {
 		return 0, fmt.Errorf("cluster: %s: %w", n.Name, err)
 	}
 	defer k.Close()
-	// The namespace's /proc/net/ip_vs, not the netlink dump, which skips
-	// services while other nodes' daemons delete theirs (ipvs package doc).
-	table, err := k.ReadTable()
+	svcs, err := k.Services()
 	if err != nil {
 		return 0, fmt.Errorf("cluster: %s: IPVS services: %w", n.Name, err)
 	}
 	count := 0
-	for key := range table {
-		if addrs[key.Addr] {
+	for _, s := range svcs {
+		if addrs[s.Addr] {
 			count++
 		}
 	}
@@ -231,20 +229,24 @@ func (n *Node) Kernel() (KernelState, error) {
 		return out, err
 	}
 	defer nft.CloseLasting()
-	// The namespace's /proc/net/ip_vs (services on an address, with
-	// their real servers, in one read), not the netlink dump, which skips
-	// services while other nodes' daemons delete theirs (ipvs package doc).
-	ipvsTable, err := k.ReadTable()
+	svcs, err := k.Services()
 	if err != nil {
 		return out, fmt.Errorf("cluster: %s: IPVS services: %w", n.Name, err)
 	}
-	for key, dests := range ipvsTable {
+	for _, s := range svcs {
+		if _, mark := ipvs.MarkOf(s.VirtualServiceKey); mark {
+			continue
+		}
+		dests, err := k.Destinations(s.VirtualServiceKey)
+		if err != nil {
+			return out, fmt.Errorf("cluster: %s: IPVS destinations: %w", n.Name, err)
+		}
 		ds := []string{}
 		for _, d := range dests {
 			ds = append(ds, serverKey(netip.AddrPortFrom(d.Addr, d.Port), d.Weight))
 		}
 		slices.Sort(ds)
-		out.Services[serviceKey(key.Protocol.String(), netip.AddrPortFrom(key.Addr, key.Port))] = ds
+		out.Services[serviceKey(s.Protocol.String(), netip.AddrPortFrom(s.Addr, s.Port))] = ds
 	}
 	err = n.NS.configure(func(h *netlink.Handle) error {
 		link, err := h.LinkByName(ipvs.DefaultDummy)

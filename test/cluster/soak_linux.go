@@ -195,12 +195,16 @@ func (n *Node) DrainingServers() ([]string, error) {
 		return nil, fmt.Errorf("cluster: %s: %w", n.Name, err)
 	}
 	defer k.Close()
-	table, err := k.ReadTable() // exact, unlike the netlink dump (Node.Kernel)
+	svcs, err := k.Services()
 	if err != nil {
 		return nil, fmt.Errorf("cluster: %s: IPVS services: %w", n.Name, err)
 	}
 	var out []string
-	for s, dests := range table {
+	for _, s := range svcs {
+		dests, err := k.Destinations(s.VirtualServiceKey)
+		if err != nil {
+			return nil, fmt.Errorf("cluster: %s: IPVS destinations: %w", n.Name, err)
+		}
 		for _, d := range dests {
 			if d.Weight == 0 {
 				out = append(out, fmt.Sprintf("%s -> %s active %d inactive %d", serviceKey(s.Protocol.String(), netip.AddrPortFrom(s.Addr, s.Port)),
