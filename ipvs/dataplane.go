@@ -740,49 +740,38 @@ func (d *Dataplane) load() error {
 }
 
 // leftOut returns svcs, the kernel's dump of the virtual services, with
-// the services of this namespace it left out. The dump is not exact: the
-// kernel resumes it, part after part, at an index that counts the
-// services of every network namespace (one table for all), so another
-// namespace deleting services meanwhile moves it past some of this one's,
-// and nothing tells (no NLM_F_DUMP_INTR). A service left out was unknown
-// to the cache: its re-creation failed with ErrExists, and once unwanted
-// it was never deleted while its address left the dummy link, which made
-// it foreign for good (the cluster lab's soak: three nodes' namespaces in
-// one kernel deleting hundreds of Services at once). /proc/net/ip_vs
-// counts this namespace's services only, so table, when read, names every
-// service on an address; the services it does not show (firewall-mark
-// ones) and, without it, every service the dataplane had, wants or
-// recorded as owned are looked up one by one when the dump lacks them
-// (Kernel.Service: exact). Both are rare: a dump leaves out services only
-// under another namespace's changes, and a mark service is looked up only
-// until it is created.
+// the services of this namespace it left out that the dataplane knows
+// of. Neither listing the kernel offers is exact when other network
+// namespaces use IPVS (one table for all namespaces up to Linux 6.1 at
+// least): the netlink dump resumes each part at an index that counts every
+// namespace's services, so another namespace deleting services meanwhile
+// moves it past some of this one's, with no NLM_F_DUMP_INTR; and
+// /proc/net/ip_vs (table) advances its position over every namespace's
+// services but restarts each read(2) counting only its own, so it skips
+// some whenever other namespaces hold services. A service left out was
+// unknown to the cache: its re-creation failed with ErrExists, and once
+// unwanted it was never deleted while its address left the dummy link,
+// which made it foreign for good (the cluster lab's soak: three nodes'
+// namespaces in one kernel deleting hundreds of Services at once). So
+// every service the dataplane had, wants or recorded as owned, and every
+// one the table shows, that the dump lacks is looked up on its own
+// (Kernel.Service: an exact get, not a dump). That costs a request per
+// wanted service not created yet, and per service the dump skipped.
 func (d *Dataplane) leftOut(svcs []Service, table map[model.VirtualServiceKey][]DestinationState, owned map[model.VirtualServiceKey]bool) ([]Service, error) {
 	seen := make(map[model.VirtualServiceKey]bool, len(svcs))
 	for _, s := range svcs {
 		seen[s.VirtualServiceKey] = true
 	}
 	var ask []model.VirtualServiceKey
-	check := func(k model.VirtualServiceKey) {
-		if !seen[k] {
-			seen[k] = true
-			ask = append(ask, k)
-		}
-	}
-	for k := range table {
-		check(k)
-	}
-	known := func(keys iter.Seq[model.VirtualServiceKey]) {
+	for _, keys := range []iter.Seq[model.VirtualServiceKey]{maps.Keys(table), maps.Keys(d.have.Services),
+		maps.Keys(d.have.Recorded), maps.Keys(d.want.Services), maps.Keys(d.journal), maps.Keys(owned)} {
 		for k := range keys {
-			if _, mark := MarkOf(k); mark || table == nil {
-				check(k)
+			if !seen[k] {
+				seen[k] = true
+				ask = append(ask, k)
 			}
 		}
 	}
-	known(maps.Keys(d.have.Services))
-	known(maps.Keys(d.have.Recorded))
-	known(maps.Keys(d.want.Services))
-	known(maps.Keys(d.journal))
-	known(maps.Keys(owned))
 	slices.SortFunc(ask, model.VirtualServiceKey.Compare)
 	for _, k := range ask {
 		s, err := d.cfg.Kernel.Service(k)

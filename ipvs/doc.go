@@ -113,19 +113,22 @@
 // (addresses: the kernel dumps every address of the namespace, so any
 // pod's veth can interrupt it; conntrack). cloudflare/ipvs cannot: neither
 // it nor mdlayher/netlink looks at the flag, and the kernel's IPVS dumps
-// never set it. The dump of the services resumes each part at an index
-// that counts the services of every network namespace (one table for all,
-// Linux 6.1), so services that another namespace adds or deletes meanwhile
-// make it repeat or skip some of this namespace's, silently: with several
-// nodes' namespaces in one kernel (the cluster lab) or any other IPVS
-// user in another namespace. A service skipped was unknown to the cache,
-// so it failed its re-creation with ErrExists and, once unwanted, stayed
-// while its address left the dummy link (leaked as foreign). The load
-// therefore completes the dump: /proc/net/ip_vs, whose position counts
-// this namespace's services only, names every service on an address, and
-// the firewall-mark services it does not show are looked up one by one
-// (Kernel.Service) when the dataplane knows or wants them and the dump
-// lacks them (Dataplane.leftOut). google/nftables ignores
+// never set it. Neither the dump of the services nor /proc/net/ip_vs is
+// exact when other network namespaces use IPVS (one table for all
+// namespaces, Linux 6.1): the dump resumes each part at an index that
+// counts every namespace's services, so services another namespace
+// deletes meanwhile make it skip some of this one's, silently; the proc
+// file advances its position over every namespace's services but restarts
+// each read(2) counting only its own, so it skips some whenever other
+// namespaces hold services (the cluster lab: several nodes' namespaces in
+// one kernel; in production any IPVS user in another namespace). A
+// service skipped was unknown to the cache, so it failed its re-creation
+// with ErrExists and, once unwanted, stayed while its address left the
+// dummy link (leaked as foreign). The load therefore looks up on its own
+// (Kernel.Service, an exact get) every service the dataplane had, wants
+// or recorded that the dump lacks (Dataplane.leftOut); a real server list
+// the proc file skipped is dumped on its own, as for a mark service.
+// google/nftables ignores
 // it too; a commit to another table, which sets it, leaves the dataplane's
 // own table, the only one it reads, as it was.
 //

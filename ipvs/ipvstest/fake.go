@@ -47,9 +47,10 @@ type Fake struct {
 	calls  map[Op]int
 	// interrupt counts, per dump op, the calls still to interrupt.
 	interrupt map[Op]int
-	// skip are the services the next Services dump leaves out.
-	skip     map[model.VirtualServiceKey]bool
-	timeouts *ipvs.Timeouts // nil: DefaultTimeouts
+	// skip and skipTable are the services the next Services dump and
+	// the next ReadTable leave out.
+	skip, skipTable map[model.VirtualServiceKey]bool
+	timeouts        *ipvs.Timeouts // nil: DefaultTimeouts
 }
 
 var (
@@ -84,21 +85,22 @@ func (f *Fake) Interrupt(op Op, n int) {
 	f.interrupt[op] = n
 }
 
-// SkipInDump makes the next Services dump leave out the services of keys
-// that the table holds, without an error: what the kernel's dump does
-// when another network namespace deletes services while it runs. Its
-// cursor between the dump's parts is an index that counts the services
-// of every namespace (ip_vs_genl_dump_services, one table for all up to
-// Linux 6.1 at least), so each deletion before it moves it past one of
-// ours, and the dump never sets NLM_F_DUMP_INTR. ReadTable (the
-// namespace's /proc/net/ip_vs, whose position counts its own services
-// only) and Service still show them.
+// SkipInDump makes the next Services dump and the next ReadTable leave
+// out the services of keys that the table holds, without an error: what
+// the kernel's listings do when other network namespaces use IPVS (one
+// table for all namespaces up to Linux 6.1 at least). The dump resumes
+// each part at an index that counts every namespace's services, so
+// another namespace deleting services meanwhile moves it past some of
+// this one's, and it never sets NLM_F_DUMP_INTR; /proc/net/ip_vs advances
+// its position over every namespace's services but restarts each read
+// counting only its own, so it skips some whenever other namespaces hold
+// services. Service, an exact lookup, still finds them.
 func (f *Fake) SkipInDump(keys ...model.VirtualServiceKey) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.skip = map[model.VirtualServiceKey]bool{}
+	f.skip, f.skipTable = map[model.VirtualServiceKey]bool{}, map[model.VirtualServiceKey]bool{}
 	for _, k := range keys {
-		f.skip[k] = true
+		f.skip[k], f.skipTable[k] = true, true
 	}
 }
 
@@ -282,10 +284,11 @@ func (f *Fake) ReadTable() (map[model.VirtualServiceKey][]ipvs.DestinationState,
 	}
 	out := map[model.VirtualServiceKey][]ipvs.DestinationState{}
 	for k, e := range f.table {
-		if _, mark := ipvs.MarkOf(k); !mark {
+		if _, mark := ipvs.MarkOf(k); !mark && !f.skipTable[k] {
 			out[k] = slices.Clone(e.Destinations)
 		}
 	}
+	f.skipTable = nil
 	if err := f.interrupted(OpReadTable); err != nil {
 		return nil, err
 	}
