@@ -112,6 +112,11 @@ func testKernelContract(t *testing.T, k ipvs.Kernel) {
 				{Service: udp4},
 				{Service: sctp6, Destinations: []ipvs.DestinationState{state(be("fd00:244:1::2", 8443, 5))}},
 			}},
+		{name: "look the sticky service up", do: func() error { return lookUp(k, sticky4) }},
+		{name: "look a missing service up", do: func() error {
+			_, err := k.Service(missing)
+			return err
+		}, wantErr: ipvs.ErrNotFound},
 		{name: "persistence without its flag", do: func() error {
 			return k.UpdateService(ipvs.Service{VirtualServiceKey: vip4, Scheduler: "rr", Persistence: time.Minute})
 		}, wantErr: errInvalid},
@@ -132,6 +137,11 @@ func testKernelContract(t *testing.T, k ipvs.Kernel) {
 			{Service: fwm6, Destinations: []ipvs.DestinationState{state(be("fd00:244:1::2", 8443, 3))}},
 		}},
 		{name: "add a mark service again", do: func() error { return k.AddService(fwm4) }, wantErr: ipvs.ErrExists},
+		{name: "look the mark services up", do: func() error { return errors.Join(lookUp(k, fwm4), lookUp(k, fwm6)) }},
+		{name: "look a missing mark service up", do: func() error {
+			_, err := k.Service(ipvs.MarkKey(43, false))
+			return err
+		}, wantErr: ipvs.ErrNotFound},
 		{name: "an IPv4 destination in the IPv6 mark service", do: func() error {
 			return k.AddDestination(fwm6.VirtualServiceKey, be("10.244.2.2", 8080, 1))
 		}, wantErr: errInvalid},
@@ -163,6 +173,18 @@ func testKernelContract(t *testing.T, k ipvs.Kernel) {
 			t.Fatalf("%s: table (-want +got):\n%s", st.name, diff)
 		}
 	}
+}
+
+// lookUp checks that Kernel.Service finds want as it is.
+func lookUp(k ipvs.Kernel, want ipvs.Service) error {
+	got, err := k.Service(want.VirtualServiceKey)
+	if err != nil {
+		return err
+	}
+	if diff := cmp.Diff(want, got, cmpopts.EquateComparable(netip.Addr{})); diff != "" {
+		return fmt.Errorf("Service(%v) (-want +got):\n%s", want.VirtualServiceKey, diff)
+	}
+	return nil
 }
 
 // dump reads the whole table through the interface.

@@ -714,6 +714,7 @@ func (d *Dataplane) load() error {
 	if err != nil {
 		return fmt.Errorf("ipvs: load: %w", err)
 	}
+	table := d.readTable()
 	var fw FirewallState
 	d.fwTrusted = d.firewallUntouched()
 	if d.fwTrusted {
@@ -737,6 +738,9 @@ func (d *Dataplane) load() error {
 			owned[k] = true
 		}
 	}
+	if svcs, err = d.leftOut(svcs, table, owned); err != nil {
+		return fmt.Errorf("ipvs: load: %w", err)
+	}
 	have := State{
 		Services: make(map[model.VirtualServiceKey]Entry, len(svcs)),
 		Addrs:    make(map[netip.Addr]bool, len(bound)),
@@ -745,7 +749,6 @@ func (d *Dataplane) load() error {
 	for _, a := range bound {
 		have.Addrs[a] = true
 	}
-	table := d.readTable()
 	for _, s := range svcs {
 		k := s.VirtualServiceKey
 		_, wanted := d.want.Services[k]
@@ -769,6 +772,53 @@ func (d *Dataplane) load() error {
 	d.loaded = true
 	d.fwRead = true
 	return nil
+}
+
+// leftOut returns svcs, the kernel's dump of the virtual services, with
+// the services of this namespace it left out that the dataplane knows
+// of. Neither listing the kernel offers is exact when other network
+// namespaces use IPVS (one table for all namespaces up to Linux 6.1 at
+// least): the netlink dump resumes each part at an index that counts every
+// namespace's services, so another namespace deleting services meanwhile
+// moves it past some of this one's, with no NLM_F_DUMP_INTR; and
+// /proc/net/ip_vs (table) advances its position over every namespace's
+// services but restarts each read(2) counting only its own, so it skips
+// some whenever other namespaces hold services. A service left out was
+// unknown to the cache: its re-creation failed with ErrExists, and once
+// unwanted it was never deleted while its address left the dummy link,
+// which made it foreign for good (the cluster lab's soak: three nodes'
+// namespaces in one kernel deleting hundreds of Services at once). So
+// every service the dataplane had, wants or recorded as owned, and every
+// one the table shows, that the dump lacks is looked up on its own
+// (Kernel.Service: an exact get, not a dump). That costs a request per
+// wanted service not created yet, and per service the dump skipped.
+func (d *Dataplane) leftOut(svcs []Service, table map[model.VirtualServiceKey][]DestinationState, owned map[model.VirtualServiceKey]bool) ([]Service, error) {
+	seen := make(map[model.VirtualServiceKey]bool, len(svcs))
+	for _, s := range svcs {
+		seen[s.VirtualServiceKey] = true
+	}
+	var ask []model.VirtualServiceKey
+	for _, keys := range []iter.Seq[model.VirtualServiceKey]{maps.Keys(table), maps.Keys(d.have.Services),
+		maps.Keys(d.have.Recorded), maps.Keys(d.want.Services), maps.Keys(d.journal), maps.Keys(owned)} {
+		for k := range keys {
+			if !seen[k] {
+				seen[k] = true
+				ask = append(ask, k)
+			}
+		}
+	}
+	slices.SortFunc(ask, model.VirtualServiceKey.Compare)
+	for _, k := range ask {
+		s, err := d.cfg.Kernel.Service(k)
+		if errors.Is(err, ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		svcs = append(svcs, s)
+	}
+	return svcs, nil
 }
 
 // firewallUntouched reports whether the table is known to be as the

@@ -926,3 +926,116 @@ func TestDataplaneUDPConntrackOnePass(t *testing.T) {
 		t.Errorf("Draining() = %d, want 0", got)
 	}
 }
+
+// TestDataplaneDumpLeavesOutServices checks that the dataplane knows every
+// service the kernel holds when its dump of the services leaves some out,
+// as the kernel's does when another network namespace deletes services
+// while it runs (ipvstest.Fake.SkipInDump). In the cluster lab's soak
+// (three nodes' namespaces in one kernel, 300 Services deleted on all of
+// them at once) the cache missed services that way: a wanted one failed
+// its re-creation with ErrExists ("add service ...: already exists"), and
+// 26 unwanted ones were never deleted while their addresses left
+// switchyard0, which left them foreign for good.
+func TestDataplaneDumpLeavesOutServices(t *testing.T) {
+	vip := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 96, 2, byte(i)}) }
+	sk := func(i int) model.ServiceKey { return model.ServiceKey{Namespace: "soak", Name: fmt.Sprint(i)} }
+	keys := func(i int) []model.VirtualServiceKey {
+		return []model.VirtualServiceKey{
+			{Addr: vip(i), Port: 53, Protocol: model.UDP},
+			{Addr: vip(i), Port: 80, Protocol: model.TCP},
+		}
+	}
+	dests := []model.Destination{be("10.244.1.2", 8080, 1), be("10.244.2.2", 8080, 1)}
+	// Service i has a ClusterIP frontend of two ports; service 9 a Local
+	// LoadBalancer one, whose in-cluster traffic has a firewall-mark
+	// service (not in /proc/net/ip_vs).
+	planOf := func(ids ...int) *model.Plan {
+		p := &model.Plan{Services: map[model.ServiceKey]*model.ServicePlan{}}
+		for _, i := range ids {
+			sp := &model.ServicePlan{Key: sk(i)}
+			for _, k := range keys(i) {
+				vs := model.VirtualService{VirtualServiceKey: k, Kind: model.FrontendClusterIP, Destinations: dests}
+				if i == 9 {
+					vs.Kind, vs.Local, vs.Destinations, vs.Internal = model.FrontendLoadBalancer, true, dests[:1], dests
+				}
+				sp.VirtualServices = append(sp.VirtualServices, vs)
+			}
+			p.Services[sk(i)] = sp
+		}
+		return p
+	}
+	// held is what the kernel holds: the services' keys and the bound
+	// addresses.
+	type held struct {
+		Services []model.VirtualServiceKey
+		Bound    []netip.Addr
+	}
+	heldOf := func(r *rig) held {
+		var h held
+		for _, e := range r.kernel.Table() {
+			h.Services = append(h.Services, e.Service.VirtualServiceKey)
+		}
+		h.Bound = r.bound(t)
+		return h
+	}
+	all := []int{0, 1, 2, 9}
+	r := newRig()
+	dp := r.dataplane(t)
+	if err := dp.Apply(t.Context(), plugin.Update{Plan: planOf(all...), Full: true}); err != nil {
+		t.Fatal(err)
+	}
+	marks := map[int][]model.VirtualServiceKey{} // service 9's mark services
+	for _, e := range r.kernel.Table() {
+		if _, ok := ipvs.MarkOf(e.Service.VirtualServiceKey); ok {
+			marks[9] = append(marks[9], e.Service.VirtualServiceKey)
+		}
+	}
+	if len(marks[9]) != 2 {
+		t.Fatalf("service 9 has %d firewall-mark services, want 2", len(marks[9]))
+	}
+	skipped := func(ids ...int) []model.VirtualServiceKey {
+		var out []model.VirtualServiceKey
+		for _, i := range ids {
+			out = append(out, keys(i)...)
+			out = append(out, marks[i]...)
+		}
+		return out
+	}
+	steps := []struct {
+		name string
+		skip []int // the Services whose services the load's dump leaves out
+		plan []int // the Services wanted
+	}{
+		{name: "wanted services left out", skip: []int{1, 9}, plan: all},
+		{name: "deleted Services' services left out", skip: []int{2, 9}, plan: []int{0, 1}},
+		{name: "every Service deleted", skip: []int{0}, plan: nil},
+	}
+	for _, st := range steps {
+		before := heldOf(r)
+		mutations := r.mutations()
+		r.kernel.SkipInDump(skipped(st.skip...)...)
+		if err := dp.Apply(t.Context(), plugin.Update{Plan: planOf(st.plan...), Full: true}); err != nil {
+			t.Errorf("%s: Apply: %v", st.name, err)
+		}
+		// The same plan again, with a whole dump: a service left
+		// behind is no longer the dataplane's (its address is gone).
+		if err := dp.Apply(t.Context(), plugin.Update{Plan: planOf(st.plan...), Full: true}); err != nil {
+			t.Errorf("%s: Apply again: %v", st.name, err)
+		}
+		want := held{}
+		for _, i := range st.plan {
+			want.Services = append(want.Services, keys(i)...)
+			want.Services = append(want.Services, marks[i]...)
+			want.Bound = append(want.Bound, vip(i))
+		}
+		slices.SortFunc(want.Services, model.VirtualServiceKey.Compare)
+		if diff := cmp.Diff(want, heldOf(r), cmpAddrs); diff != "" {
+			t.Errorf("%s: kernel (-want +got):\n%s", st.name, diff)
+		}
+		if slices.Equal(st.plan, all) {
+			if n := r.mutations() - mutations; n != 0 {
+				t.Errorf("%s: %d kernel changes for an unchanged plan (held before: %v), want 0", st.name, n, before)
+			}
+		}
+	}
+}

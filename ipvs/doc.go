@@ -113,9 +113,22 @@
 // (addresses: the kernel dumps every address of the namespace, so any
 // pod's veth can interrupt it; conntrack). cloudflare/ipvs cannot: neither
 // it nor mdlayher/netlink looks at the flag, and the kernel's IPVS dumps
-// never set it (they resume by index, so a concurrent change may skip or
-// repeat an entry silently; a service missed that way fails its re-creation
-// with ErrExists, and the next Apply re-reads). google/nftables ignores
+// never set it. Neither the dump of the services nor /proc/net/ip_vs is
+// exact when other network namespaces use IPVS (one table for all
+// namespaces, Linux 6.1): the dump resumes each part at an index that
+// counts every namespace's services, so services another namespace
+// deletes meanwhile make it skip some of this one's, silently; the proc
+// file advances its position over every namespace's services but restarts
+// each read(2) counting only its own, so it skips some whenever other
+// namespaces hold services (the cluster lab: several nodes' namespaces in
+// one kernel; in production any IPVS user in another namespace). A
+// service skipped was unknown to the cache, so it failed its re-creation
+// with ErrExists and, once unwanted, stayed while its address left the
+// dummy link (leaked as foreign). The load therefore looks up on its own
+// (Kernel.Service, an exact get) every service the dataplane had, wants
+// or recorded that the dump lacks (Dataplane.leftOut); a real server list
+// the proc file skipped is dumped on its own, as for a mark service.
+// google/nftables ignores
 // it too; a commit to another table, which sets it, leaves the dataplane's
 // own table, the only one it reads, as it was.
 //

@@ -27,6 +27,11 @@ type Kernel interface {
 	// sorted by key. Like every read of the kernel interfaces, it may
 	// fail with ErrInterrupted.
 	Services() ([]Service, error)
+	// Service reads the service of a key, ErrNotFound when there is none.
+	// Unlike Services, a dump that another namespace's changes can make
+	// leave out some of this namespace's services (see the package doc),
+	// it is exact.
+	Service(model.VirtualServiceKey) (Service, error)
 	AddService(Service) error
 	// UpdateService changes the scheduler, flags and persistence of an
 	// existing service.

@@ -93,6 +93,24 @@ func (n *Netlink) Services() ([]Service, error) {
 	return out, nil
 }
 
+// Service reads one service (a get, not a dump).
+func (n *Netlink) Service(k model.VirtualServiceKey) (Service, error) {
+	n.mu.Lock()
+	ls, err := n.c.Service(libKey(k))
+	n.mu.Unlock()
+	if errors.Is(err, os.ErrNotExist) { // no answer
+		return Service{}, fmt.Errorf("ipvs: get service %s: %w", keyString(k), ErrNotFound)
+	}
+	if err != nil { // ESRCH: none
+		return Service{}, fmt.Errorf("ipvs: get service %s: %w", keyString(k), kernelErr(err))
+	}
+	s, ok := fromLibService(ls.Service)
+	if !ok || s.VirtualServiceKey != k {
+		return Service{}, fmt.Errorf("ipvs: get service %s: the kernel answered with %s", keyString(k), keyString(s.VirtualServiceKey))
+	}
+	return s, nil
+}
+
 func (n *Netlink) AddService(s Service) error {
 	return n.serviceOp("add", s, n.c.CreateService)
 }

@@ -100,6 +100,13 @@ func (k crashKernel) Services() ([]ipvs.Service, error) {
 	return k.k.Services()
 }
 
+func (k crashKernel) Service(key model.VirtualServiceKey) (ipvs.Service, error) {
+	if err := k.c.enter(OpService); err != nil {
+		return ipvs.Service{}, err
+	}
+	return k.k.Service(key)
+}
+
 func (k crashKernel) AddService(s ipvs.Service) error {
 	if err := k.c.enter(OpAddService); err != nil {
 		return err

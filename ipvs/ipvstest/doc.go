@@ -3,7 +3,9 @@
 //
 //   - Fake (ipvs.Kernel): the IPVS table. It validates and fails like the
 //     kernel (ipvs.ErrExists, ipvs.ErrNotFound), lets tests set connection
-//     counts and inject errors and interrupted dumps, and exposes its table as the expected state;
+//     counts and inject errors, interrupted dumps and dumps that leave
+//     services out silently (SkipInDump: the kernel's, under another
+//     namespace's changes), and exposes its table as the expected state;
 //   - FakeAddresses (ipvs.Addresses): links and their addresses;
 //   - FakeConntrack (ipvs.Conntrack): the UDP deletions asked of it and
 //     the passes over the table they cost;

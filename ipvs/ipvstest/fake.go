@@ -16,6 +16,7 @@ type Op string
 // The Kernel methods.
 const (
 	OpServices          Op = "Services"
+	OpService           Op = "Service"
 	OpAddService        Op = "AddService"
 	OpUpdateService     Op = "UpdateService"
 	OpDeleteService     Op = "DeleteService"
@@ -46,7 +47,10 @@ type Fake struct {
 	calls  map[Op]int
 	// interrupt counts, per dump op, the calls still to interrupt.
 	interrupt map[Op]int
-	timeouts  *ipvs.Timeouts // nil: DefaultTimeouts
+	// skip and skipTable are the services the next Services dump and
+	// the next ReadTable leave out.
+	skip, skipTable map[model.VirtualServiceKey]bool
+	timeouts        *ipvs.Timeouts // nil: DefaultTimeouts
 }
 
 var (
@@ -79,6 +83,25 @@ func (f *Fake) Interrupt(op Op, n int) {
 		f.interrupt = map[Op]int{}
 	}
 	f.interrupt[op] = n
+}
+
+// SkipInDump makes the next Services dump and the next ReadTable leave
+// out the services of keys that the table holds, without an error: what
+// the kernel's listings do when other network namespaces use IPVS (one
+// table for all namespaces up to Linux 6.1 at least). The dump resumes
+// each part at an index that counts every namespace's services, so
+// another namespace deleting services meanwhile moves it past some of
+// this one's, and it never sets NLM_F_DUMP_INTR; /proc/net/ip_vs advances
+// its position over every namespace's services but restarts each read
+// counting only its own, so it skips some whenever other namespaces hold
+// services. Service, an exact lookup, still finds them.
+func (f *Fake) SkipInDump(keys ...model.VirtualServiceKey) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.skip, f.skipTable = map[model.VirtualServiceKey]bool{}, map[model.VirtualServiceKey]bool{}
+	for _, k := range keys {
+		f.skip[k], f.skipTable[k] = true, true
+	}
 }
 
 // interrupted consumes one interruption of op. f must be locked.
@@ -167,14 +190,31 @@ func (f *Fake) Services() ([]ipvs.Service, error) {
 		return nil, err
 	}
 	out := make([]ipvs.Service, 0, len(f.table))
-	for _, e := range f.table {
-		out = append(out, e.Service)
+	for k, e := range f.table {
+		if !f.skip[k] {
+			out = append(out, e.Service)
+		}
 	}
+	f.skip = nil
 	ipvs.SortServices(out)
 	if err := f.interrupted(OpServices); err != nil {
 		return out[:len(out)/2], err
 	}
 	return out, nil
+}
+
+// Service returns the service of k, ErrNotFound when the table has none:
+// the kernel's exact lookup (a get, not a dump).
+func (f *Fake) Service(k model.VirtualServiceKey) (ipvs.Service, error) {
+	defer f.mu.Unlock()
+	if err := f.begin(OpService); err != nil {
+		return ipvs.Service{}, err
+	}
+	e, ok := f.table[k]
+	if !ok {
+		return ipvs.Service{}, fmt.Errorf("ipvstest: service %v: %w", k, ipvs.ErrNotFound)
+	}
+	return e.Service, nil
 }
 
 func (f *Fake) AddService(s ipvs.Service) error {
@@ -244,10 +284,11 @@ func (f *Fake) ReadTable() (map[model.VirtualServiceKey][]ipvs.DestinationState,
 	}
 	out := map[model.VirtualServiceKey][]ipvs.DestinationState{}
 	for k, e := range f.table {
-		if _, mark := ipvs.MarkOf(k); !mark {
+		if _, mark := ipvs.MarkOf(k); !mark && !f.skipTable[k] {
 			out[k] = slices.Clone(e.Destinations)
 		}
 	}
+	f.skipTable = nil
 	if err := f.interrupted(OpReadTable); err != nil {
 		return nil, err
 	}

@@ -125,3 +125,39 @@ func TestFakeSetConns(t *testing.T) {
 		t.Error("Table returned the fake's own slice")
 	}
 }
+
+// TestFakeSkipInDump checks the model of the kernel's inexact listings:
+// the next Services dump, and only it, leaves the keys out, as does the
+// next table read; the exact lookup still finds them.
+func TestFakeSkipInDump(t *testing.T) {
+	f := ipvstest.NewFake()
+	svc := func(i int) ipvs.Service { return ipvs.Service{VirtualServiceKey: key(i), Scheduler: "rr"} }
+	for i := range 3 {
+		if err := f.AddService(svc(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	opts := cmpopts.EquateComparable(netip.Addr{})
+	f.SkipInDump(key(1))
+	for _, want := range [][]ipvs.Service{{svc(0), svc(2)}, {svc(0), svc(1), svc(2)}} {
+		got, err := f.Services()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(want, got, opts); diff != "" {
+			t.Errorf("dump (-want +got):\n%s", diff)
+		}
+	}
+	f.SkipInDump(key(1))
+	for _, want := range []int{2, 3} {
+		if table, err := f.ReadTable(); err != nil || len(table) != want {
+			t.Errorf("ReadTable = %d services, %v; want %d", len(table), err, want)
+		}
+	}
+	if s, err := f.Service(key(1)); err != nil || s != svc(1) {
+		t.Errorf("Service(key 1) = %v, %v; want %v", s, err, svc(1))
+	}
+	if _, err := f.Service(key(9)); !errors.Is(err, ipvs.ErrNotFound) {
+		t.Errorf("Service(missing) error = %v, want ErrNotFound", err)
+	}
+}

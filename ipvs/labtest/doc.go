@@ -56,6 +56,11 @@
 // trapping modes leave their Services on uniform weights without touching
 // the others. `make test-lab` builds the modules into testdata/ first; a
 // missing one fails the test in the guest.
+// churn_test.go programs and deletes 200 Services while another
+// namespace adds and deletes IPVS services, which makes the kernel's
+// listings of this namespace's services (the dump, /proc/net/ip_vs)
+// leave some out: a full resync changes nothing and no virtual service is
+// left behind.
 // BenchmarkLabDataplane (run by hand) compares programming N Services with
 // a plain loop creating the same objects.
 package labtest
