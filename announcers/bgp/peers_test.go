@@ -163,53 +163,25 @@ func newLab(t *testing.T) *lab {
 	return l
 }
 
-const frrConf = `frr defaults traditional
-hostname rfrr
-router bgp 64513
- bgp router-id 10.0.0.1
- no bgp ebgp-requires-policy
- no bgp default ipv4-unicast
- neighbor NODES peer-group
- neighbor NODES remote-as 64512
- neighbor NODES timers 1 3
- neighbor NODES timers connect 1
- neighbor 10.0.0.11 peer-group NODES
- neighbor 10.0.0.12 peer-group NODES
- neighbor NODES6 peer-group
- neighbor NODES6 remote-as 64512
- neighbor NODES6 timers 1 3
- neighbor NODES6 timers connect 1
- neighbor fd00::11 peer-group NODES6
- address-family ipv4 unicast
-  neighbor NODES activate
-  maximum-paths 8
- exit-address-family
- address-family ipv6 unicast
-  neighbor NODES6 activate
-  maximum-paths 8
- exit-address-family
-`
+// labPeering is how both routers of the lab peer with the nodes: FRR
+// with both over IPv4 and with node A over IPv6 too, BIRD over IPv4,
+// short timers (keepalive 1 s, hold 3 s), ECMP.
+func labPeering(routerID string, asn uint32, nodes6 ...netip.Addr) routers.Peering {
+	return routers.Peering{
+		RouterID: netip.MustParseAddr(routerID), ASN: asn, NodeASN: 64512,
+		Nodes:  []netip.Addr{netip.MustParseAddr("10.0.0.11"), netip.MustParseAddr("10.0.0.12")},
+		Nodes6: nodes6, Keepalive: 1, Hold: 3, Multipath: true,
+	}
+}
 
 func (l *lab) startFRR(t *testing.T) {
 	t.Helper()
-	l.frrDir = routers.StartFRR(t, l.frr, frrConf).Dir
+	l.frrDir = routers.StartFRR(t, l.frr, labPeering("10.0.0.1", 64513, netip.MustParseAddr("fd00::11")).FRRConf()).Dir
 }
-
-const birdConf = `router id 10.0.0.2;
-protocol device { scan time 10; }
-protocol kernel { ipv4 { import none; export all; }; merge paths on; }
-template bgp node {
-  local 10.0.0.2 as 64514; hold time 3; keepalive time 1; connect retry time 1;
-  error wait time 1, 5;
-  ipv4 { import all; export none; };
-}
-protocol bgp node_a from node { neighbor 10.0.0.11 as 64512; }
-protocol bgp node_b from node { neighbor 10.0.0.12 as 64512; }
-`
 
 func (l *lab) startBIRD(t *testing.T) {
 	t.Helper()
-	l.birdDir = routers.StartBIRD(t, l.bird, birdConf).Dir
+	l.birdDir = routers.StartBIRD(t, l.bird, labPeering("10.0.0.2", 64514).BIRDConf()).Dir
 }
 
 // speaker starts a node's speaker process peering with both routers.
@@ -615,35 +587,13 @@ func signalProc(t *testing.T, c *exec.Cmd, s syscall.Signal) {
 // with a 9 s hold time, so that a withdrawal well within it is BFD's
 // doing; node A's speaker runs BFD 300 ms x 3 with both.
 
-const bfdFRRConf = `frr defaults traditional
-hostname rfrr
-router bgp 64513
- bgp router-id 10.0.0.1
- no bgp ebgp-requires-policy
- no bgp default ipv4-unicast
- neighbor NODES peer-group
- neighbor NODES remote-as 64512
- neighbor NODES timers 3 9
- neighbor NODES timers connect 1
- neighbor NODES bfd
- neighbor 10.0.0.11 peer-group NODES
- address-family ipv4 unicast
-  neighbor NODES activate
- exit-address-family
-`
-
-const bfdBIRDConf = `router id 10.0.0.2;
-protocol device { scan time 10; }
-protocol kernel { ipv4 { import none; export all; }; }
-protocol bfd { interface "eth0" { interval 300 ms; multiplier 3; }; }
-template bgp node {
-  local 10.0.0.2 as 64514; hold time 9; keepalive time 3; connect retry time 1;
-  error wait time 1, 5;
-  bfd on;
-  ipv4 { import all; export none; };
+// bfdPeering is how both routers of the BFD lab peer with node A.
+func bfdPeering(routerID string, asn uint32) routers.Peering {
+	return routers.Peering{
+		RouterID: netip.MustParseAddr(routerID), ASN: asn, NodeASN: 64512,
+		Nodes: []netip.Addr{netip.MustParseAddr("10.0.0.11")}, Keepalive: 3, Hold: 9, BFD: true,
+	}
 }
-protocol bgp node_a from node { neighbor 10.0.0.11 as 64512; }
-`
 
 type bfdLab struct {
 	frr, bird, a *netns.NS
@@ -663,8 +613,8 @@ func newBFDLab(t *testing.T) *bfdLab {
 	}{{l.frr, "10.0.0.1/24"}, {l.bird, "10.0.0.2/24"}, {l.a, "10.0.0.11/24"}} {
 		sw.Attach(t, n.ns, "eth0", net.HardwareAddr{2, 0, 0, 0, 0, byte(i + 1)}, netip.MustParsePrefix(n.addr))
 	}
-	l.f = routers.StartFRRWithBFD(t, l.frr, bfdFRRConf)
-	l.b = routers.StartBIRD(t, l.bird, bfdBIRDConf)
+	l.f = routers.StartFRRWithBFD(t, l.frr, bfdPeering("10.0.0.1", 64513).FRRConf())
+	l.b = routers.StartBIRD(t, l.bird, bfdPeering("10.0.0.2", 64514).BIRDConf())
 	return l
 }
 

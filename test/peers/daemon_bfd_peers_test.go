@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 
 	"github.com/switchyard-lb/switchyard/test/harness"
 	"github.com/switchyard-lb/switchyard/test/netns"
+	"github.com/switchyard-lb/switchyard/test/netns/routers"
 )
 
 // TestPeersDaemonBFD runs the daemon on node-a with a BGP announcer whose
@@ -33,12 +33,12 @@ func TestPeersDaemonBFD(t *testing.T) {
 		t.Skipf("FRR's bfdd is missing: %v", err)
 	}
 	lab := newDaemonLab(t)
-	frrConf := strings.Replace(daemonFRRConf, " neighbor NODES timers 1 3\n", " neighbor NODES timers 3 9\n neighbor NODES bfd\n", 1)
-	birdConf := strings.NewReplacer(
-		"hold time 3; keepalive time 1;", "hold time 9; keepalive time 3; bfd on;",
-		"protocol kernel", "protocol bfd { interface \"eth0\" { interval 300 ms; multiplier 3; }; }\nprotocol kernel",
-	).Replace(daemonBIRDConf)
-	routers := []*router{startFRRConf(t, lab.sw, frrConf, true), startBIRDConf(t, lab.sw, birdConf)}
+	frrPeering := daemonPeering(frrAddr, frrASN, netip.MustParseAddr("fd00::11"), netip.MustParseAddr("fd00::12"))
+	birdPeering := daemonPeering(birdAddr, birdASN)
+	for _, p := range []*routers.Peering{&frrPeering, &birdPeering} {
+		p.Keepalive, p.Hold, p.BFD = 3, 9, true
+	}
+	routers := []*router{startFRRConf(t, lab.sw, frrPeering.FRRConf(), true), startBIRDConf(t, lab.sw, birdPeering.BIRDConf())}
 	a := lab.addNode(t, "node-a", 11, macA, nil)
 	pool := netip.MustParsePrefix("198.51.100.0/28")
 	a.start(t, bgpConfig("edge", pool, "", peer(frrAddr, frrASN, "holdTime: 9s, bfd: {}"), peer(birdAddr, birdASN, "holdTime: 9s, bfd: {}")))

@@ -21,9 +21,19 @@ type Peering struct {
 	// BFD turns on BFD for the IPv4 neighbours (FRR's bfdd must run:
 	// StartFRRWithBFD), at 300 ms x 3 in BIRD.
 	BFD bool
+	// BFDCheckControlPlane is FRR's "bfd check-control-plane-failure":
+	// with graceful restart negotiated, bgpd ignores a BFD Down from a
+	// peer whose BFD says it shares fate with its control plane (C bit
+	// clear), and keeps the peer's routes as stale instead.
+	BFDCheckControlPlane bool
 	// Multipath installs ECMP routes: FRR's maximum-paths 8, BIRD's kernel
 	// protocol merging paths.
 	Multipath bool
+	// RestartTime, when set, makes FRR a graceful restarting router too
+	// (it is a helper without): "bgp graceful-restart" with this restart
+	// time, its forwarding state kept across a restart of bgpd
+	// (preserve-fw-state; zebra keeps bgpd's routes). In seconds.
+	RestartTime int
 }
 
 // FRRConf is FRR's bgpd.conf: the nodes in peer groups NODES (IPv4) and
@@ -32,11 +42,17 @@ func (p Peering) FRRConf() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "frr defaults traditional\nhostname rfrr\nrouter bgp %d\n bgp router-id %s\n", p.ASN, p.RouterID)
 	b.WriteString(" no bgp ebgp-requires-policy\n no bgp default ipv4-unicast\n")
+	if p.RestartTime > 0 {
+		fmt.Fprintf(&b, " bgp graceful-restart\n bgp graceful-restart restart-time %d\n bgp graceful-restart preserve-fw-state\n", p.RestartTime)
+	}
 	group := func(name string, nodes []netip.Addr, bfd bool) {
 		fmt.Fprintf(&b, " neighbor %s peer-group\n neighbor %[1]s remote-as %d\n", name, p.NodeASN)
 		fmt.Fprintf(&b, " neighbor %s timers %d %d\n neighbor %[1]s timers connect 1\n", name, p.Keepalive, p.Hold)
 		if bfd {
 			fmt.Fprintf(&b, " neighbor %s bfd\n", name)
+			if p.BFDCheckControlPlane {
+				fmt.Fprintf(&b, " neighbor %s bfd check-control-plane-failure\n", name)
+			}
 		}
 		for _, n := range nodes {
 			fmt.Fprintf(&b, " neighbor %s peer-group %s\n", n, name)

@@ -1,10 +1,12 @@
 package routers
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -19,6 +21,9 @@ const startTimeout = time.Minute
 type FRR struct {
 	NS  *netns.NS
 	Dir string
+
+	bgpd *exec.Cmd
+	args func(daemon string) []string // the daemons' common arguments
 }
 
 // StartFRR writes bgpdConf and starts zebra and bgpd in ns. It returns
@@ -40,14 +45,15 @@ func startFRR(t testing.TB, ns *netns.NS, bgpdConf string, bfd bool) *FRR {
 	t.Helper()
 	r := &FRR{NS: ns, Dir: stateDir(t, "sy-frr-")}
 	d := r.Dir
+	r.args = func(name string) []string {
+		return []string{"-P", "0", "--vty_socket", d, "-z", d + "/zserv.api", "-i", d + "/" + name + ".pid",
+			"-f", d + "/" + name + ".conf", "--log", "file:" + d + "/" + name + ".log"}
+	}
+	common := r.args
 	writeFile(t, filepath.Join(d, "zebra.conf"), "hostname "+ns.Name()+"\n")
 	writeFile(t, filepath.Join(d, "bgpd.conf"), bgpdConf)
 	if out, err := exec.Command("chown", "-R", "frr:frr", d).CombinedOutput(); err != nil {
 		t.Fatalf("chown %s: %v: %s", d, err, out)
-	}
-	common := func(name string) []string {
-		return []string{"-P", "0", "--vty_socket", d, "-z", d + "/zserv.api", "-i", d + "/" + name + ".pid",
-			"-f", d + "/" + name + ".conf", "--log", "file:" + d + "/" + name + ".log"}
 	}
 	ns.Start(t, "/usr/lib/frr/zebra", common("zebra")...)
 	harness.Poll(t, startTimeout, func() error {
@@ -65,11 +71,7 @@ func startFRR(t testing.TB, ns *netns.NS, bgpdConf string, bfd bool) *FRR {
 			return err
 		})
 	}
-	ns.Start(t, "/usr/lib/frr/bgpd", common("bgpd")...)
-	harness.Poll(t, startTimeout, func() error {
-		_, err := r.Vtysh("show bgp summary")
-		return err
-	})
+	r.startBGPD(t)
 	t.Cleanup(func() {
 		if t.Failed() {
 			out, _ := r.Vtysh("show bgp summary", "show ip bgp")
@@ -77,6 +79,36 @@ func startFRR(t testing.TB, ns *netns.NS, bgpdConf string, bfd bool) *FRR {
 		}
 	})
 	return r
+}
+
+func (r *FRR) startBGPD(t testing.TB, extra ...string) {
+	t.Helper()
+	r.bgpd = r.NS.Start(t, "/usr/lib/frr/bgpd", append(r.args("bgpd"), extra...)...)
+	harness.Poll(t, startTimeout, func() error {
+		_, err := r.Vtysh("show bgp summary")
+		return err
+	})
+}
+
+// RestartBGPD kills bgpd (SIGKILL: its sessions end without a
+// NOTIFICATION, as in a crash or FRR's own graceful restart) and starts
+// it again with -K, FRR's flag for a graceful restart: with
+// Peering.RestartTime, zebra keeps bgpd's routes in the FIB meanwhile,
+// and bgpd tells its peers it kept its forwarding state. It returns once
+// the new bgpd's vty answers.
+func (r *FRR) RestartBGPD(t testing.TB) {
+	t.Helper()
+	pid := r.bgpd.Process.Pid
+	if err := syscall.Kill(-pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("killing bgpd: %v", err)
+	}
+	harness.Poll(t, startTimeout, func() error {
+		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+			return fmt.Errorf("bgpd (pid %d) has not exited yet: %v", pid, err)
+		}
+		return nil
+	})
+	r.startBGPD(t, "-K")
 }
 
 // Vtysh runs the vtysh commands, in order, and returns their output.
