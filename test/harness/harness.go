@@ -29,6 +29,39 @@ func Poll(t testing.TB, timeout time.Duration, f func() error) {
 	}
 }
 
+// PollStable calls f until it has returned nil at every call for window,
+// starting the window over whenever f fails (a session that flapped
+// while the test set up), and returns how many times it started over
+// after f had held. It fails the test with f's last error once timeout
+// has passed. A test measures an event only from a state PollStable
+// saw hold, and never retries the measured event itself.
+func PollStable(t testing.TB, timeout, window time.Duration, f func() error) (restarts int) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var since time.Time // zero: f does not hold now
+	var last error
+	for {
+		now := time.Now()
+		if err := f(); err != nil {
+			if !since.IsZero() {
+				restarts++
+			}
+			since, last = time.Time{}, err
+		} else if last = nil; since.IsZero() {
+			since = now
+		} else if now.Sub(since) >= window {
+			return restarts
+		}
+		if now.After(deadline) {
+			if last == nil {
+				last = fmt.Errorf("held for %s, not yet %s", now.Sub(since).Round(time.Millisecond), window)
+			}
+			t.Fatalf("gave up after %s (started over %d times): %v", timeout, restarts, last)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // Cond adapts a yes-or-no condition to Poll: the function it returns
 // fails, naming what it waits for, until cond holds.
 func Cond(what string, cond func() bool) func() error {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -24,6 +25,11 @@ import (
 // the node's BFD packets (nftables), FRR withdraws the Service's route
 // within the hold time and the daemon holds that BGP session down, while
 // BIRD keeps the route; when the packets flow again the route returns.
+// The failure is measured only from sessions that have been up, with the
+// route in both FIBs, for two seconds: on a loaded machine the daemon
+// may be starved past its 900 ms and flap a session while the test sets
+// up (the flaps are counted and logged); the routers run with realtime
+// priority, as routers on hardware of their own are not starved.
 func TestPeersDaemonBFD(t *testing.T) {
 	requireRouters(t)
 	if _, err := os.Stat("/usr/lib/frr/bfdd"); err != nil {
@@ -39,14 +45,16 @@ func TestPeersDaemonBFD(t *testing.T) {
 		p.Keepalive, p.Hold, p.BFD = 3, 9, true
 	}
 	routers := []*router{startFRRConf(t, lab.sw, frrPeering.FRRConf(), true), startBIRDConf(t, lab.sw, birdPeering.BIRDConf())}
+	// The routers stand for routers on hardware of their own: a loaded
+	// test machine must not starve their detection.
+	routers[0].frr.Realtime(t)
+	routers[1].bird.Realtime(t)
 	a := lab.addNode(t, "node-a", 11, macA, nil)
 	pool := netip.MustParsePrefix("198.51.100.0/28")
 	a.start(t, bgpConfig("edge", pool, "", peer(frrAddr, frrASN, "holdTime: 9s, bfd: {}"), peer(birdAddr, birdASN, "holdTime: 9s, bfd: {}")))
-	created := time.Now()
 	lab.createLB(t, "web", []corev1.IPFamily{corev1.IPv4Protocol}, a)
 	web := lbPrefix(t, lab, "web", pool)
 	node := a.addr4.String()
-	waitRoutes(t, routers, created, web, node)
 
 	metric := func(name, peer string) string {
 		return fmt.Sprintf(`%s{announcer="edge",peer="%s"} `, name, peer)
@@ -58,37 +66,52 @@ func TestPeersDaemonBFD(t *testing.T) {
 		}
 		return err
 	}
-	harness.Poll(t, time.Minute, func() error {
+	fibs := map[string]func() []string{}
+	for _, r := range routers {
+		fibs[r.name] = r.fib(t, web)
+	}
+	// stable checks that both BFD sessions are up, as the daemon's metrics
+	// and /debug/state say, and the route is in both routers' FIBs. On a
+	// loaded machine the daemon may be starved past its detection time and
+	// flap a session: the failure below is measured only once this has
+	// held for two seconds (more than two detection times).
+	stable := func() error {
 		for _, p := range []string{frrAddr, birdAddr} {
 			if err := bfdUp(p); err != nil {
 				return err
 			}
 		}
-		return nil
-	})
-	body, err := a.get("/debug/state")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var st struct {
-		Announcers map[string]struct {
-			BFD []struct {
-				Peer, State, RemoteState, TxInterval, DetectionTime string
-			} `json:"bfd"`
-		} `json:"announcers"`
-	}
-	if err := json.Unmarshal([]byte(body), &st); err != nil {
-		t.Fatalf("/debug/state: %v", err)
-	}
-	sessions := st.Announcers["edge"].BFD
-	if len(sessions) != 2 {
-		t.Fatalf("/debug/state announcers.edge.bfd = %+v, want two sessions", sessions)
-	}
-	for _, s := range sessions {
-		if s.State != "up" || s.RemoteState != "up" || s.TxInterval != "300ms" || s.DetectionTime != "900ms" {
-			t.Errorf("/debug/state BFD session %+v, want up both ways, 300ms, detection 900ms", s)
+		for name, fib := range fibs {
+			if got := fib(); !slices.Equal(got, []string{node}) {
+				return fmt.Errorf("%s's FIB has %v, want %s", name, got, node)
+			}
 		}
+		body, err := a.get("/debug/state")
+		if err != nil {
+			return err
+		}
+		var st struct {
+			Announcers map[string]struct {
+				BFD []struct {
+					Peer, State, RemoteState, TxInterval, DetectionTime string
+				} `json:"bfd"`
+			} `json:"announcers"`
+		}
+		if err := json.Unmarshal([]byte(body), &st); err != nil {
+			return fmt.Errorf("/debug/state: %w", err)
+		}
+		sessions := st.Announcers["edge"].BFD
+		if len(sessions) != 2 {
+			return fmt.Errorf("/debug/state announcers.edge.bfd = %+v, want two sessions", sessions)
+		}
+		for _, s := range sessions {
+			if s.State != "up" || s.RemoteState != "up" || s.TxInterval != "300ms" || s.DetectionTime != "900ms" {
+				return fmt.Errorf("/debug/state BFD session %+v, want up both ways, 300ms, detection 900ms", s)
+			}
+		}
+		return nil
 	}
+	flaps := harness.PollStable(t, 3*time.Minute, 2*time.Second, stable)
 
 	frr := routers[0]
 	nft := func(args ...string) { frr.ns.Run(t, "nft", args...) }
@@ -111,9 +134,8 @@ func TestPeersDaemonBFD(t *testing.T) {
 	checkRIBs(t, routers[1:], web, node)
 
 	nft("delete", "table", "inet", "bfdtest")
-	restored := time.Now()
-	harness.Poll(t, time.Minute, func() error { return bfdUp(frrAddr) })
-	waitRoutes(t, routers, restored, web, node)
+	flaps += harness.PollStable(t, 3*time.Minute, 2*time.Second, stable)
+	t.Logf("measured: daemon bfd: sessions that flapped while the test set up or restored them: %d", flaps)
 	if v, err := a.metric(metric("switchyard_bfd_session_downs_total", frrAddr)); err != nil || v < 1 {
 		t.Errorf("switchyard_bfd_session_downs_total for FRR = %v, %v; want at least 1", v, err)
 	}
