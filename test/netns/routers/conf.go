@@ -21,11 +21,13 @@ type Peering struct {
 	// BFD turns on BFD for the IPv4 neighbours (FRR's bfdd must run:
 	// StartFRRWithBFD), at 300 ms x 3 in BIRD.
 	BFD bool
-	// BFDCheckControlPlane is FRR's "bfd check-control-plane-failure":
-	// with graceful restart negotiated, bgpd ignores a BFD Down from a
-	// peer whose BFD says it shares fate with its control plane (C bit
-	// clear), and keeps the peer's routes as stale instead.
-	BFDCheckControlPlane bool
+	// BFDGraceful keeps a peer's routes through a BFD Down when graceful
+	// restart was negotiated with it, as through its restart: FRR's "bfd
+	// check-control-plane-failure" (bgpd ignores the Down of a peer whose
+	// BFD shares fate with its control plane, C bit clear, and keeps its
+	// routes as stale), BIRD's "bfd graceful" (a BFD Down restarts the
+	// session gracefully instead of hard).
+	BFDGraceful bool
 	// Multipath installs ECMP routes: FRR's maximum-paths 8, BIRD's kernel
 	// protocol merging paths.
 	Multipath bool
@@ -50,7 +52,7 @@ func (p Peering) FRRConf() string {
 		fmt.Fprintf(&b, " neighbor %s timers %d %d\n neighbor %[1]s timers connect 1\n", name, p.Keepalive, p.Hold)
 		if bfd {
 			fmt.Fprintf(&b, " neighbor %s bfd\n", name)
-			if p.BFDCheckControlPlane {
+			if p.BFDGraceful {
 				fmt.Fprintf(&b, " neighbor %s bfd check-control-plane-failure\n", name)
 			}
 		}
@@ -94,7 +96,10 @@ func (p Peering) BIRDConf() string {
 	fmt.Fprintf(&b, "template bgp node {\n  local %s as %d; hold time %d; keepalive time %d; connect retry time 1;\n",
 		p.RouterID, p.ASN, p.Hold, p.Keepalive)
 	b.WriteString("  error wait time 1, 5;\n")
-	if p.BFD {
+	switch {
+	case p.BFD && p.BFDGraceful:
+		b.WriteString("  bfd graceful;\n")
+	case p.BFD:
 		b.WriteString("  bfd on;\n")
 	}
 	b.WriteString("  ipv4 { import all; export none; };\n}\n")

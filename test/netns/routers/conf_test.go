@@ -8,7 +8,7 @@ import (
 )
 
 // The configurations the peer suites wrote out by hand before Peering,
-// which it must write alike.
+// which it must write alike, and those of its graceful restart knobs.
 func TestPeeringConf(t *testing.T) {
 	addrs := func(s ...string) []netip.Addr {
 		var out []netip.Addr
@@ -27,6 +27,10 @@ func TestPeeringConf(t *testing.T) {
 		Nodes: addrs("10.0.0.11", "10.0.0.12")}
 	birdBFD := Peering{RouterID: netip.MustParseAddr("10.0.0.2"), ASN: 64514, NodeASN: 64512, Keepalive: 3, Hold: 9, BFD: true,
 		Nodes: addrs("10.0.0.11")}
+	frrGR := frrBFD
+	frrGR.BFDGraceful, frrGR.RestartTime = true, 30
+	birdGR := birdBFD
+	birdGR.BFDGraceful = true
 	for _, tt := range []struct {
 		name      string
 		got, want string
@@ -99,6 +103,38 @@ router bgp 64513
  address-family ipv4 unicast
   neighbor NODES activate
  exit-address-family
+`},
+		{"FRR with BFD kept through graceful restart, restarting gracefully itself", frrGR.FRRConf(), `frr defaults traditional
+hostname rfrr
+router bgp 64513
+ bgp router-id 10.0.0.1
+ no bgp ebgp-requires-policy
+ no bgp default ipv4-unicast
+ bgp graceful-restart
+ bgp graceful-restart restart-time 30
+ bgp graceful-restart preserve-fw-state
+ neighbor NODES peer-group
+ neighbor NODES remote-as 64512
+ neighbor NODES timers 3 9
+ neighbor NODES timers connect 1
+ neighbor NODES bfd
+ neighbor NODES bfd check-control-plane-failure
+ neighbor 10.0.0.11 peer-group NODES
+ address-family ipv4 unicast
+  neighbor NODES activate
+ exit-address-family
+`},
+		{"BIRD with BFD kept through graceful restart", birdGR.BIRDConf(), `router id 10.0.0.2;
+protocol device { scan time 10; }
+protocol kernel { ipv4 { import none; export all; }; }
+protocol bfd { interface "eth0" { interval 300 ms; multiplier 3; }; }
+template bgp node {
+  local 10.0.0.2 as 64514; hold time 9; keepalive time 3; connect retry time 1;
+  error wait time 1, 5;
+  bfd graceful;
+  ipv4 { import all; export none; };
+}
+protocol bgp node_a from node { neighbor 10.0.0.11 as 64512; }
 `},
 		{"BIRD, two nodes, ECMP", bird.BIRDConf(), `router id 10.0.0.2;
 protocol device { scan time 10; }

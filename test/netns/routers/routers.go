@@ -83,9 +83,9 @@ func startFRR(t testing.TB, ns *netns.NS, bgpdConf string, bfd bool) *FRR {
 	return r
 }
 
-func (r *FRR) startBGPD(t testing.TB, extra ...string) {
+func (r *FRR) startBGPD(t testing.TB) {
 	t.Helper()
-	r.bgpd = r.NS.Start(t, "/usr/lib/frr/bgpd", append(r.args("bgpd"), extra...)...)
+	r.bgpd = r.NS.Start(t, "/usr/lib/frr/bgpd", r.args("bgpd")...)
 	harness.Poll(t, startTimeout, func() error {
 		_, err := r.Vtysh("show bgp summary")
 		return err
@@ -93,11 +93,10 @@ func (r *FRR) startBGPD(t testing.TB, extra ...string) {
 }
 
 // RestartBGPD kills bgpd (SIGKILL: its sessions end without a
-// NOTIFICATION, as in a crash or FRR's own graceful restart) and starts
-// it again with -K, FRR's flag for a graceful restart: with
-// Peering.RestartTime, zebra keeps bgpd's routes in the FIB meanwhile,
-// and bgpd tells its peers it kept its forwarding state. It returns once
-// the new bgpd's vty answers.
+// NOTIFICATION, as in a crash or a restart that keeps forwarding) and
+// starts it again (FRR 8.4's bgpd has no flag for a planned restart):
+// with Peering.RestartTime, zebra keeps bgpd's routes in the FIB
+// meanwhile. It returns once the new bgpd's vty answers.
 func (r *FRR) RestartBGPD(t testing.TB) {
 	t.Helper()
 	pid := r.bgpd.Process.Pid
@@ -110,7 +109,7 @@ func (r *FRR) RestartBGPD(t testing.TB) {
 		}
 		return nil
 	})
-	r.startBGPD(t, "-K")
+	r.startBGPD(t)
 	if r.realtime {
 		realtime(t, r.bgpd)
 	}
