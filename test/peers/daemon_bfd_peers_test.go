@@ -111,14 +111,23 @@ func TestPeersDaemonBFD(t *testing.T) {
 		}
 		return nil
 	}
-	flaps := harness.PollStable(t, 3*time.Minute, 2*time.Second, stable)
-
 	frr := routers[0]
 	nft := func(args ...string) { frr.ns.Run(t, "nft", args...) }
 	nft("add", "table", "inet", "bfdtest")
 	nft("add", "chain", "inet", "bfdtest", "in", "{ type filter hook input priority 0; }")
-	nft("add", "rule", "inet", "bfdtest", "in", "ip", "saddr", node, "udp", "dport", "3784", "drop")
+	// From a state that held, and still holds as the packets start being
+	// dropped, timed from before the nft command (slow under load).
+	flaps := 0
+	for {
+		flaps += harness.PollStable(t, 3*time.Minute, 2*time.Second, stable)
+		if slices.Equal(fibs["FRR"](), []string{node}) {
+			break
+		}
+		flaps++
+	}
+
 	dropped := time.Now()
+	nft("add", "rule", "inet", "bfdtest", "in", "ip", "saddr", node, "udp", "dport", "3784", "drop")
 	d := waitRoutes(t, routers[:1], dropped, web)
 	if d["FRR"] >= 9*time.Second {
 		t.Errorf("FRR withdrew the route %s after BFD loss, not within the 9 s hold time", d["FRR"])
