@@ -26,7 +26,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -640,6 +639,22 @@ func newBFDLabPeering(t *testing.T, frr, bird routers.Peering) *bfdLab {
 	return l
 }
 
+// bfdNodeA is node A's speaker in the BFD lab: it announces the VIP to
+// both routers with a 9 s hold time and BFD at 300 ms x 3, and restarts
+// gracefully with restart set.
+func bfdNodeA(restart time.Duration) helperConfig {
+	return helperConfig{
+		RouterID:    netip.MustParseAddr("10.0.0.11"),
+		Peers:       []netip.Addr{netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2")},
+		PeerASNs:    []uint32{64513, 64514},
+		Announce:    []string{vip},
+		AtStart:     true,
+		HoldTime:    9 * time.Second,
+		RestartTime: restart,
+		BFD:         &BFD{MinRx: 300 * time.Millisecond, MinTx: 300 * time.Millisecond, Multiplier: 3},
+	}
+}
+
 // bfdStableWindow is how long a BFD session and its route must have held
 // before a test measures a failure from them: more than two detection
 // times (900 ms), so that a session a starved process let flap during the
@@ -731,15 +746,7 @@ func msList(ds []time.Duration) string {
 func TestPeersBFD(t *testing.T) {
 	const node = "10.0.0.11"
 	l := newBFDLab(t)
-	startHelper(t, l.a, helperConfig{
-		RouterID: netip.MustParseAddr(node),
-		Peers:    []netip.Addr{netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2")},
-		PeerASNs: []uint32{64513, 64514},
-		Announce: []string{vip},
-		AtStart:  true,
-		HoldTime: 9 * time.Second,
-		BFD:      &BFD{MinRx: 300 * time.Millisecond, MinTx: 300 * time.Millisecond, Multiplier: 3},
-	})
+	startHelper(t, l.a, bfdNodeA(0))
 	type rtr struct {
 		name string
 		ns   *netns.NS
@@ -854,16 +861,7 @@ func TestPeersGracefulRestartBFD(t *testing.T) {
 	frr, bird := bfdPeering("10.0.0.1", 64513), bfdPeering("10.0.0.2", 64514)
 	frr.BFDGraceful, bird.BFDGraceful = true, true
 	l := newBFDLabPeering(t, frr, bird)
-	hc := helperConfig{
-		RouterID:    netip.MustParseAddr(node),
-		Peers:       []netip.Addr{netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2")},
-		PeerASNs:    []uint32{64513, 64514},
-		Announce:    []string{vip},
-		AtStart:     true,
-		HoldTime:    9 * time.Second,
-		RestartTime: 30 * time.Second,
-		BFD:         &BFD{MinRx: 300 * time.Millisecond, MinTx: 300 * time.Millisecond, Multiplier: 3},
-	}
+	hc := bfdNodeA(30 * time.Second)
 	a := startHelper(t, l.a, hc)
 	frrFIB, birdFIB := fib(t, l.frr), fib(t, l.bird)
 	stable := func() {
@@ -907,45 +905,16 @@ func TestPeersGracefulRestartBFD(t *testing.T) {
 	}
 }
 
-// watchFIBs polls every FIB every 2 ms until the test ends, and returns
+// watchFIBs watches every FIB every 2 ms until the test ends, and returns
 // a function that says for how long and where hop was missing ("" when
 // never).
 func watchFIBs(t *testing.T, fibs map[string]func(*testing.T) []string, hop string) func() string {
 	t.Helper()
-	var mu sync.Mutex
-	missing := map[string]time.Duration{}
-	stop, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		last := time.Now()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(2 * time.Millisecond):
-			}
-			now := time.Now()
-			for name, f := range fibs {
-				if !slices.Contains(f(t), hop) {
-					mu.Lock()
-					missing[name] += now.Sub(last)
-					mu.Unlock()
-				}
-			}
-			last = now
-		}
-	}()
-	t.Cleanup(func() { close(stop); <-done })
-	return func() string {
-		mu.Lock()
-		defer mu.Unlock()
-		var out []string
-		for name, d := range missing {
-			out = append(out, fmt.Sprintf("%s %d ms", name, d.Milliseconds()))
-		}
-		slices.Sort(out)
-		return strings.Join(out, ", ")
+	has := map[string]func() bool{}
+	for name, f := range fibs {
+		has[name] = func() bool { return slices.Contains(f(t), hop) }
 	}
+	return harness.WatchAbsent(t, 2*time.Millisecond, has)
 }
 
 // TestPeersRouterGracefulRestart: FRR, configured as a graceful

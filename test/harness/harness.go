@@ -6,6 +6,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -59,6 +61,48 @@ func PollStable(t testing.TB, timeout, window time.Duration, f func() error) (re
 			t.Fatalf("gave up after %s (started over %d times): %v", timeout, restarts, last)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// WatchAbsent checks every named condition every interval until the test
+// ends, and returns a function that says for how long each did not hold
+// ("FRR 12 ms, BIRD 3 ms", sorted; "" when all always held): a route
+// that must stay installed through a restart, say.
+func WatchAbsent(t testing.TB, interval time.Duration, holds map[string]func() bool) func() string {
+	t.Helper()
+	var mu sync.Mutex
+	missing := map[string]time.Duration{}
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		last := time.Now()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(interval):
+			}
+			now := time.Now()
+			for name, ok := range holds {
+				if !ok() {
+					mu.Lock()
+					missing[name] += now.Sub(last)
+					mu.Unlock()
+				}
+			}
+			last = now
+		}
+	}()
+	t.Cleanup(func() { close(stop); <-done })
+	return func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		var out []string
+		for name, d := range missing {
+			out = append(out, fmt.Sprintf("%s %d ms", name, d.Milliseconds()))
+		}
+		sort.Strings(out)
+		return strings.Join(out, ", ")
 	}
 }
 

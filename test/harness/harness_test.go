@@ -92,6 +92,31 @@ func TestPollStableStartsOverWhenTheConditionFails(t *testing.T) {
 	}
 }
 
+func TestWatchAbsent(t *testing.T) {
+	var mu sync.Mutex
+	present := true
+	set := func(v bool) { mu.Lock(); present = v; mu.Unlock() }
+	absent := WatchAbsent(t, time.Millisecond, map[string]func() bool{
+		"always": func() bool { return true },
+		"gone": func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return present
+		},
+	})
+	time.Sleep(20 * time.Millisecond)
+	if got := absent(); got != "" {
+		t.Errorf("while everything held: %q, want \"\"", got)
+	}
+	set(false)
+	time.Sleep(50 * time.Millisecond)
+	set(true)
+	got := absent()
+	if !strings.HasPrefix(got, "gone ") || strings.Contains(got, "always") || got == "gone 0 ms" {
+		t.Errorf("after 50 ms without \"gone\": %q, want only \"gone N ms\" with N > 0", got)
+	}
+}
+
 func TestCondNamesWhatItWaitsFor(t *testing.T) {
 	holds := false
 	f := Cond("the answer", func() bool { return holds })
