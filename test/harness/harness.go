@@ -64,11 +64,23 @@ func PollStable(t testing.TB, timeout, window time.Duration, f func() error) (re
 	}
 }
 
+// Absences says for how long each named condition did not hold.
+type Absences map[string]time.Duration
+
+// String is "BIRD 3 ms, FRR 12 ms" (sorted), "" when all always held.
+func (a Absences) String() string {
+	var out []string
+	for name, d := range a {
+		out = append(out, fmt.Sprintf("%s %d ms", name, d.Milliseconds()))
+	}
+	sort.Strings(out)
+	return strings.Join(out, ", ")
+}
+
 // WatchAbsent checks every named condition every interval until the test
 // ends, and returns a function that says for how long each did not hold
-// ("FRR 12 ms, BIRD 3 ms", sorted; "" when all always held): a route
-// that must stay installed through a restart, say.
-func WatchAbsent(t testing.TB, interval time.Duration, holds map[string]func() bool) func() string {
+// so far: a route that must stay installed through a restart, say.
+func WatchAbsent(t testing.TB, interval time.Duration, holds map[string]func() bool) func() Absences {
 	t.Helper()
 	var mu sync.Mutex
 	missing := map[string]time.Duration{}
@@ -94,15 +106,14 @@ func WatchAbsent(t testing.TB, interval time.Duration, holds map[string]func() b
 		}
 	}()
 	t.Cleanup(func() { close(stop); <-done })
-	return func() string {
+	return func() Absences {
 		mu.Lock()
 		defer mu.Unlock()
-		var out []string
+		out := Absences{}
 		for name, d := range missing {
-			out = append(out, fmt.Sprintf("%s %d ms", name, d.Milliseconds()))
+			out[name] = d
 		}
-		sort.Strings(out)
-		return strings.Join(out, ", ")
+		return out
 	}
 }
 

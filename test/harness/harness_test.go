@@ -105,13 +105,13 @@ func TestWatchAbsent(t *testing.T) {
 		},
 	})
 	time.Sleep(20 * time.Millisecond)
-	if got := absent(); got != "" {
+	if got := absent().String(); got != "" {
 		t.Errorf("while everything held: %q, want \"\"", got)
 	}
 	set(false)
 	time.Sleep(50 * time.Millisecond)
 	set(true)
-	got := absent()
+	got := absent().String()
 	if !strings.HasPrefix(got, "gone ") || strings.Contains(got, "always") || got == "gone 0 ms" {
 		t.Errorf("after 50 ms without \"gone\": %q, want only \"gone N ms\" with N > 0", got)
 	}

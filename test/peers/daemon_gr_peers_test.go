@@ -74,7 +74,7 @@ func TestPeersDaemonGracefulRestart(t *testing.T) {
 	})
 	t.Logf("measured: daemon graceful restart: SIGTERM -> restarted daemon's path refreshed at FRR %.0f ms (%.0f ms after its start); node-a's next hop never left FRR's or BIRD's FIB (polled every 2 ms)",
 		ms(time.Since(stopped)), ms(time.Since(restarted)))
-	if missing := gap(); missing != "" {
+	if missing := gap().String(); missing != "" {
 		t.Errorf("node-a's next hop left a FIB during the restart: %s", missing)
 	}
 	checkRIBs(t, routers, web, both...)
@@ -168,7 +168,7 @@ func frrStale(t *testing.T, r *router, prefix netip.Prefix) []string {
 // watchFIBs watches every router's FIB for prefix every 2 ms until the
 // test ends, and returns a function that says for how long and where hop
 // was missing ("" when never).
-func watchFIBs(t *testing.T, routers []*router, prefix netip.Prefix, hop string) func() string {
+func watchFIBs(t *testing.T, routers []*router, prefix netip.Prefix, hop string) func() harness.Absences {
 	t.Helper()
 	has := map[string]func() bool{}
 	for _, r := range routers {
