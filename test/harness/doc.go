@@ -1,8 +1,11 @@
 // Package harness holds the parts every test suite shares: Poll, the one
 // way a test waits for a condition (its deadline bounds a failure only,
-// it asserts no speed; Cond adapts a yes-or-no condition to it), Buffer,
-// a goroutine-safe sink for a daemon's logs, FreeAddr for the daemon's
-// servers, and Get for reading them.
+// it asserts no speed; Cond adapts a yes-or-no condition to it;
+// PollStable waits until a condition has held for a whole window, the
+// state from which a test measures an event on a loaded machine;
+// WatchAbsent measures how long conditions that must hold did not),
+// Buffer, a goroutine-safe sink for a daemon's logs, FreeAddr for the
+// daemon's servers, and Get for reading them.
 //
 // It is also the daemon harness of every daemon-level suite on the host
 // (cmd/switchyard's unit, integration and end-to-end tests, deploy's):

@@ -6,6 +6,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -26,6 +28,92 @@ func Poll(t testing.TB, timeout time.Duration, f func() error) {
 			t.Fatalf("gave up after %s: %v", timeout, err)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// PollStable calls f until it has returned nil at every call for window,
+// starting the window over whenever f fails (a session that flapped
+// while the test set up), and returns how many times it started over
+// after f had held. It fails the test with f's last error once timeout
+// has passed. A test measures an event only from a state PollStable
+// saw hold, and never retries the measured event itself.
+func PollStable(t testing.TB, timeout, window time.Duration, f func() error) (restarts int) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var since time.Time // zero: f does not hold now
+	var last error
+	for {
+		now := time.Now()
+		if err := f(); err != nil {
+			if !since.IsZero() {
+				restarts++
+			}
+			since, last = time.Time{}, err
+		} else if last = nil; since.IsZero() {
+			since = now
+		} else if now.Sub(since) >= window {
+			return restarts
+		}
+		if now.After(deadline) {
+			if last == nil {
+				last = fmt.Errorf("held for %s, not yet %s", now.Sub(since).Round(time.Millisecond), window)
+			}
+			t.Fatalf("gave up after %s (started over %d times): %v", timeout, restarts, last)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Absences says for how long each named condition did not hold.
+type Absences map[string]time.Duration
+
+// String is "BIRD 3 ms, FRR 12 ms" (sorted), "" when all always held.
+func (a Absences) String() string {
+	var out []string
+	for name, d := range a {
+		out = append(out, fmt.Sprintf("%s %d ms", name, d.Milliseconds()))
+	}
+	sort.Strings(out)
+	return strings.Join(out, ", ")
+}
+
+// WatchAbsent checks every named condition every interval until the test
+// ends, and returns a function that says for how long each did not hold
+// so far: a route that must stay installed through a restart, say.
+func WatchAbsent(t testing.TB, interval time.Duration, holds map[string]func() bool) func() Absences {
+	t.Helper()
+	var mu sync.Mutex
+	missing := map[string]time.Duration{}
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		last := time.Now()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(interval):
+			}
+			now := time.Now()
+			for name, ok := range holds {
+				if !ok() {
+					mu.Lock()
+					missing[name] += now.Sub(last)
+					mu.Unlock()
+				}
+			}
+			last = now
+		}
+	}()
+	t.Cleanup(func() { close(stop); <-done })
+	return func() Absences {
+		mu.Lock()
+		defer mu.Unlock()
+		out := Absences{}
+		for name, d := range missing {
+			out[name] = d
+		}
+		return out
 	}
 }
 

@@ -63,6 +63,60 @@ func TestPollFailsWithTheLastError(t *testing.T) {
 	}
 }
 
+func TestPollStableStartsOverWhenTheConditionFails(t *testing.T) {
+	// Holds, fails once (a flap), then holds for good.
+	calls := 0
+	start := time.Now()
+	restarts := PollStable(t, time.Minute, 100*time.Millisecond, func() error {
+		calls++
+		if calls == 1 || calls == 4 {
+			return errors.New("down")
+		}
+		return nil
+	})
+	if restarts != 1 {
+		t.Errorf("restarts = %d, want 1", restarts)
+	}
+	if calls < 6 {
+		t.Errorf("f called %d times, want the window of 100 ms after the failure at call 4 (at least 6 calls)", calls)
+	}
+	if d := time.Since(start); d < 100*time.Millisecond {
+		t.Errorf("returned after %s, before a full window held", d)
+	}
+	// A condition that never holds for a whole window fails the test.
+	msg := fatalOf(t, func(tb testing.TB) {
+		PollStable(tb, 50*time.Millisecond, time.Minute, func() error { return nil })
+	})
+	if want := "gave up after 50ms (started over 0 times): held for "; !strings.HasPrefix(msg, want) {
+		t.Errorf("Fatalf message = %q, want it to start %q", msg, want)
+	}
+}
+
+func TestWatchAbsent(t *testing.T) {
+	var mu sync.Mutex
+	present := true
+	set := func(v bool) { mu.Lock(); present = v; mu.Unlock() }
+	absent := WatchAbsent(t, time.Millisecond, map[string]func() bool{
+		"always": func() bool { return true },
+		"gone": func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return present
+		},
+	})
+	time.Sleep(20 * time.Millisecond)
+	if got := absent().String(); got != "" {
+		t.Errorf("while everything held: %q, want \"\"", got)
+	}
+	set(false)
+	time.Sleep(50 * time.Millisecond)
+	set(true)
+	got := absent().String()
+	if !strings.HasPrefix(got, "gone ") || strings.Contains(got, "always") || got == "gone 0 ms" {
+		t.Errorf("after 50 ms without \"gone\": %q, want only \"gone N ms\" with N > 0", got)
+	}
+}
+
 func TestCondNamesWhatItWaitsFor(t *testing.T) {
 	holds := false
 	f := Cond("the answer", func() bool { return holds })

@@ -8,8 +8,6 @@ import (
 	"io"
 	"net/netip"
 	"slices"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -76,7 +74,7 @@ func TestPeersDaemonGracefulRestart(t *testing.T) {
 	})
 	t.Logf("measured: daemon graceful restart: SIGTERM -> restarted daemon's path refreshed at FRR %.0f ms (%.0f ms after its start); node-a's next hop never left FRR's or BIRD's FIB (polled every 2 ms)",
 		ms(time.Since(stopped)), ms(time.Since(restarted)))
-	if missing := gap(); missing != "" {
+	if missing := gap().String(); missing != "" {
 		t.Errorf("node-a's next hop left a FIB during the restart: %s", missing)
 	}
 	checkRIBs(t, routers, web, both...)
@@ -167,53 +165,15 @@ func frrStale(t *testing.T, r *router, prefix netip.Prefix) []string {
 	return hops
 }
 
-// watchFIBs polls every router's FIB for prefix every 2 ms until the test
-// ends, and returns a function that says for how long and where hop was
-// missing ("" when never).
-func watchFIBs(t *testing.T, routers []*router, prefix netip.Prefix, hop string) func() string {
+// watchFIBs watches every router's FIB for prefix every 2 ms until the
+// test ends, and returns a function that says for how long and where hop
+// was missing ("" when never).
+func watchFIBs(t *testing.T, routers []*router, prefix netip.Prefix, hop string) func() harness.Absences {
 	t.Helper()
-	type fib struct {
-		name string
-		read func() []string
-	}
-	var fibs []fib
+	has := map[string]func() bool{}
 	for _, r := range routers {
-		fibs = append(fibs, fib{r.name, r.fib(t, prefix)})
+		fib := r.fib(t, prefix)
+		has[r.name] = func() bool { return slices.Contains(fib(), hop) }
 	}
-	var mu sync.Mutex
-	missing := map[string]time.Duration{}
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		last := time.Now()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(2 * time.Millisecond):
-			}
-			now := time.Now()
-			for _, f := range fibs {
-				if !slices.Contains(f.read(), hop) {
-					mu.Lock()
-					missing[f.name] += now.Sub(last)
-					mu.Unlock()
-				}
-			}
-			last = now
-		}
-	}()
-	t.Cleanup(func() { close(stop); <-done })
-	return func() string {
-		mu.Lock()
-		defer mu.Unlock()
-		var out []string
-		for _, f := range fibs {
-			if d, ok := missing[f.name]; ok {
-				out = append(out, fmt.Sprintf("%s %.0f ms", f.name, ms(d)))
-			}
-		}
-		return strings.Join(out, ", ")
-	}
+	return harness.WatchAbsent(t, 2*time.Millisecond, has)
 }

@@ -89,6 +89,8 @@ type daemonNode struct {
 	lab   *daemonLab
 	d     *harness.Daemon
 	http  *http.Client
+	// nice, when set, is the daemon's niceness (nice -n).
+	nice string
 }
 
 // addNode creates node name: a namespace with eth0 at 10.0.0.<host>/24
@@ -158,7 +160,11 @@ func (n *daemonNode) start(t *testing.T, extra string) {
 	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	n.d = harness.ExecIn(t, []string{"ip", "netns", "exec", n.ns.Name()}, n.name, n.lab.bin, nil,
+	wrap := []string{"ip", "netns", "exec", n.ns.Name()}
+	if n.nice != "" {
+		wrap = append(wrap, "nice", "-n", n.nice)
+	}
+	n.d = harness.ExecIn(t, wrap, n.name, n.lab.bin, nil,
 		"--config", cfg, "--kubeconfig", n.lab.kubeconfig, "--hostname-override", n.name, "--log-format", "text")
 	t.Cleanup(func() { n.d.LogIfFailed(t) })
 }

@@ -16,7 +16,10 @@
 //     goroutine over a Transport (the sockets: UDPTransport on Linux, a
 //     fake in bfdtest) and a runner.Clock, demultiplexes received packets
 //     by discriminator or by peer address (RFC 5880 §6.3), checks the TTL,
-//     and reports every state change to its OnChange hook.
+//     and reports every state change to its OnChange hook. When it runs
+//     late for a detection deadline (LateWake: its process was starved,
+//     not the path), it first gives the receive path ReceiveGrace to
+//     deliver the packets that arrived meanwhile.
 //
 // A peer's replacement session (FRR's bfdd starts a new one, with a new
 // discriminator, once BGP is up) takes over the local session through

@@ -88,7 +88,21 @@ type entry struct {
 	s    *Session
 	tx   Sender
 	st   SessionStatus
+	// grace, when set, is until when a detection expiry the server woke
+	// up late for waits for packets that may have arrived meanwhile.
+	grace time.Time
 }
+
+// LateWake and ReceiveGrace guard against a starved process: when the
+// server runs more than LateWake after a session's detection deadline,
+// the process (not the path) may have been stalled, with the peer's
+// packets waiting in the socket; the expiry then waits ReceiveGrace,
+// once, for the receive path to deliver them. A session whose peer did
+// go silent goes down at most ReceiveGrace later.
+const (
+	LateWake     = 50 * time.Millisecond
+	ReceiveGrace = 50 * time.Millisecond
+)
 
 // NewServer returns a Server on tr; Run runs its sessions.
 func NewServer(tr Transport, opts Options) *Server {
@@ -194,6 +208,16 @@ func (s *Server) Run(ctx context.Context) error {
 		now := s.opts.Clock.Now()
 		var next time.Time
 		for _, e := range s.sessions {
+			if d := e.s.DetectionDeadline(); e.grace.IsZero() && !d.IsZero() && now.Sub(d) > LateWake {
+				e.grace = now.Add(ReceiveGrace)
+			}
+			if !e.grace.IsZero() && now.Before(e.grace) {
+				if next.IsZero() || e.grace.Before(next) {
+					next = e.grace
+				}
+				continue // the detection waits for what the receive path holds
+			}
+			e.grace = time.Time{}
 			if n := e.s.Next(); !n.IsZero() && !now.Before(n) {
 				changes = s.apply(e, now, e.s.Advance(now), changes)
 			}

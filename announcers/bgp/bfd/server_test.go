@@ -167,6 +167,45 @@ func TestServerSession(t *testing.T) {
 	}
 }
 
+// TestServerLateWake: a server that runs late for a detection deadline
+// (its process was starved, the peer's packets waiting in the socket)
+// gives the receive path ReceiveGrace before it expires the session: a
+// packet delivered meanwhile keeps it Up; with none it goes Down,
+// ReceiveGrace after it woke.
+func TestServerLateWake(t *testing.T) {
+	h := newScripted(t, bfd.Peer{Addr: routerAddr, Timers: fast})
+	mine := h.sent()[0].MyDiscriminator
+	h.inject(routerAddr, 255, routerPacket(bfd.Down, 0))
+	h.inject(routerAddr, 255, routerPacket(bfd.Up, mine))
+	h.inject(routerAddr, 255, routerPacket(bfd.Up, mine, func(p *bfd.Packet) { p.Final = true }))
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	up := []bfd.Change{{From: bfd.Down, To: bfd.Init}, {From: bfd.Init, To: bfd.Up}}
+
+	// Detection is due at 900 ms; the server runs next at 1000 ms.
+	h.clock.StepTo(t0.Add(1000 * ms))
+	h.sync()
+	if want := t0.Add(1000*ms + bfd.ReceiveGrace); !h.next.Equal(want) {
+		t.Fatalf("after a late wake the server runs next at %s, want %s (the grace)", h.next.Sub(t0), want.Sub(t0))
+	}
+	h.inject(routerAddr, 255, routerPacket(bfd.Up, mine)) // it waited in the socket
+	h.at(1100 * ms)
+	if d := cmp.Diff(up, h.changes.All()); d != "" {
+		t.Fatalf("a packet delivered within the grace: changes (-want +got):\n%s", d)
+	}
+
+	// Silence: detection is due at 1900 ms; the server runs next at 2000 ms.
+	h.clock.StepTo(t0.Add(2000 * ms))
+	h.sync()
+	h.at(2100 * ms)
+	want := append(up, bfd.Change{From: bfd.Up, To: bfd.Down, Diag: bfd.DiagDetectionExpired})
+	if d := cmp.Diff(want, h.changes.All()); d != "" {
+		t.Fatalf("nothing within the grace: changes (-want +got):\n%s", d)
+	}
+	if ss := h.srv.Sessions(); ss[0].LastChange != t0.Add(2000*ms+bfd.ReceiveGrace) {
+		t.Errorf("went down at %s, want at the end of the grace", ss[0].LastChange.Sub(t0))
+	}
+}
+
 // TestServerTwoPeers: two servers on the fake network, on the real
 // clock, bring their session Up; blocking one direction takes both
 // Down as a failure (one by detection, the other told by it), and

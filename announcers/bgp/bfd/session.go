@@ -167,6 +167,10 @@ func (s *Session) Next() time.Time {
 	return n
 }
 
+// DetectionDeadline returns when the session goes down unless a packet
+// arrives first; zero when no detection timer runs.
+func (s *Session) DetectionDeadline() time.Time { return s.detectAt }
+
 // txInterval is the interval between periodic packets before jitter:
 // the larger of what this system wants and what the remote accepts;
 // zero when the remote asked for none.

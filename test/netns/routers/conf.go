@@ -21,9 +21,21 @@ type Peering struct {
 	// BFD turns on BFD for the IPv4 neighbours (FRR's bfdd must run:
 	// StartFRRWithBFD), at 300 ms x 3 in BIRD.
 	BFD bool
+	// BFDGraceful keeps a peer's routes through a BFD Down when graceful
+	// restart was negotiated with it, as through its restart: FRR's "bfd
+	// check-control-plane-failure" (bgpd ignores the Down of a peer whose
+	// BFD shares fate with its control plane, C bit clear, and keeps its
+	// routes as stale), BIRD's "bfd graceful" (a BFD Down restarts the
+	// session gracefully instead of hard).
+	BFDGraceful bool
 	// Multipath installs ECMP routes: FRR's maximum-paths 8, BIRD's kernel
 	// protocol merging paths.
 	Multipath bool
+	// RestartTime, when set, makes FRR a graceful restarting router too
+	// (it is a helper without): "bgp graceful-restart" with this restart
+	// time, its forwarding state kept across a restart of bgpd
+	// (preserve-fw-state; zebra keeps bgpd's routes). In seconds.
+	RestartTime int
 }
 
 // FRRConf is FRR's bgpd.conf: the nodes in peer groups NODES (IPv4) and
@@ -32,11 +44,17 @@ func (p Peering) FRRConf() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "frr defaults traditional\nhostname rfrr\nrouter bgp %d\n bgp router-id %s\n", p.ASN, p.RouterID)
 	b.WriteString(" no bgp ebgp-requires-policy\n no bgp default ipv4-unicast\n")
+	if p.RestartTime > 0 {
+		fmt.Fprintf(&b, " bgp graceful-restart\n bgp graceful-restart restart-time %d\n bgp graceful-restart preserve-fw-state\n", p.RestartTime)
+	}
 	group := func(name string, nodes []netip.Addr, bfd bool) {
 		fmt.Fprintf(&b, " neighbor %s peer-group\n neighbor %[1]s remote-as %d\n", name, p.NodeASN)
 		fmt.Fprintf(&b, " neighbor %s timers %d %d\n neighbor %[1]s timers connect 1\n", name, p.Keepalive, p.Hold)
 		if bfd {
 			fmt.Fprintf(&b, " neighbor %s bfd\n", name)
+			if p.BFDGraceful {
+				fmt.Fprintf(&b, " neighbor %s bfd check-control-plane-failure\n", name)
+			}
 		}
 		for _, n := range nodes {
 			fmt.Fprintf(&b, " neighbor %s peer-group %s\n", n, name)
@@ -78,7 +96,10 @@ func (p Peering) BIRDConf() string {
 	fmt.Fprintf(&b, "template bgp node {\n  local %s as %d; hold time %d; keepalive time %d; connect retry time 1;\n",
 		p.RouterID, p.ASN, p.Hold, p.Keepalive)
 	b.WriteString("  error wait time 1, 5;\n")
-	if p.BFD {
+	switch {
+	case p.BFD && p.BFDGraceful:
+		b.WriteString("  bfd graceful;\n")
+	case p.BFD:
 		b.WriteString("  bfd on;\n")
 	}
 	b.WriteString("  ipv4 { import all; export none; };\n}\n")

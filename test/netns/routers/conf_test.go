@@ -2,13 +2,14 @@ package routers
 
 import (
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 )
 
 // The configurations the peer suites wrote out by hand before Peering,
-// which it must write alike.
+// which it must write alike, and those of its graceful restart knobs.
 func TestPeeringConf(t *testing.T) {
 	addrs := func(s ...string) []netip.Addr {
 		var out []netip.Addr
@@ -27,6 +28,38 @@ func TestPeeringConf(t *testing.T) {
 		Nodes: addrs("10.0.0.11", "10.0.0.12")}
 	birdBFD := Peering{RouterID: netip.MustParseAddr("10.0.0.2"), ASN: 64514, NodeASN: 64512, Keepalive: 3, Hold: 9, BFD: true,
 		Nodes: addrs("10.0.0.11")}
+	const frrBFDWant = `frr defaults traditional
+hostname rfrr
+router bgp 64513
+ bgp router-id 10.0.0.1
+ no bgp ebgp-requires-policy
+ no bgp default ipv4-unicast
+ neighbor NODES peer-group
+ neighbor NODES remote-as 64512
+ neighbor NODES timers 3 9
+ neighbor NODES timers connect 1
+ neighbor NODES bfd
+ neighbor 10.0.0.11 peer-group NODES
+ address-family ipv4 unicast
+  neighbor NODES activate
+ exit-address-family
+`
+	const birdBFDWant = `router id 10.0.0.2;
+protocol device { scan time 10; }
+protocol kernel { ipv4 { import none; export all; }; }
+protocol bfd { interface "eth0" { interval 300 ms; multiplier 3; }; }
+template bgp node {
+  local 10.0.0.2 as 64514; hold time 9; keepalive time 3; connect retry time 1;
+  error wait time 1, 5;
+  bfd on;
+  ipv4 { import all; export none; };
+}
+protocol bgp node_a from node { neighbor 10.0.0.11 as 64512; }
+`
+	frrGR := frrBFD
+	frrGR.BFDGraceful, frrGR.RestartTime = true, 30
+	birdGR := birdBFD
+	birdGR.BFDGraceful = true
 	for _, tt := range []struct {
 		name      string
 		got, want string
@@ -84,22 +117,7 @@ router bgp 64513
   maximum-paths 8
  exit-address-family
 `},
-		{"FRR with BFD, one node", frrBFD.FRRConf(), `frr defaults traditional
-hostname rfrr
-router bgp 64513
- bgp router-id 10.0.0.1
- no bgp ebgp-requires-policy
- no bgp default ipv4-unicast
- neighbor NODES peer-group
- neighbor NODES remote-as 64512
- neighbor NODES timers 3 9
- neighbor NODES timers connect 1
- neighbor NODES bfd
- neighbor 10.0.0.11 peer-group NODES
- address-family ipv4 unicast
-  neighbor NODES activate
- exit-address-family
-`},
+		{"FRR with BFD, one node", frrBFD.FRRConf(), frrBFDWant},
 		{"BIRD, two nodes, ECMP", bird.BIRDConf(), `router id 10.0.0.2;
 protocol device { scan time 10; }
 protocol kernel { ipv4 { import none; export all; }; merge paths on; }
@@ -111,18 +129,13 @@ template bgp node {
 protocol bgp node_a from node { neighbor 10.0.0.11 as 64512; }
 protocol bgp node_b from node { neighbor 10.0.0.12 as 64512; }
 `},
-		{"BIRD with BFD, one node", birdBFD.BIRDConf(), `router id 10.0.0.2;
-protocol device { scan time 10; }
-protocol kernel { ipv4 { import none; export all; }; }
-protocol bfd { interface "eth0" { interval 300 ms; multiplier 3; }; }
-template bgp node {
-  local 10.0.0.2 as 64514; hold time 9; keepalive time 3; connect retry time 1;
-  error wait time 1, 5;
-  bfd on;
-  ipv4 { import all; export none; };
-}
-protocol bgp node_a from node { neighbor 10.0.0.11 as 64512; }
-`},
+		{"BIRD with BFD, one node", birdBFD.BIRDConf(), birdBFDWant},
+		// The graceful restart knobs: the BFD configurations above and
+		// their lines.
+		{"FRR with BFD kept through graceful restart, restarting gracefully itself", frrGR.FRRConf(), strings.NewReplacer(
+			" no bgp default ipv4-unicast\n", " no bgp default ipv4-unicast\n bgp graceful-restart\n bgp graceful-restart restart-time 30\n bgp graceful-restart preserve-fw-state\n",
+			" neighbor NODES bfd\n", " neighbor NODES bfd\n neighbor NODES bfd check-control-plane-failure\n").Replace(frrBFDWant)},
+		{"BIRD with BFD kept through graceful restart", birdGR.BIRDConf(), strings.Replace(birdBFDWant, "  bfd on;\n", "  bfd graceful;\n", 1)},
 	} {
 		if diff := cmp.Diff(tt.want, tt.got); diff != "" {
 			t.Errorf("%s (-want +got):\n%s", tt.name, diff)

@@ -2,8 +2,8 @@
 // network namespace (test/netns): FRR (zebra and bgpd) and BIRD 2, from
 // Debian's packages, with their state in a directory of their own.
 // Peering writes their configurations toward the nodes (FRRConf,
-// BIRDConf) for the suites that peer alike (test/peers; announcers/bgp
-// still writes its own); this package starts them, waits until they
-// answer, gives their control commands, and logs their state when the
-// test fails.
+// BIRDConf) for the suites that peer alike (test/peers, announcers/bgp);
+// this package starts them, waits until they answer, gives their control
+// commands, restarts FRR's bgpd, and logs their state when the test
+// fails.
 package routers

@@ -1,10 +1,13 @@
 package routers
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -19,6 +22,10 @@ const startTimeout = time.Minute
 type FRR struct {
 	NS  *netns.NS
 	Dir string
+
+	zebra, bfdd, bgpd *exec.Cmd
+	args              func(daemon string) []string // the daemons' common arguments
+	realtime          bool
 }
 
 // StartFRR writes bgpdConf and starts zebra and bgpd in ns. It returns
@@ -40,16 +47,17 @@ func startFRR(t testing.TB, ns *netns.NS, bgpdConf string, bfd bool) *FRR {
 	t.Helper()
 	r := &FRR{NS: ns, Dir: stateDir(t, "sy-frr-")}
 	d := r.Dir
+	r.args = func(name string) []string {
+		return []string{"-P", "0", "--vty_socket", d, "-z", d + "/zserv.api", "-i", d + "/" + name + ".pid",
+			"-f", d + "/" + name + ".conf", "--log", "file:" + d + "/" + name + ".log"}
+	}
+	common := r.args
 	writeFile(t, filepath.Join(d, "zebra.conf"), "hostname "+ns.Name()+"\n")
 	writeFile(t, filepath.Join(d, "bgpd.conf"), bgpdConf)
 	if out, err := exec.Command("chown", "-R", "frr:frr", d).CombinedOutput(); err != nil {
 		t.Fatalf("chown %s: %v: %s", d, err, out)
 	}
-	common := func(name string) []string {
-		return []string{"-P", "0", "--vty_socket", d, "-z", d + "/zserv.api", "-i", d + "/" + name + ".pid",
-			"-f", d + "/" + name + ".conf", "--log", "file:" + d + "/" + name + ".log"}
-	}
-	ns.Start(t, "/usr/lib/frr/zebra", common("zebra")...)
+	r.zebra = ns.Start(t, "/usr/lib/frr/zebra", common("zebra")...)
 	harness.Poll(t, startTimeout, func() error {
 		_, err := os.Stat(d + "/zserv.api")
 		return err
@@ -59,17 +67,13 @@ func startFRR(t testing.TB, ns *netns.NS, bgpdConf string, bfd bool) *FRR {
 		if out, err := exec.Command("chown", "frr:frr", filepath.Join(d, "bfdd.conf")).CombinedOutput(); err != nil {
 			t.Fatalf("chown bfdd.conf: %v: %s", err, out)
 		}
-		ns.Start(t, "/usr/lib/frr/bfdd", append(common("bfdd"), "--bfdctl", d+"/bfdd.sock")...)
+		r.bfdd = ns.Start(t, "/usr/lib/frr/bfdd", append(common("bfdd"), "--bfdctl", d+"/bfdd.sock")...)
 		harness.Poll(t, startTimeout, func() error {
 			_, err := r.Vtysh("show bfd peers")
 			return err
 		})
 	}
-	ns.Start(t, "/usr/lib/frr/bgpd", common("bgpd")...)
-	harness.Poll(t, startTimeout, func() error {
-		_, err := r.Vtysh("show bgp summary")
-		return err
-	})
+	r.startBGPD(t)
 	t.Cleanup(func() {
 		if t.Failed() {
 			out, _ := r.Vtysh("show bgp summary", "show ip bgp")
@@ -77,6 +81,65 @@ func startFRR(t testing.TB, ns *netns.NS, bgpdConf string, bfd bool) *FRR {
 		}
 	})
 	return r
+}
+
+func (r *FRR) startBGPD(t testing.TB) {
+	t.Helper()
+	r.bgpd = r.NS.Start(t, "/usr/lib/frr/bgpd", r.args("bgpd")...)
+	harness.Poll(t, startTimeout, func() error {
+		_, err := r.Vtysh("show bgp summary")
+		return err
+	})
+}
+
+// RestartBGPD kills bgpd (SIGKILL: its sessions end without a
+// NOTIFICATION, as in a crash or a restart that keeps forwarding) and
+// starts it again (FRR 8.4's bgpd has no flag for a planned restart):
+// with Peering.RestartTime, zebra keeps bgpd's routes in the FIB
+// meanwhile. It returns once the new bgpd's vty answers.
+func (r *FRR) RestartBGPD(t testing.TB) {
+	t.Helper()
+	pid := r.bgpd.Process.Pid
+	if err := syscall.Kill(-pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("killing bgpd: %v", err)
+	}
+	harness.Poll(t, startTimeout, func() error {
+		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+			return fmt.Errorf("bgpd (pid %d) has not exited yet: %v", pid, err)
+		}
+		return nil
+	})
+	r.startBGPD(t)
+	if r.realtime {
+		realtime(t, r.bgpd)
+	}
+}
+
+// Realtime gives the FRR daemons realtime priority (SCHED_FIFO), as a
+// router on its own hardware is not starved by the nodes' load: on a
+// loaded test machine a starved bfdd misses its detection time and
+// flaps the sessions it is there to measure. Only the peer suites'
+// routers get it; the daemon under test does not.
+func (r *FRR) Realtime(t testing.TB) {
+	t.Helper()
+	r.realtime = true
+	realtime(t, r.zebra, r.bfdd, r.bgpd)
+}
+
+// realtime sets SCHED_FIFO priority 10 on every thread of the processes
+// (nil ones skipped), where the process's cgroup allows it.
+func realtime(t testing.TB, procs ...*exec.Cmd) {
+	t.Helper()
+	for _, p := range procs {
+		if p == nil {
+			continue
+		}
+		if out, err := exec.Command("chrt", "-a", "-f", "-p", "10", fmt.Sprint(p.Process.Pid)).CombinedOutput(); err != nil {
+			// A cgroup without a realtime budget refuses it: the test
+			// still runs, as exposed to the load as the daemon is.
+			t.Logf("realtime priority for pid %d refused, it runs without: %v: %s", p.Process.Pid, err, bytes.TrimSpace(out))
+		}
+	}
 }
 
 // Vtysh runs the vtysh commands, in order, and returns their output.
@@ -92,6 +155,14 @@ func (r *FRR) Vtysh(cmds ...string) (string, error) {
 type BIRD struct {
 	NS  *netns.NS
 	Dir string
+
+	proc *exec.Cmd
+}
+
+// Realtime gives BIRD realtime priority, as FRR.Realtime does.
+func (r *BIRD) Realtime(t testing.TB) {
+	t.Helper()
+	realtime(t, r.proc)
 }
 
 // StartBIRD writes conf and starts BIRD in ns. It returns once its
@@ -101,7 +172,7 @@ func StartBIRD(t testing.TB, ns *netns.NS, conf string) *BIRD {
 	r := &BIRD{NS: ns, Dir: stateDir(t, "sy-bird-")}
 	d := r.Dir
 	writeFile(t, filepath.Join(d, "bird.conf"), conf)
-	ns.Start(t, "/usr/sbin/bird", "-f", "-c", d+"/bird.conf", "-s", d+"/bird.ctl", "-P", d+"/bird.pid")
+	r.proc = ns.Start(t, "/usr/sbin/bird", "-f", "-c", d+"/bird.conf", "-s", d+"/bird.ctl", "-P", d+"/bird.pid")
 	harness.Poll(t, startTimeout, func() error {
 		_, err := r.Birdc("show", "status")
 		return err
