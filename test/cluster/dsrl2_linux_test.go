@@ -1,13 +1,19 @@
 package cluster_test
 
 import (
+	"encoding/binary"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
 
+	"github.com/switchyard-lb/switchyard/ipvs"
 	"github.com/switchyard-lb/switchyard/test/cluster"
 )
 
@@ -95,7 +101,7 @@ func TestDSRLayer2Relief(t *testing.T) {
 						err = fmt.Errorf("%d of %d bytes from %s", n, l2ReliefBytes, a.Pod)
 					}
 					if err != nil {
-						errs = append(errs, err)
+						errs = append(errs, fmt.Errorf("%s: %w", time.Now().Format("15:04:05.000"), err))
 						return
 					}
 					by[a.Pod]++
@@ -103,6 +109,14 @@ func TestDSRLayer2Relief(t *testing.T) {
 			}
 			wg.Wait()
 			took := time.Since(began)
+			if mode == "dsr" && len(errs) > 0 {
+				// What the owner marks now, and what its daemon said
+				// (its gossip aside).
+				t.Logf("dsr, %s's dsr table after the downloads: %s", owner.Name, dsrTableSummary(owner))
+				for _, l := range owner.DaemonLogLines(func(l string) bool { return !strings.Contains(l, "component=memberlist") }) {
+					t.Logf("%s: %s", owner.Name, l)
+				}
+			}
 			after, vipAfter := uplink(t, owner), count()
 			rx, tx := after.RxBytes-before.RxBytes, after.TxBytes-before.TxBytes
 			replies := vipAfter.outBytes - vipBefore.outBytes
@@ -173,4 +187,50 @@ func uplink(t *testing.T, n *cluster.Node) netlink.LinkStatistics {
 		t.Fatalf("%s: %v", n.Name, err)
 	}
 	return st
+}
+
+// dsrTableSummary is n's dsr table in one line: each map with its
+// number of elements by mark, and the number of rules.
+func dsrTableSummary(n *cluster.Node) string {
+	var b strings.Builder
+	err := n.NS.Do(func() error {
+		c, err := nftables.New()
+		if err != nil {
+			return err
+		}
+		defer c.CloseLasting()
+		tbl := &nftables.Table{Family: nftables.TableFamilyINet, Name: ipvs.DSRTableName}
+		sets, err := c.GetSets(tbl)
+		if err != nil {
+			return err
+		}
+		slices.SortFunc(sets, func(a, b *nftables.Set) int { return strings.Compare(a.Name, b.Name) })
+		for _, s := range sets {
+			els, err := c.GetSetElements(s)
+			if err != nil {
+				return err
+			}
+			marks := map[uint32]int{}
+			for _, e := range els {
+				if len(e.Val) == 4 {
+					marks[binary.NativeEndian.Uint32(e.Val)]++
+				}
+			}
+			fmt.Fprintf(&b, "%s %d:", s.Name, len(els))
+			for _, m := range slices.Sorted(maps.Keys(marks)) {
+				fmt.Fprintf(&b, " %#x=%d", m, marks[m])
+			}
+			b.WriteString("; ")
+		}
+		rules, err := c.GetRules(tbl, &nftables.Chain{Name: "prerouting", Table: tbl})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(&b, "%d prerouting rules", len(rules))
+		return nil
+	})
+	if err != nil {
+		return fmt.Sprintf("%s: %v", n.Name, err)
+	}
+	return b.String()
 }
