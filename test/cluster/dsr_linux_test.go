@@ -79,13 +79,14 @@ func TestDSRFlowsSurviveECMPChanges(t *testing.T) {
 	guestCapacity(t, 2*flows)
 	backends, ingressOnly := c.Nodes[:2], c.Nodes[2]
 	create := func(name, mode string) *cluster.Service {
-		svc := createModeLB(t, c, name, cluster.PoolBGP, mode, backends[0].Pods[0], backends[1].Pods[0])
-		// Every node announces either: dsr's ECMP over all nodes, and
-		// externalTrafficPolicy Cluster for nat.
-		waitNextHops(t, c, svc.LoadBalancerIP, c.Nodes, 3*time.Second)
-		return svc
+		return createModeLB(t, c, name, cluster.PoolBGP, mode, backends[0].Pods[0], backends[1].Pods[0])
 	}
 	dsr, nat := create("lb-dsr", "dsr"), create("lb-nat", "nat")
+	// Every node announces either: dsr's ECMP over all nodes, and
+	// externalTrafficPolicy Cluster for nat (both announced meanwhile).
+	for _, svc := range []*cluster.Service{dsr, nat} {
+		waitNextHops(t, c, svc.LoadBalancerIP, c.Nodes, 3*time.Second)
+	}
 
 	// The pod sees the client's own address through any node in dsr
 	// mode (the answer's client), and a node's in nat mode.
