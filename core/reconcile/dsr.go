@@ -124,9 +124,117 @@ func (s *dsrStage) sync(self string, nodes map[string]*model.Node, full bool) er
 	if len(s.frontends) == 0 && !s.ever {
 		return nil // nothing in dsr mode, now or before: touch nothing
 	}
+	base, errs, err := s.plan(self, nodes)
+	if err != nil || base == nil {
+		return err
+	}
+	// A frontend that failed to plan is left out rather than the whole
+	// plan held back: its error is returned after the rest is applied.
+	if full || s.applied == nil || !equalDSRPlans(*s.applied, *base) {
+		s.applied = nil
+		if err := s.cfg.Dataplane.Apply(*base); err != nil {
+			return errors.Join(append(errs, fmt.Errorf("dsr: %w", err))...)
+		}
+		s.applied = base
+		s.ever = len(base.Frontends) > 0
+	}
+	s.dirty = len(errs) > 0
+	return errors.Join(errs...)
+}
+
+// release runs before the Dataplane applies a change: it applies at once
+// the new tables in which this node serves no slot it did not serve
+// before (its last local endpoints leaving, or a node joining a table),
+// keeping the last applied ones for the rest. Otherwise the Dataplane
+// would remove this node's local endpoints while its table still keeps
+// their slots here, and until sync applies the new table (seconds on a
+// loaded node) the flows hashing to them would be refused: IPVS answers
+// for a frontend without a destination. The tables in which this node
+// gains slots wait for sync, after the Dataplane, as before.
+func (s *dsrStage) release(self string, nodes map[string]*model.Node) error {
+	if !s.dirty || s.applied == nil {
+		return nil
+	}
+	next, _, err := s.plan(self, nodes)
+	if err != nil || next == nil {
+		return nil // sync, after the Dataplane, reports it
+	}
+	pre, ok := releasePlan(*s.applied, *next)
+	if !ok || equalDSRPlans(*s.applied, pre) {
+		return nil
+	}
+	s.applied = nil
+	if err := s.cfg.Dataplane.Apply(pre); err != nil {
+		return fmt.Errorf("dsr: before the dataplane: %w", err)
+	}
+	s.applied = &pre
+	return nil
+}
+
+// releasePlan is last with the frontends of next in which this node
+// gains no slot, and the peers of both; ok is false when anything else
+// differs (this node's addresses, the encapsulation, the seed), which
+// waits for sync whole.
+func releasePlan(last, next model.DSRPlan) (pre model.DSRPlan, ok bool) {
+	if last.Addr != next.Addr || last.Addr6 != next.Addr6 || last.Encapsulation != next.Encapsulation ||
+		last.GUEPort != next.GUEPort || last.Seed != next.Seed || last.MSS != next.MSS || last.MSS6 != next.MSS6 {
+		return model.DSRPlan{}, false
+	}
+	nextFrontends := make(map[model.VirtualServiceKey]model.DSRFrontend, len(next.Frontends))
+	for _, f := range next.Frontends {
+		nextFrontends[f.VirtualServiceKey] = f
+	}
+	pre = last
+	pre.Frontends = make([]model.DSRFrontend, 0, len(last.Frontends))
+	for _, f := range last.Frontends {
+		if n, ok := nextFrontends[f.VirtualServiceKey]; ok && !gainsSlots(f.Slots, n.Slots) {
+			f = n
+		}
+		pre.Frontends = append(pre.Frontends, f)
+	}
+	peers := make(map[string]model.DSRPeer, len(last.Peers)+len(next.Peers))
+	for _, p := range slices.Concat(last.Peers, next.Peers) {
+		peers[p.Name] = p // next's last: a peer keeps its mark (plan.DSRMarks)
+	}
+	pre.Peers = nil
+	marks := make(map[uint32]bool, len(peers))
+	for _, name := range slices.Sorted(maps.Keys(peers)) {
+		p := peers[name]
+		if marks[p.Mark] {
+			// A node that left gave its mark to one that joined, while
+			// a kept table still names the first: wait for sync.
+			return model.DSRPlan{}, false
+		}
+		marks[p.Mark] = true
+		pre.Peers = append(pre.Peers, p)
+	}
+	return pre, true
+}
+
+// gainsSlots reports whether this node serves a slot in table next
+// (mark 0) that it did not in last. An empty table leaves every slot
+// here.
+func gainsSlots(last, next []uint32) bool {
+	switch {
+	case len(last) == 0:
+		return false
+	case len(next) == 0 || len(next) != len(last):
+		return true
+	}
+	for i, m := range next {
+		if m == 0 && last[i] != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// plan is this node's dsr plan, nil when this node's Node is not known
+// yet; errs are the frontends that failed to plan, left out of it.
+func (s *dsrStage) plan(self string, nodes map[string]*model.Node) (*model.DSRPlan, []error, error) {
 	me := nodes[self]
 	if me == nil {
-		return nil // this node's Node is not known yet
+		return nil, nil, nil // this node's Node is not known yet
 	}
 	addrs := make(map[string]netip.Addr, len(nodes))
 	addrs6 := make(map[string]netip.Addr, len(nodes))
@@ -140,11 +248,11 @@ func (s *dsrStage) sync(self string, nodes map[string]*model.Node, full bool) er
 	}
 	selfAddr, ok := addrs[self]
 	if !ok {
-		return fmt.Errorf("dsr: this node %s has no IPv4 InternalIP or ExternalIP to tunnel to", self)
+		return nil, nil, fmt.Errorf("dsr: this node %s has no IPv4 InternalIP or ExternalIP to tunnel to", self)
 	}
 	marks, err := s.marks.Assign(slices.Collect(maps.Keys(addrs)))
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	// The IPv6 side (ip6ip6 only) when some frontend is IPv6 and this
 	// node has an IPv6 address; else those frontends fail one by one
@@ -160,7 +268,7 @@ func (s *dsrStage) sync(self string, nodes map[string]*model.Node, full bool) er
 		GUEPort: s.cfg.GUEPort, LinkMTU: s.cfg.LinkMTU, IPv6: v6,
 	})
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	want := map[model.VirtualServiceKey]bool{}
 	peers := map[string]bool{}
@@ -195,18 +303,7 @@ func (s *dsrStage) sync(self string, nodes map[string]*model.Node, full bool) er
 		}
 		base.Peers = append(base.Peers, peer)
 	}
-	// A frontend that failed to plan is left out rather than the whole
-	// plan held back: its error is returned after the rest is applied.
-	if full || s.applied == nil || !equalDSRPlans(*s.applied, base) {
-		s.applied = nil
-		if err := s.cfg.Dataplane.Apply(base); err != nil {
-			return errors.Join(append(errs, fmt.Errorf("dsr: %w", err))...)
-		}
-		s.applied = &base
-		s.ever = len(base.Frontends) > 0
-	}
-	s.dirty = len(errs) > 0
-	return errors.Join(errs...)
+	return &base, errs, nil
 }
 
 // table returns a frontend's table, planned again only when its inputs

@@ -2,6 +2,7 @@ package reconcile_test
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"net/netip"
 	"slices"
@@ -311,5 +312,127 @@ func TestLoopDSRIPv6(t *testing.T) {
 				t.Errorf("n3's dsr plan mismatch (-want +got):\n%s", d)
 			}
 		})
+	}
+}
+
+// orderRecorder is a Dataplane (over dryrun) and a DSRDataplane that
+// check, at every Apply, that no dsr frontend's table keeps a slot on
+// this node (mark 0) while the Dataplane holds no local endpoint of it:
+// IPVS refuses the flows hashing there (an ICMP error from a frontend
+// without a destination). It records each violation.
+type orderRecorder struct {
+	mu    sync.Mutex
+	dp    *dryrun.Dataplane
+	local map[model.VirtualServiceKey]bool // the Dataplane's: a destination of weight > 0
+	here  map[model.VirtualServiceKey]bool // the dsr table's: a slot served here
+	bad   []string
+	dsrs  int
+}
+
+func newOrderRecorder() *orderRecorder {
+	return &orderRecorder{dp: dryrun.New(), local: map[model.VirtualServiceKey]bool{}, here: map[model.VirtualServiceKey]bool{}}
+}
+
+func (r *orderRecorder) Name() string { return "order" }
+func (r *orderRecorder) Close() error { return nil }
+
+func (r *orderRecorder) Apply(ctx context.Context, u plugin.Update) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.dp.Apply(ctx, u); err != nil {
+		return err
+	}
+	clear(r.local)
+	for _, sp := range u.Plan.Services {
+		for _, v := range sp.VirtualServices {
+			if v.DSRNodes != nil {
+				r.local[v.VirtualServiceKey] = slices.ContainsFunc(v.Destinations, func(d model.Destination) bool { return d.Weight > 0 })
+			}
+		}
+	}
+	r.check("dataplane")
+	return nil
+}
+
+// dsr is the recorder's DSRDataplane side.
+func (r *orderRecorder) dsr() reconcile.DSRDataplane { return dsrOrder{r} }
+
+type dsrOrder struct{ r *orderRecorder }
+
+func (d dsrOrder) Apply(p model.DSRPlan) error {
+	r := d.r
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.dsrs++
+	clear(r.here)
+	for _, f := range p.Frontends {
+		r.here[f.VirtualServiceKey] = len(f.Slots) == 0 || slices.Contains(f.Slots, 0)
+	}
+	r.check("dsr")
+	return nil
+}
+
+func (r *orderRecorder) check(after string) {
+	for k, here := range r.here {
+		if here && !r.local[k] {
+			r.bad = append(r.bad, fmt.Sprintf("after the %s apply: %v keeps slots here without a local endpoint", after, k))
+		}
+	}
+}
+
+// TestLoopDSRReleasesSlotsFirst: a node whose last local endpoint of a
+// dsr Service leaves hands its slots to the other backend nodes before
+// its Dataplane removes the endpoint, and takes slots only once its
+// Dataplane holds a local endpoint: at no point does its table keep
+// flows on it with no local endpoint to serve them (the layer-2 owner's
+// refused connections in the cluster lab's TestDSRLayer2Relief).
+func TestLoopDSRReleasesSlotsFirst(t *testing.T) {
+	nodes := map[string]*model.Node{
+		"n1": dsrClusterNode("n1", "10.0.1.2"),
+		"n2": dsrClusterNode("n2", "10.0.2.2"),
+		"n3": dsrClusterNode("n3", "10.0.3.2"),
+	}
+	rec := newOrderRecorder()
+	src := plugintest.NewSource()
+	src.SetSynced(true)
+	loop := reconcile.New(reconcile.Config{
+		NodeName: "n1", Source: src, Planner: plan.New(plan.Options{}), Dataplane: rec,
+		DSR: &reconcile.DSRConfig{Dataplane: rec.dsr(), Encapsulation: model.IPIP, Seed: 0x5eed, TableSize: 1009, LinkMTU: 1500},
+	})
+	svc := func(eps ...model.Endpoint) model.ServiceState {
+		s := lbLocal(lbKey, "10.96.0.20", "192.0.2.7", eps...)
+		s.Service.ForwardingMode = model.ForwardingDSR
+		return s
+	}
+	n1, n2, n3 := modeltest.Ready("10.1.0.1", "n1"), modeltest.Ready("10.2.0.1", "n2"), modeltest.Ready("10.3.0.1", "n3")
+	for _, step := range []struct {
+		name string
+		d    model.Delta
+		here bool // n1 serves slots in the end
+	}{
+		{"n1 and n2 serve", model.Delta{Nodes: nodes, Services: map[model.ServiceKey]model.ServiceState{lbKey: svc(n1, n2)}}, true},
+		{"n1's endpoint leaves", model.Delta{Services: map[model.ServiceKey]model.ServiceState{lbKey: svc(n2, n3)}}, false},
+		{"n1's endpoint is back", model.Delta{Services: map[model.ServiceKey]model.ServiceState{lbKey: svc(n1, n2, n3)}}, true},
+		{"only n1", model.Delta{Services: map[model.ServiceKey]model.ServiceState{lbKey: svc(n1)}}, true},
+		{"only n2", model.Delta{Services: map[model.ServiceKey]model.ServiceState{lbKey: svc(n2)}}, false},
+	} {
+		src.Push(step.d)
+		if _, err := loop.Sync(context.Background()); err != nil {
+			t.Fatalf("%s: Sync: %v", step.name, err)
+		}
+		rec.mu.Lock()
+		bad, here, dsrs := rec.bad, rec.here, rec.dsrs
+		rec.bad = nil
+		var got []bool
+		for _, h := range here {
+			got = append(got, h)
+		}
+		rec.mu.Unlock()
+		for _, b := range bad {
+			t.Errorf("%s: %s", step.name, b)
+		}
+		if d := cmp.Diff([]bool{step.here}, got); dsrs == 0 || d != "" {
+			t.Errorf("%s: n1 serves slots of the frontend (-want +got):\n%s", step.name, d)
+		}
 	}
 }

@@ -77,7 +77,9 @@ type Config struct {
 
 	// DSR, when set, drives the dsr side of the dsr frontends the
 	// planner plans (model.VirtualService.DSRNodes), after the Dataplane
-	// applied their own virtual services and before they are announced.
+	// applied their own virtual services and before they are announced;
+	// the tables in which this node loses slots go before the Dataplane
+	// removes the local endpoints that served them.
 	DSR *DSRConfig
 
 	// PolicyStage configures the policy stage; PolicyStage.Policies nil:
@@ -385,7 +387,14 @@ func (l *Loop) Sync(ctx context.Context) (res SyncResult, err error) {
 		}
 	}
 
-	// 3. Apply.
+	// 3. Apply. The dsr tables this node serves fewer slots in go first,
+	// before the Dataplane removes the local endpoints they served.
+	if l.dsr != nil {
+		if err := l.dsr.release(l.cfg.NodeName, l.nodes); err != nil {
+			l.failed(metrics.StageDataplane, err, "full", full)
+			errs = append(errs, err)
+		}
+	}
 	mode := metrics.ModePartial
 	if full {
 		mode = metrics.ModeFull

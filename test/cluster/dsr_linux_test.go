@@ -2,6 +2,7 @@ package cluster_test
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"math"
 	"net/netip"
@@ -15,7 +16,9 @@ import (
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/switchyard-lb/switchyard/core/config"
 	"github.com/switchyard-lb/switchyard/core/k8s"
+	"github.com/switchyard-lb/switchyard/core/maglev"
 	"github.com/switchyard-lb/switchyard/test/cluster"
 )
 
@@ -47,34 +50,43 @@ const (
 //	cluster-metric dsr-ecmp-flows-kept-nat-permille=N
 //	cluster-metric dsr-ecmp-replies-through-ingress-only=N
 //	cluster-metric dsr-pod-added-broken-dsr-permille=N
+//	cluster-metric dsr-pod-added-moved-dsr-permille=N
 //	cluster-metric dsr-pod-added-broken-nat-permille=N
 //	cluster-metric dsr-node-left-others-kept-dsr-permille=N
 //	cluster-metric dsr-node-left-others-kept-nat-permille=N
 //	cluster-metric dsr-node-left-own-kept-dsr-permille=N
+//	cluster-metric dsr-node-left-moved-kept-dsr-permille=N
 //
-// and requires, in dsr mode: at least 99.5% of the flows healthy before
-// stage 1 to survive it, and no reply from the dsr address to leave
-// through node3 (its uplink's counters); at most node3's Maglev share
-// (a third, plus a margin) of the flows to break in stage 2; at least
+// and requires, in dsr mode: every healthy flow on the node the Maglev
+// table gives it (flowTable: the suite's model of the daemons' tables,
+// which the later stages rely on); at least 99.5% of the flows healthy
+// before stage 1 to survive it, and no reply from the dsr address to
+// leave through node3 (its uplink's counters); at most node3's Maglev
+// share (a third, plus a margin) of the flows to move in stage 2, broken
+// or kept for now by their ingress node's IPVS connection; at least
 // 99.5% of the flows on the nodes that stay (counted per backend node
-// before) to survive stage 3; every dsr flow's pod to have seen the
-// client's own address. nat mode's losses are reported, not asserted.
+// before, without those stage 2 moved: they break wherever node2's
+// leaving changes their ingress node) to survive stage 3; every dsr
+// flow's pod to have seen the client's own address. nat mode's losses
+// are reported, not asserted.
 func TestDSRFlowsSurviveECMPChanges(t *testing.T) {
 	c := requireGuest(t)
 	if len(c.Nodes) < 3 {
 		t.Fatalf("%d nodes: want 3 (two backend nodes, one ingress only)", len(c.Nodes))
 	}
+	began := time.Now()
 	flows := envCount(t, envDSRFlows, defaultDSRFlows)
 	guestCapacity(t, 2*flows)
 	backends, ingressOnly := c.Nodes[:2], c.Nodes[2]
 	create := func(name, mode string) *cluster.Service {
-		svc := createModeLB(t, c, name, cluster.PoolBGP, mode, backends[0].Pods[0], backends[1].Pods[0])
-		// Every node announces either: dsr's ECMP over all nodes, and
-		// externalTrafficPolicy Cluster for nat.
-		waitNextHops(t, c, svc.LoadBalancerIP, c.Nodes, 3*time.Second)
-		return svc
+		return createModeLB(t, c, name, cluster.PoolBGP, mode, backends[0].Pods[0], backends[1].Pods[0])
 	}
 	dsr, nat := create("lb-dsr", "dsr"), create("lb-nat", "nat")
+	// Every node announces either: dsr's ECMP over all nodes, and
+	// externalTrafficPolicy Cluster for nat (both announced meanwhile).
+	for _, svc := range []*cluster.Service{dsr, nat} {
+		waitNextHops(t, c, svc.LoadBalancerIP, c.Nodes, 3*time.Second)
+	}
 
 	// The pod sees the client's own address through any node in dsr
 	// mode (the answer's client), and a node's in nat mode.
@@ -134,7 +146,19 @@ func TestDSRFlowsSurviveECMPChanges(t *testing.T) {
 		return ok
 	}
 	dsrOK, natOK := healthy(dsrTr), healthy(natTr)
-	t.Logf("before the ECMP changes: %d of %d dsr flows and %d of %d nat flows healthy (dsr %s; nat %s)", len(dsrOK), flows, len(natOK), flows, dsrTr.Report(), natTr.Report())
+	t.Logf("+%s before the ECMP changes: %d of %d dsr flows and %d of %d nat flows healthy (dsr %s; nat %s)", time.Since(began).Round(time.Second), len(dsrOK), flows, len(natOK), flows, dsrTr.Report(), natTr.Report())
+	podNode := map[string]*cluster.Node{}
+	for _, p := range c.Pods() {
+		podNode[p.Name] = p.Node
+	}
+	// The model of the daemons' tables (flowTable) must place every
+	// healthy dsr flow on its pod's node: what the later stages say
+	// about moved flows rests on it.
+	twoNodes := flowTable(t, backends...)
+	if off := offTable(dsrTr.Report(), dsrOK, twoNodes, podNode); len(off) > 0 {
+		t.Errorf("dsr: %d of %d flows are not on the node the Maglev table over %s gives them (%s): the flow hash model (cluster.FlowSlot, maglev) does not match the daemons'",
+			len(off), len(dsrOK), nodeNames(backends), strings.Join(off[:min(5, len(off))], "; "))
+	}
 	before := count()
 
 	// node3 leaves the ECMP set, then joins it again; each time every
@@ -155,10 +179,6 @@ func TestDSRFlowsSurviveECMPChanges(t *testing.T) {
 	time.Sleep(interval + 2*time.Second)
 	after := count()
 	dsrA, natA := healthy(dsrTr), healthy(natTr)
-	podNode := map[string]*cluster.Node{}
-	for _, p := range c.Pods() {
-		podNode[p.Name] = p.Node
-	}
 	// kept counts the flows of ok still unbroken in r, and logs the
 	// others.
 	kept := func(mode string, r cluster.Report, ok map[netip.AddrPort]bool) int {
@@ -219,7 +239,9 @@ func TestDSRFlowsSurviveECMPChanges(t *testing.T) {
 	// stay. (Measured: none move while their ingress node stays the
 	// same, as its IPVS connection to their node outlives the table
 	// change.) In nat mode each ingress node's IPVS connections stay
-	// where they are.
+	// where they are. A moved flow that goes on through its ingress
+	// node's connection has moved all the same: it breaks as soon as
+	// its ingress node changes (stage 3 counts those apart).
 	added := ingressOnly.Pods[0]
 	setEndpoints(backends[0].Pods[0], backends[1].Pods[0], added)
 	for _, svc := range []*cluster.Service{dsr, nat} {
@@ -235,23 +257,36 @@ func TestDSRFlowsSurviveECMPChanges(t *testing.T) {
 	// these names and seed); which flows hash there is chance: the
 	// bound is the share plus 1% and four standard deviations.
 	limit := movedBound(len(dsrA), share+0.01)
-	t.Logf("backend pod %s added on %s: dsr broke %d of %d healthy flows (its Maglev share %.1f%%, at most %d allowed), nat %d of %d",
-		added.Name, ingressOnly.Name, dsrMoved, len(dsrA), 100*share, limit, natMoved, len(natA))
+	threeNodes := flowTable(t, c.Nodes...)
+	// Of the flows unbroken now, those the new table gives another node
+	// than their pod's: moved, kept by their ingress node's connection.
+	deferred := map[netip.AddrPort]bool{}
+	for _, f := range dsrTr.Report().Flows {
+		if n := podNode[f.Backend]; dsrB[f.Local] && n != nil && threeNodes(f.Local) != n.Name {
+			deferred[f.Local] = true
+		}
+	}
+	t.Logf("+%s backend pod %s added on %s: dsr broke %d of %d healthy flows and moved %d more, which go on through their ingress node's connection (its Maglev share %.1f%%, at most %d allowed), nat broke %d of %d",
+		time.Since(began).Round(time.Second), added.Name, ingressOnly.Name, dsrMoved, len(dsrA), len(deferred), 100*share, limit, natMoved, len(natA))
 	t.Logf("cluster-metric dsr-pod-added-broken-dsr-permille=%d", permille(dsrMoved, len(dsrA)))
+	t.Logf("cluster-metric dsr-pod-added-moved-dsr-permille=%d", permille(dsrMoved+len(deferred), len(dsrA)))
 	t.Logf("cluster-metric dsr-pod-added-broken-nat-permille=%d", permille(natMoved, len(natA)))
-	if dsrMoved > limit {
-		t.Errorf("dsr: adding a backend pod on %s broke %d of %d flows, want at most %d (its Maglev share of %.1f%% and a margin)", ingressOnly.Name, dsrMoved, len(dsrA), limit, 100*share)
+	if dsrMoved+len(deferred) > limit {
+		t.Errorf("dsr: adding a backend pod on %s broke %d of %d flows and moved %d more, want at most %d (its Maglev share of %.1f%% and a margin)", ingressOnly.Name, dsrMoved, len(dsrA), len(deferred), limit, 100*share)
 	}
 
 	// A backend node leaves: node2's daemon stops (BGP withdraws it from
 	// the ECMP set) and its pod leaves both Services (gone with the
 	// node). In dsr mode only the flows on node2 break: Maglev gives its
-	// slots to the others and moves 0.02% of theirs.
+	// slots to the others and moves 0.02% of theirs. The flows stage 2
+	// moved (deferred) are counted apart: the third of them that entered
+	// through node2 enter elsewhere now, where the table sends them to
+	// node3, which holds no connection of theirs.
 	gone := backends[1]
 	byNode := func(ok map[netip.AddrPort]bool, r cluster.Report) map[*cluster.Node]map[netip.AddrPort]bool {
 		out := map[*cluster.Node]map[netip.AddrPort]bool{}
 		for _, f := range r.Flows {
-			if n := podNode[f.Backend]; ok[f.Local] && n != nil {
+			if n := podNode[f.Backend]; ok[f.Local] && !deferred[f.Local] && n != nil {
 				if out[n] == nil {
 					out[n] = map[netip.AddrPort]bool{}
 				}
@@ -296,11 +331,13 @@ func TestDSRFlowsSurviveECMPChanges(t *testing.T) {
 	}
 	dsrOthersKept, dsrOthers, dsrOwnKept, dsrOwn := report("dsr", dsrTr, dsrOn)
 	natOthersKept, natOthers, natOwnKept, natOwn := report("nat", natTr, natOn)
-	t.Logf("backend node %s left: dsr kept %d of %d flows on the other nodes and %d of its own %d; nat kept %d of %d and %d of %d",
-		gone.Name, dsrOthersKept, dsrOthers, dsrOwnKept, dsrOwn, natOthersKept, natOthers, natOwnKept, natOwn)
+	deferredKept := kept("dsr (moved in stage 2)", dsrTr.Report(), deferred)
+	t.Logf("+%s backend node %s left: dsr kept %d of %d flows on the other nodes and %d of its own %d (and %d of the %d stage 2 moved); nat kept %d of %d and %d of %d",
+		time.Since(began).Round(time.Second), gone.Name, dsrOthersKept, dsrOthers, dsrOwnKept, dsrOwn, deferredKept, len(deferred), natOthersKept, natOthers, natOwnKept, natOwn)
 	t.Logf("cluster-metric dsr-node-left-others-kept-dsr-permille=%d", permille(dsrOthersKept, dsrOthers))
 	t.Logf("cluster-metric dsr-node-left-others-kept-nat-permille=%d", permille(natOthersKept, natOthers))
 	t.Logf("cluster-metric dsr-node-left-own-kept-dsr-permille=%d", permille(dsrOwnKept, dsrOwn))
+	t.Logf("cluster-metric dsr-node-left-moved-kept-dsr-permille=%d", permille(deferredKept, len(deferred)))
 	if dsrOthers == 0 || dsrOwn == 0 {
 		t.Errorf("dsr: %d flows on the other nodes and %d on %s before it left: want some on each", dsrOthers, dsrOwn, gone.Name)
 	}
@@ -480,4 +517,53 @@ func countVIP(t *testing.T, n *cluster.Node, vip netip.Addr) func() vipCounts {
 		}
 		return got
 	}
+}
+
+// flowTable returns which of nodes the daemons' dsr tables send a flow
+// from client to: the Maglev table over nodes (one endpoint each, the
+// daemons' default seed and size, core/config) at the slot the flow
+// hash gives it (cluster.FlowSlot).
+func flowTable(t *testing.T, nodes ...*cluster.Node) func(client netip.AddrPort) string {
+	t.Helper()
+	var bs []maglev.Backend
+	for _, n := range nodes {
+		bs = append(bs, maglev.Backend{Name: n.Name, Weight: 1})
+	}
+	var seed [4]byte
+	binary.BigEndian.PutUint32(seed[:], config.DefaultDSRSeed)
+	tbl, err := maglev.New(bs, config.DefaultDSRTableSize, seed[:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func(client netip.AddrPort) string {
+		return tbl.At(cluster.FlowSlot(client, config.DefaultDSRSeed, config.DefaultDSRTableSize))
+	}
+}
+
+// offTable lists the flows of ok in r whose pod is not on the node
+// table gives them.
+func offTable(r cluster.Report, ok map[netip.AddrPort]bool, table func(netip.AddrPort) string, podNode map[string]*cluster.Node) []string {
+	var off []string
+	for _, f := range r.Flows {
+		if !ok[f.Local] {
+			continue
+		}
+		on := "?"
+		if n := podNode[f.Backend]; n != nil {
+			on = n.Name
+		}
+		if want := table(f.Local); want != on {
+			off = append(off, fmt.Sprintf("%s on %s, table %s", f.Local, on, want))
+		}
+	}
+	return off
+}
+
+// nodeNames are the nodes' names, comma-separated.
+func nodeNames(nodes []*cluster.Node) string {
+	var names []string
+	for _, n := range nodes {
+		names = append(names, n.Name)
+	}
+	return strings.Join(names, ",")
 }
