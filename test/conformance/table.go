@@ -129,3 +129,36 @@ func cell(r Result) string {
 
 // escape keeps a cell in its column.
 func escape(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
+
+// Merge joins the runs of several stored result sets (chunks of one
+// selection, run one after the other) into one, per proxy: a spec keeps
+// the result of the last set in which it ran (passed, failed or skipped
+// itself); a spec that no set ran keeps its "not run" entry. Suite nodes
+// (Setup) merge by name the same way.
+func Merge(sets ...map[string][]Result) map[string][]Result {
+	type key struct {
+		spec  string
+		setup bool
+	}
+	out := map[string][]Result{}
+	for _, c := range Columns {
+		var order []key
+		last := map[key]Result{}
+		for _, set := range sets {
+			for _, r := range set[c.Proxy] {
+				k := key{r.Spec, r.Setup}
+				prev, seen := last[k]
+				if !seen {
+					order = append(order, k)
+				}
+				if !seen || ran(r) || !ran(prev) {
+					last[k] = r
+				}
+			}
+		}
+		for _, k := range order {
+			out[c.Proxy] = append(out[c.Proxy], last[k])
+		}
+	}
+	return out
+}

@@ -60,3 +60,39 @@ func TestNewFilterRefusesBadRegexp(t *testing.T) {
 		t.Error("NewFilter skip `(`: no error")
 	}
 }
+
+func TestMerge(t *testing.T) {
+	const (
+		a = "[sig-network] Services a"
+		b = "[sig-network] Services b"
+		c = "[sig-network] Services c"
+	)
+	chunk1 := map[string][]Result{
+		Switchyard: {
+			{Spec: a, Outcome: Pass, Duration: time.Second},
+			{Spec: b, Outcome: Skip}, // not selected by chunk 1
+			{Spec: c, Outcome: Fail, Reason: "first try"},
+		},
+		KubeProxyNFTables: {{Spec: a, Outcome: Pass}},
+	}
+	chunk2 := map[string][]Result{
+		Switchyard: {
+			{Spec: a, Outcome: Skip}, // not selected by chunk 2: chunk 1's pass stays
+			{Spec: b, Outcome: Skip, Reason: "Requires at least 2 nodes"},
+			{Spec: c, Outcome: Pass, Duration: 2 * time.Second}, // rerun: the last one counts
+		},
+		KubeProxyIPVS: {{Spec: b, Outcome: Skip}},
+	}
+	want := map[string][]Result{
+		Switchyard: {
+			{Spec: a, Outcome: Pass, Duration: time.Second},
+			{Spec: b, Outcome: Skip, Reason: "Requires at least 2 nodes"},
+			{Spec: c, Outcome: Pass, Duration: 2 * time.Second},
+		},
+		KubeProxyNFTables: {{Spec: a, Outcome: Pass}},
+		KubeProxyIPVS:     {{Spec: b, Outcome: Skip}},
+	}
+	if diff := cmp.Diff(want, Merge(chunk1, chunk2)); diff != "" {
+		t.Errorf("Merge (-want +got):\n%s", diff)
+	}
+}
