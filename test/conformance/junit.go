@@ -15,6 +15,9 @@ const (
 	Pass Outcome = "pass"
 	Fail Outcome = "fail"
 	Skip Outcome = "skip"
+	// Interrupted: the run was stopped by hand (SIGINT) inside the spec,
+	// which neither passed nor failed.
+	Interrupted Outcome = "interrupted"
 )
 
 // Result is one spec's result in one e2e.test run.
@@ -72,6 +75,8 @@ func ParseJUnit(r io.Reader) ([]Result, error) {
 				if c.Skipped != nil {
 					res.Reason = skipReason(c.Skipped.Message)
 				}
+			case c.Status == "interrupted":
+				res.Outcome = Interrupted
 			default:
 				res.Outcome = Fail
 				res.Reason = failReason(c.Status, c.Failure, c.Error)

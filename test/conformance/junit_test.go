@@ -28,6 +28,9 @@ const report = `<?xml version="1.0" encoding="UTF-8"?>
     <testcase name="[It] [sig-network] Services should be able to up and down services" classname="Kubernetes e2e suite" status="timedout" time="600">
       <error message="A suite timeout occurred" type="timedout"></error>
     </testcase>
+    <testcase name="[It] [sig-network] Services should implement service.kubernetes.io/service-proxy-name" classname="Kubernetes e2e suite" status="interrupted" time="220.4">
+      <failure message="interrupted" type="interrupted">[INTERRUPTED] Interrupted by User</failure>
+    </testcase>
   </testsuite>
 </testsuites>
 `
@@ -45,6 +48,7 @@ func TestParseJUnit(t *testing.T) {
 		{Spec: "[sig-storage] Volumes should store data", Outcome: Skip},
 		{Spec: "[SynchronizedBeforeSuite]", Setup: true, Outcome: Pass, Duration: 12 * time.Second},
 		{Spec: "[sig-network] Services should be able to up and down services", Outcome: Fail, Reason: "timedout: A suite timeout occurred", Duration: 600 * time.Second},
+		{Spec: "[sig-network] Services should implement service.kubernetes.io/service-proxy-name", Outcome: Interrupted, Duration: 220 * time.Second},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("ParseJUnit (-want +got):\n%s", diff)

@@ -105,6 +105,12 @@ func Run(ctx context.Context, n *node.Node, p Proxy, others []Proxy, e E2E, s St
 	}
 	cmd := n.Command(ctx, e.Bin, e2eArgs(n, e, dir)...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
+	// Interrupted (make conformance stopped with ^C), e2e.test gets
+	// SIGINT, not SIGKILL: ginkgo then ends the running spec with its
+	// cleanup, skips the rest and still writes the JUnit report, so a
+	// chunk stopped by hand keeps the results it has.
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	cmd.WaitDelay = 5 * time.Minute
 	log.Info("e2e.test running", "proxy", p.Name(), "log", logFile.Name())
 	runErr := cmd.Run()
 	logFile.Close()
@@ -114,7 +120,7 @@ func Run(ctx context.Context, n *node.Node, p Proxy, others []Proxy, e E2E, s St
 	case errors.As(runErr, &ee):
 		info.ExitCode = ee.ExitCode()
 	case runErr != nil:
-		return info, fmt.Errorf("conformance: e2e.test: %w", runErr)
+		info.ExitCode = -1
 	}
 	b, err := json.MarshalIndent(info, "", "  ")
 	if err != nil {
@@ -125,6 +131,9 @@ func Run(ctx context.Context, n *node.Node, p Proxy, others []Proxy, e E2E, s St
 	}
 	if _, err := os.Stat(filepath.Join(dir, "junit_01.xml")); err != nil {
 		return info, fmt.Errorf("conformance: e2e.test (exit %d) wrote no report, see %s: %w", info.ExitCode, logFile.Name(), err)
+	}
+	if runErr != nil && ee == nil {
+		return info, fmt.Errorf("conformance: e2e.test (its report kept): %w", runErr)
 	}
 	log.Info("e2e.test done", "proxy", p.Name(), "wall", info.Wall, "exit", info.ExitCode)
 	if err := bounded(ctx, 20*time.Minute, func(ctx context.Context) error { return p.Stop(ctx, n) }); err != nil {

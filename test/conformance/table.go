@@ -86,7 +86,7 @@ func Table(runs map[string][]Result, f Filter) string {
 	b.WriteString("\n|---|")
 	b.WriteString(strings.Repeat("---|", len(Columns)))
 	b.WriteString("\n")
-	type count struct{ pass, fail, skip int }
+	type count struct{ pass, fail, skip, stopped int }
 	totals := make([]count, len(Columns))
 	for _, s := range specs {
 		b.WriteString("| " + escape(s) + " |")
@@ -100,6 +100,8 @@ func Table(runs map[string][]Result, f Filter) string {
 				totals[i].pass++
 			case r.Outcome == Fail:
 				totals[i].fail++
+			case r.Outcome == Interrupted:
+				totals[i].stopped++
 			default:
 				totals[i].skip++
 			}
@@ -109,7 +111,11 @@ func Table(runs map[string][]Result, f Filter) string {
 	}
 	b.WriteString("| **total** (pass/fail/skip) |")
 	for _, t := range totals {
-		fmt.Fprintf(&b, " %d/%d/%d |", t.pass, t.fail, t.skip)
+		fmt.Fprintf(&b, " %d/%d/%d", t.pass, t.fail, t.skip)
+		if t.stopped > 0 {
+			fmt.Fprintf(&b, ", %d stopped", t.stopped)
+		}
+		b.WriteString(" |")
 	}
 	b.WriteString("\n")
 	return b.String()
@@ -122,6 +128,8 @@ func cell(r Result) string {
 		return fmt.Sprintf("pass (%s)", r.Duration.Round(time.Second))
 	case Fail:
 		return strings.TrimSuffix(fmt.Sprintf("FAIL (%s): %s", r.Duration.Round(time.Second), r.Reason), ": ")
+	case Interrupted:
+		return fmt.Sprintf("stopped by hand after %s", r.Duration.Round(time.Second))
 	default:
 		return "skip: " + r.Reason
 	}
@@ -129,3 +137,49 @@ func cell(r Result) string {
 
 // escape keeps a cell in its column.
 func escape(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
+
+// rank orders what a chunk says of a spec: not run, stopped by hand, a
+// result.
+func rank(r Result) int {
+	switch {
+	case !ran(r):
+		return 0
+	case r.Outcome == Interrupted:
+		return 1
+	}
+	return 2
+}
+
+// Merge joins the runs of several stored result sets (chunks of one
+// selection, run one after the other) into one, per proxy: a spec keeps
+// the result of the last set in which it ran (passed, failed or skipped
+// itself), else of the last that was stopped inside it; a spec that no
+// set ran keeps its "not run" entry. Suite nodes
+// (Setup) merge by name the same way.
+func Merge(sets ...map[string][]Result) map[string][]Result {
+	type key struct {
+		spec  string
+		setup bool
+	}
+	out := map[string][]Result{}
+	for _, c := range Columns {
+		var order []key
+		last := map[key]Result{}
+		for _, set := range sets {
+			for _, r := range set[c.Proxy] {
+				k := key{r.Spec, r.Setup}
+				prev, seen := last[k]
+				if !seen {
+					order = append(order, k)
+				}
+				if !seen || rank(r) >= rank(prev) {
+					last[k] = r
+				}
+			}
+		}
+		for _, k := range order {
+			out[c.Proxy] = append(out[c.Proxy], last[k])
+		}
+	}
+	return out
+}

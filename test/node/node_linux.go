@@ -75,8 +75,10 @@ type Options struct {
 	Images []Image
 	// MemoryMB and CPUs size the guest: default 2048 and 2.
 	MemoryMB, CPUs int
-	// Timeout bounds Up: default 15 minutes (a first boot imports images
-	// under TCG).
+	// Timeout bounds Up: default 30 minutes. A first boot imports the
+	// images under TCG: at load average 37 agnhost's import alone took
+	// 10 minutes and CoreDNS's 3 more, and 15 minutes ran out before
+	// Switchyard's (2026-12-03).
 	Timeout time.Duration
 	// Log receives progress; default discards.
 	Log *slog.Logger
@@ -252,7 +254,7 @@ func (o Options) withDefaults() Options {
 		o.CPUs = 2
 	}
 	if o.Timeout == 0 {
-		o.Timeout = 15 * time.Minute
+		o.Timeout = 30 * time.Minute
 	}
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)

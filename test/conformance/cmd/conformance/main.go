@@ -8,7 +8,9 @@
 //
 // It reuses a running node (make node-up) or brings one up, and leaves
 // it running (make node-down). Each proxy's last report stays under
-// -results; -table-only prints the table from them without running.
+// -results; -table-only prints the table from them without running
+// (-results may then list several directories, chunks of one selection:
+// the last chunk that ran a spec gives its cell).
 // -require-pass (make test-conformance) fails the run when a selected
 // spec failed or none passed.
 // -rollout (make conformance-rollout), -bootstrap (make
@@ -111,16 +113,28 @@ func run(ctx context.Context, args []string) error {
 			return err
 		}
 	}
-	runs, infos, err := store.Load()
-	if err != nil {
-		return err
+	// -table-only may name several result directories (chunks of one
+	// selection): their reports are merged, the last chunk to run a spec
+	// giving its cell.
+	dirs := []string{*results}
+	if *tableOnly {
+		dirs = strings.Split(*results, ",")
 	}
-	for _, c := range conformance.Columns {
-		if i, ok := infos[c.Proxy]; ok {
-			fmt.Printf("%s: %s, e2e.test %s wall, load %s -> %s, exit %d, focus `%s` skip `%s`\n",
-				c.Title, i.Start.UTC().Format(time.RFC3339), i.Wall, i.LoadBefore, i.LoadAfter, i.ExitCode, i.Focus, i.Skip)
+	var sets []map[string][]conformance.Result
+	for _, d := range dirs {
+		runs, infos, err := conformance.Store{Dir: d}.Load()
+		if err != nil {
+			return err
+		}
+		sets = append(sets, runs)
+		for _, c := range conformance.Columns {
+			if i, ok := infos[c.Proxy]; ok {
+				fmt.Printf("%s (%s): %s, e2e.test %s wall, load %s -> %s, exit %d, focus `%s` skip `%s`\n",
+					c.Title, d, i.Start.UTC().Format(time.RFC3339), i.Wall, i.LoadBefore, i.LoadAfter, i.ExitCode, i.Focus, i.Skip)
+			}
 		}
 	}
+	runs := conformance.Merge(sets...)
 	fmt.Printf("reports: %s\n\n%s", *results, conformance.Table(runs, filter))
 	if *requirePass {
 		return requirePassed(runs, filter, cfg.proxies)
