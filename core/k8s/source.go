@@ -375,11 +375,7 @@ const annotationLastApplied = "kubectl.kubernetes.io/last-applied-configuration"
 func dropUnread(obj any) (any, error) {
 	if m, ok := obj.(metav1.Object); ok {
 		m.SetManagedFields(nil)
-		if a := m.GetAnnotations(); a != nil {
-			if _, ok := a[annotationLastApplied]; ok {
-				delete(a, annotationLastApplied)
-			}
-		}
+		delete(m.GetAnnotations(), annotationLastApplied)
 	}
 	if n, ok := obj.(*corev1.Node); ok {
 		n.Status.Images = nil

@@ -17,7 +17,7 @@ import (
 // the same model before and after it, twice (it is idempotent).
 func TestDropUnread(t *testing.T) {
 	managed := []metav1.ManagedFieldsEntry{{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationApply,
-		FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:spec":{"f:ports":{}}}`)}}}
+		FieldsV1: metav1.NewFieldsV1(`{"f:spec":{"f:ports":{}}}`)}}
 	meta := func(m metav1.ObjectMeta) metav1.ObjectMeta {
 		m.ManagedFields = managed
 		m.Annotations[annotationLastApplied] = `{"apiVersion":"v1","kind":"Service"}`
