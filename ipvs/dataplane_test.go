@@ -212,7 +212,10 @@ func TestDataplaneStats(t *testing.T) {
 	}
 	before := r.kernel.Calls(ipvstest.OpDestinations)
 
-	got, err := dp.Stats()
+	// Asked for every owned virtual service, the foreign one and one
+	// nobody programs; a virtual service not asked for is not read.
+	asked := []model.VirtualServiceKey{keyA, keyNP, keyA53, keyFor, {Addr: netip.MustParseAddr("192.0.2.99"), Port: 80, Protocol: model.TCP}}
+	got, err := dp.Stats(asked)
 	if err != nil {
 		t.Fatalf("Stats: %v", err)
 	}
@@ -234,13 +237,24 @@ func TestDataplaneStats(t *testing.T) {
 		t.Errorf("Stats (-want +got):\n%s", diff)
 	}
 	if n := r.kernel.Calls(ipvstest.OpDestinations) - before; n != len(want) {
-		t.Errorf("Stats dumped %d times, want one dump per owned virtual service (%d)", n, len(want))
+		t.Errorf("Stats dumped %d times, want one dump per owned virtual service asked for (%d)", n, len(want))
+	}
+	before = r.kernel.Calls(ipvstest.OpDestinations)
+	got, err = dp.Stats([]model.VirtualServiceKey{keyNP})
+	if err != nil {
+		t.Fatalf("Stats: %v", err)
+	}
+	if diff := cmp.Diff(map[model.VirtualServiceKey]map[netip.AddrPort]plugin.EndpointStats{keyNP: want[keyNP]}, got, cmpAddrs); diff != "" {
+		t.Errorf("Stats of one virtual service (-want +got):\n%s", diff)
+	}
+	if n := r.kernel.Calls(ipvstest.OpDestinations) - before; n != 1 {
+		t.Errorf("Stats of one virtual service dumped %d times, want 1", n)
 	}
 
 	// A failing dump is reported, and leaves the virtual services out.
 	boom := errors.New("netlink: boom")
 	r.kernel.SetError(ipvstest.OpDestinations, boom)
-	got, err = dp.Stats()
+	got, err = dp.Stats(asked)
 	if !errors.Is(err, boom) {
 		t.Errorf("Stats error = %v, want %v", err, boom)
 	}

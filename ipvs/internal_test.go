@@ -82,7 +82,7 @@ func TestDataplaneInternalServices(t *testing.T) {
 	if st, _ := fw.Load(); !cmp.Equal(st.Owned, []model.VirtualServiceKey{mark1, mark2}, cmpAddrs) {
 		t.Errorf("owned keys recorded = %v, want the mark services %v", st.Owned, []model.VirtualServiceKey{mark1, mark2})
 	}
-	stats, err := dp.Stats()
+	stats, err := dp.Stats([]model.VirtualServiceKey{lbWeb, eipDNS, mark1})
 	if err != nil {
 		t.Fatal(err)
 	}

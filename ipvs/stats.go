@@ -3,10 +3,8 @@ package ipvs
 import (
 	"errors"
 	"fmt"
-	"maps"
 	"math"
 	"net/netip"
-	"slices"
 
 	"github.com/switchyard-lb/switchyard/core/model"
 	"github.com/switchyard-lb/switchyard/core/plugin"
@@ -14,16 +12,24 @@ import (
 
 var _ plugin.StatsReader = (*Dataplane)(nil)
 
-// Stats reads the live counters of the real servers of every virtual
-// service the dataplane programs: one destination dump per virtual
-// service, outside the dataplane's lock, so that Apply and Drain never
-// wait on it. A virtual service whose dump fails is left out and its error
+// Stats reads the live counters of the real servers of keys' virtual
+// services that the dataplane programs (others are left out): one
+// destination dump per virtual service, outside the dataplane's lock, so
+// that Apply and Drain never wait on it, and nothing for a virtual service
+// not asked for: the policy stage asks only for those of the Services it
+// evaluates. A virtual service whose dump fails is left out and its error
 // joined to the one returned. Destinations that are draining are included:
 // they still carry connections.
-func (d *Dataplane) Stats() (map[model.VirtualServiceKey]map[netip.AddrPort]plugin.EndpointStats, error) {
+func (d *Dataplane) Stats(keys []model.VirtualServiceKey) (map[model.VirtualServiceKey]map[netip.AddrPort]plugin.EndpointStats, error) {
 	d.mu.Lock()
-	keys := slices.SortedFunc(maps.Keys(d.want.Services), model.VirtualServiceKey.Compare)
+	owned := make([]model.VirtualServiceKey, 0, len(keys))
+	for _, k := range keys {
+		if _, ok := d.want.Services[k]; ok {
+			owned = append(owned, k)
+		}
+	}
 	d.mu.Unlock()
+	keys = owned
 	out := make(map[model.VirtualServiceKey]map[netip.AddrPort]plugin.EndpointStats, len(keys))
 	var errs []error
 	for _, k := range keys {

@@ -127,13 +127,16 @@ type EndpointStats struct {
 
 // StatsReader is implemented by a Dataplane that can report the live
 // counters of the real servers it programs. The policy stage reads it once
-// per statistics tick, from the loop's goroutine, and fills
-// PolicyEndpoint.Stats from that read until the next tick.
+// per statistics tick, from the loop's goroutine, for the virtual services
+// of the Services it evaluates then, and fills PolicyEndpoint.Stats from
+// that read until the next tick.
 type StatsReader interface {
-	// Stats returns the counters by virtual service, then by real
-	// server address and port. On error it returns what it could read
-	// with the error: a virtual service that failed is absent.
-	Stats() (map[model.VirtualServiceKey]map[netip.AddrPort]EndpointStats, error)
+	// Stats returns the counters of keys' virtual services by virtual
+	// service, then by real server address and port; a virtual service
+	// the dataplane does not program is absent. On error it returns what
+	// it could read with the error: a virtual service that failed is
+	// absent.
+	Stats(keys []model.VirtualServiceKey) (map[model.VirtualServiceKey]map[netip.AddrPort]EndpointStats, error)
 }
 
 // SchedulerSet is implemented by a Dataplane that lets Services and

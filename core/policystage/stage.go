@@ -318,7 +318,7 @@ func (s *Stage) Weigh(ctx context.Context, r Round) ([]model.ServiceKey, *model.
 			read = read || !s.blind(k)
 		}
 		if read {
-			s.readStats()
+			s.readStats(p, dirty)
 		}
 	}
 	var out []model.ServiceKey
@@ -379,37 +379,58 @@ func (s *Stage) run(n int, fn func(i int)) {
 	wg.Wait()
 }
 
-// readStats replaces the statistics policies see with the dataplane's
-// current ones. A failed read is counted and logged, and replaces only
-// what it could read: a virtual service whose read failed keeps its last
-// good statistics (rather than showing no connections, which would send
-// a least-connections policy's traffic its way) until a read succeeds.
-func (s *Stage) readStats() {
+// readStats replaces the statistics policies see of the virtual services
+// of the dirty Services whose policy may use them (so a tick's kernel
+// reads grow with the Services evaluated, not with every Service) with
+// the dataplane's current ones, and drops those of virtual services no
+// longer in plan p. A failed read is counted and logged, and replaces
+// only what it could read: a virtual service whose read failed keeps its
+// last good statistics (rather than showing no connections, which would
+// send a least-connections policy's traffic its way) until a read
+// succeeds.
+func (s *Stage) readStats(p *model.Plan, dirty map[model.ServiceKey]bool) {
 	if s.cfg.Stats == nil {
 		return
 	}
-	stats, err := s.cfg.Stats.Stats()
+	var keys []model.VirtualServiceKey
+	live := make(map[model.VirtualServiceKey]bool, len(s.stats))
+	for k, sp := range p.Services {
+		read := dirty[k] && !s.blind(k)
+		for _, vs := range sp.VirtualServices {
+			live[vs.VirtualServiceKey] = true
+			if read {
+				keys = append(keys, vs.VirtualServiceKey)
+			}
+		}
+	}
+	stats, err := s.cfg.Stats.Stats(keys)
 	if err == nil {
 		if s.statsFailing {
 			s.log.Info("reading the dataplane's statistics for policies works again")
 		}
 		s.statsFailing = false
-		s.stats = stats
-		return
-	}
-	s.m.StatsReadFailures.Inc()
-	// Logged when reads start failing; the metric counts every failure.
-	if !s.statsFailing {
-		s.log.Warn("reading the dataplane's statistics for policies; keeping the last good ones of what failed", "err", err)
-	}
-	s.statsFailing = true
-	if len(stats) == 0 {
-		return
+	} else {
+		s.m.StatsReadFailures.Inc()
+		// Logged when reads start failing; the metric counts every failure.
+		if !s.statsFailing {
+			s.log.Warn("reading the dataplane's statistics for policies; keeping the last good ones of what failed", "err", err)
+		}
+		s.statsFailing = true
 	}
 	// A new map: the reader may keep the one it returned.
-	merged := make(map[model.VirtualServiceKey]map[netip.AddrPort]plugin.EndpointStats, max(len(s.stats), len(stats)))
-	maps.Copy(merged, s.stats)
-	maps.Copy(merged, stats)
+	merged := make(map[model.VirtualServiceKey]map[netip.AddrPort]plugin.EndpointStats, len(s.stats)+len(keys))
+	for k, v := range s.stats {
+		if live[k] {
+			merged[k] = v
+		}
+	}
+	for _, k := range keys {
+		if st, ok := stats[k]; ok {
+			merged[k] = st
+		} else if err == nil {
+			delete(merged, k) // not programmed
+		}
+	}
 	s.stats = merged
 }
 

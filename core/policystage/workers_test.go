@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"maps"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -299,6 +300,7 @@ type statsDataplane struct {
 	stats map[model.VirtualServiceKey]map[netip.AddrPort]plugin.EndpointStats
 	err   error
 	reads int
+	asked [][]model.VirtualServiceKey // the keys of every read, sorted
 }
 
 var _ plugin.StatsReader = (*statsDataplane)(nil)
@@ -309,10 +311,11 @@ func (d *statsDataplane) set(stats map[model.VirtualServiceKey]map[netip.AddrPor
 	d.stats, d.err = stats, err
 }
 
-func (d *statsDataplane) Stats() (map[model.VirtualServiceKey]map[netip.AddrPort]plugin.EndpointStats, error) {
+func (d *statsDataplane) Stats(keys []model.VirtualServiceKey) (map[model.VirtualServiceKey]map[netip.AddrPort]plugin.EndpointStats, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.reads++
+	d.asked = append(d.asked, slices.SortedFunc(slices.Values(keys), model.VirtualServiceKey.Compare))
 	return d.stats, d.err
 }
 
@@ -402,7 +405,10 @@ func (statsBlind) IgnoresStats() bool { return true }
 
 // TestPolicyTickSkipsStatsBlind checks that a statistics tick neither
 // re-evaluates the Services of a policy that ignores statistics nor, when
-// no Service's policy uses them, reads the dataplane's statistics.
+// no Service's policy uses them, reads the dataplane's statistics; and
+// that a read asks only for the virtual services of the Services whose
+// policy may use them (a tick's kernel reads grow with those, not with
+// every Service).
 func TestPolicyTickSkipsStatsBlind(t *testing.T) {
 	const tick = 10 * time.Second
 	dp := &statsDataplane{Dataplane: dryrun.New()}
@@ -425,33 +431,46 @@ func TestPolicyTickSkipsStatsBlind(t *testing.T) {
 		Services: map[model.ServiceKey]model.ServiceState{webKey: web, apiKey: api}})
 	src.SetSynced(true)
 
-	type counts struct{ Blind, Seeing, Reads int }
+	type counts struct {
+		Blind, Seeing, Reads int
+		Asked                string // the addresses each read asked for
+	}
 	steps := []struct {
 		name string
 		do   func()
 		want counts
 	}{
 		// Nothing is known of the policies before their first evaluation.
-		{"first sync", func() {}, counts{Blind: 2, Reads: 1}},
-		{"tick, every policy blind", func() { clock.Step(tick) }, counts{Blind: 2, Reads: 1}},
+		{"first sync", func() {}, counts{Blind: 2, Reads: 1, Asked: "[10.96.0.1 10.96.0.30]"}},
+		{"tick, every policy blind", func() { clock.Step(tick) }, counts{Blind: 2, Reads: 1, Asked: "[10.96.0.1 10.96.0.30]"}},
 		{"api switches to a policy that reads statistics", func() {
 			api.Service.Policy = "p"
 			src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{apiKey: api}})
-		}, counts{Blind: 2, Seeing: 1, Reads: 1}},
-		{"tick: only api is re-evaluated", func() { clock.Step(tick) }, counts{Blind: 2, Seeing: 2, Reads: 2}},
+		}, counts{Blind: 2, Seeing: 1, Reads: 1, Asked: "[10.96.0.1 10.96.0.30]"}},
+		{"tick: only api is re-evaluated, and read", func() { clock.Step(tick) },
+			counts{Blind: 2, Seeing: 2, Reads: 2, Asked: "[10.96.0.1 10.96.0.30] [10.96.0.30]"}},
 		{"api back to the blind policy", func() {
 			api.Service.Policy = "blind"
 			src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{apiKey: api}})
-		}, counts{Blind: 3, Seeing: 2, Reads: 2}},
-		{"tick, every policy blind again", func() { clock.Step(tick) }, counts{Blind: 3, Seeing: 2, Reads: 2}},
+		}, counts{Blind: 3, Seeing: 2, Reads: 2, Asked: "[10.96.0.1 10.96.0.30] [10.96.0.30]"}},
+		{"tick, every policy blind again", func() { clock.Step(tick) },
+			counts{Blind: 3, Seeing: 2, Reads: 2, Asked: "[10.96.0.1 10.96.0.30] [10.96.0.30]"}},
 	}
 	for _, s := range steps {
 		s.do()
 		mustSync(t, loop)
 		dp.mu.Lock()
 		reads := dp.reads
+		var asked []string
+		for _, keys := range dp.asked {
+			addrs := make([]string, len(keys))
+			for i, k := range keys {
+				addrs[i] = k.Addr.String()
+			}
+			asked = append(asked, fmt.Sprint(addrs))
+		}
 		dp.mu.Unlock()
-		got := counts{Blind: blind.Calls(), Seeing: seeing.Calls(), Reads: reads}
+		got := counts{Blind: blind.Calls(), Seeing: seeing.Calls(), Reads: reads, Asked: strings.Join(asked, " ")}
 		if diff := cmp.Diff(s.want, got); diff != "" {
 			t.Errorf("%s: evaluations and statistics reads (-want +got):\n%s", s.name, diff)
 		}

@@ -308,7 +308,7 @@ type statsDryrun struct {
 	stats map[model.VirtualServiceKey]map[netip.AddrPort]plugin.EndpointStats
 }
 
-func (d statsDryrun) Stats() (map[model.VirtualServiceKey]map[netip.AddrPort]plugin.EndpointStats, error) {
+func (d statsDryrun) Stats([]model.VirtualServiceKey) (map[model.VirtualServiceKey]map[netip.AddrPort]plugin.EndpointStats, error) {
 	return d.stats, nil
 }
 

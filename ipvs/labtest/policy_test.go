@@ -247,7 +247,7 @@ func TestPolicyWeightsDriveTraffic(t *testing.T) {
 	rated := func() bool {
 		t.Helper()
 		for until := time.Now().Add(2500 * time.Millisecond); ; time.Sleep(200 * time.Millisecond) {
-			stats, err := dp.Stats()
+			stats, err := dp.Stats([]model.VirtualServiceKey{vk})
 			if err != nil {
 				t.Fatalf("Stats: %v", err)
 			}
