@@ -71,15 +71,7 @@ func testAddressesContract(t *testing.T, a ipvs.Addresses) {
 		{name: "unbind the rest", do: func() error { return errors.Join(a.DelAddr(dummy, v4), a.DelAddr(dummy, v6)) }, want: []netip.Addr{}},
 	}
 	for _, st := range steps {
-		err := st.do()
-		switch {
-		case st.wantErr == nil && err != nil:
-			t.Fatalf("%s: %v", st.name, err)
-		case st.wantErr == errInvalid && err == nil:
-			t.Fatalf("%s: no error, want one", st.name)
-		case st.wantErr != nil && st.wantErr != errInvalid && !errors.Is(err, st.wantErr):
-			t.Fatalf("%s: error %v, want %v", st.name, err, st.wantErr)
-		}
+		checkStepErr(t, st.name, st.do(), st.wantErr)
 		if st.want == nil {
 			continue
 		}

@@ -47,6 +47,28 @@ func labKernel(t *testing.T) *ipvs.Netlink {
 // errInvalid stands for "any error": input the interface rejects itself.
 var errInvalid = errors.New("invalid input")
 
+// errMismatch says how err differs from what a call wants: no error for
+// nil, any for errInvalid, else one that Is want. It is "" when err fits.
+func errMismatch(err, want error) string {
+	switch {
+	case want == nil && err != nil:
+		return err.Error()
+	case want == errInvalid && err == nil:
+		return "no error, want one"
+	case want != nil && want != errInvalid && !errors.Is(err, want):
+		return fmt.Sprintf("error %v, want %v", err, want)
+	}
+	return ""
+}
+
+// checkStepErr stops the test when a contract step's error does not fit.
+func checkStepErr(t *testing.T, step string, err, wantErr error) {
+	t.Helper()
+	if m := errMismatch(err, wantErr); m != "" {
+		t.Fatalf("%s: %s", step, m)
+	}
+}
+
 func testKernelContract(t *testing.T, k ipvs.Kernel) {
 	vip4 := model.VirtualServiceKey{Addr: netip.MustParseAddr("10.96.7.1"), Port: 80, Protocol: model.TCP}
 	vip4udp := model.VirtualServiceKey{Addr: vip4.Addr, Port: 80, Protocol: model.UDP}
@@ -157,15 +179,7 @@ func testKernelContract(t *testing.T, k ipvs.Kernel) {
 		}, want: []ipvstest.Entry{}},
 	}
 	for _, st := range steps {
-		err := st.do()
-		switch {
-		case st.wantErr == nil && err != nil:
-			t.Fatalf("%s: %v", st.name, err)
-		case st.wantErr == errInvalid && err == nil:
-			t.Fatalf("%s: no error, want one", st.name)
-		case st.wantErr != nil && st.wantErr != errInvalid && !errors.Is(err, st.wantErr):
-			t.Fatalf("%s: error %v, want %v", st.name, err, st.wantErr)
-		}
+		checkStepErr(t, st.name, st.do(), st.wantErr)
 		if st.want == nil {
 			continue
 		}
