@@ -72,22 +72,24 @@ const (
 // lost.
 var errNoAnswer = errors.New("no answer from the kernel: outcome unknown")
 
-// nlBatch sends IPVS commands several per sendmsg(2) on a generic netlink
-// socket of its own, in the network namespace of the thread that created
-// it. Every request but the last of a batch asks for no acknowledgement:
-// the kernel answers only those that fail (netlink_rcv_skb acks an error
-// always), so one read of the last one's acknowledgement tells that every
-// command before it without an error took effect. Not safe for concurrent
-// use (Netlink serialises it).
+// nlBatch sends netlink requests several per sendmsg(2) on a socket of its
+// own, in the network namespace of the thread that created it: IPVS
+// commands over generic netlink (newNLBatch), addresses over route netlink
+// (NetlinkAddresses). Every request but the last of a batch asks for no
+// acknowledgement: the kernel answers only those that fail (netlink_rcv_skb
+// acks an error always), so one read of the last one's acknowledgement
+// tells that every request before it without an error took effect. Not
+// safe for concurrent use (its owner serialises it).
 type nlBatch struct {
 	fd     int
-	family uint16
-	limit  int // commands per batch
+	family uint16 // IPVS's generic netlink family, for run
+	limit  int    // requests per batch
 	seq    uint32
 	buf    []byte // the batch being written
 	rbuf   []byte
 }
 
+// newNLBatch opens a batch sender for IPVS's generic netlink family.
 func newNLBatch() (*nlBatch, error) {
 	c, err := genetlink.Dial(nil)
 	if err != nil {
@@ -98,7 +100,17 @@ func newNLBatch() (*nlBatch, error) {
 	if err != nil {
 		return nil, err
 	}
-	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_GENERIC)
+	b, err := dialBatch(unix.NETLINK_GENERIC)
+	if err != nil {
+		return nil, err
+	}
+	b.family = f.ID
+	return b, nil
+}
+
+// dialBatch opens a netlink socket of protocol proto for batches.
+func dialBatch(proto int) (*nlBatch, error) {
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, proto)
 	if err != nil {
 		return nil, err
 	}
@@ -118,7 +130,7 @@ func newNLBatch() (*nlBatch, error) {
 		return nil, err
 	}
 	return &nlBatch{
-		fd: fd, family: f.ID,
+		fd:    fd,
 		limit: min(max(rcv/errSkbSize, batchMinCommands), batchMaxCommands),
 		rbuf:  make([]byte, 16<<10),
 	}, nil
@@ -130,7 +142,22 @@ func (b *nlBatch) close() error { return unix.Close(b.fd) }
 // error of cmds[i] (nil where it took effect) and reports how many round
 // trips it took. describe wraps a command's errno as the single calls do.
 func (b *nlBatch) run(cmds []Command, errs []error, describe func(Command, error) error) (trips int) {
-	var pending []int // indices of the commands in b.buf, in order
+	return b.send(errs, func(i int, buf []byte) (uint16, uint16, []byte, error) {
+		buf, err := appendCommand(buf, cmds[i])
+		return b.family, 0, buf, err
+	}, func(i int, err error) error { return describe(cmds[i], err) })
+}
+
+// encoder appends the payload of request i to buf and returns its
+// netlink message type and flags (beyond NLM_F_REQUEST).
+type encoder func(i int, buf []byte) (typ, flags uint16, out []byte, err error)
+
+// send sends the requests i of errs whose errs[i] is nil, as encode
+// writes them, in batches, and sets errs[i] to the error of request i,
+// described by describe (nil where it took effect). It reports the round
+// trips it took.
+func (b *nlBatch) send(errs []error, encode encoder, describe func(int, error) error) (trips int) {
+	var pending []int // indices of the requests in b.buf, in order
 	var first uint32
 	start := func() {
 		if b.seq > math.MaxUint32-2*batchMaxCommands {
@@ -140,22 +167,32 @@ func (b *nlBatch) run(cmds []Command, errs []error, describe func(Command, error
 	}
 	flush := func() {
 		if len(pending) > 0 {
-			b.flush(cmds, pending, first, errs, describe)
+			b.flush(pending, first, errs, describe)
 			trips++
 		}
 		start()
 	}
 	start()
-	for i, c := range cmds {
+	for i := range errs {
 		if errs[i] != nil {
 			continue
 		}
-		msg, err := b.append(c)
+		at := len(b.buf)
+		typ, flags, buf, err := encode(i, append(b.buf, make([]byte, unix.NLMSG_HDRLEN)...))
 		if err != nil {
-			errs[i] = describe(c, err)
+			b.buf = b.buf[:at]
+			errs[i] = describe(i, err)
 			continue
 		}
-		b.buf = msg
+		b.seq++
+		// nlmsghdr: length, type, flags, sequence, port (the kernel's
+		// to fill).
+		binary.NativeEndian.PutUint32(buf[at:], uint32(len(buf)-at))
+		binary.NativeEndian.PutUint16(buf[at+4:], typ)
+		binary.NativeEndian.PutUint16(buf[at+6:], flags|unix.NLM_F_REQUEST)
+		binary.NativeEndian.PutUint32(buf[at+8:], b.seq)
+		binary.NativeEndian.PutUint32(buf[at+12:], 0)
+		b.buf = buf
 		pending = append(pending, i)
 		if len(pending) >= b.limit || len(b.buf) >= batchMaxBytes {
 			flush()
@@ -166,17 +203,17 @@ func (b *nlBatch) run(cmds []Command, errs []error, describe func(Command, error
 }
 
 // flush sends b.buf, whose requests have sequence numbers first, first+1,
-// ... for cmds[pending[0]], cmds[pending[1]], ..., and reads the answers.
-func (b *nlBatch) flush(cmds []Command, pending []int, first uint32, errs []error, describe func(Command, error) error) {
+// ... for requests pending[0], pending[1], ..., and reads the answers.
+func (b *nlBatch) flush(pending []int, first uint32, errs []error, describe func(int, error) error) {
 	// The last request asks for an acknowledgement (nlmsghdr flags at
 	// offset 6 of its header).
 	last := lastMessage(b.buf)
 	flags := binary.NativeEndian.Uint16(b.buf[last+6:])
 	binary.NativeEndian.PutUint16(b.buf[last+6:], flags|unix.NLM_F_ACK)
 	lastSeq := first + uint32(len(pending)) - 1
-	if err := b.send(); err != nil {
+	if err := b.write(); err != nil {
 		for _, i := range pending {
-			errs[i] = describe(cmds[i], fmt.Errorf("send: %w", err))
+			errs[i] = describe(i, fmt.Errorf("send: %w", err))
 		}
 		return
 	}
@@ -212,7 +249,7 @@ func (b *nlBatch) flush(cmds []Command, pending []int, first uint32, errs []erro
 			k := int(seq - first)
 			answered[k] = true
 			if errno := -int32(binary.NativeEndian.Uint32(m.Data)); errno != 0 {
-				errs[pending[k]] = describe(cmds[pending[k]], syscall.Errno(errno))
+				errs[pending[k]] = describe(pending[k], syscall.Errno(errno))
 			}
 			if seq == lastSeq {
 				done = true
@@ -224,12 +261,12 @@ func (b *nlBatch) flush(cmds []Command, pending []int, first uint32, errs []erro
 	}
 	for k, i := range pending {
 		if !answered[k] {
-			errs[i] = describe(cmds[i], errNoAnswer)
+			errs[i] = describe(i, errNoAnswer)
 		}
 	}
 }
 
-func (b *nlBatch) send() error {
+func (b *nlBatch) write() error {
 	for {
 		err := unix.Sendto(b.fd, b.buf, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK})
 		if err != unix.EINTR {
@@ -252,9 +289,9 @@ func lastMessage(buf []byte) int {
 
 func nlmsgAlign(n int) int { return (n + 3) &^ 3 }
 
-// append encodes c as one request after those in b.buf, as cloudflare/ipvs
-// encodes its single calls, and returns the grown buffer.
-func (b *nlBatch) append(c Command) ([]byte, error) {
+// appendCommand appends c's generic netlink request (after its netlink
+// header) to buf, as cloudflare/ipvs encodes its single calls.
+func appendCommand(buf []byte, c Command) ([]byte, error) {
 	var cmd uint8
 	withDest := false
 	switch c.Kind {
@@ -273,16 +310,6 @@ func (b *nlBatch) append(c Command) ([]byte, error) {
 	default:
 		return nil, fmt.Errorf("unknown command %d", c.Kind)
 	}
-	b.seq++
-	buf := b.buf
-	start := len(buf)
-	// nlmsghdr: length (set below), type, flags, sequence, port (the
-	// kernel's to fill).
-	buf = binary.NativeEndian.AppendUint32(buf, 0)
-	buf = binary.NativeEndian.AppendUint16(buf, b.family)
-	buf = binary.NativeEndian.AppendUint16(buf, unix.NLM_F_REQUEST)
-	buf = binary.NativeEndian.AppendUint32(buf, b.seq)
-	buf = binary.NativeEndian.AppendUint32(buf, 0)
 	// genlmsghdr: command, version, reserved.
 	buf = append(buf, cmd, ipvsGenlVersion, 0, 0)
 	svc := toLibService(c.Service)
@@ -297,7 +324,6 @@ func (b *nlBatch) append(c Command) ([]byte, error) {
 		}
 		buf = appendDest(buf, toLibDestination(d))
 	}
-	binary.NativeEndian.PutUint32(buf[start:], uint32(len(buf)-start))
 	return buf, nil
 }
 

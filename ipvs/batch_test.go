@@ -35,27 +35,30 @@ func startPlan() *model.Plan {
 // TestDataplaneFirstStartBatches checks that a first start asks the kernel
 // for no service on its own (a get per wanted service had cost a round
 // trip each before the first apply) and sends its changes a stage at a
-// time: the services in one batch, then their real servers in another.
-// A restart over the table it wrote asks, changes and sends nothing.
+// time: the addresses in one batch, the services in another, then their
+// real servers. A restart over the table it wrote asks, changes and sends
+// nothing.
 func TestDataplaneFirstStartBatches(t *testing.T) {
 	r := newRig()
 	fw := &ipvstest.FakeFirewall{}
 	plan := startPlan()
 	for _, name := range []string{"first start", "restart"} {
 		gets, batches, mutations := r.kernel.Calls(ipvstest.OpService), r.kernel.Calls(ipvstest.OpBatch), r.mutations()
+		binds := r.addrs.Batches()
 		dp := r.plainDataplane(t, func(c *ipvs.Config) { c.Firewall = fw })
 		if err := dp.Apply(t.Context(), plugin.Update{Plan: plan, Full: true}); err != nil {
 			t.Fatalf("%s: Apply: %v", name, err)
 		}
-		got := [3]int{r.kernel.Calls(ipvstest.OpService) - gets, r.kernel.Calls(ipvstest.OpBatch) - batches, r.mutations() - mutations}
+		got := [4]int{r.kernel.Calls(ipvstest.OpService) - gets, r.addrs.Batches() - binds,
+			r.kernel.Calls(ipvstest.OpBatch) - batches, r.mutations() - mutations}
 		// Services: 100, web's 3, the LoadBalancer and its mark
 		// service; real servers: 10 each, 2 each, 1 and 2.
-		want := [3]int{0, 2, 100 + 3 + 2 + 100*10 + 3*2 + 1 + 2}
+		want := [4]int{0, 1, 2, 100 + 3 + 2 + 100*10 + 3*2 + 1 + 2}
 		if name == "restart" {
-			want = [3]int{}
+			want = [4]int{}
 		}
 		if diff := cmp.Diff(want, got); diff != "" {
-			t.Errorf("%s: service gets, batches, kernel changes (-want +got):\n%s", name, diff)
+			t.Errorf("%s: service gets, address batches, IPVS batches, IPVS changes (-want +got):\n%s", name, diff)
 		}
 	}
 	if n := len(r.kernel.Table()); n != 100+3+2 {

@@ -9,10 +9,11 @@
 //     kernel answers the failed ones and the last, each error mapped to
 //     its command by sequence number (a lost answer makes every command
 //     without one an error, never a silent success). The Dataplane sends
-//     an Apply's IPVS ops a stage at a time (services, then real servers,
-//     then deletions: run.go);
+//     an Apply's ops a stage at a time (binds, services, real servers,
+//     deletions, unbinds: run.go);
 //   - Addresses, the dummy link switchyard0 that holds the virtual IPs, over
-//     vishvananda/netlink: NetlinkAddresses;
+//     vishvananda/netlink: NetlinkAddresses, an AddressBatcher too (binds
+//     and unbinds in batches over route netlink, with the same sender);
 //   - Sysctls, the kernel parameters it sets: ProcSysctls;
 //   - Conntrack, stale UDP entry deletion over ctnetlink (a removed
 //     backend's, a deleted service's, and a service's when it gets its

@@ -28,9 +28,10 @@ func stage(k OpKind) int {
 	return 4
 }
 
-// run applies ops, in Diff's order, and updates the cache: an address op
-// is one call, the IPVS ops of a stage go to the kernel together
-// (RunCommands: several per round trip where the Kernel is a Batcher),
+// run applies ops, in Diff's order, and updates the cache: the ops of a
+// stage go to the kernel together (binds or unbinds in AddAddrs or
+// DelAddrs where the Addresses is an AddressBatcher, IPVS ops in
+// RunCommands, several per round trip where the Kernel is a Batcher),
 // each error mapped to its op. An op is skipped when its service's
 // ownership could not be recorded (unrecorded), its address failed to
 // bind or its service failed to be added; an address stays bound while a
@@ -66,8 +67,9 @@ func (d *Dataplane) run(ctx context.Context, ops []Op, unrecorded map[model.Virt
 			continue
 		}
 		if k := cur[0].Kind; k == OpBindAddr || k == OpUnbindAddr {
-			for _, op := range cur {
-				if err := d.address(op); err != nil {
+			for i, err := range d.addresses(cur) {
+				op := cur[i]
+				if err != nil {
 					errs = append(errs, err)
 					if op.Kind == OpBindAddr {
 						unbound[op.Addr] = true
@@ -181,20 +183,42 @@ func command(op Op) (Command, bool) {
 	return Command{}, false
 }
 
-// address runs a bind or unbind and updates the cache.
-func (d *Dataplane) address(op Op) error {
-	if op.Kind == OpBindAddr {
-		if err := d.cfg.Addresses.AddAddr(d.cfg.Dummy, op.Addr); err != nil && !errors.Is(err, ErrExists) {
-			return err
+// addresses runs ops, all binds or all unbinds, in one batch where the
+// Addresses can (AddressBatcher), updates the cache and returns one error
+// per op.
+func (d *Dataplane) addresses(ops []Op) []error {
+	bind := ops[0].Kind == OpBindAddr
+	addrs := make([]netip.Addr, len(ops))
+	for i, op := range ops {
+		addrs[i] = op.Addr
+	}
+	var errs []error
+	switch b, ok := d.cfg.Addresses.(AddressBatcher); {
+	case ok && bind:
+		errs = b.AddAddrs(d.cfg.Dummy, addrs)
+	case ok:
+		errs = b.DelAddrs(d.cfg.Dummy, addrs)
+	default:
+		errs = make([]error, len(addrs))
+		for i, a := range addrs {
+			if bind {
+				errs[i] = d.cfg.Addresses.AddAddr(d.cfg.Dummy, a)
+			} else {
+				errs[i] = d.cfg.Addresses.DelAddr(d.cfg.Dummy, a)
+			}
 		}
-		d.have.Addrs[op.Addr] = true
-		return nil
 	}
-	if err := d.cfg.Addresses.DelAddr(d.cfg.Dummy, op.Addr); err != nil && !errors.Is(err, ErrNotFound) {
-		return err
+	for i, a := range addrs {
+		switch {
+		case bind && (errs[i] == nil || errors.Is(errs[i], ErrExists)):
+			errs[i] = nil
+			d.have.Addrs[a] = true
+		case !bind && (errs[i] == nil || errors.Is(errs[i], ErrNotFound)):
+			errs[i] = nil
+			delete(d.have.Addrs, a)
+		}
 	}
-	delete(d.have.Addrs, op.Addr)
-	return nil
+	return errs
 }
 
 // done updates the cache after op's command took effect.

@@ -8,7 +8,8 @@
 //     counts and inject errors, interrupted dumps and dumps that leave
 //     services out silently (SkipInDump: the kernel's, under another
 //     namespace's changes), and exposes its table as the expected state;
-//   - FakeAddresses (ipvs.Addresses): links and their addresses;
+//   - FakeAddresses (ipvs.Addresses and ipvs.AddressBatcher): links and
+//     their addresses, with the batches counted;
 //   - FakeConntrack (ipvs.Conntrack): the UDP deletions asked of it and
 //     the passes over the table they cost;
 //   - FakeSysctls (ipvs.Sysctls): kernel parameters;
