@@ -2,7 +2,9 @@ package ipvs_test
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -73,39 +75,61 @@ func TestDataplaneFirstStartBatches(t *testing.T) {
 // "already exists", and one exact get (with its real servers) makes it a
 // service the dataplane has: repaired in the same Apply, with no error.
 func TestDataplaneResolvesLeftOutWantedService(t *testing.T) {
-	r := newRig()
-	plan := webPlan(be("10.244.1.2", 8080, 1), be("10.244.2.2", 8080, 2))
-	if err := r.dataplane(t).Apply(t.Context(), plugin.Update{Plan: plan, Full: true}); err != nil {
-		t.Fatal(err)
-	}
-	want := r.kernel.Table()
-	stale := ipvs.Destination{DestinationKey: ipvs.DestinationKey{Addr: vipA.Next(), Port: 8080}, Weight: 1}
-	if err := errors.Join(
-		r.kernel.UpdateService(ipvs.Service{VirtualServiceKey: keyA, Scheduler: "sh"}),
-		r.kernel.UpdateDestination(keyA, ipvs.Destination{DestinationKey: ipvs.DestinationKey{Addr: be("10.244.1.2", 8080, 0).Addr, Port: 8080}, Weight: 9}),
-		r.kernel.AddDestination(keyA, stale),
-	); err != nil {
-		t.Fatal(err)
-	}
+	for _, addOnly := range []bool{false, true} {
+		t.Run(fmt.Sprintf("add-only=%t", addOnly), func(t *testing.T) {
+			r := newRig()
+			plan := webPlan(be("10.244.1.2", 8080, 1), be("10.244.2.2", 8080, 2))
+			if err := r.dataplane(t).Apply(t.Context(), plugin.Update{Plan: plan, Full: true}); err != nil {
+				t.Fatal(err)
+			}
+			want := r.kernel.Table()
+			stale := ipvs.Destination{DestinationKey: ipvs.DestinationKey{Addr: vipA.Next(), Port: 8080}, Weight: 1}
+			if err := errors.Join(
+				r.kernel.UpdateService(ipvs.Service{VirtualServiceKey: keyA, Scheduler: "sh"}),
+				r.kernel.UpdateDestination(keyA, ipvs.Destination{DestinationKey: ipvs.DestinationKey{Addr: be("10.244.1.2", 8080, 0).Addr, Port: 8080}, Weight: 9}),
+				r.kernel.AddDestination(keyA, stale),
+			); err != nil {
+				t.Fatal(err)
+			}
+			if addOnly {
+				// The add-only Apply removes nothing: the stale real
+				// server stays as it is.
+				for i, e := range want {
+					if e.Service.VirtualServiceKey == keyA {
+						want[i].Destinations = append(slices.Clone(e.Destinations), ipvs.DestinationState{Destination: stale})
+						ipvs.SortDestinations(want[i].Destinations)
+					}
+				}
+			}
 
-	gets := r.kernel.Calls(ipvstest.OpService)
-	r.kernel.SkipInDump(keyA)
-	dp := r.dataplane(t) // a restart: the cache knows nothing
-	if err := dp.Apply(t.Context(), plugin.Update{Plan: plan, Full: true}); err != nil {
-		t.Fatalf("Apply with %v left out of the dump: %v", keyA, err)
-	}
-	if diff := cmp.Diff(want, r.kernel.Table(), cmpAddrs); diff != "" {
-		t.Errorf("kernel after the Apply (-want +got):\n%s", diff)
-	}
-	if n := r.kernel.Calls(ipvstest.OpService) - gets; n != 1 {
-		t.Errorf("%d service gets, want 1 (the left-out service's)", n)
-	}
-	mutations := r.mutations()
-	if err := dp.Apply(t.Context(), plugin.Update{Plan: plan, Full: true}); err != nil {
-		t.Fatal(err)
-	}
-	if n := r.mutations() - mutations; n != 0 {
-		t.Errorf("%d kernel changes in the next full Apply, want 0", n)
+			gets := r.kernel.Calls(ipvstest.OpService)
+			r.kernel.SkipInDump(keyA)
+			dp := r.dataplane(t) // a restart: the cache knows nothing
+			u := plugin.Update{Plan: plan, Full: true}
+			apply := dp.Apply
+			if addOnly {
+				u, apply = plugin.Update{Plan: plan, Changed: []model.ServiceKey{svcWeb, svcDNS}}, dp.ApplyAddOnly
+			}
+			if err := apply(t.Context(), u); err != nil {
+				t.Fatalf("Apply with %v left out of the dump: %v", keyA, err)
+			}
+			if diff := cmp.Diff(want, r.kernel.Table(), cmpAddrs); diff != "" {
+				t.Errorf("kernel after the Apply (-want +got):\n%s", diff)
+			}
+			if n := r.kernel.Calls(ipvstest.OpService) - gets; n != 1 {
+				t.Errorf("%d service gets, want 1 (the left-out service's)", n)
+			}
+			if addOnly {
+				return
+			}
+			mutations := r.mutations()
+			if err := dp.Apply(t.Context(), plugin.Update{Plan: plan, Full: true}); err != nil {
+				t.Fatal(err)
+			}
+			if n := r.mutations() - mutations; n != 0 {
+				t.Errorf("%d kernel changes in the next full Apply, want 0", n)
+			}
+		})
 	}
 }
 

@@ -261,7 +261,7 @@ func (d *Dataplane) apply(ctx context.Context, u plugin.Update, addOnly bool) er
 	if err != nil {
 		kernelErrs = append(kernelErrs, err)
 	}
-	unbinds, runErrs := d.run(ctx, ops, unrecorded) // unbinds: an address left the dummy link
+	unbinds, runErrs := d.run(ctx, ops, unrecorded, addOnly) // unbinds: an address left the dummy link
 	kernelErrs = append(kernelErrs, runErrs...)
 	d.flushUDP(flushes)
 	d.adopt(scope, unrecorded)

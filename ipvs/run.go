@@ -38,9 +38,9 @@ func stage(k OpKind) int {
 // service on it failed to be deleted. A wanted service whose add fails
 // with ErrExists (the kernel holds it, though the load's dump did not show
 // it: see leftOut) is read with one exact get, with its real servers, and
-// diffed again as one the dataplane had. It returns whether it unbound an
-// address, and the errors.
-func (d *Dataplane) run(ctx context.Context, ops []Op, unrecorded map[model.VirtualServiceKey]bool) (unbinds bool, errs []error) {
+// diffed again as one the dataplane had (its ops only those that add,
+// when addOnly). It returns whether it unbound an address, and the errors.
+func (d *Dataplane) run(ctx context.Context, ops []Op, unrecorded map[model.VirtualServiceKey]bool, addOnly bool) (unbinds bool, errs []error) {
 	unbound, undeleted := map[netip.Addr]bool{}, map[netip.Addr]bool{}
 	unadded := map[model.VirtualServiceKey]bool{}
 	skip := func(op Op) bool {
@@ -116,6 +116,9 @@ func (d *Dataplane) run(ctx context.Context, ops []Op, unrecorded map[model.Virt
 			more, err := d.existing(exists)
 			if err != nil {
 				errs = append(errs, err)
+			}
+			if addOnly {
+				more = AddOnly(more)
 			}
 			for _, k := range exists {
 				if _, ok := d.have.Services[k]; !ok {
