@@ -23,6 +23,13 @@ func TestAddressesContractFake(t *testing.T) {
 }
 
 func TestAddressesContractNetlink(t *testing.T) {
+	testAddressesContract(t, labAddresses(t))
+}
+
+// labAddresses is the real kernel's addresses, closed when t ends, with
+// the contract's dummy link removed then; outside the lab guest it skips t.
+func labAddresses(t *testing.T) *ipvs.NetlinkAddresses {
+	t.Helper()
 	if os.Getenv(lab.GuestEnv) != "1" {
 		t.Skipf("guest-only: creates links in the kernel lab (%s=1); run `make test-lab`", lab.GuestEnv)
 	}
@@ -40,7 +47,7 @@ func TestAddressesContractNetlink(t *testing.T) {
 			}
 		}
 	})
-	testAddressesContract(t, n)
+	return n
 }
 
 const contractDummy = "sy-contract0"
@@ -182,22 +189,7 @@ func TestAddressBatchContractFake(t *testing.T) {
 }
 
 func TestAddressBatchContractNetlink(t *testing.T) {
-	if os.Getenv(lab.GuestEnv) != "1" {
-		t.Skipf("guest-only: creates links in the kernel lab (%s=1); run `make test-lab`", lab.GuestEnv)
-	}
-	n, err := ipvs.NewNetlinkAddresses()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		n.Close()
-		if l, err := netlink.LinkByName(contractDummy); err == nil {
-			if err := netlink.LinkDel(l); err != nil {
-				t.Errorf("delete %s: %v", contractDummy, err)
-			}
-		}
-	})
-	testAddressBatchContract(t, n)
+	testAddressBatchContract(t, labAddresses(t))
 }
 
 func testAddressBatchContract(t *testing.T, a interface {
