@@ -120,15 +120,17 @@ func (d *Dataplane) run(ctx context.Context, ops []Op, unrecorded map[model.Virt
 			if addOnly {
 				more = AddOnly(more)
 			}
+			resolved := make(map[model.VirtualServiceKey]bool, len(exists))
 			for _, k := range exists {
 				if _, ok := d.have.Services[k]; !ok {
 					unadded[k] = true
 				}
+				resolved[k] = true
 			}
 			// The resolved services' real servers as diffed now, in
 			// place of the adds planned when they were unknown.
 			ops = slices.DeleteFunc(slices.Clone(ops), func(op Op) bool {
-				return stage(op.Kind) == 2 && slices.Contains(exists, op.Service.VirtualServiceKey)
+				return stage(op.Kind) == 2 && resolved[op.Service.VirtualServiceKey]
 			})
 			ops = append(more, ops...)
 			slices.SortStableFunc(ops, func(a, b Op) int { return stage(a.Kind) - stage(b.Kind) })
