@@ -78,6 +78,10 @@ bench: bench-peers
 #   make bench-kubeproxy KPBENCH_SWITCHYARD_BASE=$HOME/.cache/switchyard/kpbench/base \
 #     KPBENCH_ONLY=floor,switchyard-base,switchyard,switchyard-base,switchyard KPBENCH_CHANGES=7
 #
+# A CPU profile of switchyard's changes (not its start): KPBENCH_PROFILE=60s
+# KPBENCH_PROFILE_FROM=changes profiles it for 60 s from the end of its
+# first full sync, saved to KPBENCH_PROFILE_OUT (go tool pprof).
+#
 # KPBENCH_ONLY=switch measures instead a node switching from kube-proxy to
 # switchyard with --cleanup-kube-proxy (seconds without service) and back
 # with --cleanup, failing on any object either cleanup leaves (about 1.5

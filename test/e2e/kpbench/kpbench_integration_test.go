@@ -52,7 +52,9 @@ func envInt(b *testing.B, name string, def int) int {
 // --cleanup, and fails on what either leaves), KPBENCH_LOG_TAIL (bytes of each proxy's
 // log to print, default none), KPBENCH_SWITCHYARD_ARGS (extra daemon
 // flags, such as --v=4), KPBENCH_PROFILE (a duration: profile the
-// daemon's CPU that long from its start, saved to KPBENCH_PROFILE_OUT),
+// daemon's CPU that long from its start, saved to KPBENCH_PROFILE_OUT;
+// with KPBENCH_PROFILE_FROM=changes, from the end of its first full sync,
+// so that the profile holds the endpoint changes),
 // KPBENCH_SWITCHYARD_BASE (a switchyard binary of another revision, not
 // under /tmp, measured as "switchyard-base" in KPBENCH_ONLY),
 // KPBENCH_COMPLETE_POLL (how often the guest reads the kernel's table
@@ -150,6 +152,7 @@ func BenchmarkIntegrationKubeProxyIPVS(b *testing.B) {
 		Args: []string{"-services", strconv.Itoa(n), "-endpoints", "10", "-changes", strconv.Itoa(changes),
 			"-kube-proxy", kubeProxy, "-switchyard", switchyard, "-switchyard-base", base, "-only", only,
 			"-switchyard-args", os.Getenv("KPBENCH_SWITCHYARD_ARGS"), "-switchyard-profile", envDuration(b, "KPBENCH_PROFILE").String(),
+			"-profile-changes=" + strconv.FormatBool(os.Getenv("KPBENCH_PROFILE_FROM") == "changes"),
 			"-complete-poll", cmp.Or(envDuration(b, "KPBENCH_COMPLETE_POLL"), 100*time.Millisecond).String(),
 			"-log-tail", strconv.Itoa(envInt(b, "KPBENCH_LOG_TAIL", 0)),
 			"-resync=" + strconv.FormatBool(os.Getenv("KPBENCH_RESYNC") == "1")},
