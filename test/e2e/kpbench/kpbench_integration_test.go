@@ -5,6 +5,7 @@ package kpbench_test
 import (
 	"bytes"
 	"cmp"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -103,7 +104,13 @@ func BenchmarkIntegrationKubeProxyIPVS(b *testing.B) {
 	}
 	// The guest gets switchyard at the same path (Job.Extra, no size
 	// limit), which must not be under /tmp: the guest mounts a tmpfs there.
-	syDir := filepath.Join(filepath.Dir(lab.DefaultCacheDir()), "kpbench")
+	// One directory per checkout: two worktrees benchmarking at once
+	// must not overwrite each other's daemon between build and boot.
+	wd, err := os.Getwd()
+	if err != nil {
+		b.Fatal(err)
+	}
+	syDir := filepath.Join(filepath.Dir(lab.DefaultCacheDir()), "kpbench", fmt.Sprintf("%x", sha256.Sum256([]byte(wd)))[:12])
 	if err := os.MkdirAll(syDir, 0o755); err != nil {
 		b.Fatal(err)
 	}
