@@ -15,7 +15,8 @@
 #   core/policystage a statistics tick re-evaluating the policies of 10,000
 #                    Services
 #   core/reconcile   one Sync taking one endpoint change at 1k and 10k
-#                    ClusterIP or LoadBalancer (BGP-announced) Services
+#                    ClusterIP or LoadBalancer (BGP-announced) Services,
+#                    with or without the policy stage
 #   plugins/wasm     one WebAssembly policy evaluation with 50 and 1,000
 #                    endpoints
 #   core/ipam        one allocation and release with 60,000 addresses used
