@@ -13,7 +13,10 @@
 //     sync, on a periodic full resync (Config.FullSyncPeriod), and
 //     after any failure, so that a retry repairs whatever a failed Apply
 //     left); changes that a periodic resync finds pending are applied on
-//     their own first, so that they do not wait for it;
+//     their own first, so that they do not wait for it, and a resync is
+//     followed by nine times its own duration before the next, so that
+//     changes arriving during one (which wait for it) are rare however
+//     slow it is;
 //  4. only then do announcers announce new addresses and the health check
 //     servers report new counts.
 //
