@@ -274,6 +274,9 @@ func runDaemon(ctx context.Context, dc daemonConfig) (err error) {
 			tracker.Queued()
 			r.Trigger()
 		},
+		// A bad forwarding-mode annotation: a Warning Event on the
+		// Service, through the policies' Event recorder.
+		OnServiceWarning: reporter.PolicyEvent,
 	}, log.With("component", "k8s"))
 	// The schedulers a Service's annotation or a policy may name are the
 	// dataplane's (nil when it names none).

@@ -45,6 +45,15 @@
 // withdrawing before the dataplane removes and announcing after it
 // serves.
 //
+// With Config.DSR, the dsr stage (dsr.go) turns the plan's dsr frontends
+// and the nodes into this node's model.DSRPlan (Maglev tables, peers and
+// their marks) and applies it around the dataplane: tables in which this
+// node loses slots before it, the rest after it. A DSRMarksReader gives
+// a restarted daemon the peer marks the kernel holds, so that its first
+// apply rebuilds no peer's service. State shows the applied side
+// (DSRState: tables by slots per node, peers, marks, this node's role per
+// address).
+//
 // Errors of every plugin are joined and returned, so the runner retries.
 // The handlers of the watch only record changes; this loop is the one
 // place that acts on them. The daemon wires it as

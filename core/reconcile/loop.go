@@ -149,6 +149,7 @@ type Loop struct {
 	earlyNodes bool
 
 	mu          sync.Mutex // guards the fields below, read by State and LastSync
+	dsrView     *DSRState
 	desired     map[model.ServiceKey]*model.ServicePlan
 	applied     map[model.ServiceKey]*model.ServicePlan
 	synced      bool
@@ -410,6 +411,7 @@ func (l *Loop) Sync(ctx context.Context) (res SyncResult, err error) {
 			l.failed(metrics.StageDataplane, err, "full", full)
 			errs = append(errs, err)
 		}
+		l.setDSRView()
 	}
 	mode := metrics.ModePartial
 	if full {
@@ -459,6 +461,7 @@ func (l *Loop) Sync(ctx context.Context) (res SyncResult, err error) {
 				l.failed(metrics.StageDataplane, err, "full", full)
 				errs = append(errs, err)
 			}
+			l.setDSRView()
 		}
 
 		// 4. Announce and report health only once the dataplane serves.
