@@ -19,9 +19,9 @@
 #                                                     program (k8s.io/kubernetes/test/images/agnhost,
 #                                                     static; test/node makes its image).
 #        test/tools/kube-binaries.sh --e2e  -> also builds upstream's e2e.test (`go test -c
-#                                                     k8s.io/kubernetes/test/e2e`, static; about
-#                                                     5 minutes and 2.2 GB of memory, once; make
-#                                                     conformance runs it).
+#                                                     k8s.io/kubernetes/test/e2e`, static, vet off;
+#                                                     6 minutes at load 17 to 40 at load 18-50, and
+#                                                     2.2 GB of memory, once; make conformance runs it).
 #        test/tools/kube-binaries.sh --coredns -> also builds CoreDNS (CoreDNS's own module,
 #                                                     static; test/node makes its image so
 #                                                     that Service names resolve in pods).
