@@ -69,14 +69,16 @@ CONFORMANCE_RESULTS ?= $(CACHE)/conformance
 CONFORMANCE_SMOKE_FOCUS := \[sig-network\] Services should (find a service from listing all namespaces|serve a basic endpoint from pods|serve multiport endpoints from pods|be able to create a functioning NodePort service) \[Conformance\]
 CONFORMANCE := $(BIN)/conformance
 CONFORMANCE_KUBE_FLAGS := $(NODE_KUBE_FLAGS) --kube-proxy --e2e
+# test-conformance runs Switchyard only: no kube-proxy to build (cold, its
+# 26 packages of its own and a link; the rest it shares with the kubelet).
+CONFORMANCE_CHECK_KUBE_FLAGS := $(NODE_KUBE_FLAGS) --e2e
 
-# conformance-run PROXIES FOCUS SKIP RESULTS [EXTRA FLAGS]
+# conformance-run PROXIES FOCUS SKIP RESULTS [EXTRA FLAGS] [KUBE-BINARIES FLAGS]
 define conformance-run
 	@test/lab/deps.sh >/dev/null
 	@$(NODE_DEPS)
 	$(GO) build -o $(CONFORMANCE) ./test/conformance/cmd/conformance
-	@bin=$$(test/tools/kube-binaries.sh $(CONFORMANCE_KUBE_FLAGS)) && \
-	rootfs=$$(test/node/rootfs.sh) && userland=$$(test/node/userland.sh) && \
+	@assets=$$(test/node/assets.sh $(or $(6),$(CONFORMANCE_KUBE_FLAGS))) && eval "$$assets" && \
 	$(CONFORMANCE) -kube-bin "$$bin" -rootfs "$$rootfs" -userland "$$userland" \
 		-image $(BIN)/image/switchyard.tar -switchyard-bin $(BIN)/image/bin/switchyard \
 		-proxies '$(1)' $(if $(2),-focus '$(2)') $(if $(3),-skip '$(3)') -results '$(4)' \
@@ -114,7 +116,7 @@ CONFORMANCE_CHECK ?=
 CONFORMANCE_CHECK_FOCUS ?=
 .PHONY: conformance-check
 conformance-check:
-	$(call conformance-run,switchyard,$(CONFORMANCE_CHECK_FOCUS),,$(CACHE)/conformance-smoke,$(CONFORMANCE_CHECK))
+	$(call conformance-run,switchyard,$(CONFORMANCE_CHECK_FOCUS),,$(CACHE)/conformance-smoke,$(CONFORMANCE_CHECK),$(CONFORMANCE_CHECK_KUBE_FLAGS))
 
 conformance-table:
 	$(GO) build -o $(CONFORMANCE) ./test/conformance/cmd/conformance

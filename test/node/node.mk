@@ -8,6 +8,8 @@
 #   2. test/tools/kube-binaries.sh --kubelet --control-plane --agnhost --coredns;
 #   3. test/node/rootfs.sh: the node's ext4 root filesystem (mmdebstrap);
 #      test/node/userland.sh: agnhost's tools (mmdebstrap, a tar);
+#      test/node/assets.sh runs 2 and 3, 3 in the background while 2
+#      compiles (cold, mmdebstrap's downloads overlap the Go builds);
 #      gcc and libc6-dev with apt when missing (pause.c is linked static);
 #   4. nodelab up: the pause, agnhost and CoreDNS images, the namespace,
 #      the control plane, the guest, the DNS add-on; it returns once the
@@ -29,8 +31,7 @@ node-up: $(if $(NODE_IMAGE),image)
 	@test/lab/deps.sh >/dev/null
 	@$(NODE_DEPS)
 	$(GO) build -o $(NODELAB) ./test/node/cmd/nodelab
-	@bin=$$(test/tools/kube-binaries.sh $(NODE_KUBE_FLAGS)) && \
-	rootfs=$$(test/node/rootfs.sh) && userland=$$(test/node/userland.sh) && \
+	@assets=$$(test/node/assets.sh $(NODE_KUBE_FLAGS)) && eval "$$assets" && \
 	$(NODELAB) up -kube-bin "$$bin" -rootfs "$$rootfs" -userland "$$userland" \
 		$(if $(NODE_IMAGE),-image switchyard:dev=$(BIN)/image/switchyard.tar) $(NODE_UP_FLAGS)
 
@@ -48,7 +49,6 @@ NODE_RUN ?= ^TestNode$$
 test-node: image
 	@test/lab/deps.sh >/dev/null
 	@$(NODE_DEPS)
-	@bin=$$(test/tools/kube-binaries.sh $(NODE_KUBE_FLAGS)) && \
-	rootfs=$$(test/node/rootfs.sh) && userland=$$(test/node/userland.sh) && \
+	@assets=$$(test/node/assets.sh $(NODE_KUBE_FLAGS)) && eval "$$assets" && \
 	SWITCHYARD_KUBE_BIN=$$bin SWITCHYARD_NODE_ROOTFS=$$rootfs SWITCHYARD_NODE_USERLAND=$$userland SWITCHYARD_NODE_IMAGE=$(CURDIR)/$(BIN)/image/switchyard.tar \
 	$(GO) test -tags node -count=1 -v -timeout 40m -run '$(NODE_RUN)' $(GOTEST_FLAGS) ./test/node/

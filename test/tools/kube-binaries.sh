@@ -19,9 +19,9 @@
 #                                                     program (k8s.io/kubernetes/test/images/agnhost,
 #                                                     static; test/node makes its image).
 #        test/tools/kube-binaries.sh --e2e  -> also builds upstream's e2e.test (`go test -c
-#                                                     k8s.io/kubernetes/test/e2e`, static; about
-#                                                     5 minutes and 2.2 GB of memory, once; make
-#                                                     conformance runs it).
+#                                                     k8s.io/kubernetes/test/e2e`, static, vet off;
+#                                                     6 minutes at load 17 to 40 at load 18-50, and
+#                                                     2.2 GB of memory, once; make conformance runs it).
 #        test/tools/kube-binaries.sh --coredns -> also builds CoreDNS (CoreDNS's own module,
 #                                                     static; test/node makes its image so
 #                                                     that Service names resolve in pods).
@@ -157,7 +157,10 @@ build_coredns() {
 # so that it runs in the kernel lab's guest whatever its libc.
 build_cmd() {
 	local cmd=$1 pkg=${2:-k8s.io/kubernetes/cmd/$1} gocmd=(build)
-	[ "${3:-}" != test ] || gocmd=(test -c)
+	# go test -c runs vet too, over every package the test imports (its
+	# printf facts): for e2e.test, ~2,500 packages type-checked again after
+	# compiling, for a binary used as a tool. Not wanted.
+	[ "${3:-}" != test ] || gocmd=(test -c -vet=off)
 	local dir=$cache/kube/build-$cmd-$KUBE_VERSION
 	mkmod "$dir" k8s.io/kubernetes "$KUBE_VERSION" "$STAGING_VERSION"
 	cat >"$dir/tools.go" <<GO
