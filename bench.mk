@@ -15,7 +15,8 @@
 #   core/policystage a statistics tick re-evaluating the policies of 10,000
 #                    Services
 #   core/reconcile   one Sync taking one endpoint change at 1k and 10k
-#                    ClusterIP or LoadBalancer (BGP-announced) Services
+#                    ClusterIP or LoadBalancer (BGP-announced) Services,
+#                    with or without the policy stage
 #   plugins/wasm     one WebAssembly policy evaluation with 50 and 1,000
 #                    endpoints
 #   core/ipam        one allocation and release with 60,000 addresses used
@@ -77,6 +78,10 @@ bench: bench-peers
 #
 #   make bench-kubeproxy KPBENCH_SWITCHYARD_BASE=$HOME/.cache/switchyard/kpbench/base \
 #     KPBENCH_ONLY=floor,switchyard-base,switchyard,switchyard-base,switchyard KPBENCH_CHANGES=7
+#
+# A CPU profile of switchyard's changes (not its start): KPBENCH_PROFILE=60s
+# KPBENCH_PROFILE_FROM=changes profiles it for 60 s from the end of its
+# first full sync, saved to KPBENCH_PROFILE_OUT (go tool pprof).
 #
 # KPBENCH_ONLY=switch measures instead a node switching from kube-proxy to
 # switchyard with --cleanup-kube-proxy (seconds without service) and back

@@ -17,3 +17,12 @@ type Addresses interface {
 	// DelAddr unbinds a from link name.
 	DelAddr(name string, a netip.Addr) error
 }
+
+// AddressBatcher is Addresses that binds and unbinds several addresses per
+// round trip with the kernel. Each returns one error per address, nil
+// where it took effect, as AddAddr's and DelAddr's (ErrExists,
+// ErrNotFound); a failed address does not stop the others.
+type AddressBatcher interface {
+	AddAddrs(name string, addrs []netip.Addr) []error
+	DelAddrs(name string, addrs []netip.Addr) []error
+}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/netip"
 	"os"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -22,6 +23,13 @@ func TestAddressesContractFake(t *testing.T) {
 }
 
 func TestAddressesContractNetlink(t *testing.T) {
+	testAddressesContract(t, labAddresses(t))
+}
+
+// labAddresses is the real kernel's addresses, closed when t ends, with
+// the contract's dummy link removed then; outside the lab guest it skips t.
+func labAddresses(t *testing.T) *ipvs.NetlinkAddresses {
+	t.Helper()
 	if os.Getenv(lab.GuestEnv) != "1" {
 		t.Skipf("guest-only: creates links in the kernel lab (%s=1); run `make test-lab`", lab.GuestEnv)
 	}
@@ -39,7 +47,7 @@ func TestAddressesContractNetlink(t *testing.T) {
 			}
 		}
 	})
-	testAddressesContract(t, n)
+	return n
 }
 
 const contractDummy = "sy-contract0"
@@ -71,15 +79,7 @@ func testAddressesContract(t *testing.T, a ipvs.Addresses) {
 		{name: "unbind the rest", do: func() error { return errors.Join(a.DelAddr(dummy, v4), a.DelAddr(dummy, v6)) }, want: []netip.Addr{}},
 	}
 	for _, st := range steps {
-		err := st.do()
-		switch {
-		case st.wantErr == nil && err != nil:
-			t.Fatalf("%s: %v", st.name, err)
-		case st.wantErr == errInvalid && err == nil:
-			t.Fatalf("%s: no error, want one", st.name)
-		case st.wantErr != nil && st.wantErr != errInvalid && !errors.Is(err, st.wantErr):
-			t.Fatalf("%s: error %v, want %v", st.name, err, st.wantErr)
-		}
+		checkStepErr(t, st.name, st.do(), st.wantErr)
 		if st.want == nil {
 			continue
 		}
@@ -169,6 +169,81 @@ func BenchmarkNetlinkAddressesBind(b *testing.B) {
 		}
 		if err := op(name, a); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// Batches of addresses are part of the contract where the Addresses is an
+// AddressBatcher.
+
+func TestAddressBatchContractFake(t *testing.T) {
+	testAddressBatchContract(t, ipvstest.NewFakeAddresses())
+}
+
+func TestAddressBatchContractNetlink(t *testing.T) {
+	testAddressBatchContract(t, labAddresses(t))
+}
+
+func testAddressBatchContract(t *testing.T, a interface {
+	ipvs.Addresses
+	ipvs.AddressBatcher
+}) {
+	const dummy = contractDummy
+	v4, v4b := netip.MustParseAddr("10.96.9.1"), netip.MustParseAddr("10.96.9.2")
+	v6 := netip.MustParseAddr("fd00:96::9:1")
+	missing := netip.MustParseAddr("10.96.9.99")
+	// More than one message holds: 600 addresses, every 100th bound twice.
+	var many, unique []netip.Addr
+	var manyWant []string
+	for i := range 600 {
+		unique = append(unique, netip.AddrFrom4([4]byte{10, 99, byte(i >> 8), byte(i)}))
+		many, manyWant = append(many, unique[i]), append(manyWant, "ok")
+		if i%100 == 99 {
+			many, manyWant = append(many, unique[i-50]), append(manyWant, "exists")
+		}
+	}
+	steps := []struct {
+		name   string
+		unbind bool
+		addrs  []netip.Addr
+		want   []string     // each address's outcome
+		bound  []netip.Addr // on dummy after the step, when not nil
+	}{
+		{name: "bind on a missing link", addrs: []netip.Addr{v4, v6}, want: []string{"not found", "not found"}},
+		{name: "bind, with failures between", addrs: []netip.Addr{v4, v4b, v4, {}, v6},
+			want: []string{"ok", "ok", "exists", "invalid", "ok"}, bound: []netip.Addr{v4, v4b, v6}},
+		{name: "600 in one batch", addrs: many, want: manyWant},
+		{name: "unbind them, and one never bound last", unbind: true, addrs: append(unique, v4, missing),
+			want: append(slices.Repeat([]string{"ok"}, 601), "not found"), bound: []netip.Addr{v4b, v6}},
+	}
+	for i, st := range steps {
+		if i == 1 {
+			if err := a.EnsureDummy(dummy); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var errs []error
+		if st.unbind {
+			errs = a.DelAddrs(dummy, st.addrs)
+		} else {
+			errs = a.AddAddrs(dummy, st.addrs)
+		}
+		got := make([]string, len(errs))
+		for i, err := range errs {
+			got[i] = outcome(err)
+		}
+		if diff := cmp.Diff(st.want, got); diff != "" {
+			t.Fatalf("%s: outcomes (-want +got):\n%s\nerrors: %v", st.name, diff, errors.Join(errs...))
+		}
+		if st.bound == nil {
+			continue
+		}
+		bound, err := a.Addrs(dummy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(st.bound, bound, cmpopts.EquateComparable(netip.Addr{})); diff != "" {
+			t.Fatalf("%s: bound (-want +got):\n%s", st.name, diff)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package ipvs
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -23,9 +24,14 @@ type NetlinkAddresses struct {
 	// and Addrs look the link up again, and a failed bind or unbind drops
 	// it (the link may have been replaced).
 	links map[string]netlink.Link
+	// b sends AddAddrs' and DelAddrs' requests, on a socket of its own.
+	b *nlBatch
 }
 
-var _ Addresses = (*NetlinkAddresses)(nil)
+var (
+	_ Addresses      = (*NetlinkAddresses)(nil)
+	_ AddressBatcher = (*NetlinkAddresses)(nil)
+)
 
 // NewNetlinkAddresses opens a route-netlink handle. Only NETLINK_ROUTE: the
 // library's default set includes XFRM, which hosts without xfrm_user lack
@@ -35,7 +41,12 @@ func NewNetlinkAddresses() (*NetlinkAddresses, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ipvs: open route netlink: %w", err)
 	}
-	return &NetlinkAddresses{h: h, links: map[string]netlink.Link{}}, nil
+	b, err := dialBatch(unix.NETLINK_ROUTE)
+	if err != nil {
+		h.Close()
+		return nil, fmt.Errorf("ipvs: open route netlink for batches: %w", err)
+	}
+	return &NetlinkAddresses{h: h, links: map[string]netlink.Link{}, b: b}, nil
 }
 
 // Close releases the netlink handle.
@@ -43,7 +54,7 @@ func (n *NetlinkAddresses) Close() error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.h.Close()
-	return nil
+	return n.b.close()
 }
 
 func (n *NetlinkAddresses) EnsureDummy(name string) error {
@@ -122,9 +133,81 @@ func (n *NetlinkAddresses) DelAddr(name string, a netip.Addr) error {
 	return n.addrOp("unbind", name, a, func(l netlink.Link, addr *netlink.Addr) error { return n.h.AddrDel(l, addr) })
 }
 
-func (n *NetlinkAddresses) addrOp(op, name string, a netip.Addr, fn func(netlink.Link, *netlink.Addr) error) error {
+// AddAddrs binds addrs several per round trip (AddressBatcher).
+func (n *NetlinkAddresses) AddAddrs(name string, addrs []netip.Addr) []error {
+	return n.addrBatch("bind", name, addrs, unix.RTM_NEWADDR, unix.NLM_F_CREATE|unix.NLM_F_EXCL, n.AddAddr)
+}
+
+// DelAddrs unbinds addrs several per round trip (AddressBatcher).
+func (n *NetlinkAddresses) DelAddrs(name string, addrs []netip.Addr) []error {
+	return n.addrBatch("unbind", name, addrs, unix.RTM_DELADDR, 0, n.DelAddr)
+}
+
+// addrBatch sends a request of type typ for each of addrs, as AddAddr and
+// DelAddr send theirs, in batches (nlBatch). Should the link have gone
+// (ENODEV: perhaps replaced), the addresses it failed go once more through
+// single, which looks the link up again.
+func (n *NetlinkAddresses) addrBatch(op, name string, addrs []netip.Addr, typ, flags uint16, single func(string, netip.Addr) error) []error {
+	errs := make([]error, len(addrs))
+	for i, a := range addrs {
+		errs[i] = validAddr(op, a)
+	}
+	n.mu.Lock()
+	link, err := n.cachedLink(name)
+	if err != nil {
+		n.mu.Unlock()
+		for i, a := range addrs {
+			if errs[i] == nil {
+				errs[i] = addrErr(op, name, a, err)
+			}
+		}
+		return errs
+	}
+	index := uint32(link.Attrs().Index)
+	n.b.send(errs, func(i int, buf []byte) (uint16, uint16, []byte, error) {
+		return typ, flags, appendIfAddr(buf, index, addrs[i]), nil
+	}, func(i int, err error) error { return addrErr(op, name, addrs[i], err) })
+	var gone []int
+	for i, err := range errs {
+		if err != nil && !errors.Is(err, syscall.EEXIST) && !errors.Is(err, syscall.EADDRNOTAVAIL) {
+			delete(n.links, name)
+		}
+		if errors.Is(err, syscall.ENODEV) {
+			gone = append(gone, i)
+		}
+	}
+	n.mu.Unlock()
+	for _, i := range gone {
+		errs[i] = single(name, addrs[i])
+	}
+	return errs
+}
+
+// appendIfAddr appends the payload of a /32 or /128 address request (an
+// ifaddrmsg and its attributes), as vishvananda/netlink writes AddrAdd's
+// and AddrDel's for addrOp's address.
+func appendIfAddr(buf []byte, index uint32, a netip.Addr) []byte {
+	family := byte(unix.AF_INET6)
+	if a.Is4() {
+		family = unix.AF_INET
+	}
+	buf = append(buf, family, byte(a.BitLen()), unix.IFA_F_NODAD, unix.RT_SCOPE_UNIVERSE)
+	buf = binary.NativeEndian.AppendUint32(buf, index)
+	b := addrBytes(a)
+	buf = attr(buf, unix.IFA_LOCAL, b...)
+	return attr(buf, unix.IFA_ADDRESS, b...)
+}
+
+func validAddr(op string, a netip.Addr) error {
 	if !a.IsValid() || a.Is4In6() {
 		return fmt.Errorf("ipvs: %s address %v: want an IPv4 or IPv6 address", op, a)
+	}
+	return nil
+}
+
+func (n *NetlinkAddresses) addrOp(op, name string, a netip.Addr, fn func(netlink.Link, *netlink.Addr) error) error {
+	if err := validAddr(op, a); err != nil {
+		return err
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -147,6 +230,11 @@ func (n *NetlinkAddresses) addrOp(op, name string, a netip.Addr, fn func(netlink
 	if err != nil && !errors.Is(err, syscall.EEXIST) && !errors.Is(err, syscall.EADDRNOTAVAIL) {
 		delete(n.links, name)
 	}
+	return addrErr(op, name, a, err)
+}
+
+// addrErr is the error of binding (op) or unbinding a on link name.
+func addrErr(op, name string, a netip.Addr, err error) error {
 	switch {
 	case errors.Is(err, ErrNotFound):
 		return fmt.Errorf("ipvs: %s %s: %w", op, a, err)

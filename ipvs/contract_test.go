@@ -47,6 +47,28 @@ func labKernel(t *testing.T) *ipvs.Netlink {
 // errInvalid stands for "any error": input the interface rejects itself.
 var errInvalid = errors.New("invalid input")
 
+// errMismatch says how err differs from what a call wants: no error for
+// nil, any for errInvalid, else one that Is want. It is "" when err fits.
+func errMismatch(err, want error) string {
+	switch {
+	case want == nil && err != nil:
+		return err.Error()
+	case want == errInvalid && err == nil:
+		return "no error, want one"
+	case want != nil && want != errInvalid && !errors.Is(err, want):
+		return fmt.Sprintf("error %v, want %v", err, want)
+	}
+	return ""
+}
+
+// checkStepErr stops the test when a contract step's error does not fit.
+func checkStepErr(t *testing.T, step string, err, wantErr error) {
+	t.Helper()
+	if m := errMismatch(err, wantErr); m != "" {
+		t.Fatalf("%s: %s", step, m)
+	}
+}
+
 func testKernelContract(t *testing.T, k ipvs.Kernel) {
 	vip4 := model.VirtualServiceKey{Addr: netip.MustParseAddr("10.96.7.1"), Port: 80, Protocol: model.TCP}
 	vip4udp := model.VirtualServiceKey{Addr: vip4.Addr, Port: 80, Protocol: model.UDP}
@@ -157,15 +179,7 @@ func testKernelContract(t *testing.T, k ipvs.Kernel) {
 		}, want: []ipvstest.Entry{}},
 	}
 	for _, st := range steps {
-		err := st.do()
-		switch {
-		case st.wantErr == nil && err != nil:
-			t.Fatalf("%s: %v", st.name, err)
-		case st.wantErr == errInvalid && err == nil:
-			t.Fatalf("%s: no error, want one", st.name)
-		case st.wantErr != nil && st.wantErr != errInvalid && !errors.Is(err, st.wantErr):
-			t.Fatalf("%s: error %v, want %v", st.name, err, st.wantErr)
-		}
+		checkStepErr(t, st.name, st.do(), st.wantErr)
 		if st.want == nil {
 			continue
 		}
@@ -257,6 +271,140 @@ func testTimeoutsContract(t *testing.T, k ipvs.Kernel) {
 		}
 		if diff := cmp.Diff(st.want, got); diff != "" {
 			t.Errorf("%s: timeouts (-want +got):\n%s", st.name, diff)
+		}
+	}
+}
+
+// Batches are part of the Kernel contract where the Kernel is a Batcher.
+
+func TestBatchContractFake(t *testing.T) {
+	testBatchContract(t, ipvstest.NewFake())
+}
+
+func TestBatchContractNetlink(t *testing.T) {
+	testBatchContract(t, labKernel(t))
+}
+
+// batchKernel is a Kernel that batches.
+type batchKernel interface {
+	ipvs.Kernel
+	ipvs.Batcher
+}
+
+// outcome names an error by what it wraps, for comparing batches' errors.
+func outcome(err error) string {
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.Is(err, ipvs.ErrExists):
+		return "exists"
+	case errors.Is(err, ipvs.ErrNotFound):
+		return "not found"
+	}
+	return "invalid"
+}
+
+func testBatchContract(t *testing.T, k batchKernel) {
+	vip4 := model.VirtualServiceKey{Addr: netip.MustParseAddr("10.96.8.1"), Port: 80, Protocol: model.TCP}
+	vip6 := model.VirtualServiceKey{Addr: netip.MustParseAddr("fd00:96::8:1"), Port: 443, Protocol: model.SCTP}
+	missing := model.VirtualServiceKey{Addr: netip.MustParseAddr("10.96.8.99"), Port: 80, Protocol: model.TCP}
+	fwm := ipvs.MarkKey(77, false)
+	be := func(addr string, port uint16, weight uint32) ipvs.Destination {
+		return ipvs.Destination{DestinationKey: ipvs.DestinationKey{Addr: netip.MustParseAddr(addr), Port: port}, Weight: weight}
+	}
+	state := func(d ipvs.Destination) ipvs.DestinationState { return ipvs.DestinationState{Destination: d} }
+	svc := func(k model.VirtualServiceKey, sched string) ipvs.Service {
+		return ipvs.Service{VirtualServiceKey: k, Scheduler: sched}
+	}
+	addSvc := func(s ipvs.Service) ipvs.Command { return ipvs.Command{Kind: ipvs.CmdAddService, Service: s} }
+	destCmd := func(kind ipvs.CommandKind, k model.VirtualServiceKey, d ipvs.Destination) ipvs.Command {
+		return ipvs.Command{Kind: kind, Service: ipvs.Service{VirtualServiceKey: k}, Dest: d}
+	}
+	sticky4 := ipvs.Service{VirtualServiceKey: vip4, Scheduler: "wrr", Flags: ipvs.FlagPersistent, Persistence: time.Hour}
+
+	type step struct {
+		name  string
+		cmds  []ipvs.Command
+		want  []string         // each command's outcome
+		table []ipvstest.Entry // the table after the batch
+	}
+	steps := []step{{
+		name: "adds, with failures between them",
+		cmds: []ipvs.Command{
+			addSvc(svc(vip4, "rr")),
+			destCmd(ipvs.CmdAddDestination, vip4, be("10.244.1.2", 8080, 1)),
+			destCmd(ipvs.CmdAddDestination, vip4, be("10.244.2.2", 8080, 2)),
+			addSvc(svc(vip4, "rr")),
+			destCmd(ipvs.CmdAddDestination, missing, be("10.244.1.2", 8080, 1)),
+			destCmd(ipvs.CmdAddDestination, vip4, be("fd00:244:1::2", 8080, 1)),
+			addSvc(svc(vip6, "sh")),
+			destCmd(ipvs.CmdAddDestination, vip6, be("fd00:244:1::2", 8443, 3)),
+			destCmd(ipvs.CmdUpdateDestination, vip4, be("10.244.1.2", 8080, 5)),
+			addSvc(svc(fwm, "mh")),
+			destCmd(ipvs.CmdAddDestination, fwm, be("10.244.9.2", 8080, 1)),
+		},
+		want: []string{"ok", "ok", "ok", "exists", "not found", "invalid", "ok", "ok", "ok", "ok", "ok"},
+		table: []ipvstest.Entry{
+			{Service: svc(fwm, "mh"), Destinations: []ipvs.DestinationState{state(be("10.244.9.2", 8080, 1))}},
+			{Service: svc(vip4, "rr"), Destinations: []ipvs.DestinationState{state(be("10.244.1.2", 8080, 5)), state(be("10.244.2.2", 8080, 2))}},
+			{Service: svc(vip6, "sh"), Destinations: []ipvs.DestinationState{state(be("fd00:244:1::2", 8443, 3))}},
+		},
+	}, {
+		name: "updates and deletions, the last failing",
+		cmds: []ipvs.Command{
+			{Kind: ipvs.CmdUpdateService, Service: sticky4},
+			destCmd(ipvs.CmdDeleteDestination, vip4, be("10.244.2.2", 8080, 0)),
+			destCmd(ipvs.CmdDeleteDestination, vip4, be("10.244.3.2", 8080, 0)),
+			destCmd(ipvs.CmdUpdateDestination, vip4, be("10.244.1.2", 8080, 0)),
+			{Kind: ipvs.CmdDeleteService, Service: ipvs.Service{VirtualServiceKey: vip6}},
+			{Kind: ipvs.CmdDeleteService, Service: ipvs.Service{VirtualServiceKey: fwm}},
+			{Kind: ipvs.CmdUpdateService, Service: svc(missing, "rr")},
+			{Kind: ipvs.CmdDeleteService, Service: ipvs.Service{VirtualServiceKey: missing}},
+		},
+		want: []string{"ok", "ok", "not found", "ok", "ok", "ok", "not found", "not found"},
+		table: []ipvstest.Entry{
+			{Service: sticky4, Destinations: []ipvs.DestinationState{state(be("10.244.1.2", 8080, 0))}},
+		},
+	}, {
+		name: "delete the last",
+		cmds: []ipvs.Command{{Kind: ipvs.CmdDeleteService, Service: ipvs.Service{VirtualServiceKey: vip4}}},
+		want: []string{"ok"}, table: []ipvstest.Entry{},
+	}}
+	// A batch larger than one message holds: 700 services of two real
+	// servers each, every 50th command an add of a service already there,
+	// so that failures fall on and between the messages' ends.
+	const n = 700
+	var many, unmany []ipvs.Command
+	var manyWant, unmanyWant []string
+	var manyTable []ipvstest.Entry
+	for i := range n {
+		k := model.VirtualServiceKey{Addr: netip.AddrFrom4([4]byte{10, 97, byte(i >> 8), byte(i)}), Port: 80, Protocol: model.TCP}
+		d1, d2 := be("10.244.1.2", 8080, 1), be("10.244.2.2", 8080, uint32(i%7))
+		for _, c := range []ipvs.Command{addSvc(svc(k, "rr")), destCmd(ipvs.CmdAddDestination, k, d1), destCmd(ipvs.CmdAddDestination, k, d2)} {
+			many, manyWant = append(many, c), append(manyWant, "ok")
+			if len(many)%50 == 49 {
+				many, manyWant = append(many, addSvc(svc(k, "rr"))), append(manyWant, "exists")
+			}
+		}
+		manyTable = append(manyTable, ipvstest.Entry{Service: svc(k, "rr"), Destinations: []ipvs.DestinationState{state(d1), state(d2)}})
+		unmany = append(unmany, ipvs.Command{Kind: ipvs.CmdDeleteService, Service: ipvs.Service{VirtualServiceKey: k}})
+		unmanyWant = append(unmanyWant, "ok")
+	}
+	steps = append(steps,
+		step{name: "700 services in one batch", cmds: many, want: manyWant, table: manyTable},
+		step{name: "all deleted in one batch", cmds: unmany, want: unmanyWant, table: []ipvstest.Entry{}})
+
+	for _, st := range steps {
+		errs := k.Batch(st.cmds)
+		got := make([]string, len(errs))
+		for i, err := range errs {
+			got[i] = outcome(err)
+		}
+		if diff := cmp.Diff(st.want, got); diff != "" {
+			t.Fatalf("%s: outcomes (-want +got):\n%s\nerrors: %v", st.name, diff, errors.Join(errs...))
+		}
+		if diff := cmp.Diff(st.table, dump(t, k), cmpopts.EquateComparable(netip.Addr{})); diff != "" {
+			t.Fatalf("%s: table (-want +got):\n%s", st.name, diff)
 		}
 	}
 }

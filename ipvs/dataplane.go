@@ -261,36 +261,8 @@ func (d *Dataplane) apply(ctx context.Context, u plugin.Update, addOnly bool) er
 	if err != nil {
 		kernelErrs = append(kernelErrs, err)
 	}
-	unbound, undeleted := map[netip.Addr]bool{}, map[netip.Addr]bool{}
-	unbinds := false // an address left the dummy link
-	for _, op := range ops {
-		if err := ctx.Err(); err != nil {
-			kernelErrs = append(kernelErrs, fmt.Errorf("ipvs: apply: %w", err))
-			break
-		}
-		k := op.Service.VirtualServiceKey
-		switch op.Kind {
-		case OpBindAddr, OpDeleteService:
-		case OpUnbindAddr:
-			if undeleted[op.Addr] {
-				continue
-			}
-		default:
-			if unrecorded[k] || unbound[k.Addr] {
-				continue
-			}
-		}
-		if err := d.do(op); err != nil {
-			kernelErrs = append(kernelErrs, err)
-			switch op.Kind {
-			case OpBindAddr:
-				unbound[op.Addr] = true
-			case OpDeleteService:
-				undeleted[k.Addr] = true
-			}
-		}
-		unbinds = unbinds || op.Kind == OpUnbindAddr
-	}
+	unbinds, runErrs := d.run(ctx, ops, unrecorded, addOnly) // unbinds: an address left the dummy link
+	kernelErrs = append(kernelErrs, runErrs...)
 	d.flushUDP(flushes)
 	d.adopt(scope, unrecorded)
 	programmed := d.cfg.Now()
@@ -775,23 +747,24 @@ func (d *Dataplane) load() error {
 }
 
 // leftOut returns svcs, the kernel's dump of the virtual services, with
-// the services of this namespace it left out that the dataplane knows
-// of. Neither listing the kernel offers is exact when other network
-// namespaces use IPVS (one table for all namespaces up to Linux 6.1 at
-// least): the netlink dump resumes each part at an index that counts every
-// namespace's services, so another namespace deleting services meanwhile
-// moves it past some of this one's, with no NLM_F_DUMP_INTR; and
-// /proc/net/ip_vs (table) advances its position over every namespace's
-// services but restarts each read(2) counting only its own, so it skips
-// some whenever other namespaces hold services. A service left out was
-// unknown to the cache: its re-creation failed with ErrExists, and once
+// the services of this namespace it left out that the dataplane had. Neither
+// listing the kernel offers is exact when other network namespaces use
+// IPVS (one table for all namespaces up to Linux 6.1 at least): the netlink
+// dump resumes each part at an index that counts every namespace's
+// services, so another namespace deleting services meanwhile moves it past
+// some of this one's, with no NLM_F_DUMP_INTR; and /proc/net/ip_vs (table)
+// advances its position over every namespace's services but restarts each
+// read(2) counting only its own, so it skips some whenever other namespaces
+// hold services. A service left out was unknown to the cache: once
 // unwanted it was never deleted while its address left the dummy link,
 // which made it foreign for good (the cluster lab's soak: three nodes'
-// namespaces in one kernel deleting hundreds of Services at once). So
-// every service the dataplane had, wants or recorded as owned, and every
-// one the table shows, that the dump lacks is looked up on its own
-// (Kernel.Service: an exact get, not a dump). That costs a request per
-// wanted service not created yet, and per service the dump skipped.
+// namespaces in one kernel deleting hundreds of Services at once). So every
+// service the dataplane had (in its cache or recorded as owned, by itself
+// or in the firewall table) and every one the table shows, that the dump
+// lacks, is looked up on its own (Kernel.Service: an exact get, not a
+// dump): a request per service the dump skipped, none at a first start. A
+// wanted service the dataplane never had is not asked for: if the dump
+// left it out, its add fails with ErrExists and run reads it then.
 func (d *Dataplane) leftOut(svcs []Service, table map[model.VirtualServiceKey][]DestinationState, owned map[model.VirtualServiceKey]bool) ([]Service, error) {
 	seen := make(map[model.VirtualServiceKey]bool, len(svcs))
 	for _, s := range svcs {
@@ -799,7 +772,7 @@ func (d *Dataplane) leftOut(svcs []Service, table map[model.VirtualServiceKey][]
 	}
 	var ask []model.VirtualServiceKey
 	for _, keys := range []iter.Seq[model.VirtualServiceKey]{maps.Keys(table), maps.Keys(d.have.Services),
-		maps.Keys(d.have.Recorded), maps.Keys(d.want.Services), maps.Keys(d.journal), maps.Keys(owned)} {
+		maps.Keys(d.have.Recorded), maps.Keys(d.journal), maps.Keys(owned)} {
 		for k := range keys {
 			if !seen[k] {
 				seen[k] = true
@@ -845,78 +818,6 @@ func (d *Dataplane) readTable() map[model.VirtualServiceKey][]DestinationState {
 		return nil
 	}
 	return table
-}
-
-// do runs one op and updates the cache.
-func (d *Dataplane) do(op Op) error {
-	k := op.Service.VirtualServiceKey
-	h := d.have
-	switch op.Kind {
-	case OpBindAddr:
-		if err := d.cfg.Addresses.AddAddr(d.cfg.Dummy, op.Addr); err != nil && !errors.Is(err, ErrExists) {
-			return err
-		}
-		h.Addrs[op.Addr] = true
-	case OpUnbindAddr:
-		if err := d.cfg.Addresses.DelAddr(d.cfg.Dummy, op.Addr); err != nil && !errors.Is(err, ErrNotFound) {
-			return err
-		}
-		delete(h.Addrs, op.Addr)
-	case OpAddService:
-		if err := d.cfg.Kernel.AddService(op.Service); err != nil {
-			return err
-		}
-		h.Services[k] = Entry{Service: op.Service}
-		h.Recorded[k] = true
-	case OpUpdateService:
-		if err := d.cfg.Kernel.UpdateService(op.Service); err != nil {
-			return err
-		}
-		e := h.Services[k]
-		e.Service = op.Service
-		h.Services[k] = e
-		h.Recorded[k] = true
-	case OpDeleteService:
-		if err := d.cfg.Kernel.DeleteService(k); err != nil && !errors.Is(err, ErrNotFound) {
-			return err
-		}
-		delete(h.Services, k)
-		delete(h.Recorded, k)
-		for dk := range d.draining {
-			if dk.Service == k {
-				delete(d.draining, dk)
-			}
-		}
-		if k.Protocol == model.UDP { // a firewall-mark service has none
-			d.clearUDP(k, netip.Addr{})
-		}
-	case OpAddDestination, OpUpdateDestination:
-		var err error
-		if op.Kind == OpAddDestination {
-			err = d.cfg.Kernel.AddDestination(k, op.Dest)
-		} else {
-			err = d.cfg.Kernel.UpdateDestination(k, op.Dest)
-		}
-		if err != nil {
-			return err
-		}
-		d.setDest(k, op.Dest)
-		delete(d.draining, drainKey{k, op.Dest.DestinationKey})
-		h.Recorded[k] = true
-	case OpDrainDestination:
-		if op.Dest.Weight != 0 {
-			op.Dest.Weight = 0
-			if err := d.cfg.Kernel.UpdateDestination(k, op.Dest); err != nil {
-				return err
-			}
-			d.setDest(k, op.Dest)
-		}
-		dk := drainKey{k, op.Dest.DestinationKey}
-		if _, ok := d.draining[dk]; !ok {
-			d.draining[dk] = d.cfg.Now()
-		}
-	}
-	return nil
 }
 
 // destinations reads k's real servers, again when the dump was

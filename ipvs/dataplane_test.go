@@ -263,18 +263,28 @@ func TestDataplaneStats(t *testing.T) {
 	}
 }
 
-func TestDataplaneGracefulTermination(t *testing.T) {
-	r := newRig()
+// gone is the web backend the drain tests remove.
+var gone = ipvs.DestinationKey{Addr: netip.MustParseAddr("10.244.1.2"), Port: 8080}
+
+// drainingDataplane applies webPlan with two backends and gives gone
+// active and inactive connections on the ClusterIP and the NodePort.
+func (r *rig) drainingDataplane(t *testing.T, active, inactive uint32) *ipvs.Dataplane {
+	t.Helper()
 	dp := r.dataplane(t)
 	if err := dp.Apply(t.Context(), plugin.Update{Plan: webPlan(be("10.244.1.2", 8080, 1), be("10.244.2.2", 8080, 1)), Full: true}); err != nil {
 		t.Fatal(err)
 	}
-	gone := ipvs.DestinationKey{Addr: netip.MustParseAddr("10.244.1.2"), Port: 8080}
 	for _, k := range []model.VirtualServiceKey{keyA, keyNP} {
-		if err := r.kernel.SetConns(k, gone, 1, 2); err != nil {
+		if err := r.kernel.SetConns(k, gone, active, inactive); err != nil {
 			t.Fatal(err)
 		}
 	}
+	return dp
+}
+
+func TestDataplaneGracefulTermination(t *testing.T) {
+	r := newRig()
+	dp := r.drainingDataplane(t, 1, 2)
 	destsOf := func(k model.VirtualServiceKey) []ipvs.DestinationState {
 		t.Helper()
 		ds, err := r.kernel.Destinations(k)
@@ -456,6 +466,19 @@ func TestDataplaneRetriesInterruptedDumps(t *testing.T) {
 	}
 }
 
+// applyThenRemove applies plan whole, then removes the Service gone from
+// it as a change.
+func applyThenRemove(t *testing.T, dp *ipvs.Dataplane, plan *model.Plan, gone model.ServiceKey) {
+	t.Helper()
+	if err := dp.Apply(t.Context(), plugin.Update{Plan: plan, Full: true}); err != nil {
+		t.Fatal(err)
+	}
+	delete(plan.Services, gone)
+	if err := dp.Apply(t.Context(), plugin.Update{Plan: plan, Changed: []model.ServiceKey{gone}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestDataplaneSharedAddress(t *testing.T) {
 	// Two Services share a LoadBalancer IP on different ports: removing
 	// one keeps the address bound for the other.
@@ -470,13 +493,7 @@ func TestDataplaneSharedAddress(t *testing.T) {
 	}
 	a, b := model.ServiceKey{Namespace: "x", Name: "a"}, model.ServiceKey{Namespace: "x", Name: "b"}
 	plan := &model.Plan{Services: map[model.ServiceKey]*model.ServicePlan{a: mk(80), b: mk(443)}}
-	if err := dp.Apply(t.Context(), plugin.Update{Plan: plan, Full: true}); err != nil {
-		t.Fatal(err)
-	}
-	delete(plan.Services, a)
-	if err := dp.Apply(t.Context(), plugin.Update{Plan: plan, Changed: []model.ServiceKey{a}}); err != nil {
-		t.Fatal(err)
-	}
+	applyThenRemove(t, dp, plan, a)
 	if diff := cmp.Diff([]netip.Addr{lb}, r.bound(t), cmpAddrs); diff != "" {
 		t.Errorf("addresses on switchyard0 (-want +got):\n%s", diff)
 	}
@@ -520,13 +537,7 @@ func TestDataplaneNodePortOnABoundAddress(t *testing.T) {
 	plan := &model.Plan{Services: map[model.ServiceKey]*model.ServicePlan{
 		ext: vs(model.FrontendExternalIP, 80), np: vs(model.FrontendNodePort, 30080),
 	}}
-	if err := dp.Apply(t.Context(), plugin.Update{Plan: plan, Full: true}); err != nil {
-		t.Fatal(err)
-	}
-	delete(plan.Services, np)
-	if err := dp.Apply(t.Context(), plugin.Update{Plan: plan, Changed: []model.ServiceKey{np}}); err != nil {
-		t.Fatal(err)
-	}
+	applyThenRemove(t, dp, plan, np)
 	if diff := cmp.Diff([]netip.Addr{ip}, r.bound(t), cmpAddrs); diff != "" {
 		t.Errorf("addresses on switchyard0 (-want +got):\n%s", diff)
 	}
@@ -536,16 +547,7 @@ func TestDataplaneDrainCancelledAtWeightZero(t *testing.T) {
 	// A draining real server that comes back wanted at weight 0 (a policy
 	// weight) needs no kernel change, but must no longer be deleted.
 	r := newRig()
-	dp := r.dataplane(t)
-	if err := dp.Apply(t.Context(), plugin.Update{Plan: webPlan(be("10.244.1.2", 8080, 1), be("10.244.2.2", 8080, 1)), Full: true}); err != nil {
-		t.Fatal(err)
-	}
-	gone := ipvs.DestinationKey{Addr: netip.MustParseAddr("10.244.1.2"), Port: 8080}
-	for _, k := range []model.VirtualServiceKey{keyA, keyNP} {
-		if err := r.kernel.SetConns(k, gone, 1, 0); err != nil {
-			t.Fatal(err)
-		}
-	}
+	dp := r.drainingDataplane(t, 1, 0)
 	if err := dp.Apply(t.Context(), plugin.Update{Plan: webPlan(be("10.244.2.2", 8080, 1)), Changed: []model.ServiceKey{svcWeb}}); err != nil {
 		t.Fatal(err)
 	}
@@ -752,16 +754,7 @@ func TestDataplaneRefusesAKeyPlannedTwice(t *testing.T) {
 // keeps it past the old, zero is DefaultDrainTimeout.
 func TestDataplaneSetDrainTimeout(t *testing.T) {
 	r := newRig()
-	dp := r.dataplane(t) // DrainTimeout: 1m
-	if err := dp.Apply(t.Context(), plugin.Update{Plan: webPlan(be("10.244.1.2", 8080, 1), be("10.244.2.2", 8080, 1)), Full: true}); err != nil {
-		t.Fatal(err)
-	}
-	gone := ipvs.DestinationKey{Addr: netip.MustParseAddr("10.244.1.2"), Port: 8080}
-	for _, k := range []model.VirtualServiceKey{keyA, keyNP} {
-		if err := r.kernel.SetConns(k, gone, 1, 0); err != nil {
-			t.Fatal(err)
-		}
-	}
+	dp := r.drainingDataplane(t, 1, 0) // DrainTimeout: 1m
 	if err := dp.Apply(t.Context(), plugin.Update{Plan: webPlan(be("10.244.2.2", 8080, 1)), Changed: []model.ServiceKey{svcWeb}}); err != nil {
 		t.Fatal(err)
 	}

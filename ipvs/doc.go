@@ -2,9 +2,18 @@
 // over the narrow interfaces it declares in front of the kernel:
 //
 //   - Kernel, the IPVS table (virtual services, real servers), over
-//     cloudflare/ipvs: Netlink;
+//     cloudflare/ipvs: Netlink. A Kernel that is also a Batcher takes
+//     several changes per round trip: Netlink's batch sender (batch_linux.go)
+//     writes up to 256 requests in one sendmsg(2) on a generic netlink socket
+//     of its own, only the last asking for an acknowledgement, so that the
+//     kernel answers the failed ones and the last, each error mapped to
+//     its command by sequence number (a lost answer makes every command
+//     without one an error, never a silent success). The Dataplane sends
+//     an Apply's ops a stage at a time (binds, services, real servers,
+//     deletions, unbinds: run.go);
 //   - Addresses, the dummy link switchyard0 that holds the virtual IPs, over
-//     vishvananda/netlink: NetlinkAddresses;
+//     vishvananda/netlink: NetlinkAddresses, an AddressBatcher too (binds
+//     and unbinds in batches over route netlink, with the same sender);
 //   - Sysctls, the kernel parameters it sets: ProcSysctls;
 //   - Conntrack, stale UDP entry deletion over ctnetlink (a removed
 //     backend's, a deleted service's, and a service's when it gets its
@@ -125,8 +134,10 @@
 // service skipped was unknown to the cache, so it failed its re-creation
 // with ErrExists and, once unwanted, stayed while its address left the
 // dummy link (leaked as foreign). The load therefore looks up on its own
-// (Kernel.Service, an exact get) every service the dataplane had, wants
-// or recorded that the dump lacks (Dataplane.leftOut); a real server list
+// (Kernel.Service, an exact get) every service the dataplane had or
+// recorded that the dump lacks (Dataplane.leftOut), and a wanted service it
+// never had whose add fails with ErrExists is read then, with one get, and
+// diffed again as had: a first start asks for none; a real server list
 // the proc file skipped is dumped on its own, as for a mark service.
 // google/nftables ignores
 // it too; a commit to another table, which sets it, leaves the dataplane's

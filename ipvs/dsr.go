@@ -197,8 +197,9 @@ type DSRTunnels interface {
 	// fallback device). For an IPv6 addr it sets FallbackTunnel6 up
 	// instead (ip6_tunnel's; IPv6 has no reverse-path filter to satisfy).
 	EnsureFallback(addr netip.Addr) error
-	// EnsureGUE opens a FOU port receiving GUE; an open one is kept.
-	EnsureGUE(port uint16) error
+	// EnsureGUE opens a FOU port receiving GUE over IPv4 (over IPv6 with
+	// v6: a FOU port is of one family); an open one is kept.
+	EnsureGUE(port uint16, v6 bool) error
 }
 
 // DSRConfig is what a DSR programs through.
@@ -244,8 +245,14 @@ func (d *DSR) Apply(p model.DSRPlan) error {
 		}
 	}
 	if p.Encapsulation == model.GUE {
-		if err := d.cfg.Tunnels.EnsureGUE(p.GUEPort); err != nil {
+		if err := d.cfg.Tunnels.EnsureGUE(p.GUEPort, false); err != nil {
 			return fmt.Errorf("ipvs: dsr: %w", err)
+		}
+		if p.Addr6.IsValid() {
+			// IPv6 frontends' flows arrive in GUE over IPv6.
+			if err := d.cfg.Tunnels.EnsureGUE(p.GUEPort, true); err != nil {
+				return fmt.Errorf("ipvs: dsr: %w", err)
+			}
 		}
 	}
 	if _, _, err := SetSysctls(d.cfg.Sysctls, DSRSysctlSettings()); err != nil {
@@ -268,12 +275,34 @@ func (d *DSR) Apply(p model.DSRPlan) error {
 	return d.run(after)
 }
 
-func (d *DSR) read() (State, error) {
+// PeerMarks reads back the peer marks the kernel holds: each dsr
+// firewall-mark service's tunnel destination (IPv4 and IPv6 alike) and
+// its mark, so that a restarted daemon keeps them
+// (reconcile.DSRMarksReader). A mark with more than one destination is
+// left out: no plan makes one. It reads the services only: on a node
+// that never ran the dsr side (no DSRDummy yet) it finds none.
+func (d *DSR) PeerMarks() (map[netip.Addr]uint32, error) {
+	entries, err := d.readServices()
+	if err != nil {
+		return nil, err
+	}
+	out := map[netip.Addr]uint32{}
+	for k, e := range entries {
+		m, _ := MarkOf(k)
+		if len(e.Destinations) == 1 {
+			out[e.Destinations[0].Addr] = m
+		}
+	}
+	return out, nil
+}
+
+// readServices reads the dsr marks' services with their destinations.
+func (d *DSR) readServices() (map[model.VirtualServiceKey]Entry, error) {
 	// Reads are retried when a concurrent change interrupts them (the
 	// namespace's address dump covers every link), as the Dataplane's.
 	svcs, err := retryDump(d.cfg.Kernel.Services)
 	if err != nil {
-		return State{}, fmt.Errorf("ipvs: dsr: %w", err)
+		return nil, fmt.Errorf("ipvs: dsr: %w", err)
 	}
 	entries := map[model.VirtualServiceKey]Entry{}
 	for _, s := range svcs {
@@ -282,9 +311,17 @@ func (d *DSR) read() (State, error) {
 		}
 		dests, err := retryDump(func() ([]DestinationState, error) { return d.cfg.Kernel.Destinations(s.VirtualServiceKey) })
 		if err != nil {
-			return State{}, fmt.Errorf("ipvs: dsr: %w", err)
+			return nil, fmt.Errorf("ipvs: dsr: %w", err)
 		}
 		entries[s.VirtualServiceKey] = Entry{Service: s, Destinations: dests}
+	}
+	return entries, nil
+}
+
+func (d *DSR) read() (State, error) {
+	entries, err := d.readServices()
+	if err != nil {
+		return State{}, err
 	}
 	addrs, err := retryDump(func() ([]netip.Addr, error) { return d.cfg.Addresses.Addrs(DSRDummy) })
 	if err != nil {

@@ -302,13 +302,14 @@ func (n *NetlinkDSRTunnels) EnsureFallback(addr netip.Addr) error {
 // fouVersion is FOU_GENL_VERSION.
 const fouVersion = 1
 
-// EnsureGUE opens the port with FOU's generic netlink family, in the
-// calling thread's namespace, unless FOU has it open already (a second
+// EnsureGUE opens the port (IPv4, or IPv6 with v6) with FOU's generic
+// netlink family, in the calling thread's namespace, unless FOU has it
+// open already (a second
 // FOU_CMD_ADD fails with EADDRINUSE, seen in the lab). It leaves out
 // FOU_ATTR_IPPROTO, which GUE does not take: vishvananda/netlink's FouAdd
 // sends it (as 0) and the 6.1 kernel refuses that with ERANGE, where
 // iproute2 succeeds (seen in the lab).
-func (n *NetlinkDSRTunnels) EnsureGUE(port uint16) error {
+func (n *NetlinkDSRTunnels) EnsureGUE(port uint16, v6 bool) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	c, err := genetlink.Dial(nil)
@@ -320,14 +321,14 @@ func (n *NetlinkDSRTunnels) EnsureGUE(port uint16) error {
 	if err != nil {
 		return fmt.Errorf("GUE port %d: find the fou family (is the fou module loaded?): %w", port, err)
 	}
-	get, err := fouMessage(netlink.FOU_CMD_GET, port, false)
+	get, err := fouMessage(netlink.FOU_CMD_GET, port, v6, false)
 	if err != nil {
 		return err
 	}
 	if _, err := c.Execute(get, fam.ID, mdnetlink.Request); err == nil {
 		return nil // open (fou_nl_cmd_get_port answers ESRCH otherwise)
 	}
-	add, err := fouMessage(netlink.FOU_CMD_ADD, port, true)
+	add, err := fouMessage(netlink.FOU_CMD_ADD, port, v6, true)
 	if err != nil {
 		return err
 	}
@@ -337,11 +338,16 @@ func (n *NetlinkDSRTunnels) EnsureGUE(port uint16) error {
 	return nil
 }
 
-// fouMessage is a FOU command about an IPv4 port (of type GUE, with gue).
-func fouMessage(cmd uint8, port uint16, gue bool) (genetlink.Message, error) {
+// fouMessage is a FOU command about an IPv4 port (IPv6 with v6; of type
+// GUE, with gue).
+func fouMessage(cmd uint8, port uint16, v6, gue bool) (genetlink.Message, error) {
 	ae := mdnetlink.NewAttributeEncoder()
 	ae.Bytes(netlink.FOU_ATTR_PORT, binaryutil.BigEndian.PutUint16(port))
-	ae.Uint8(netlink.FOU_ATTR_AF, unix.AF_INET)
+	family := uint8(unix.AF_INET)
+	if v6 {
+		family = unix.AF_INET6
+	}
+	ae.Uint8(netlink.FOU_ATTR_AF, family)
 	if gue {
 		ae.Uint8(netlink.FOU_ATTR_TYPE, netlink.FOU_ENCAP_GUE)
 	}
@@ -398,8 +404,8 @@ func ReadDSRRecord() (exists bool, guePort uint16, err error) {
 	return true, 0, nil
 }
 
-// CloseGUEPort closes an IPv4 FOU port in the calling thread's namespace
-// and reports whether it was open.
+// CloseGUEPort closes the FOU ports of port, IPv4 and IPv6, in the
+// calling thread's namespace and reports whether one was open.
 func CloseGUEPort(port uint16) (bool, error) {
 	c, err := genetlink.Dial(nil)
 	if err != nil {
@@ -413,18 +419,22 @@ func CloseGUEPort(port uint16) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("GUE port %d: find the fou family: %w", port, err)
 	}
-	msg, err := fouMessage(netlink.FOU_CMD_DEL, port, false)
-	if err != nil {
-		return false, err
+	closed := false
+	for _, v6 := range []bool{false, true} {
+		msg, err := fouMessage(netlink.FOU_CMD_DEL, port, v6, false)
+		if err != nil {
+			return closed, err
+		}
+		_, err = c.Execute(msg, fam.ID, mdnetlink.Request|mdnetlink.Acknowledge)
+		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EINVAL) {
+			continue // fou_destroy's answer for a port not open
+		}
+		if err != nil {
+			return closed, fmt.Errorf("close GUE port %d: %w", port, err)
+		}
+		closed = true
 	}
-	_, err = c.Execute(msg, fam.ID, mdnetlink.Request|mdnetlink.Acknowledge)
-	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EINVAL) {
-		return false, nil // fou_destroy's answer for a port not open
-	}
-	if err != nil {
-		return false, fmt.Errorf("close GUE port %d: %w", port, err)
-	}
-	return true, nil
+	return closed, nil
 }
 
 // ifname is an interface name as nftables compares it: NUL-padded to

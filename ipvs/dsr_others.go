@@ -25,7 +25,7 @@ func NewNetlinkDSRTunnels() (*NetlinkDSRTunnels, error) { return nil, errUnsuppo
 
 func (*NetlinkDSRTunnels) Close() error                    { return nil }
 func (*NetlinkDSRTunnels) EnsureFallback(netip.Addr) error { return errUnsupported }
-func (*NetlinkDSRTunnels) EnsureGUE(uint16) error {
+func (*NetlinkDSRTunnels) EnsureGUE(uint16, bool) error {
 	return errUnsupported
 }
 

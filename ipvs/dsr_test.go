@@ -26,7 +26,13 @@ func (r *dsrRecorder) EnsureFallback(a netip.Addr) error {
 	r.fallbacks = append(r.fallbacks, a)
 	return nil
 }
-func (r *dsrRecorder) EnsureGUE(port uint16) error { r.guePorts = append(r.guePorts, port); return nil }
+func (r *dsrRecorder) EnsureGUE(port uint16, v6 bool) error {
+	if v6 {
+		port |= 1 << 15 // recorded apart: the tests' ports are below 32768
+	}
+	r.guePorts = append(r.guePorts, port)
+	return nil
+}
 
 var (
 	dsrVIP  = netip.MustParseAddr("192.0.2.10")
@@ -40,6 +46,13 @@ func dsrPlan(enc model.Encapsulation, peers ...model.DSRPeer) model.DSRPlan {
 		p.GUEPort = 6080
 	}
 	return p
+}
+
+// dsrSysctls are the dsr side's sysctls, each still at its default.
+func dsrSysctls() *ipvstest.FakeSysctls {
+	return ipvstest.NewFakeSysctls(map[string]string{
+		"net/ipv4/vs/sloppy_tcp": "0", "net/ipv4/vs/sloppy_sctp": "0", "net/ipv4/vs/schedule_icmp": "0", "net/ipv4/vs/expire_nodest_conn": "0", "net/ipv4/conf/tunl0/rp_filter": "0",
+	})
 }
 
 func peer(name, addr string, i int) model.DSRPeer {
@@ -74,9 +87,7 @@ func kernelTable(t *testing.T, k ipvs.Kernel) map[model.VirtualServiceKey][]ipvs
 func TestDSRApply(t *testing.T) {
 	k := ipvstest.NewFake()
 	addrs := ipvstest.NewFakeAddresses()
-	sys := ipvstest.NewFakeSysctls(map[string]string{
-		"net/ipv4/vs/sloppy_tcp": "0", "net/ipv4/vs/sloppy_sctp": "0", "net/ipv4/vs/schedule_icmp": "0", "net/ipv4/vs/expire_nodest_conn": "0", "net/ipv4/conf/tunl0/rp_filter": "0",
-	})
+	sys := dsrSysctls()
 	rec := &dsrRecorder{}
 	own := model.VirtualServiceKey{Addr: dsrVIP, Port: 80, Protocol: model.TCP}
 	internal := ipvs.MarkKey(5, false)
@@ -205,5 +216,54 @@ func TestIsDSRMark(t *testing.T) {
 		if got := ipvs.IsDSRMark(m); got != want {
 			t.Errorf("IsDSRMark(%#x) = %t, want %t", m, got, want)
 		}
+	}
+}
+
+// TestDSRPeerMarks: on a node that never ran the dsr side (no
+// switchyard-dsr link) it reads no mark and no error; a DSR opened after
+// another one applied a plan (a restarted daemon over the same kernel)
+// reads back each peer's mark by its IPv4 and IPv6 tunnel addresses, and
+// nothing of the services the dsr side does not own.
+func TestDSRPeerMarks(t *testing.T) {
+	k := ipvstest.NewFake()
+	addrs := ipvstest.NewFakeAddresses()
+	sys := dsrSysctls()
+	rec := &dsrRecorder{}
+	cfg := ipvs.DSRConfig{Kernel: k, Addresses: addrs, Sysctls: sys, Firewall: rec, Tunnels: rec}
+	if err := k.AddService(ipvs.Service{VirtualServiceKey: ipvs.MarkKey(5, false), Scheduler: "rr"}); err != nil {
+		t.Fatal(err)
+	}
+	first, err := ipvs.NewDSR(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := first.PeerMarks(); err != nil || len(got) != 0 {
+		t.Fatalf("PeerMarks before any apply = %v, %v; want none and no error", got, err)
+	}
+	p := dsrPlan(model.IPIP, peer("n2", "10.0.2.2", 3), peer("n3", "10.0.3.2", 1))
+	p.Addr6 = netip.MustParseAddr("fd00::1:2")
+	p.Peers[0].Addr6 = netip.MustParseAddr("fd00::2:2")
+	p.Frontends = append(p.Frontends, model.DSRFrontend{
+		VirtualServiceKey: model.VirtualServiceKey{Addr: netip.MustParseAddr("2001:db8::10"), Port: 80, Protocol: model.TCP},
+		Slots:             []uint32{0, plan.DSRMark(3)},
+	})
+	if err := first.Apply(p); err != nil {
+		t.Fatal(err)
+	}
+	restarted, err := ipvs.NewDSR(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := restarted.PeerMarks()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[netip.Addr]uint32{
+		netip.MustParseAddr("10.0.2.2"):  plan.DSRMark(3),
+		netip.MustParseAddr("fd00::2:2"): plan.DSRMark(3),
+		netip.MustParseAddr("10.0.3.2"):  plan.DSRMark(1),
+	}
+	if diff := cmp.Diff(want, got, cmpopts.EquateComparable(netip.Addr{})); diff != "" {
+		t.Errorf("peer marks (-want +got):\n%s", diff)
 	}
 }

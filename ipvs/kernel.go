@@ -56,6 +56,78 @@ type Kernel interface {
 	SetTimeouts(Timeouts) error
 }
 
+// Batcher is a Kernel that sends several changes per round trip with the
+// kernel rather than one. Implementations are safe for concurrent use.
+type Batcher interface {
+	// Batch runs cmds in order and returns one error per command, nil
+	// where it took effect. A failed command does not stop the ones after
+	// it. Errors wrap ErrExists or ErrNotFound as the single calls' do; a
+	// command whose outcome is unknown (its batch could not be sent whole,
+	// or the kernel's answer was lost) has an error too, so that the
+	// caller reads the kernel again.
+	Batch(cmds []Command) []error
+}
+
+// CommandKind is what a Command changes.
+type CommandKind uint8
+
+// The commands: one per changing call of Kernel.
+const (
+	CmdAddService CommandKind = iota + 1
+	CmdUpdateService
+	CmdDeleteService
+	CmdAddDestination
+	CmdUpdateDestination
+	CmdDeleteDestination
+)
+
+// Command is one change to the IPVS table, for Batcher. Service is the
+// whole service for CmdAddService and CmdUpdateService, only its key
+// otherwise; Dest is the destination of the destination commands (only its
+// key for CmdDeleteDestination).
+type Command struct {
+	Kind    CommandKind
+	Service Service
+	Dest    Destination
+}
+
+// RunCommand runs c with k's single calls: what Batch does for one
+// command.
+func RunCommand(k Kernel, c Command) error {
+	key := c.Service.VirtualServiceKey
+	switch c.Kind {
+	case CmdAddService:
+		return k.AddService(c.Service)
+	case CmdUpdateService:
+		return k.UpdateService(c.Service)
+	case CmdDeleteService:
+		return k.DeleteService(key)
+	case CmdAddDestination:
+		return k.AddDestination(key, c.Dest)
+	case CmdUpdateDestination:
+		return k.UpdateDestination(key, c.Dest)
+	case CmdDeleteDestination:
+		return k.DeleteDestination(key, c.Dest.DestinationKey)
+	}
+	return fmt.Errorf("ipvs: unknown command %d", c.Kind)
+}
+
+// RunCommands runs cmds on k, in batches when k is a Batcher and with a
+// call per command otherwise, and returns one error per command.
+func RunCommands(k Kernel, cmds []Command) []error {
+	if len(cmds) == 0 {
+		return nil
+	}
+	if b, ok := k.(Batcher); ok {
+		return b.Batch(cmds)
+	}
+	errs := make([]error, len(cmds))
+	for i, c := range cmds {
+		errs[i] = RunCommand(k, c)
+	}
+	return errs
+}
+
 // Timeouts are IPVS's connection timeouts, for every virtual service:
 // TCP for established TCP connections, TCPFin for TCP connections after a
 // FIN, UDP for UDP flows. Whole seconds.

@@ -25,11 +25,14 @@ type Netlink struct {
 	// that it shows the same namespace whichever thread reads it; nil
 	// when it could not be opened (ReadTable fails then).
 	proc *os.File
+	// b sends Batch's commands, on a socket of its own.
+	b *nlBatch
 }
 
 var (
 	_ Kernel      = (*Netlink)(nil)
 	_ TableReader = (*Netlink)(nil)
+	_ Batcher     = (*Netlink)(nil)
 )
 
 // NewNetlink connects to the kernel's IPVS. It fails where IPVS is missing
@@ -42,7 +45,21 @@ func NewNetlink() (*Netlink, error) {
 	// /proc/net is the main thread's namespace; thread-self is this
 	// thread's, the socket's.
 	proc, _ := os.Open("/proc/thread-self/net/ip_vs")
-	return &Netlink{c: c, proc: proc}, nil
+	b, err := newNLBatch()
+	if err != nil {
+		if proc != nil {
+			proc.Close()
+		}
+		return nil, errors.Join(fmt.Errorf("ipvs: connect to the kernel for batches: %w", err), closeClient(c))
+	}
+	return &Netlink{c: c, proc: proc, b: b}, nil
+}
+
+func closeClient(c cipvs.Client) error {
+	if c, ok := c.(io.Closer); ok {
+		return c.Close()
+	}
+	return nil
 }
 
 // Close releases the netlink socket.
@@ -52,10 +69,87 @@ func (n *Netlink) Close() error {
 	if n.proc != nil {
 		n.proc.Close()
 	}
-	if c, ok := n.c.(io.Closer); ok {
-		return c.Close()
+	return errors.Join(n.b.close(), closeClient(n.c))
+}
+
+// Batch runs cmds several per round trip (Batcher): up to a few hundred
+// requests in one sendmsg(2), the kernel answering only the ones that fail
+// and the last. The single calls stay one request per round trip, as
+// cloudflare/ipvs sends them.
+func (n *Netlink) Batch(cmds []Command) []error {
+	errs := make([]error, len(cmds))
+	for i, c := range cmds {
+		errs[i] = validateCommand(c)
+	}
+	n.mu.Lock()
+	n.b.run(cmds, errs, describeCommand)
+	n.mu.Unlock()
+	return errs
+}
+
+// validateCommand checks c as the single call would before sending it.
+func validateCommand(c Command) error {
+	op, service := c.op()
+	var err error
+	switch {
+	case service && c.Kind != CmdDeleteService:
+		err = ValidateService(c.Service)
+	case !service:
+		d := c.Dest
+		if c.Kind == CmdDeleteDestination {
+			d = Destination{DestinationKey: d.DestinationKey}
+		}
+		err = ValidateDestination(c.Service.VirtualServiceKey, d)
+	}
+	if err != nil {
+		if service {
+			return fmt.Errorf("ipvs: %s service: %w", op, err)
+		}
+		return fmt.Errorf("ipvs: %s destination: %w", op, err)
 	}
 	return nil
+}
+
+// describeCommand wraps the kernel's error for c as the single call does.
+func describeCommand(c Command, err error) error {
+	op, service := c.op()
+	if service {
+		return serviceErr(op, c.Service, err)
+	}
+	return destinationErr(op, c.Service.VirtualServiceKey, c.Dest, err)
+}
+
+// op names c's call ("add", "update", "delete") and tells a service's from
+// a destination's.
+func (c Command) op() (op string, service bool) {
+	switch c.Kind {
+	case CmdAddService:
+		return "add", true
+	case CmdUpdateService:
+		return "update", true
+	case CmdDeleteService:
+		return "delete", true
+	case CmdAddDestination:
+		return "add", false
+	case CmdUpdateDestination:
+		return "update", false
+	}
+	return "delete", false
+}
+
+// serviceErr is the error of a service call.
+func serviceErr(op string, s Service, err error) error {
+	if op != "delete" && errors.Is(err, syscall.ENOENT) {
+		// For a service the kernel says ENOENT when it has no such
+		// scheduler module.
+		return fmt.Errorf("ipvs: %s service %s: scheduler %q not available: %w", op, keyString(s.VirtualServiceKey), s.Scheduler, err)
+	}
+	return fmt.Errorf("ipvs: %s service %s: %w", op, keyString(s.VirtualServiceKey), kernelErr(err))
+}
+
+// destinationErr is the error of a destination call.
+func destinationErr(op string, k model.VirtualServiceKey, d Destination, err error) error {
+	return fmt.Errorf("ipvs: %s destination %s of %s: %w", op, d.Addr, keyString(k), kernelErr(err))
 }
 
 // ReadTable reads /proc/net/ip_vs in one pass.
@@ -126,13 +220,8 @@ func (n *Netlink) serviceOp(op string, s Service, fn func(cipvs.Service) error) 
 	n.mu.Lock()
 	err := fn(toLibService(s))
 	n.mu.Unlock()
-	if errors.Is(err, syscall.ENOENT) {
-		// For a service the kernel says ENOENT when it has no such
-		// scheduler module.
-		return fmt.Errorf("ipvs: %s service %s: scheduler %q not available: %w", op, keyString(s.VirtualServiceKey), s.Scheduler, err)
-	}
 	if err != nil {
-		return fmt.Errorf("ipvs: %s service %s: %w", op, keyString(s.VirtualServiceKey), kernelErr(err))
+		return serviceErr(op, s, err)
 	}
 	return nil
 }
@@ -142,7 +231,7 @@ func (n *Netlink) DeleteService(k model.VirtualServiceKey) error {
 	err := n.c.RemoveService(libKey(k))
 	n.mu.Unlock()
 	if err != nil {
-		return fmt.Errorf("ipvs: delete service %s: %w", keyString(k), kernelErr(err))
+		return serviceErr("delete", Service{VirtualServiceKey: k}, err)
 	}
 	return nil
 }
@@ -203,7 +292,7 @@ func (n *Netlink) destinationOp(op string, k model.VirtualServiceKey, d Destinat
 	err := fn(libKey(k), toLibDestination(d))
 	n.mu.Unlock()
 	if err != nil {
-		return fmt.Errorf("ipvs: %s destination %s of %s: %w", op, d.Addr, keyString(k), kernelErr(err))
+		return destinationErr(op, k, d, err)
 	}
 	return nil
 }

@@ -1,10 +1,12 @@
-package ipvs
+package ipvs_test
 
 import (
 	"errors"
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/switchyard-lb/switchyard/ipvs"
 )
 
 func TestProcSysctlsOnADirectory(t *testing.T) {
@@ -15,18 +17,18 @@ func TestProcSysctlsOnADirectory(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(root, "net/ipv4/vs/conntrack"), []byte("0\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	s := ProcSysctls{Root: root}
+	s := ipvs.ProcSysctls{Root: root}
 
 	tests := []struct {
 		name    string
 		param   string
-		wantErr error // nil, ErrNotFound, or errAny
+		wantErr error // nil, ipvs.ErrNotFound, or errInvalid (any error)
 	}{
 		{name: "existing", param: "net/ipv4/vs/conntrack"},
-		{name: "missing", param: "net/ipv4/vs/nope", wantErr: ErrNotFound},
-		{name: "absolute", param: "/etc/passwd", wantErr: errAny},
-		{name: "escapes the root", param: "net/../../etc/passwd", wantErr: errAny},
-		{name: "empty", param: "", wantErr: errAny},
+		{name: "missing", param: "net/ipv4/vs/nope", wantErr: ipvs.ErrNotFound},
+		{name: "absolute", param: "/etc/passwd", wantErr: errInvalid},
+		{name: "escapes the root", param: "net/../../etc/passwd", wantErr: errInvalid},
+		{name: "empty", param: "", wantErr: errInvalid},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -44,16 +46,9 @@ func TestProcSysctlsOnADirectory(t *testing.T) {
 	}
 }
 
-var errAny = errors.New("any error")
-
 func checkErr(t *testing.T, op string, err, want error) {
 	t.Helper()
-	switch {
-	case want == nil && err != nil:
-		t.Errorf("%s: %v", op, err)
-	case want == errAny && err == nil:
-		t.Errorf("%s: no error, want one", op)
-	case want != nil && want != errAny && !errors.Is(err, want):
-		t.Errorf("%s: error %v, want %v", op, err, want)
+	if m := errMismatch(err, want); m != "" {
+		t.Errorf("%s: %s", op, m)
 	}
 }

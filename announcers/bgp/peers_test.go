@@ -30,9 +30,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netlink"
-	vnetns "github.com/vishvananda/netns"
-
 	"github.com/switchyard-lb/switchyard/core/model"
 	"github.com/switchyard-lb/switchyard/test/harness"
 	"github.com/switchyard-lb/switchyard/test/netns"
@@ -311,37 +308,12 @@ func fib(t *testing.T, n *netns.NS) func(*testing.T) []string {
 // fibFor is fib for any prefix.
 func fibFor(t *testing.T, n *netns.NS, prefix netip.Prefix) func(*testing.T) []string {
 	t.Helper()
-	h, err := vnetns.GetFromName(n.Name())
-	if err != nil {
-		t.Fatalf("opening netns %s: %v", n.Name(), err)
-	}
-	t.Cleanup(func() { h.Close() })
-	nl, err := netlink.NewHandleAt(h)
-	if err != nil {
-		t.Fatalf("netlink handle in %s: %v", n.Name(), err)
-	}
-	t.Cleanup(nl.Close)
-	bits := prefix.Addr().BitLen()
-	dst := &net.IPNet{IP: net.IP(prefix.Addr().AsSlice()), Mask: net.CIDRMask(prefix.Bits(), bits)}
-	family := netlink.FAMILY_V4
-	if bits == 128 {
-		family = netlink.FAMILY_V6
-	}
+	read := n.FIB(t, prefix)
 	return func(t *testing.T) []string {
-		routes, err := nl.RouteListFiltered(family, &netlink.Route{Dst: dst}, netlink.RT_FILTER_DST)
+		hops, err := read()
 		if err != nil {
-			t.Fatalf("listing routes in %s: %v", n.Name(), err)
+			t.Fatal(err)
 		}
-		var hops []string
-		for _, r := range routes {
-			if r.Gw != nil {
-				hops = append(hops, r.Gw.String())
-			}
-			for _, h := range r.MultiPath {
-				hops = append(hops, h.Gw.String())
-			}
-		}
-		slices.Sort(hops)
 		return hops
 	}
 }

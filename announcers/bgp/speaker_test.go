@@ -20,14 +20,22 @@ const (
 	routerASN = 64513
 )
 
+// speakerWithPeer is a speaker on a new loopback address node with one
+// session, to a router peer on another.
+func speakerWithPeer(t *testing.T, gr GracefulRestart) (*Speaker, *testPeer, netip.Addr) {
+	t.Helper()
+	node, router := nextLoopback(), nextLoopback()
+	peer := newTestPeer(t, router, routerASN, node, nodeASN)
+	s := newSpeaker(t, Config{LocalASN: nodeASN, RouterID: netip.MustParseAddr("10.0.0.11"),
+		GracefulRestart: gr, Peers: []Peer{peer.peerConf(routerASN, node)}})
+	return s, peer, node
+}
+
 // TestAnnounceLifecycle walks one session through a sequence of declarative
 // sets and checks the router's RIB after each: it gets, keeps and loses
 // routes, with the session's local address as next hop.
 func TestAnnounceLifecycle(t *testing.T) {
-	node, router := nextLoopback(), nextLoopback()
-	peer := newTestPeer(t, router, routerASN, node, nodeASN)
-	s := newSpeaker(t, Config{LocalASN: nodeASN, RouterID: netip.MustParseAddr("10.0.0.11"),
-		Peers: []Peer{peer.peerConf(routerASN, node)}})
+	s, peer, node := speakerWithPeer(t, GracefulRestart{})
 	hop := route{NextHop: node.String()}
 
 	steps := []struct {
@@ -62,10 +70,7 @@ func TestAnnounceLifecycle(t *testing.T) {
 // real change is the only UPDATE the router receives (the session is one
 // ordered TCP stream, so an earlier UPDATE would have been counted first).
 func TestAnnounceUnchangedSendsNothing(t *testing.T) {
-	node, router := nextLoopback(), nextLoopback()
-	peer := newTestPeer(t, router, routerASN, node, nodeASN)
-	s := newSpeaker(t, Config{LocalASN: nodeASN, RouterID: netip.MustParseAddr("10.0.0.11"),
-		Peers: []Peer{peer.peerConf(routerASN, node)}})
+	s, peer, node := speakerWithPeer(t, GracefulRestart{})
 	hop := route{NextHop: node.String()}
 
 	announce(t, s, "10.96.0.1")
@@ -195,11 +200,7 @@ func TestPerPeerAttributes(t *testing.T) {
 // TestCloseWithdraws checks that Close withdraws and ends the session,
 // and that the speaker refuses work afterwards.
 func TestCloseWithdraws(t *testing.T) {
-	node, router := nextLoopback(), nextLoopback()
-	peer := newTestPeer(t, router, routerASN, node, nodeASN)
-	s := newSpeaker(t, Config{LocalASN: nodeASN, RouterID: netip.MustParseAddr("10.0.0.11"),
-		GracefulRestart: GracefulRestart{Enabled: true},
-		Peers:           []Peer{peer.peerConf(routerASN, node)}})
+	s, peer, node := speakerWithPeer(t, GracefulRestart{Enabled: true})
 	announce(t, s, "10.96.0.1")
 	peer.waitRIB(t, map[string]route{"10.96.0.1/32": {NextHop: node.String()}})
 

@@ -274,6 +274,9 @@ func runDaemon(ctx context.Context, dc daemonConfig) (err error) {
 			tracker.Queued()
 			r.Trigger()
 		},
+		// A bad forwarding-mode annotation: a Warning Event on the
+		// Service, through the policies' Event recorder.
+		OnServiceWarning: reporter.PolicyEvent,
 	}, log.With("component", "k8s"))
 	// The schedulers a Service's annotation or a policy may name are the
 	// dataplane's (nil when it names none).
@@ -335,9 +338,12 @@ func runDaemon(ctx context.Context, dc daemonConfig) (err error) {
 			// The start's garbage (the lists as decoded, the first
 			// plan's and diff's intermediates) is several times what
 			// stays live: hand its pages back to the kernel now rather
-			// than at the scavenger's slow pace.
+			// than at the scavenger's slow pace. Not on the loop's
+			// goroutine: the forced collection takes hundreds of
+			// milliseconds on a slow node, and a change arriving
+			// meanwhile must not wait for it.
 			released = true
-			debug.FreeOSMemory()
+			go debug.FreeOSMemory()
 		}
 		return err
 	}, dpCfg.MinSyncPeriod.Std(), dpCfg.SyncPeriod.Std(), retry,

@@ -5,12 +5,14 @@ package main
 import (
 	"fmt"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 
 	"github.com/switchyard-lb/switchyard/core/k8s"
 	"github.com/switchyard-lb/switchyard/core/model"
@@ -25,7 +27,8 @@ import (
 // at its InternalIP, about a third of the slots) and the dataplane the
 // frontend's own virtual service over node-a's endpoints only. A bad
 // annotation value falls back to the default (nat): the dsr side is
-// emptied and the frontend balances over every endpoint again.
+// emptied, the frontend balances over every endpoint again, and the
+// Service gets a ForwardingModeInvalid Warning Event naming the value.
 func TestIntegrationDSRWiring(t *testing.T) {
 	srv := apitest.Start(t)
 	ns := srv.Namespace(t)
@@ -109,5 +112,18 @@ func TestIntegrationDSRWiring(t *testing.T) {
 			}
 		}
 		return fmt.Errorf("the frontend does not balance over the 3 endpoints yet: %+v", got["dsr"])
+	})
+	sel := fields.Set{"involvedObject.name": "dsr", "reason": k8s.ReasonForwardingModeInvalid}.AsSelector().String()
+	harness.Poll(t, time.Minute, func() error {
+		l, err := client.CoreV1().Events(ns).List(t.Context(), metav1.ListOptions{FieldSelector: sel})
+		if err != nil {
+			return err
+		}
+		for _, e := range l.Items {
+			if e.Type == corev1.EventTypeWarning && strings.Contains(e.Message, `"DSR"`) && e.Source.Host == "node-a" {
+				return nil
+			}
+		}
+		return fmt.Errorf("no %s Warning Event naming \"DSR\" from node-a on the Service: %+v", k8s.ReasonForwardingModeInvalid, l.Items)
 	})
 }

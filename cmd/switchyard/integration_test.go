@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/switchyard-lb/switchyard/core/k8s/k8stest"
@@ -31,12 +30,7 @@ func TestIntegrationDaemon(t *testing.T) {
 	ctx := t.Context()
 	client := srv.Client
 
-	if _, err := client.CoreV1().Nodes().Create(ctx, &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: "node-a"},
-		Status:     corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.168.0.10"}}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	createNode(t, client, "node-a", "192.168.0.10")
 
 	tc := writeTestConfig(t, "")
 	d := startMain(t, srv.Kubeconfig, "node-a", tc, "--v=2")

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
@@ -121,8 +122,9 @@ func zoneAwareModule(t *testing.T) []byte {
 }
 
 // createZonedService creates the Service name in ns on policy, with two
-// endpoints: 10.1.0.1 on node-a in zone-a, 10.1.0.2 on node-b in zone-b.
-func createZonedService(t *testing.T, client kubernetes.Interface, ns, name, policy string) {
+// endpoints: 10.1.0.1 on node-a in zone-a, 10.1.0.2 on node-b in zone-b,
+// in the EndpointSlice it returns.
+func createZonedService(t *testing.T, client kubernetes.Interface, ns, name, policy string) *discoveryv1.EndpointSlice {
 	t.Helper()
 	ctx := t.Context()
 	svc := k8stest.Service(ns, name, "")
@@ -135,9 +137,11 @@ func createZonedService(t *testing.T, client kubernetes.Interface, ns, name, pol
 	slice := k8stest.Slice(ns, name+"-abc", name, true, "10.1.0.1", "10.1.0.2")
 	slice.Endpoints[0].Zone, slice.Endpoints[0].NodeName = &zoneA, k8stest.Ptr("node-a")
 	slice.Endpoints[1].Zone, slice.Endpoints[1].NodeName = &zoneB, k8stest.Ptr("node-b")
-	if _, err := client.DiscoveryV1().EndpointSlices(ns).Create(ctx, slice, metav1.CreateOptions{}); err != nil {
+	slice, err := client.DiscoveryV1().EndpointSlices(ns).Create(ctx, slice, metav1.CreateOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
+	return slice
 }
 
 // TestIntegrationPolicies runs the daemon against a real API server with

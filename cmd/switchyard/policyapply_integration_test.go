@@ -20,7 +20,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 
-	"github.com/switchyard-lb/switchyard/core/k8s/k8stest"
 	"github.com/switchyard-lb/switchyard/core/policystage"
 	"github.com/switchyard-lb/switchyard/core/reconcile"
 	"github.com/switchyard-lb/switchyard/plugins/registry"
@@ -301,20 +300,7 @@ func TestIntegrationPolicyApply(t *testing.T) {
 			ns := srv.Namespace(t)
 			name, service := "zone-"+lang, "web"
 			key := ns + "/" + service
-			svc := k8stest.Service(ns, service, "")
-			svc.Spec.ClusterIP, svc.Spec.ClusterIPs = "", nil
-			svc.Annotations = map[string]string{"switchyard.dev/policy": name}
-			if _, err := client.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			zoneA, zoneB := "zone-a", "zone-b"
-			slice := k8stest.Slice(ns, service+"-abc", service, true, "10.1.0.1", "10.1.0.2")
-			slice.Endpoints[0].Zone, slice.Endpoints[0].NodeName = &zoneA, k8stest.Ptr("node-a")
-			slice.Endpoints[1].Zone, slice.Endpoints[1].NodeName = &zoneB, k8stest.Ptr("node-b")
-			slice, err := client.DiscoveryV1().EndpointSlices(ns).Create(ctx, slice, metav1.CreateOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
+			slice := createZonedService(t, client, ns, service, name)
 			waitWeights := func(step, want string) {
 				t.Helper()
 				began := time.Now()
@@ -364,7 +350,7 @@ func TestIntegrationPolicyApply(t *testing.T) {
 
 			// 4. Written anyway (as kubectl would): the second version keeps
 			// running, the Service says why, and it is still evaluated.
-			err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 				cm, err := cms.Get(ctx, name, metav1.GetOptions{})
 				if err != nil {
 					return err
@@ -379,7 +365,7 @@ func TestIntegrationPolicyApply(t *testing.T) {
 			}
 			waitPolicy(t, "broken module", key, d2, good, false, "running its last good version, sha256 "+registry.ShortDigest(d2))
 			waitCondition(t, client, ns, service, "broken module", metav1.ConditionFalse, "LoadFailed")
-			zoneBToo := zoneB
+			zoneBToo := "zone-b"
 			slice.Endpoints = append(slice.Endpoints, slice.Endpoints[1])
 			slice.Endpoints[2].Addresses = []string{"10.1.0.3"}
 			slice.Endpoints[2].Zone = &zoneBToo

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -166,28 +165,10 @@ func TestApplyConfigMap(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a goroutine-safe bytes.Buffer.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // watchRun runs an applier's watch until the test ends, with its output
 // and errors in out and errw.
 type watchRun struct {
-	out, errw lockedBuffer
+	out, errw harness.Buffer
 	// limit bounds each waitFor.
 	limit time.Duration
 }

@@ -64,8 +64,10 @@ type Dataplane struct {
 	// "dryrun" (records the desired table, touches no kernel state: for
 	// tests and demos on hosts without IPVS). Default "ipvs".
 	Mode string `yaml:"mode"`
-	// SyncPeriod is the longest time between two full resyncs. Default
-	// 30s.
+	// SyncPeriod is the time between two full resyncs (at least half
+	// of it from the end of the last, and nine times as long as the last
+	// took, so that resyncs take at most a tenth of the loop's time).
+	// Default 30s.
 	SyncPeriod Duration `yaml:"syncPeriod"`
 	// MinSyncPeriod is the average time between two syncs: changes that
 	// arrive faster are batched; after a quiet time two syncs may start

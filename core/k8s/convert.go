@@ -55,6 +55,21 @@ func (c *converter) skip(field, value string, err error) {
 	c.problems = append(c.problems, fmt.Errorf("%s %q skipped: %w", field, value, err))
 }
 
+// ReasonForwardingModeInvalid is the reason of the Warning Event a
+// Service gets when its switchyard.dev/forwarding-mode annotation is
+// neither nat nor dsr (Options.OnServiceWarning).
+const ReasonForwardingModeInvalid = "ForwardingModeInvalid"
+
+// WarningError is a problem of a Service that the user is told about
+// with a Warning Event of its Reason, besides the log.
+type WarningError struct {
+	Reason string
+	Err    error
+}
+
+func (e *WarningError) Error() string { return e.Err.Error() }
+func (e *WarningError) Unwrap() error { return e.Err }
+
 // addr parses an IP address; it skips zoned and IPv4-mapped IPv6 forms,
 // which Kubernetes does not allow either.
 func (c *converter) addr(field, s string) (netip.Addr, bool) {
@@ -264,7 +279,10 @@ func convertService(svc *corev1.Service) (*model.Service, []error) {
 		// A bad value falls back to the cluster's default.
 		m, err := model.ParseForwardingMode(strings.TrimSpace(v))
 		if err != nil {
-			c.skip("annotation "+AnnotationForwardingMode, v, err)
+			c.skip("annotation "+AnnotationForwardingMode, v, &WarningError{
+				Reason: ReasonForwardingModeInvalid,
+				Err:    fmt.Errorf("%w; the Service uses the cluster's default (dataplane.forwardingMode)", err),
+			})
 		}
 		s.ForwardingMode = m
 	}

@@ -19,6 +19,12 @@
 // service.kubernetes.io/headless. A Service relabelled in or out of them
 // arrives as a delete and an add; it is gone only when no watch holds it.
 //
+// A malformed field costs that field only: it is skipped and logged
+// ("skipped malformed fields"); the problems the user must see on the
+// object (a bad switchyard.dev/forwarding-mode annotation: WarningError,
+// ReasonForwardingModeInvalid) go to Options.OnServiceWarning, once per
+// change of the Service, for a Warning Event.
+//
 // List and watch failures are recorded, not logged away: Source.Healthy
 // returns the last one (an RBAC denial is named with the permission to
 // grant) until a later list or watch of the same resource succeeds.

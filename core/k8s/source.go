@@ -39,6 +39,12 @@ type Options struct {
 	// (plugin.AddOnlyDataplane) while the lists still arrive. HasSynced
 	// tells it when the state is whole.
 	Early bool
+	// OnServiceWarning, when set, is called for each problem of a
+	// Service that carries a WarningError (a bad forwarding-mode
+	// annotation), when a change of the Service is taken: the daemon
+	// records it as a Warning Event on the Service. Like every skipped
+	// field, it is logged too. It must not block.
+	OnServiceWarning func(svc model.ServiceKey, reason, message string)
 }
 
 // Source watches Services, EndpointSlices and Nodes and hands out what
@@ -262,20 +268,37 @@ func (s *Source) onService(from int, obj any, deleted bool) {
 			svc, deleted = other, false
 		}
 	}
-	var m *model.Service
+	var (
+		m        *model.Service
+		problems []error
+	)
 	if !deleted {
-		var problems []error
 		m, problems = convertService(svc)
 		s.problems("Service", svc.Namespace, svc.Name, problems)
 	}
+	key := serviceKeyOf(svc.Namespace, svc.Name)
 	s.mu.Lock()
-	changed := s.tr.setService(serviceKeyOf(svc.Namespace, svc.Name), m)
+	changed := s.tr.setService(key, m)
 	if changed {
 		s.changedLocked()
 	}
 	s.mu.Unlock()
 	if changed {
+		s.warn(key, problems)
 		s.notify()
+	}
+}
+
+// warn hands a changed Service's problems that carry a WarningError to
+// Options.OnServiceWarning: once per change, not at every resync.
+func (s *Source) warn(key model.ServiceKey, problems []error) {
+	if s.opts.OnServiceWarning == nil {
+		return
+	}
+	for _, p := range problems {
+		if w, ok := errors.AsType[*WarningError](p); ok {
+			s.opts.OnServiceWarning(key, w.Reason, p.Error())
+		}
 	}
 }
 

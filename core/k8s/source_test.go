@@ -462,3 +462,31 @@ func TestSourceEarly(t *testing.T) {
 		t.Errorf("endpoints once synced (-want +got):\n%s", diff)
 	}
 }
+
+// TestServiceWarning: a Service whose forwarding-mode annotation is bad
+// is handed to OnServiceWarning with ReasonForwardingModeInvalid once
+// per change: not again for an update that changes nothing the Source
+// keeps, again when the Service changes, never for a good value.
+func TestServiceWarning(t *testing.T) {
+	type warning struct{ svc, reason, message string }
+	var got []warning
+	s := New(fake.NewClientset(), Options{OnServiceWarning: func(k model.ServiceKey, reason, message string) {
+		got = append(got, warning{k.String(), reason, message})
+	}}, testLogger(t))
+	svc := func(mode, ip string) *corev1.Service {
+		out := k8stest.Service("ns", "web", ip)
+		out.Annotations = map[string]string{AnnotationForwardingMode: mode}
+		return out
+	}
+	s.onService(0, svc("DSR", "10.96.0.10"), false)
+	s.onService(0, svc("DSR", "10.96.0.10"), false) // a resync: no change
+	s.onService(0, svc("dsr", "10.96.0.10"), false)
+	s.onService(0, svc("bogus", "10.96.0.11"), false)
+	want := []warning{
+		{"ns/web", ReasonForwardingModeInvalid, `annotation switchyard.dev/forwarding-mode "DSR" skipped: unknown forwarding mode "DSR" (want nat or dsr); the Service uses the cluster's default (dataplane.forwardingMode)`},
+		{"ns/web", ReasonForwardingModeInvalid, `annotation switchyard.dev/forwarding-mode "bogus" skipped: unknown forwarding mode "bogus" (want nat or dsr); the Service uses the cluster's default (dataplane.forwardingMode)`},
+	}
+	if d := cmp.Diff(want, got, cmp.AllowUnexported(warning{})); d != "" {
+		t.Errorf("warnings (-want +got):\n%s", d)
+	}
+}

@@ -180,11 +180,7 @@ func DSR(in DSRInput) (model.DSRPlan, error) {
 	}
 	v6 := in.IPv6 || slices.ContainsFunc(in.Frontends, func(f DSRFrontendInput) bool { return f.Key.Addr.Is6() })
 	if v6 {
-		if in.Encapsulation != model.IPIP {
-			// GUE over IPv6 needs a second FOU port (AF_INET6, fou6):
-			// not built yet (docs/dsr.md).
-			return model.DSRPlan{}, fmt.Errorf("dsr: IPv6 frontends need encapsulation ipip (ip6ip6), not %v", in.Encapsulation)
-		}
+		// ipip: ip6ip6; GUE: GUE over IPv6 (a FOU port of each family).
 		if !addrs6[in.Self].IsValid() {
 			return model.DSRPlan{}, fmt.Errorf("dsr: IPv6 frontends, and this node %q has no IPv6 address", in.Self)
 		}

@@ -226,18 +226,24 @@ func TestDSRIPv6Frontend(t *testing.T) {
 		n.Addr6 = netip.AddrFrom16([16]byte{0: 0xfd, 15: byte(i + 1)})
 		nodes = append(nodes, n)
 	}
-	in := dsrInput("n2", nodes, "n1")
-	in.Frontends[0].Key.Addr = netip.MustParseAddr("2001:db8::10")
-	p, err := plan.DSR(in)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []model.DSRPeer{{Name: "n1", Addr: nodes[1].Addr, Addr6: nodes[1].Addr6, Mark: p.Marks["n1"]}}
-	if d := cmp.Diff(want, p.Peers, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); d != "" {
-		t.Errorf("peers (-want +got):\n%s", d)
-	}
-	if p.Addr6 != nodes[2].Addr6 || p.MSS6 != 1500-40-60 {
-		t.Errorf("Addr6 %s MSS6 %d, want %s and %d", p.Addr6, p.MSS6, nodes[2].Addr6, 1500-40-60)
+	for _, enc := range []model.Encapsulation{model.IPIP, model.GUE} {
+		t.Run(enc.String(), func(t *testing.T) {
+			in := dsrInput("n2", nodes, "n1")
+			in.Frontends[0].Key.Addr = netip.MustParseAddr("2001:db8::10")
+			in.Encapsulation, in.GUEPort = enc, 6080
+			p, err := plan.DSR(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := []model.DSRPeer{{Name: "n1", Addr: nodes[1].Addr, Addr6: nodes[1].Addr6, Mark: p.Marks["n1"]}}
+			if d := cmp.Diff(want, p.Peers, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); d != "" {
+				t.Errorf("peers (-want +got):\n%s", d)
+			}
+			// ip6ip6 adds 40 bytes, GUE over IPv6 52; IPv6 and TCP 60.
+			if mss := 1500 - enc.Overhead6() - 60; p.Addr6 != nodes[2].Addr6 || int(p.MSS6) != mss {
+				t.Errorf("Addr6 %s MSS6 %d, want %s and %d", p.Addr6, p.MSS6, nodes[2].Addr6, mss)
+			}
+		})
 	}
 }
 
@@ -266,10 +272,6 @@ func TestDSRRefuses(t *testing.T) {
 			in.Frontends[0].Key.Addr = netip.MustParseAddr("2001:db8::1")
 			in.Nodes = []plan.DSRNode{{Name: "n1", Addr: netip.MustParseAddr("10.0.1.2"), Addr6: netip.MustParseAddr("fd00::1")}, {Name: "n2", Addr: netip.MustParseAddr("10.0.2.2")}}
 		}, `backend node "n2" has no IPv6`},
-		{"IPv6 frontend over GUE", func(in *plan.DSRInput) {
-			in.Frontends[0].Key.Addr = netip.MustParseAddr("2001:db8::1")
-			in.Encapsulation, in.GUEPort = model.GUE, 6080
-		}, "need encapsulation ipip"},
 		{"Addr6 not IPv6", func(in *plan.DSRInput) {
 			in.Nodes = slices.Clone(in.Nodes)
 			in.Nodes[0].Addr6 = netip.MustParseAddr("10.9.9.9")

@@ -13,8 +13,8 @@ import (
 // LoadBalancer and external IP frontends are Local (this node's
 // endpoints, the client's address kept; in-cluster clients get every
 // endpoint) and carry their backend nodes, the same on every node, for
-// TCP and UDP alike and for IPv6 over ipip (ip6ip6); over GUE its IPv6
-// frontends stay nat (GUE over IPv6 is not built). Its ClusterIP and
+// TCP and UDP alike and for IPv6 over ipip (ip6ip6) and GUE alike. Its
+// ClusterIP and
 // NodePort frontends stay as in nat mode. The annotation overrides the
 // cluster's default both ways.
 func TestPlanServiceForwardingMode(t *testing.T) {
@@ -40,19 +40,17 @@ func TestPlanServiceForwardingMode(t *testing.T) {
 		return v
 	}
 	// dsrPlan is the dsr plan on a node whose local endpoints are self
-	// (IPv4) and self6 (IPv6); without v6, the IPv6 frontend stays nat.
-	dsrPlan := func(proto model.Protocol, self, self6 []model.Destination, v6 bool) []model.VirtualService {
+	// (IPv4) and self6 (IPv6).
+	dsrPlan := func(proto model.Protocol, self, self6 []model.Destination) []model.VirtualService {
 		v := natPlan(proto)
 		for _, i := range []int{2, 3} {
 			v[i] = withInternal(local(v[i]), all)
 			v[i].Destinations = self
 			v[i].DSRNodes = backends
 		}
-		if v6 {
-			v[4] = withInternal(local(v[4]), all6)
-			v[4].Destinations = self6
-			v[4].DSRNodes = backends6
-		}
+		v[4] = withInternal(local(v[4]), all6)
+		v[4].Destinations = self6
+		v[4].DSRNodes = backends6
 		return v
 	}
 	n1, n1v6 := dests("10.0.0.1"), dests("fd00::1")
@@ -66,13 +64,13 @@ func TestPlanServiceForwardingMode(t *testing.T) {
 		want       []model.VirtualService
 	}{
 		{name: "default nat", want: natPlan(model.TCP)},
-		{name: "annotation dsr", annotation: model.ForwardingDSR, node: "n1", want: dsrPlan(model.TCP, n1, n1v6, true)},
-		{name: "default dsr", dflt: model.ForwardingDSR, node: "n1", want: dsrPlan(model.TCP, n1, n1v6, true)},
+		{name: "annotation dsr", annotation: model.ForwardingDSR, node: "n1", want: dsrPlan(model.TCP, n1, n1v6)},
+		{name: "default dsr", dflt: model.ForwardingDSR, node: "n1", want: dsrPlan(model.TCP, n1, n1v6)},
 		{name: "annotation nat over default dsr", annotation: model.ForwardingNAT, dflt: model.ForwardingDSR, want: natPlan(model.TCP)},
-		{name: "dsr on a node without endpoints", annotation: model.ForwardingDSR, node: "n5", want: dsrPlan(model.TCP, nil, nil, true)},
-		{name: "dsr over ipip", annotation: model.ForwardingDSR, enc: model.IPIP, node: "n1", want: dsrPlan(model.TCP, n1, n1v6, true)},
-		{name: "dsr over gue keeps IPv6 nat", annotation: model.ForwardingDSR, enc: model.GUE, node: "n1", want: dsrPlan(model.TCP, n1, n1v6, false)},
-		{name: "UDP dsr", annotation: model.ForwardingDSR, proto: model.UDP, node: "n1", want: dsrPlan(model.UDP, n1, n1v6, true)},
+		{name: "dsr on a node without endpoints", annotation: model.ForwardingDSR, node: "n5", want: dsrPlan(model.TCP, nil, nil)},
+		{name: "dsr over ipip", annotation: model.ForwardingDSR, enc: model.IPIP, node: "n1", want: dsrPlan(model.TCP, n1, n1v6)},
+		{name: "dsr over gue, IPv6 too", annotation: model.ForwardingDSR, enc: model.GUE, node: "n1", want: dsrPlan(model.TCP, n1, n1v6)},
+		{name: "UDP dsr", annotation: model.ForwardingDSR, proto: model.UDP, node: "n1", want: dsrPlan(model.UDP, n1, n1v6)},
 		{name: "UDP nat", proto: model.UDP, want: natPlan(model.UDP)},
 	}
 	for _, tt := range tests {

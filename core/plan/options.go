@@ -44,9 +44,10 @@ type Options struct {
 	// switchyard.dev/forwarding-mode annotation; ForwardingDefault means
 	// nat.
 	ForwardingMode model.ForwardingMode
-	// DSREncapsulation is dataplane.dsr.encapsulation. IPv6 frontends
-	// are planned dsr only over ipip (ip6ip6); over GUE they stay nat,
-	// as GUE over IPv6 is not built (plan.DSR refuses it).
+	// DSREncapsulation is dataplane.dsr.encapsulation. Planning does
+	// not depend on it (IPv6 frontends are dsr over ip6ip6 and GUE over
+	// IPv6 alike); a change replans every Service all the same, as the
+	// dsr side's tables are rebuilt.
 	DSREncapsulation model.Encapsulation
 }
 

@@ -45,8 +45,6 @@ type env struct {
 	class           string
 	ignoreUnclassed bool
 	forwarding      model.ForwardingMode
-	// dsr6: IPv6 frontends may be dsr (ipip: ip6ip6).
-	dsr6 bool
 }
 
 // newEnv derives the planning environment. node may be nil (unknown):
@@ -54,7 +52,7 @@ type env struct {
 // normalized.
 func newEnv(node *model.Node, opts *Options) env {
 	e := env{scheduler: opts.Scheduler, schedulers: opts.Schedulers, class: opts.LoadBalancerClass, ignoreUnclassed: opts.IgnoreUnclassed,
-		forwarding: opts.ForwardingMode, dsr6: opts.DSREncapsulation != model.GUE}
+		forwarding: opts.ForwardingMode}
 	if node == nil {
 		return e
 	}
@@ -180,9 +178,9 @@ func (e *env) planService(svc *model.Service, eps []model.Endpoint) *model.Servi
 				vs.Addr, vs.Port, vs.Kind, vs.Local = addr, vport, kind, local && kind.External()
 				vs.SourceRanges = slices.Clone(ranges)
 				vs.Destinations = sel.destinations(local)
-				if dsr && (f == ipv4 || e.dsr6) && (kind == model.FrontendLoadBalancer || kind == model.FrontendExternalIP) {
-					// dsr (TCP, UDP and SCTP alike; IPv6 over ipip
-					// only): this node serves the flows its table
+				if dsr && (kind == model.FrontendLoadBalancer || kind == model.FrontendExternalIP) {
+					// dsr (TCP, UDP and SCTP alike, IPv4 and IPv6,
+					// over ipip or GUE): this node serves the flows its table
 					// hashes here from its own endpoints, keeping the
 					// client's address, as externalTrafficPolicy
 					// Local does.

@@ -141,9 +141,6 @@ type service struct {
 	// status is the PolicyReady condition, once evaluated (reported).
 	status   policyStatus
 	reported bool
-	// due is when the policy asked to be evaluated again
-	// (PolicyResult.Reevaluate); zero when it did not.
-	due time.Time
 }
 
 // Stage folds policy decisions into the planner's plan. Weigh and
@@ -175,6 +172,14 @@ type Stage struct {
 	// the policies' weights and schedulers. It is the map of the
 	// returned model.Plan, so it stays apart from services.
 	weighted map[model.ServiceKey]*model.ServicePlan
+	// due holds, of the Services whose policy asked to be evaluated
+	// again (PolicyResult.Reevaluate), when; sighted the keys of weighted
+	// whose policy may read statistics (not plugin.StatsBlind, or not
+	// evaluated yet), which the statistics tick evaluates again. Both
+	// are kept as evaluations commit, so that a round that takes one
+	// change never walks every Service.
+	due     map[model.ServiceKey]time.Time
+	sighted map[model.ServiceKey]struct{}
 }
 
 // New returns a Stage for cfg.
@@ -187,6 +192,8 @@ func New(cfg Config) *Stage {
 		workers:  cfg.Workers,
 		services: make(map[model.ServiceKey]*service),
 		weighted: make(map[model.ServiceKey]*model.ServicePlan),
+		due:      make(map[model.ServiceKey]time.Time),
+		sighted:  make(map[model.ServiceKey]struct{}),
 
 		loadCounted: make(map[string]bool),
 	}
@@ -289,8 +296,8 @@ func (s *Stage) Weigh(ctx context.Context, r Round) ([]model.ServiceKey, *model.
 			}
 		}
 	}
-	for k, sv := range s.services {
-		if !sv.due.IsZero() && !now.Before(sv.due) {
+	for k, at := range s.due {
+		if !now.Before(at) {
 			dirty[k] = true
 		}
 	}
@@ -304,11 +311,8 @@ func (s *Stage) Weigh(ctx context.Context, r Round) ([]model.ServiceKey, *model.
 		// and the statistics are read only if a Service evaluated now
 		// may use them (one not yet evaluated may).
 		read := false
-		for k := range s.weighted {
+		for k := range s.sighted {
 			sv := s.services[k]
-			if sv != nil && sv.blind {
-				continue
-			}
 			read = true
 			if sv == nil || !sv.reported || sv.status.ready || sv.standIn {
 				dirty[k] = true
@@ -330,6 +334,7 @@ func (s *Stage) Weigh(ctx context.Context, r Round) ([]model.ServiceKey, *model.
 				out = append(out, k)
 			}
 			delete(s.weighted, k)
+			delete(s.sighted, k)
 			s.forget(k)
 			continue
 		}
@@ -344,6 +349,11 @@ func (s *Stage) Weigh(ctx context.Context, r Round) ([]model.ServiceKey, *model.
 		old, had := s.weighted[j.key]
 		w := s.commit(now, j)
 		s.weighted[j.key] = w
+		if s.blind(j.key) {
+			delete(s.sighted, j.key)
+		} else {
+			s.sighted[j.key] = struct{}{}
+		}
 		if !had || !w.Equal(old) {
 			out = append(out, j.key)
 		}
@@ -438,6 +448,7 @@ func (s *Stage) readStats(p *model.Plan, dirty map[model.ServiceKey]bool) {
 // and the Service itself once the watch has deleted it too.
 func (s *Stage) forget(k model.ServiceKey) {
 	s.viewDirty = true
+	delete(s.due, k)
 	sv := s.services[k]
 	if sv == nil {
 		return
@@ -584,9 +595,7 @@ func lastGoodVersion(v plugin.PolicyVersion) string {
 func (s *Stage) commit(now time.Time, j *evalJob) *model.ServicePlan {
 	k := j.key
 	sv := s.services[k]
-	if sv != nil {
-		sv.due = time.Time{}
-	}
+	delete(s.due, k)
 	if j.st.Service == nil || len(j.base.VirtualServices) == 0 {
 		return j.base
 	}
@@ -612,7 +621,7 @@ func (s *Stage) commit(now time.Time, j *evalJob) *model.ServicePlan {
 	}
 	sv.standIn = j.err != nil && j.pol != nil && j.out.good != nil
 	if j.out.reeval > 0 {
-		sv.due = now.Add(j.out.reeval)
+		s.due[k] = now.Add(j.out.reeval)
 	}
 	s.report(k, sv, j.name, j.st.Service.Policy != "", j.out.failure, j.out.failReason, j.out.fallbacks)
 	return j.out.plan

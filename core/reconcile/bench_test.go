@@ -5,13 +5,16 @@ import (
 	"fmt"
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/switchyard-lb/switchyard/core/election"
 	"github.com/switchyard-lb/switchyard/core/model"
 	"github.com/switchyard-lb/switchyard/core/plan"
 	"github.com/switchyard-lb/switchyard/core/plugin"
 	"github.com/switchyard-lb/switchyard/core/plugin/plugintest"
+	"github.com/switchyard-lb/switchyard/core/policystage"
 	"github.com/switchyard-lb/switchyard/core/reconcile"
+	"github.com/switchyard-lb/switchyard/plugins/builtin"
 )
 
 // nopDataplane takes every update and does nothing: the loop's own work.
@@ -43,21 +46,31 @@ func benchState(i, gen int, lb bool) model.ServiceState {
 // BenchmarkSyncEndpointChange is one Sync taking one endpoint change of
 // one of n ClusterIP or LoadBalancer Services (ten endpoints each; the
 // LoadBalancer ones announced over BGP by this node), with the real
-// planner and a dataplane that does nothing: the reconcile loop's own
-// cost of a change, which should not grow with the cluster.
+// planner and a dataplane that does nothing, with or without the policy
+// stage (every Service on the built-in uniform policy, the daemon's
+// default, with the daemon's statistics interval): the reconcile loop's
+// own cost of a change, which should not grow with the cluster.
 func BenchmarkSyncEndpointChange(b *testing.B) {
 	for _, bc := range []struct {
-		n  int
-		lb bool
-	}{{1000, false}, {10000, false}, {1000, true}, {10000, true}} {
-		b.Run(fmt.Sprintf("services=%d/lb=%t", bc.n, bc.lb), func(b *testing.B) {
+		n        int
+		lb       bool
+		policies bool
+	}{{1000, false, false}, {10000, false, false}, {1000, true, false}, {10000, true, false},
+		{1000, false, true}, {10000, false, true}, {1000, true, true}, {10000, true, true}} {
+		b.Run(fmt.Sprintf("services=%d/lb=%t/policies=%t", bc.n, bc.lb, bc.policies), func(b *testing.B) {
 			n := bc.n
 			src := plugintest.NewSource()
 			src.SetSynced(true)
-			loop := reconcile.New(reconcile.Config{
+			cfg := reconcile.Config{
 				NodeName: "node-a", Source: src, Planner: plan.New(plan.Options{}), Dataplane: nopDataplane{},
 				Elected: []plugin.ElectedAnnouncer{{Announcer: plugintest.NewAnnouncer("bgp"), Mode: election.BGP}},
-			})
+			}
+			if bc.policies {
+				pols := plugintest.NewPolicies(builtin.UniformName)
+				pols.Set(builtin.UniformName, builtin.Uniform{}, nil, nil)
+				cfg.PolicyStage = policystage.Config{Policies: pols, StatsInterval: 10 * time.Second}
+			}
+			loop := reconcile.New(cfg)
 			all := make(map[model.ServiceKey]model.ServiceState, n)
 			for i := range n {
 				st := benchState(i, 0, bc.lb)

@@ -13,7 +13,10 @@
 //     sync, on a periodic full resync (Config.FullSyncPeriod), and
 //     after any failure, so that a retry repairs whatever a failed Apply
 //     left); changes that a periodic resync finds pending are applied on
-//     their own first, so that they do not wait for it;
+//     their own first, so that they do not wait for it, and a resync is
+//     followed by nine times its own duration before the next, so that
+//     changes arriving during one (which wait for it) are rare however
+//     slow it is;
 //  4. only then do announcers announce new addresses and the health check
 //     servers report new counts.
 //
@@ -41,6 +44,15 @@
 // (the daemon triggers the runner on it) moves the address, still
 // withdrawing before the dataplane removes and announcing after it
 // serves.
+//
+// With Config.DSR, the dsr stage (dsr.go) turns the plan's dsr frontends
+// and the nodes into this node's model.DSRPlan (Maglev tables, peers and
+// their marks) and applies it around the dataplane: tables in which this
+// node loses slots before it, the rest after it. A DSRMarksReader gives
+// a restarted daemon the peer marks the kernel holds, so that its first
+// apply rebuilds no peer's service. State shows the applied side
+// (DSRState: tables by slots per node, peers, marks, this node's role per
+// address).
 //
 // Errors of every plugin are joined and returned, so the runner retries.
 // The handlers of the watch only record changes; this loop is the one

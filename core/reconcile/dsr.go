@@ -21,6 +21,18 @@ type DSRDataplane interface {
 	Apply(model.DSRPlan) error
 }
 
+// DSRMarksReader is a DSRDataplane that reads back the peer marks the
+// kernel holds (ipvs.DSR.PeerMarks): each peer's tunnel address and its
+// mark. A restarted daemon gives every node still there the mark it had,
+// so that its first apply rebuilds no peer's service: an ingress node's
+// connections to a peer whose service is rebuilt are expired at their
+// next packet (which is dropped) and rescheduled at its retransmission,
+// and while both marks' services exist a packet that opens no connection
+// may go to the wrong node, which resets the flow.
+type DSRMarksReader interface {
+	PeerMarks() (map[netip.Addr]uint32, error)
+}
+
 // DSRConfig is the dsr side a Loop drives: the settings every node of
 // the cluster shares (dataplane.dsr) and the dataplane programming them.
 type DSRConfig struct {
@@ -53,6 +65,14 @@ type dsrStage struct {
 	// dirty is set when a change may change the plan: a dsr Service's
 	// plan, or the nodes.
 	dirty bool
+	// seeded is set once the marks the kernel holds from an earlier run
+	// were read (DSRMarksReader), so that a restart keeps them.
+	seeded bool
+	// viewOf and viewMarks are the plan and marks version lastView
+	// renders (view).
+	viewOf    *model.DSRPlan
+	viewMarks uint64
+	lastView  *DSRState
 }
 
 // dsrTable is one frontend's planned table and what it was planned from.
@@ -250,18 +270,21 @@ func (s *dsrStage) plan(self string, nodes map[string]*model.Node) (*model.DSRPl
 	if !ok {
 		return nil, nil, fmt.Errorf("dsr: this node %s has no IPv4 InternalIP or ExternalIP to tunnel to", self)
 	}
+	if err := s.seed(addrs, addrs6); err != nil {
+		return nil, nil, err
+	}
 	marks, err := s.marks.Assign(slices.Collect(maps.Keys(addrs)))
 	if err != nil {
 		return nil, nil, err
 	}
-	// The IPv6 side (ip6ip6 only) when some frontend is IPv6 and this
-	// node has an IPv6 address; else those frontends fail one by one
-	// (table) and the rest is applied.
+	// The IPv6 side (ip6ip6, or GUE over IPv6) when some frontend is
+	// IPv6 and this node has an IPv6 address; else those frontends fail
+	// one by one (table) and the rest is applied.
 	v6 := false
 	for _, vs := range s.frontends {
 		v6 = v6 || slices.ContainsFunc(vs, func(v model.VirtualService) bool { return v.Addr.Is6() })
 	}
-	v6 = v6 && s.cfg.Encapsulation == model.IPIP && addrs6[self].IsValid()
+	v6 = v6 && addrs6[self].IsValid()
 	base, err := plan.DSR(plan.DSRInput{
 		Self: self, Nodes: []plan.DSRNode{{Name: self, Addr: selfAddr, Addr6: addrs6[self], Mark: marks[self]}},
 		TableSize: s.cfg.TableSize, Seed: s.cfg.Seed, Encapsulation: s.cfg.Encapsulation,
@@ -304,6 +327,31 @@ func (s *dsrStage) plan(self string, nodes map[string]*model.Node) (*model.DSRPl
 		base.Peers = append(base.Peers, peer)
 	}
 	return &base, errs, nil
+}
+
+// seed gives the nodes the marks the kernel holds for their addresses,
+// once, before the first plan (DSRMarksReader); a read that fails is
+// retried at the next plan.
+func (s *dsrStage) seed(addrs, addrs6 map[string]netip.Addr) error {
+	r, ok := s.cfg.Dataplane.(DSRMarksReader)
+	if s.seeded || !ok {
+		return nil
+	}
+	held, err := r.PeerMarks()
+	if err != nil {
+		return fmt.Errorf("dsr: read the peer marks of an earlier run: %w", err)
+	}
+	kept := map[string]uint32{}
+	for _, by := range []map[string]netip.Addr{addrs, addrs6} {
+		for name, a := range by {
+			if m, ok := held[a]; ok {
+				kept[name] = m
+			}
+		}
+	}
+	s.marks.Keep(kept)
+	s.seeded = true
+	return nil
 }
 
 // table returns a frontend's table, planned again only when its inputs
@@ -349,8 +397,8 @@ func (s *dsrStage) table(self string, v model.VirtualService, addrs, addrs6 map[
 }
 
 func equalDSRPlans(a, b model.DSRPlan) bool {
-	return a.Addr == b.Addr && a.Encapsulation == b.Encapsulation && a.GUEPort == b.GUEPort &&
-		a.Seed == b.Seed && a.MSS == b.MSS && slices.Equal(a.Peers, b.Peers) &&
+	return a.Addr == b.Addr && a.Addr6 == b.Addr6 && a.Encapsulation == b.Encapsulation && a.GUEPort == b.GUEPort &&
+		a.Seed == b.Seed && a.MSS == b.MSS && a.MSS6 == b.MSS6 && slices.Equal(a.Peers, b.Peers) &&
 		slices.EqualFunc(a.Frontends, b.Frontends, func(x, y model.DSRFrontend) bool {
 			return x.VirtualServiceKey == y.VirtualServiceKey && slices.Equal(x.Slots, y.Slots)
 		})

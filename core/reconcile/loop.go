@@ -29,6 +29,13 @@ const DefaultFullSyncPeriod = time.Hour
 // keeps failing.
 const maxPendingTriggers = 10000
 
+// resyncGap is how many times its own duration a periodic resync is
+// followed by before the next may start, so that resyncs take at most a
+// tenth of the loop's time: a change arriving during one waits for it,
+// and at 10,000 Services under emulation one took 29 s of a 30 s
+// period.
+const resyncGap = 9
+
 // Config is what a Loop drives. Source, Planner and Dataplane are
 // required; the rest may be left zero.
 type Config struct {
@@ -60,8 +67,10 @@ type Config struct {
 	// FullSyncPeriod is the time between full resyncs, whether syncs
 	// carry changes or not (a sync without changes, such as a statistics
 	// tick, is not a full resync by itself), counted between their
-	// starts, and at least half of it from the end of the last one; 0
-	// means DefaultFullSyncPeriod. The daemon sets it to syncPeriod.
+	// starts, and at least half of it from the end of the last one, and
+	// nine times as long as the last periodic resync took (resyncs take
+	// at most a tenth of the loop's time, however slow); 0 means
+	// DefaultFullSyncPeriod. The daemon sets it to syncPeriod.
 	// Changes that a periodic resync finds pending are applied on their
 	// own before it.
 	FullSyncPeriod time.Duration
@@ -113,10 +122,13 @@ type Loop struct {
 	// lastFull and lastFullEnd are when the last full Apply that
 	// succeeded started and ended.
 	lastFull, lastFullEnd time.Time
-	triggers              []time.Time // EndpointSlice trigger times not yet applied
-	announce              map[model.ServiceKey][]netip.Addr
-	ann                   []announcerState
-	health                map[model.ServiceKey]healthcheck.Port
+	// resyncTook is how long the last periodic resync's full Apply took
+	// (zero before one): the next waits resyncGap times that.
+	resyncTook time.Duration
+	triggers   []time.Time // EndpointSlice trigger times not yet applied
+	announce   map[model.ServiceKey][]netip.Addr
+	ann        []announcerState
+	health     map[model.ServiceKey]healthcheck.Port
 	// healthDirty is set when health changed or its last Sync failed.
 	healthDirty bool
 	counts      counts
@@ -137,6 +149,7 @@ type Loop struct {
 	earlyNodes bool
 
 	mu          sync.Mutex // guards the fields below, read by State and LastSync
+	dsrView     *DSRState
 	desired     map[model.ServiceKey]*model.ServicePlan
 	applied     map[model.ServiceKey]*model.ServicePlan
 	synced      bool
@@ -326,10 +339,14 @@ func (l *Loop) Sync(ctx context.Context) (res SyncResult, err error) {
 	planned := l.now()
 	changed, p = l.weigh(ctx, start, d, p, changed)
 	// A resync due by the period alone waits until the last one has been
-	// over for half a period, so that resyncs slower than the period
-	// (thousands of Services under emulation) do not follow one another.
-	periodic := start.Sub(l.lastFull) >= l.fullSync && start.Sub(l.lastFullEnd) >= l.fullSync/2
+	// over for half a period, and for resyncGap times the last periodic
+	// one's duration, so that resyncs slower than the period (thousands
+	// of Services under emulation) do not follow one another and leave
+	// the changes most of the loop's time.
+	periodic := start.Sub(l.lastFull) >= l.fullSync &&
+		start.Sub(l.lastFullEnd) >= max(l.fullSync/2, resyncGap*l.resyncTook)
 	full := l.needFull || periodic || requested
+	onlyPeriodic := full && !l.needFull && !requested
 	res.Full, res.Changed = full, len(changed)
 	weighed := l.now()
 	// How long the oldest change this round takes waited for it: the
@@ -394,6 +411,7 @@ func (l *Loop) Sync(ctx context.Context) (res SyncResult, err error) {
 			l.failed(metrics.StageDataplane, err, "full", full)
 			errs = append(errs, err)
 		}
+		l.setDSRView()
 	}
 	mode := metrics.ModePartial
 	if full {
@@ -429,6 +447,9 @@ func (l *Loop) Sync(ctx context.Context) (res SyncResult, err error) {
 		if full {
 			l.needFull = false
 			l.lastFull, l.lastFullEnd = start, l.now()
+			if onlyPeriodic {
+				l.resyncTook = applied.Sub(applyStart)
+			}
 		}
 		l.markApplied(changed, full)
 		l.m.ObserveProgramming(l.now(), l.triggers)
@@ -440,6 +461,7 @@ func (l *Loop) Sync(ctx context.Context) (res SyncResult, err error) {
 				l.failed(metrics.StageDataplane, err, "full", full)
 				errs = append(errs, err)
 			}
+			l.setDSRView()
 		}
 
 		// 4. Announce and report health only once the dataplane serves.

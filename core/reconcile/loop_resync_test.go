@@ -149,6 +149,63 @@ func TestSlowResyncIsNotFollowedByAnother(t *testing.T) {
 	}
 }
 
+// TestResyncWaitsForItsOwnDuration: after a periodic resync the next
+// waits the period from its start, half a period from its end, and nine
+// times as long as it took from its end, so that slow resyncs (10,000
+// Services under emulation: 29 s of a 30 s period) leave the changes
+// most of the loop's time.
+func TestResyncWaitsForItsOwnDuration(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		took time.Duration // each periodic resync's Apply
+		// syncs are the times of the syncs after the first resync (at
+		// 60s), full whether each resynced.
+		syncs []time.Duration
+		full  []bool
+	}{
+		{"instant: the period", 0, []time.Duration{119 * time.Second, 120 * time.Second}, []bool{false, true}},
+		{"fast: the period", 2 * time.Second, []time.Duration{119 * time.Second, 120 * time.Second}, []bool{false, true}},
+		{"slow: nine times its duration after its end", 20 * time.Second,
+			[]time.Duration{120 * time.Second, 259 * time.Second, 260 * time.Second}, []bool{false, false, true}},
+		{"slower than the period", 70 * time.Second,
+			[]time.Duration{200 * time.Second, 759 * time.Second, 760 * time.Second}, []bool{false, false, true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := runnertest.NewClock(t0)
+			fulls := 0
+			h, got := newResyncHarness(t, clock, 0, 0, func(u plugin.Update) {
+				if u.Full {
+					if fulls > 0 { // the first is the start's, not a resync
+						clock.Step(tc.took)
+					}
+					fulls++
+				}
+			})
+			h.initial()
+			mustSync(t, h.loop) // the start's full sync, at t0
+			clock.StepTo(t0.Add(time.Minute))
+			mustSync(t, h.loop) // the first periodic resync
+			if fulls != 2 {
+				t.Fatalf("%d full Applies by the first resync, want 2", fulls)
+			}
+			var full []bool
+			for _, at := range tc.syncs {
+				clock.StepTo(t0.Add(at))
+				*got = nil
+				mustSync(t, h.loop)
+				resynced := false
+				for _, a := range *got {
+					resynced = resynced || a.Full
+				}
+				full = append(full, resynced)
+			}
+			if diff := cmp.Diff(tc.full, full); diff != "" {
+				t.Errorf("whether each sync resynced (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
 // hasBackend reports whether the dataplane holds a real server at addr.
 func hasBackend(h *harness, addr string) bool {
 	for _, l := range table(h.dry) {

@@ -26,6 +26,9 @@ type State struct {
 	// Policies is each evaluated Service's policy and whether it works,
 	// sorted by Service; empty without a policy stage.
 	Policies []policystage.Status `json:"policies,omitempty"`
+	// DSR is the dsr side as last applied (tables, slots, this node's
+	// role per address); nil while this node applied none.
+	DSR *DSRState `json:"dsr,omitempty"`
 }
 
 // AnnouncementState is one announced address.
@@ -92,6 +95,7 @@ func (l *Loop) State() State {
 		st.Announced[name] = list
 	}
 	policies := l.policyView
+	st.DSR = l.dsrView // replaced, never modified, by Sync
 	l.mu.Unlock()
 	st.Policies = policies // replaced, never modified, by Sync
 	st.Desired = view(desired)

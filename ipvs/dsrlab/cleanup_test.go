@@ -23,13 +23,15 @@ import (
 type dsrState struct {
 	DSRServices, OtherServices int
 	Links, Tables              []string
-	GUEPortOpen                bool
+	// GUEPortOpen and GUE6PortOpen: the IPv4 and IPv6 FOU ports.
+	GUEPortOpen, GUE6PortOpen bool
 }
 
 // readDSRState reads a node's state in the calling thread's namespace:
 // the IPVS services (dsr marks apart), the proxy's links, the inet
-// tables, and whether the GUE port is taken (a UDP socket cannot bind it
-// while the FOU port is open).
+// tables, and whether the GUE port is taken, per family (a UDP socket
+// cannot bind it while the FOU port of its family is open; FOU's IPv6
+// socket is IPv6-only, as Go's "udp6" one).
 func readDSRState() (dsrState, error) {
 	var st dsrState
 	k, err := ipvs.NewNetlink()
@@ -70,14 +72,19 @@ func readDSRState() (dsrState, error) {
 		st.Tables = append(st.Tables, tb.Name)
 	}
 	slices.Sort(st.Tables)
-	pc, err := net.ListenUDP("udp4", &net.UDPAddr{Port: guePort})
-	switch {
-	case errors.Is(err, unix.EADDRINUSE):
-		st.GUEPortOpen = true
-	case err != nil:
-		return st, err
-	default:
-		pc.Close()
+	for _, p := range []struct {
+		network string
+		open    *bool
+	}{{"udp4", &st.GUEPortOpen}, {"udp6", &st.GUE6PortOpen}} {
+		pc, err := net.ListenUDP(p.network, &net.UDPAddr{Port: guePort})
+		switch {
+		case errors.Is(err, unix.EADDRINUSE):
+			*p.open = true
+		case err != nil:
+			return st, err
+		default:
+			pc.Close()
+		}
 	}
 	return st, nil
 }
@@ -85,7 +92,8 @@ func readDSRState() (dsrState, error) {
 // TestDSRCleanup: `switchyard --cleanup`'s work (cleanup.Switchyard over
 // cleanup.Open) on a node programmed for dsr over GUE removes the dsr
 // side with the rest: on n3, an ingress-only node, the peers' firewall-mark
-// services, switchyard-dsr, inet switchyard-dsr and the FOU port; on n1,
+// services, switchyard-dsr, inet switchyard-dsr and the FOU ports (IPv4
+// and IPv6: the lab has IPv6 frontends, GUE over IPv6); on n1,
 // a backend node, its own virtual services and switchyard0 too (the lab's
 // Dataplane runs without a firewall: TestCleanup covers inet switchyard);
 // on n2, whose last plan has no frontend, the FOU port through the record
@@ -104,11 +112,13 @@ func TestDSRCleanup(t *testing.T) {
 		node   *node
 		before dsrState
 	}{
-		// Over GUE the lab has IPv4 frontends only: one service per peer.
-		{n1, dsrState{DSRServices: 1, OtherServices: 2, Links: []string{cleanup.SwitchyardDummy, cleanup.DSRDummy},
-			Tables: []string{"switchyard-dsr"}, GUEPortOpen: true}},
-		{n3, dsrState{DSRServices: 2, Links: []string{cleanup.DSRDummy}, Tables: []string{"switchyard-dsr"}, GUEPortOpen: true}},
-		{n2, dsrState{OtherServices: 2, Links: []string{cleanup.SwitchyardDummy, cleanup.DSRDummy}, Tables: []string{"switchyard-dsr"}, GUEPortOpen: true}},
+		// TCP and UDP over IPv4 and IPv6: a service per peer and family,
+		// four of a backend node's own.
+		{n1, dsrState{DSRServices: 2, OtherServices: 4, Links: []string{cleanup.SwitchyardDummy, cleanup.DSRDummy},
+			Tables: []string{"switchyard-dsr"}, GUEPortOpen: true, GUE6PortOpen: true}},
+		{n3, dsrState{DSRServices: 4, Links: []string{cleanup.DSRDummy}, Tables: []string{"switchyard-dsr"}, GUEPortOpen: true, GUE6PortOpen: true}},
+		{n2, dsrState{OtherServices: 4, Links: []string{cleanup.SwitchyardDummy, cleanup.DSRDummy}, Tables: []string{"switchyard-dsr"},
+			GUEPortOpen: true, GUE6PortOpen: true}},
 	} {
 		do(t, tc.node.ns, func() error {
 			before, err := readDSRState()

@@ -119,13 +119,13 @@ func (tp *topology) planDSR(t *testing.T, enc model.Encapsulation, live []*node)
 	}
 }
 
-// frontends are the lab's frontends over enc: IPv6 with ipip only
-// (plan.DSR refuses GUE over IPv6).
+// frontends are the lab's frontends over enc: TCP and UDP over IPv4 and
+// IPv6 (ip6ip6, or GUE over IPv6), SCTP with ipip only.
 func (tp *topology) frontends(enc model.Encapsulation) []model.VirtualServiceKey {
 	if enc == model.IPIP {
 		return []model.VirtualServiceKey{frontend, udpFrontend, frontend6, udpFrontend6, sctpFrontend}
 	}
-	return []model.VirtualServiceKey{frontend, udpFrontend}
+	return []model.VirtualServiceKey{frontend, udpFrontend, frontend6, udpFrontend6}
 }
 
 // openKernel opens IPVS and address handles in the calling thread's

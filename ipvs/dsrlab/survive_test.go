@@ -44,6 +44,7 @@ func TestDSRFlowsSurviveECMPChanges(t *testing.T) {
 		{"ipip", model.IPIP, vip, flowsN},
 		{"gue", model.GUE, vip, flowsN},
 		{"ipip-ipv6", model.IPIP, vip6, flowsN / 2},
+		{"gue-ipv6", model.GUE, vip6, flowsN / 2},
 	} {
 		enc := tc.enc
 		t.Run(tc.name, func(t *testing.T) {

@@ -15,6 +15,7 @@ type FakeAddresses struct {
 	mu        sync.Mutex
 	links     map[string]*fakeLink
 	interrupt int // Addrs calls still to interrupt
+	batches   int // AddAddrs and DelAddrs calls
 }
 
 type fakeLink struct {
@@ -22,7 +23,39 @@ type fakeLink struct {
 	addrs []netip.Addr // sorted
 }
 
-var _ ipvs.Addresses = (*FakeAddresses)(nil)
+var (
+	_ ipvs.Addresses      = (*FakeAddresses)(nil)
+	_ ipvs.AddressBatcher = (*FakeAddresses)(nil)
+)
+
+// AddAddrs binds addrs one after the other with AddAddr: one batch.
+func (f *FakeAddresses) AddAddrs(name string, addrs []netip.Addr) []error {
+	return f.batch(name, addrs, f.AddAddr)
+}
+
+// DelAddrs unbinds addrs one after the other with DelAddr: one batch.
+func (f *FakeAddresses) DelAddrs(name string, addrs []netip.Addr) []error {
+	return f.batch(name, addrs, f.DelAddr)
+}
+
+func (f *FakeAddresses) batch(name string, addrs []netip.Addr, op func(string, netip.Addr) error) []error {
+	f.mu.Lock()
+	f.batches++
+	f.mu.Unlock()
+	errs := make([]error, len(addrs))
+	for i, a := range addrs {
+		errs[i] = op(name, a)
+	}
+	return errs
+}
+
+// Batches returns how many AddAddrs and DelAddrs calls (round trips) were
+// made.
+func (f *FakeAddresses) Batches() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.batches
+}
 
 // NewFakeAddresses returns a fake with no links.
 func NewFakeAddresses() *FakeAddresses { return &FakeAddresses{} }

@@ -27,6 +27,10 @@ const (
 	OpDeleteDestination Op = "DeleteDestination"
 	OpTimeouts          Op = "Timeouts"
 	OpSetTimeouts       Op = "SetTimeouts"
+	// OpBatch is one Batch: one round trip with the kernel. Each of its
+	// commands counts as its own op too, and fails with that op's
+	// injected error.
+	OpBatch Op = "Batch"
 )
 
 // DefaultTimeouts are the kernel's connection timeouts after ip_vs loads.
@@ -56,6 +60,7 @@ type Fake struct {
 var (
 	_ ipvs.Kernel      = (*Fake)(nil)
 	_ ipvs.TableReader = (*Fake)(nil)
+	_ ipvs.Batcher     = (*Fake)(nil)
 )
 
 // NewFake returns an empty table.
@@ -215,6 +220,24 @@ func (f *Fake) Service(k model.VirtualServiceKey) (ipvs.Service, error) {
 		return ipvs.Service{}, fmt.Errorf("ipvstest: service %v: %w", k, ipvs.ErrNotFound)
 	}
 	return e.Service, nil
+}
+
+// Batch runs cmds in order with the single calls, as the kernel runs the
+// requests of one message: a failed command does not stop the next. An
+// error injected for OpBatch fails every command without changing the
+// table, as a batch that could not be sent.
+func (f *Fake) Batch(cmds []ipvs.Command) []error {
+	err := f.begin(OpBatch)
+	f.mu.Unlock()
+	errs := make([]error, len(cmds))
+	for i, c := range cmds {
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		errs[i] = ipvs.RunCommand(f, c)
+	}
+	return errs
 }
 
 func (f *Fake) AddService(s ipvs.Service) error {

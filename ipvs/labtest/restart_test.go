@@ -71,16 +71,7 @@ func nftGeneration(t *testing.T) uint32 {
 // deleteTable removes the dataplane's nftables table after a test.
 func deleteTable(t *testing.T) {
 	t.Helper()
-	t.Cleanup(func() {
-		c, err := nftables.New()
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.DelTable(&nftables.Table{Name: ipvs.TableName, Family: nftables.TableFamilyINet})
-		if err := c.Flush(); err != nil {
-			t.Errorf("delete table %s: %v", ipvs.TableName, err)
-		}
-	})
+	t.Cleanup(func() { deleteFirewallTable(t) })
 }
 
 func withFirewall(fw *countingFirewall) func(*ipvs.Config) {

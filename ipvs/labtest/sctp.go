@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/switchyard-lb/switchyard/test/netns"
 )
 
 // SCTPPort is the port the backends serve SCTP on, when the kernel has
@@ -99,22 +97,9 @@ func (c closerFunc) Close() error { return c() }
 // SplitSCTP opens n SCTP associations from namespace from to target, each
 // from its own source port, and counts the answers per backend name.
 func SplitSCTP(from *Namespace, target netip.AddrPort, n int) (map[string]int, error) {
-	got := map[string]int{}
-	err := from.Do(func() error {
-		for i := range n {
-			port, err := netns.NextSourcePort()
-			if err != nil {
-				return err
-			}
-			name, err := sctpAsk(port, target)
-			if err != nil {
-				return fmt.Errorf("association %d of %d to sctp/%s from %s: %w", i+1, n, target, from.Name, err)
-			}
-			got[name]++
-		}
-		return nil
+	return splitAsk(from, n, "association", "sctp/"+target.String(), func(port int) (string, error) {
+		return sctpAsk(port, target)
 	})
-	return got, err
 }
 
 // sctpAsk connects from srcPort, reads the backend's name and ends the

@@ -327,6 +327,25 @@ func (be *Backend) serve() error {
 // the answers per backend name. Any failed request is an error: the counts
 // are only returned when all n were answered.
 func Split(ctx context.Context, from *Namespace, network string, target netip.AddrPort, n int) (map[string]int, error) {
+	var ask func(ctx context.Context, srcPort int, target netip.AddrPort) (string, error)
+	switch network {
+	case "tcp":
+		ask = httpGet
+	case "udp":
+		ask = udpAsk
+	default:
+		return nil, fmt.Errorf("unknown network %q", network)
+	}
+	return splitAsk(from, n, "request", network+"/"+target.String(), func(port int) (string, error) {
+		return ask(ctx, port, target)
+	})
+}
+
+// splitAsk calls ask n times inside namespace from, each time with a new
+// source port, and counts the answers per backend name. what and to name
+// one ask and its target in errors; the counts are only returned when all
+// n were answered.
+func splitAsk(from *Namespace, n int, what, to string, ask func(srcPort int) (string, error)) (map[string]int, error) {
 	got := map[string]int{}
 	err := from.Do(func() error {
 		for i := range n {
@@ -334,17 +353,9 @@ func Split(ctx context.Context, from *Namespace, network string, target netip.Ad
 			if err != nil {
 				return err
 			}
-			var name string
-			switch network {
-			case "tcp":
-				name, err = httpGet(ctx, port, target)
-			case "udp":
-				name, err = udpAsk(ctx, port, target)
-			default:
-				return fmt.Errorf("unknown network %q", network)
-			}
+			name, err := ask(port)
 			if err != nil {
-				return fmt.Errorf("request %d of %d to %s/%s from %s: %w", i+1, n, network, target, from.Name, err)
+				return fmt.Errorf("%s %d of %d to %s from %s: %w", what, i+1, n, to, from.Name, err)
 			}
 			got[name]++
 		}

@@ -154,14 +154,7 @@ func TestSetSysctls(t *testing.T) {
 				ConntrackParams: params, CPUs: func() int { return testCPUs },
 			}
 
-			res, err := tuning.Apply(cfg, host)
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Errorf("Apply = %v, want an error containing %q", err, tt.wantErr)
-				}
-			} else if err != nil {
-				t.Fatalf("Apply = %v", err)
-			}
+			res := apply(t, cfg, host, tt.wantErr)
 			if skipped := cfg.Dataplane.Mode != config.ModeIPVS; res.Skipped != skipped {
 				t.Errorf("Result.Skipped = %v, want %v", res.Skipped, skipped)
 			}
@@ -297,14 +290,7 @@ func TestSetSysctlsConntrack(t *testing.T) {
 				sc = tt.sysctls(sysctls)
 			}
 			host := tuning.Host{LoadIPVS: func() error { return nil }, Sysctls: sc, ConntrackParams: p, CPUs: func() int { return tt.cpus }}
-			res, err := tuning.Apply(cfg, host)
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Errorf("Apply = %v, want an error containing %q", err, tt.wantErr)
-				}
-			} else if err != nil {
-				t.Fatalf("Apply = %v", err)
-			}
+			res := apply(t, cfg, host, tt.wantErr)
 			if got := res.HashsizeReadOnly != nil; got != tt.wantReadOnly {
 				t.Errorf("Result.HashsizeReadOnly = %v, want set %v", res.HashsizeReadOnly, tt.wantReadOnly)
 			}
@@ -326,6 +312,21 @@ func TestSetSysctlsConntrack(t *testing.T) {
 			}
 		})
 	}
+}
+
+// apply runs tuning.Apply and checks its error: one containing wantErr,
+// or none when wantErr is "". The result counts either way.
+func apply(t *testing.T, cfg *config.Config, host tuning.Host, wantErr string) tuning.Result {
+	t.Helper()
+	res, err := tuning.Apply(cfg, host)
+	if wantErr != "" {
+		if err == nil || !strings.Contains(err.Error(), wantErr) {
+			t.Errorf("Apply = %v, want an error containing %q", err, wantErr)
+		}
+	} else if err != nil {
+		t.Fatalf("Apply = %v", err)
+	}
+	return res
 }
 
 // parseConfig parses a config file made of the header and body.

@@ -53,6 +53,15 @@
 # TestDSRLayer2Relief 69-79 s (load 28-45; about 23 s of it reading the
 # owner's dsr maps). Together 200-340 s on this loaded host, over the
 # ~2 minutes they should cost; their waits are for BGP and the daemons.
+# Two more dsr suites (session 10): TestDSRIPv6ClientAddress (30 TCP and
+# 20 UDP flows from the client's IPv6 address through FRR's IPv6 ECMP
+# route; the lab is dual-stack, topology6_linux.go) 28 s, and
+# TestDSRRestartKeepsPeerMarks (node3's daemon restarted under 40 flows
+# routed through it) 40-59 s; with the two above, the four took 99 +
+# 28 + 28 + 40 s, the whole `make test-cluster CLUSTER_RUN='^TestDSR'`
+# 8 min wall with its build (load 28-41). The whole default run with
+# the dual-stack lab: TestCluster 819 s, 14m23s wall with its build
+# (load 8-20, session 10); every suite passed.
 # The soak (TestSoak): CLUSTER_SOAK_SERVICES ClusterIP Services,
 # CLUSTER_SOAK_UPDATES endpoint updates over CLUSTER_SOAK_DURATION
 # (by default 30, 200 and 30s; bench-cluster: 1000, 10000 and 30m). Like

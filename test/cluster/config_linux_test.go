@@ -10,7 +10,8 @@ import (
 )
 
 // TestDefaultDaemonConfig: the daemons' config is valid for the daemon's
-// own parser, and its pools and BGP peer are the address plan's.
+// own parser, and its pools and BGP peers (the router over IPv4 and IPv6)
+// are the address plan's.
 func TestDefaultDaemonConfig(t *testing.T) {
 	c, err := config.Parse([]byte(DefaultDaemonConfig))
 	if err != nil {
@@ -41,7 +42,7 @@ func TestDefaultDaemonConfig(t *testing.T) {
 			t.Errorf("pool %s assigns automatically; the suites name their pool", p.Name)
 		}
 	}
-	want := map[string][]string{PoolL2: {L2Pool.String()}, PoolBGP: {BGPPool.String()}}
+	want := map[string][]string{PoolL2: {L2Pool.String()}, PoolBGP: {BGPPool.String(), BGPPool6.String()}}
 	if diff := cmp.Diff(want, pools); diff != "" {
 		t.Errorf("pools (-want +got):\n%s", diff)
 	}
@@ -63,7 +64,7 @@ func TestDefaultDaemonConfig(t *testing.T) {
 			peers = append(peers, p.Address)
 		}
 	}
-	if diff := cmp.Diff([]string{RouterLAN.String()}, peers); diff != "" {
+	if diff := cmp.Diff([]string{RouterLAN.String(), RouterLAN6.String()}, peers); diff != "" {
 		t.Errorf("BGP peers (-want +got):\n%s", diff)
 	}
 }

@@ -12,8 +12,16 @@
 //	                                                         ├─ node2 10.0.0.12  cbr0 10.244.2.1/24 ─ pods …
 //	                                                         └─ node3 10.0.0.13  cbr0 10.244.3.1/24 ─ pods …
 //
+// Every link carries IPv6 too (topology6_linux.go): the client
+// 2001:db8:113::10 behind the router's 2001:db8:113::1, the LAN
+// fd00:10::/64 (the router ::1, node i ::(10+i)), node i's pods
+// fd00:244:i::/64 behind its bridge's ::1; the Node objects list both
+// InternalIPs, IPv4 first, and both pod CIDRs, as a dual-stack kubelet
+// does.
+//
 // The router runs FRR (zebra and bgpd, Options.FRR): AS 64513 peering
-// over the LAN with every node's daemon (AS 64512, its bgp announcer),
+// over the LAN with every node's daemon (AS 64512, its bgp announcer;
+// each node over IPv4 for IPv4 routes and over IPv6 for IPv6 ones),
 // installing one ECMP route per LoadBalancer IP over the nodes that
 // announce it, with layer-4 multipath hashing of each packet's headers
 // (fib_multipath_hash_policy 3: addresses, protocol and ports; policy 1
@@ -27,6 +35,7 @@
 //
 //	pool l2  10.0.0.240/28    on the LAN: the arp announcer on eth0; the elected node answers ARP
 //	pool bgp 198.51.100.0/28  routed: the bgp announcer on every eligible node, ECMP at the router
+//	         2001:db8:100::/124  its IPv6 range, for IPv6 Services (ServiceSpec.IPv6)
 //
 // More BGP routers can join the LAN beside it (AddLANRouter: a namespace
 // of its own at a free LAN address, forwarding nothing for the client)

@@ -90,12 +90,7 @@ func TestDSRFlowsSurviveECMPChanges(t *testing.T) {
 
 	// The pod sees the client's own address through any node in dsr
 	// mode (the answer's client), and a node's in nat mode.
-	if _, err := waitAnswer(t.Context(), c.Client, dsr.LoadBalancerAddr(cluster.PortHTTP), programmed, func(a cluster.Answer) error {
-		if a.Client.Addr() != cluster.ClientAddr {
-			return fmt.Errorf("%s saw the client as %s, want %s", a.Pod, a.Client, cluster.ClientAddr)
-		}
-		return nil
-	}); err != nil {
+	if _, err := waitAnswer(t.Context(), c.Client, dsr.LoadBalancerAddr(cluster.PortHTTP), programmed, sawClient(cluster.ClientAddr)); err != nil {
 		t.Fatalf("dsr, from the client: %v", err)
 	}
 	if _, err := waitAnswer(t.Context(), c.Client, nat.LoadBalancerAddr(cluster.PortHTTP), programmed, through(c, c.Nodes...)); err != nil {
@@ -367,14 +362,19 @@ func TestDSRFlowsSurviveECMPChanges(t *testing.T) {
 // test, and waits for its address.
 func createModeLB(t *testing.T, c *cluster.Cluster, name, pool, mode string, pods ...*cluster.Pod) *cluster.Service {
 	t.Helper()
-	var eps []cluster.Endpoint
+	return createModeLBSpec(t, c, cluster.ServiceSpec{Name: name, Pool: pool}, mode, pods...)
+}
+
+// createModeLBSpec is createModeLB for spec (its name, pool, family),
+// made a LoadBalancer Service.
+func createModeLBSpec(t *testing.T, c *cluster.Cluster, spec cluster.ServiceSpec, mode string, pods ...*cluster.Pod) *cluster.Service {
+	t.Helper()
 	for _, p := range pods {
-		eps = append(eps, cluster.Endpoint{Pod: p})
+		spec.Endpoints = append(spec.Endpoints, cluster.Endpoint{Pod: p})
 	}
-	svc, err := c.CreateService(t.Context(), namespace(t, c), cluster.ServiceSpec{
-		Name: name, Type: corev1.ServiceTypeLoadBalancer, Pool: pool, Endpoints: eps,
-		Annotations: map[string]string{k8s.AnnotationForwardingMode: mode},
-	})
+	spec.Type = corev1.ServiceTypeLoadBalancer
+	spec.Annotations = map[string]string{k8s.AnnotationForwardingMode: mode}
+	svc, err := c.CreateService(t.Context(), namespace(t, c), spec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -388,6 +388,17 @@ func createModeLB(t *testing.T, c *cluster.Cluster, name, pool, mode string, pod
 		t.Fatal(err)
 	}
 	return svc
+}
+
+// sawClient accepts answers whose pod saw the client as addr (its own
+// address: dsr keeps it).
+func sawClient(addr netip.Addr) func(cluster.Answer) error {
+	return func(a cluster.Answer) error {
+		if a.Client.Addr() != addr {
+			return fmt.Errorf("%s saw the client as %s, want %s", a.Pod, a.Client, addr)
+		}
+		return nil
+	}
 }
 
 // permille is k of n in thousandths (0 of 0 is 0).
@@ -435,14 +446,20 @@ func answeredOnly(t *testing.T, c *cluster.Cluster, svc *cluster.Service, pods .
 type vipCounts struct{ in, out, inBytes, outBytes uint64 }
 
 // countVIP installs counters on n's uplink (eth0) for packets to and
-// from vip and returns their reader; the table goes with the test.
+// from vip (IPv4 or IPv6) and returns their reader; the table goes with
+// the test.
 func countVIP(t *testing.T, n *cluster.Node, vip netip.Addr) func() vipCounts {
 	t.Helper()
 	const table = "dsrcount"
 	tbl := &nftables.Table{Family: nftables.TableFamilyINet, Name: table}
 	eth0 := make([]byte, unix.IFNAMSIZ)
 	copy(eth0, "eth0")
-	a := vip.As4()
+	// The address's offset in the IPv4 or IPv6 header: destination
+	// (in), source (out).
+	a, nfproto, dst, src := vip.AsSlice(), byte(unix.NFPROTO_IPV4), uint32(16), uint32(12)
+	if vip.Is6() {
+		nfproto, dst, src = unix.NFPROTO_IPV6, 24, 8
+	}
 	err := n.NS.Do(func() error {
 		c, err := nftables.New()
 		if err != nil {
@@ -456,8 +473,8 @@ func countVIP(t *testing.T, n *cluster.Node, vip netip.Addr) func() vipCounts {
 			iface  expr.MetaKey
 			offset uint32
 		}{
-			{"in", nftables.ChainHookPrerouting, expr.MetaKeyIIFNAME, 16},
-			{"out", nftables.ChainHookPostrouting, expr.MetaKeyOIFNAME, 12},
+			{"in", nftables.ChainHookPrerouting, expr.MetaKeyIIFNAME, dst},
+			{"out", nftables.ChainHookPostrouting, expr.MetaKeyOIFNAME, src},
 		} {
 			ch := c.AddChain(&nftables.Chain{Name: h.name, Table: tbl, Type: nftables.ChainTypeFilter,
 				Hooknum: h.hook, Priority: nftables.ChainPriorityRaw, Policy: &accept})
@@ -465,9 +482,9 @@ func countVIP(t *testing.T, n *cluster.Node, vip netip.Addr) func() vipCounts {
 				&expr.Meta{Key: h.iface, Register: 1},
 				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: eth0},
 				&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
-				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}},
-				&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: h.offset, Len: 4},
-				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: a[:]},
+				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{nfproto}},
+				&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: h.offset, Len: uint32(len(a))},
+				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: a},
 				&expr.Counter{},
 			}})
 		}

@@ -27,7 +27,7 @@ import (
 // node's pods, and nftables' bridge meta (Partition).
 var clusterModules = append(append(append([]string{}, lab.DefaultModules...), lab.UserNetModules...), "bridge", "nft_meta_bridge",
 	// the dsr forwarding mode (TestDSR*): tunnels and the flow hash
-	"ipip", "fou", "nft_hash")
+	"ipip", "fou", "nft_hash", "ip6_tunnel")
 
 // TestCluster is the host side of the cluster lab (`make test-cluster`):
 // a real etcd and kube-apiserver here, deploy/'s RBAC and ServiceAccount

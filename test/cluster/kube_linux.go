@@ -34,7 +34,8 @@ var servicePorts = []struct {
 }
 
 // createNode writes n's Node object: zone and hostname labels, its pod
-// CIDR, its InternalIP and Ready, as the kubelet would.
+// CIDRs, its InternalIPs (IPv4 first, the primary, then IPv6) and Ready,
+// as the kubelet of a dual-stack node would.
 func createNode(ctx context.Context, kube kubernetes.Interface, n *Node) error {
 	node := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: map[string]string{
@@ -43,7 +44,7 @@ func createNode(ctx context.Context, kube kubernetes.Interface, n *Node) error {
 			corev1.LabelOSStable:         "linux",
 			"switchyard.dev/cluster-lab": "true",
 		}},
-		Spec: corev1.NodeSpec{PodCIDR: n.PodCIDR.String(), PodCIDRs: []string{n.PodCIDR.String()}},
+		Spec: corev1.NodeSpec{PodCIDR: n.PodCIDR.String(), PodCIDRs: []string{n.PodCIDR.String(), n.PodCIDR6.String()}},
 	}
 	created, err := kube.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
 	if err != nil {
@@ -51,6 +52,7 @@ func createNode(ctx context.Context, kube kubernetes.Interface, n *Node) error {
 	}
 	created.Status.Addresses = []corev1.NodeAddress{
 		{Type: corev1.NodeInternalIP, Address: n.Addr.String()},
+		{Type: corev1.NodeInternalIP, Address: n.Addr6.String()},
 		{Type: corev1.NodeHostName, Address: n.Name},
 	}
 	created.Status.Conditions = []corev1.NodeCondition{{
@@ -87,6 +89,10 @@ type ServiceSpec struct {
 	// (Switchyard proxies ingress IPs of every class), so the suite
 	// decides the path to it (Topology.RouteThrough).
 	IngressIP netip.Addr
+	// IPv6 makes it a single-stack IPv6 Service (its ClusterIP, its
+	// LoadBalancer IP from the pool's IPv6 range, its EndpointSlice of
+	// the pods' Addr6); default IPv4, the cluster's first family.
+	IPv6 bool
 }
 
 // StaticLoadBalancerClass is the loadBalancerClass of the Services whose
@@ -117,6 +123,8 @@ type Service struct {
 	IngressIP   netip.Addr
 	// LoadBalancerIP is set by WaitLoadBalancerIP.
 	LoadBalancerIP netip.Addr
+	// IPv6 is the spec's: the Service and its endpoints are IPv6.
+	IPv6 bool
 }
 
 // AddrOn is addr (an external or ingress IP) with the port named name.
@@ -144,6 +152,10 @@ func (c *Cluster) CreateService(ctx context.Context, ns string, spec ServiceSpec
 	}
 	if svc.Spec.Type == "" {
 		svc.Spec.Type = corev1.ServiceTypeClusterIP
+	}
+	if spec.IPv6 {
+		single := corev1.IPFamilyPolicySingleStack
+		svc.Spec.IPFamilyPolicy, svc.Spec.IPFamilies = &single, []corev1.IPFamily{corev1.IPv6Protocol}
 	}
 	if spec.Pool != "" {
 		svc.Annotations = map[string]string{lbipam.AnnotationAddressPool: spec.Pool}
@@ -186,7 +198,7 @@ func (c *Cluster) CreateService(ctx context.Context, ns string, spec ServiceSpec
 		}
 	}
 	out := &Service{Namespace: ns, Name: spec.Name, Ports: map[string]uint16{}, NodePorts: map[string]uint16{},
-		ExternalIPs: spec.ExternalIPs, IngressIP: spec.IngressIP}
+		ExternalIPs: spec.ExternalIPs, IngressIP: spec.IngressIP, IPv6: spec.IPv6}
 	if out.ClusterIP, err = netip.ParseAddr(created.Spec.ClusterIP); err != nil {
 		return nil, fmt.Errorf("cluster: Service %s/%s ClusterIP %q: %w", ns, spec.Name, created.Spec.ClusterIP, err)
 	}
@@ -227,6 +239,9 @@ func (c *Cluster) WriteEndpoints(ctx context.Context, svc *Service, eps []Endpoi
 		},
 		AddressType: discoveryv1.AddressTypeIPv4,
 	}
+	if svc.IPv6 {
+		slice.AddressType = discoveryv1.AddressTypeIPv6
+	}
 	for _, p := range servicePorts {
 		name, proto, port := p.name, p.proto, p.target
 		slice.Ports = append(slice.Ports, discoveryv1.EndpointPort{Name: &name, Protocol: &proto, Port: &port})
@@ -234,8 +249,12 @@ func (c *Cluster) WriteEndpoints(ctx context.Context, svc *Service, eps []Endpoi
 	for _, e := range eps {
 		ready, serving, terminating := !e.NotReady, !e.NotServing, e.Terminating
 		nodeName, zone := e.Pod.Node.Name, e.Pod.Node.Zone
+		addr := e.Pod.Addr
+		if svc.IPv6 {
+			addr = e.Pod.Addr6
+		}
 		slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{
-			Addresses: []string{e.Pod.Addr.String()},
+			Addresses: []string{addr.String()},
 			Conditions: discoveryv1.EndpointConditions{
 				Ready: &ready, Serving: &serving, Terminating: &terminating,
 			},

@@ -33,19 +33,24 @@ const (
 var (
 	L2Pool  = netip.MustParsePrefix("10.0.0.240/28")
 	BGPPool = netip.MustParsePrefix("198.51.100.0/28")
+	// BGPPool6 is the bgp pool's IPv6 range (IPv6 Services, ServiceSpec
+	// IPv6), announced over the nodes' IPv6 sessions with the router.
+	BGPPool6 = netip.MustParsePrefix("2001:db8:100::/124")
 )
 
 // LoadBalancerConfig is the pools and announcers part of
 // DefaultDaemonConfig, one block. The BGP hold time is 9 s (keepalive
 // 3 s; 3 s flapped on the loaded lab machine), so a node cut off is
 // withdrawn within seconds; a daemon that dies closes its session at
-// once.
+// once. The bgp pool is dual-stack: each node peers with the router
+// over IPv4 (IPv4 routes) and IPv6 (IPv6 routes, next hop the node's
+// Addr6).
 const LoadBalancerConfig = `pools:
   - name: l2
     addresses: [10.0.0.240/28]
     autoAssign: false
   - name: bgp
-    addresses: [198.51.100.0/28]
+    addresses: [198.51.100.0/28, "2001:db8:100::/124"]
     autoAssign: false
 announcers:
   - name: l2
@@ -60,6 +65,9 @@ announcers:
       asn: 64512
       peers:
         - address: 10.0.0.1
+          asn: 64513
+          holdTime: 9s
+        - address: "fd00:10::1"
           asn: 64513
           holdTime: 9s
 `
@@ -96,11 +104,11 @@ func (s *Service) LoadBalancerAddr(name string) netip.AddrPort {
 }
 
 // NodeOf returns the node an address belongs to: its LAN address or an
-// address of its pod CIDR (what a pod sees as the client of traffic an
-// ingress node masqueraded), or nil.
+// address of its pod CIDR, of either family (what a pod sees as the
+// client of traffic an ingress node masqueraded), or nil.
 func (t *Topology) NodeOf(a netip.Addr) *Node {
 	for _, n := range t.Nodes {
-		if n.Addr == a || n.PodCIDR.Contains(a) {
+		if n.Addr == a || n.PodCIDR.Contains(a) || n.Addr6 == a || n.PodCIDR6.Contains(a) {
 			return n
 		}
 	}
@@ -154,7 +162,11 @@ func (t *Topology) RouterNextHops(dst netip.Prefix) ([]netip.Addr, error) {
 func (ns *Namespace) NextHops(dst netip.Prefix) ([]netip.Addr, error) {
 	var out []netip.Addr
 	err := ns.configure(func(h *netlink.Handle) error {
-		routes, err := h.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Dst: ipNet(dst)}, netlink.RT_FILTER_DST)
+		family := netlink.FAMILY_V4
+		if dst.Addr().Is6() {
+			family = netlink.FAMILY_V6
+		}
+		routes, err := h.RouteListFiltered(family, &netlink.Route{Dst: ipNet(dst)}, netlink.RT_FILTER_DST)
 		if err != nil {
 			return err
 		}

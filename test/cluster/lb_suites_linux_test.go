@@ -233,12 +233,16 @@ func brokenByIngress(c *cluster.Cluster, r cluster.Report) string {
 }
 
 // waitNextHops waits until the router's route to ip has exactly the LAN
-// addresses of nodes as next hops, and has kept them for hold, and
-// returns when it first saw them.
+// addresses of nodes (of ip's family) as next hops, and has kept them
+// for hold, and returns when it first saw them.
 func waitNextHops(t *testing.T, c *cluster.Cluster, ip netip.Addr, nodes []*cluster.Node, hold time.Duration) time.Time {
 	t.Helper()
 	var want []netip.Addr
 	for _, n := range nodes {
+		if ip.Is6() {
+			want = append(want, n.Addr6)
+			continue
+		}
 		want = append(want, n.Addr)
 	}
 	slices.SortFunc(want, netip.Addr.Compare)
@@ -267,7 +271,7 @@ func waitNextHops(t *testing.T, c *cluster.Cluster, ip netip.Addr, nodes []*clus
 
 // nextHops are the router's next hops to ip, sorted.
 func nextHops(c *cluster.Cluster, ip netip.Addr) ([]netip.Addr, error) {
-	got, err := c.RouterNextHops(netip.PrefixFrom(ip, 32))
+	got, err := c.RouterNextHops(netip.PrefixFrom(ip, ip.BitLen()))
 	slices.SortFunc(got, netip.Addr.Compare)
 	return got, err
 }

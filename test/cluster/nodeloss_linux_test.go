@@ -361,9 +361,10 @@ func startDaemon(ctx context.Context, t *testing.T, n *cluster.Node) {
 // daemons' config cfg (LoadBalancerConfig's), with BFD at 300 ms x 3 for
 // the BFD ones, and the same hold time.
 func withBGPPeers(cfg string, rs []*lossRouter) (string, error) {
-	const last = "          holdTime: 9s\n" // the router's peer, the only one
+	// The router's IPv4 peer: the added ones follow it.
+	last := fmt.Sprintf("        - address: %s\n          asn: %d\n          holdTime: 9s\n", cluster.RouterLAN, cluster.RouterASN)
 	if strings.Count(cfg, last) != 1 {
-		return "", fmt.Errorf("the daemons' config has %d peers with a 9 s hold time, want 1:\n%s", strings.Count(cfg, last), cfg)
+		return "", fmt.Errorf("the daemons' config has %d router peers %q, want 1:\n%s", strings.Count(cfg, last), last, cfg)
 	}
 	var b strings.Builder
 	b.WriteString(last)
@@ -461,7 +462,8 @@ func birdBFDUp(r *cluster.BIRD) func(context.Context) (map[netip.Addr]bool, stri
 }
 
 // TestWithBGPPeers: the node loss suite's daemon config parses, and its
-// bgp announcer peers with the router and the added routers, BFD at
+// bgp announcer peers with the router (IPv4, then IPv6) and the added
+// routers after its IPv4 peer, BFD at
 // 300 ms x 3 for the BFD ones only, every hold time 9 s.
 func TestWithBGPPeers(t *testing.T) {
 	rs := []*lossRouter{
@@ -489,6 +491,7 @@ func TestWithBGPPeers(t *testing.T) {
 			{Address: cluster.RouterLAN.String(), ASN: cluster.RouterASN, HoldTime: hold},
 			{Address: "10.0.0.2", ASN: 64514, HoldTime: hold, BFD: bfd},
 			{Address: "10.0.0.4", ASN: 64516, HoldTime: hold},
+			{Address: "fd00:10::1", ASN: cluster.RouterASN, HoldTime: hold}, // the router's IPv6 peer
 		}
 		if diff := cmp.Diff(want, got, cmpopts.IgnoreFields(config.BGPPeer{}, "Port", "KeepaliveTime")); diff != "" {
 			t.Errorf("peers (-want +got):\n%s", diff)

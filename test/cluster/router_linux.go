@@ -69,11 +69,14 @@ router bgp %d
 	for _, n := range nodes {
 		fmt.Fprintf(&b, " neighbor %s peer-group NODES\n", n.Addr)
 	}
+	neighbors6, family6 := frrConf6(nodes)
+	b.WriteString(neighbors6)
 	b.WriteString(` address-family ipv4 unicast
   neighbor NODES activate
   maximum-paths 8
  exit-address-family
 `)
+	b.WriteString(family6)
 	return b.String()
 }
 

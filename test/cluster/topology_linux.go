@@ -84,6 +84,10 @@ type Node struct {
 	MAC     net.HardwareAddr // eth0's
 	PodCIDR netip.Prefix     // its bridge cbr0 holds the first address
 	Pods    []*Pod
+	// Addr6 and PodCIDR6 are the IPv6 half (topology6_linux.go): its
+	// second InternalIP, and its IPv6 pod prefix.
+	Addr6    netip.Addr
+	PodCIDR6 netip.Prefix
 
 	router *Namespace // holds the node's LAN port (SetLAN)
 	daemon *daemon    // set by Cluster
@@ -95,6 +99,8 @@ type Pod struct {
 	Node *Node
 	NS   *Namespace
 	Addr netip.Addr
+	// Addr6 is its IPv6 address (topology6_linux.go).
+	Addr6 netip.Addr
 }
 
 // build creates the topology of p.
@@ -131,10 +137,12 @@ func build(p Plan) (_ *Topology, err error) {
 	}
 	for i := 1; i <= p.Nodes; i++ {
 		n := &Node{
-			Name:    fmt.Sprintf("node%d", i),
-			Zone:    p.Zones[(i-1)%len(p.Zones)],
-			Addr:    netip.AddrFrom4([4]byte{10, 0, 0, byte(10 + i)}),
-			PodCIDR: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 244, byte(i), 0}), 24),
+			Name:     fmt.Sprintf("node%d", i),
+			Zone:     p.Zones[(i-1)%len(p.Zones)],
+			Addr:     netip.AddrFrom4([4]byte{10, 0, 0, byte(10 + i)}),
+			PodCIDR:  netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 244, byte(i), 0}), 24),
+			Addr6:    lanAddr6(i),
+			PodCIDR6: podCIDR6(i),
 		}
 		t.Nodes = append(t.Nodes, n)
 		if n.NS, err = newNamespace(n.Name); err != nil {
@@ -178,9 +186,10 @@ func build(p Plan) (_ *Topology, err error) {
 		}
 		for j := range p.PodsPerNode {
 			pod := &Pod{
-				Name: fmt.Sprintf("%s-pod%d", n.Name, j+1),
-				Node: n,
-				Addr: netip.AddrFrom4([4]byte{10, 244, byte(i), byte(10 + j)}),
+				Name:  fmt.Sprintf("%s-pod%d", n.Name, j+1),
+				Node:  n,
+				Addr:  netip.AddrFrom4([4]byte{10, 244, byte(i), byte(10 + j)}),
+				Addr6: podAddr6(i, j),
 			}
 			n.Pods = append(n.Pods, pod)
 			if pod.NS, err = newNamespace(pod.Name); err != nil {
@@ -224,6 +233,9 @@ func build(p Plan) (_ *Topology, err error) {
 		if err != nil {
 			return nil, err
 		}
+	}
+	if err := t.addIPv6(); err != nil {
+		return nil, err
 	}
 	return t, nil
 }

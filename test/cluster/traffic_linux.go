@@ -290,7 +290,11 @@ func dialFlow(ctx context.Context, spec TrafficSpec, port int) (exchanger, error
 		}
 		return &tcpFlow{c: c, r: bufio.NewReader(c)}, nil
 	default:
-		c, err := net.ListenUDP("udp4", &net.UDPAddr{Port: port})
+		network := "udp4"
+		if spec.Target.Addr().Is6() {
+			network = "udp6"
+		}
+		c, err := net.ListenUDP(network, &net.UDPAddr{Port: port})
 		if err != nil {
 			return nil, err
 		}

@@ -5,6 +5,7 @@ package kpbench_test
 import (
 	"bytes"
 	"cmp"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -52,7 +53,9 @@ func envInt(b *testing.B, name string, def int) int {
 // --cleanup, and fails on what either leaves), KPBENCH_LOG_TAIL (bytes of each proxy's
 // log to print, default none), KPBENCH_SWITCHYARD_ARGS (extra daemon
 // flags, such as --v=4), KPBENCH_PROFILE (a duration: profile the
-// daemon's CPU that long from its start, saved to KPBENCH_PROFILE_OUT),
+// daemon's CPU that long from its start, saved to KPBENCH_PROFILE_OUT;
+// with KPBENCH_PROFILE_FROM=changes, from the end of its first full sync,
+// so that the profile holds the endpoint changes),
 // KPBENCH_SWITCHYARD_BASE (a switchyard binary of another revision, not
 // under /tmp, measured as "switchyard-base" in KPBENCH_ONLY),
 // KPBENCH_COMPLETE_POLL (how often the guest reads the kernel's table
@@ -101,7 +104,13 @@ func BenchmarkIntegrationKubeProxyIPVS(b *testing.B) {
 	}
 	// The guest gets switchyard at the same path (Job.Extra, no size
 	// limit), which must not be under /tmp: the guest mounts a tmpfs there.
-	syDir := filepath.Join(filepath.Dir(lab.DefaultCacheDir()), "kpbench")
+	// One directory per checkout: two worktrees benchmarking at once
+	// must not overwrite each other's daemon between build and boot.
+	wd, err := os.Getwd()
+	if err != nil {
+		b.Fatal(err)
+	}
+	syDir := filepath.Join(filepath.Dir(lab.DefaultCacheDir()), "kpbench", fmt.Sprintf("%x", sha256.Sum256([]byte(wd)))[:12])
 	if err := os.MkdirAll(syDir, 0o755); err != nil {
 		b.Fatal(err)
 	}
@@ -150,6 +159,7 @@ func BenchmarkIntegrationKubeProxyIPVS(b *testing.B) {
 		Args: []string{"-services", strconv.Itoa(n), "-endpoints", "10", "-changes", strconv.Itoa(changes),
 			"-kube-proxy", kubeProxy, "-switchyard", switchyard, "-switchyard-base", base, "-only", only,
 			"-switchyard-args", os.Getenv("KPBENCH_SWITCHYARD_ARGS"), "-switchyard-profile", envDuration(b, "KPBENCH_PROFILE").String(),
+			"-profile-changes=" + strconv.FormatBool(os.Getenv("KPBENCH_PROFILE_FROM") == "changes"),
 			"-complete-poll", cmp.Or(envDuration(b, "KPBENCH_COMPLETE_POLL"), 100*time.Millisecond).String(),
 			"-log-tail", strconv.Itoa(envInt(b, "KPBENCH_LOG_TAIL", 0)),
 			"-resync=" + strconv.FormatBool(os.Getenv("KPBENCH_RESYNC") == "1")},

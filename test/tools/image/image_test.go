@@ -107,15 +107,7 @@ func layerFiles(t *testing.T, img v1.Image) (map[string]file, []string, map[stri
 	files := map[string]file{}
 	var order []string
 	data := map[string][]byte{}
-	r := tar.NewReader(rc)
-	for {
-		h, err := r.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	eachTarEntry(t, rc, func(h *tar.Header, r io.Reader) {
 		b, err := io.ReadAll(r)
 		if err != nil {
 			t.Fatal(err)
@@ -123,16 +115,39 @@ func layerFiles(t *testing.T, img v1.Image) (map[string]file, []string, map[stri
 		files[h.Name] = file{Type: h.Typeflag, Mode: h.Mode, UID: h.Uid, GID: h.Gid, ModTime: h.ModTime.UTC(), Size: h.Size}
 		order = append(order, h.Name)
 		data[h.Name] = b
-	}
+	})
 	return files, order, data
 }
 
-func TestBuild(t *testing.T) {
-	s := testSpec(t)
+// eachTarEntry calls f with every entry of the tar stream in r, in order.
+func eachTarEntry(t *testing.T, r io.Reader, f func(h *tar.Header, r io.Reader)) {
+	t.Helper()
+	tr := tar.NewReader(r)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		f(h, tr)
+	}
+}
+
+// mustBuild builds the image of s, failing the test if it cannot.
+func mustBuild(t *testing.T, s spec) v1.Image {
+	t.Helper()
 	img, err := build(s)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return img
+}
+
+func TestBuild(t *testing.T) {
+	s := testSpec(t)
+	img := mustBuild(t, s)
 
 	cfg, err := img.ConfigFile()
 	if err != nil {
@@ -210,10 +225,7 @@ func TestReproducible(t *testing.T) {
 	s := testSpec(t)
 	digest := func(s spec) v1.Hash {
 		t.Helper()
-		img, err := build(s)
-		if err != nil {
-			t.Fatal(err)
-		}
+		img := mustBuild(t, s)
 		d, err := img.Digest()
 		if err != nil {
 			t.Fatal(err)
@@ -293,10 +305,7 @@ func TestReproducible(t *testing.T) {
 // built image's config and layer.
 func TestWrittenImagesReadBack(t *testing.T) {
 	s := testSpec(t)
-	img, err := build(s)
-	if err != nil {
-		t.Fatal(err)
-	}
+	img := mustBuild(t, s)
 	tags, err := parseTags([]string{"switchyard:" + s.Version, "switchyard:dev"})
 	if err != nil {
 		t.Fatal(err)
@@ -346,26 +355,18 @@ func TestWrittenImagesReadBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	r := tar.NewReader(f)
 	var manifest []struct {
 		Config   string
 		RepoTags []string
 		Layers   []string
 	}
-	for {
-		h, err := r.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	eachTarEntry(t, f, func(h *tar.Header, r io.Reader) {
 		if h.Name == "manifest.json" {
 			if err := json.NewDecoder(r).Decode(&manifest); err != nil {
 				t.Fatal(err)
 			}
 		}
-	}
+	})
 	if len(manifest) != 1 {
 		t.Fatalf("archive manifest.json has %d images, want 1", len(manifest))
 	}
