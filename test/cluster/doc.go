@@ -37,6 +37,13 @@
 //	pool bgp 198.51.100.0/28  routed: the bgp announcer on every eligible node, ECMP at the router
 //	         2001:db8:100::/124  its IPv6 range, for IPv6 Services (ServiceSpec.IPv6)
 //
+// More BGP routers can join the LAN beside it (AddLANRouter: a namespace
+// of its own at a free LAN address, forwarding nothing for the client)
+// running FRR with bfdd (StartFRR) or BIRD 2 (StartBIRD), configured as
+// the peer lab's routers are (test/netns/routers Peering): the BGP node
+// loss suite peers every daemon with them, with BFD and without, and reads
+// each one's FIB (Namespace.NextHops).
+//
 // RouterNeighbour and RouterNextHops read what the router's kernel holds
 // (its ARP entry for an address, its route's next hops); SetLAN cuts a
 // node off the LAN, KillDaemon kills its daemon; FirstAnswer measures
@@ -76,9 +83,10 @@
 // test-cluster`) starts etcd and kube-apiserver (test/apitest), applies
 // deploy/'s RBAC and ServiceAccount, builds the daemon statically and this
 // package's test binary, and boots one guest on qemu user networking with
-// both, and lends it Debian's FRR (FRRFiles, with their libraries and
-// the frr user; `make test-cluster` installs the package). Inside, the
-// test binary (every guest test skips outside the lab)
+// both, and lends it Debian's FRR and BIRD (FRRFiles, BIRDFiles, with
+// their libraries and the frr user; `make test-cluster` installs the
+// packages). Inside, the test binary (every guest test skips outside the
+// lab)
 // builds the topology, reaches the API server at the host's loopback
 // (10.0.2.2), and gives each node namespace a forward of the API server's
 // address on its own loopback, so the daemons' kubeconfig names

@@ -102,11 +102,17 @@ func TestCluster(t *testing.T) {
 	goBuild(t, "test", "-c", "-o", guestBin, ".")
 	t.Logf("daemon and guest tests built in %s", time.Since(began).Round(time.Millisecond))
 
-	// The router runs Debian's FRR (make test-cluster installs it),
-	// lent to the guest with its libraries and the frr user.
+	// The router runs Debian's FRR, TestLoadBalancerBGPNodeLoss's LAN
+	// routers FRR and BIRD too (make test-cluster installs them), lent to
+	// the guest with their libraries and the frr user.
 	for _, f := range cluster.FRRFiles {
 		if _, err := os.Stat(f); err != nil {
 			t.Fatalf("the router needs FRR: %v (make test-cluster installs the frr package)", err)
+		}
+	}
+	for _, f := range cluster.BIRDFiles {
+		if _, err := os.Stat(f); err != nil {
+			t.Fatalf("the LAN routers need BIRD: %v (make test-cluster installs the bird2 package)", err)
 		}
 	}
 	assets, err := lab.EnsureAssets(t.Context(), lab.Config{Modules: clusterModules})
@@ -137,7 +143,7 @@ func TestCluster(t *testing.T) {
 		Output:   io.MultiWriter(&out, prefixWriter{w: os.Stdout}),
 		TestData: data,
 		UserNet:  true,
-		Extra:    append([]string{switchyard}, cluster.FRRFiles...),
+		Extra:    append(append([]string{switchyard}, cluster.FRRFiles...), cluster.BIRDFiles...),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -157,7 +163,7 @@ func TestCluster(t *testing.T) {
 // guestEnv names the guest suites' settings (main_linux_test.go) that
 // the host passes on.
 var guestEnv = []string{envGossip, envL2Kills, envRollingFlows, envL2NoGrace, envAPIOutage, envChaosServices,
-	envDSRFlows, envSoakServices, envSoakUpdates, envSoakDuration}
+	envDSRFlows, envSoakServices, envSoakUpdates, envSoakDuration, envBFDKills}
 
 // passedEnv are the guest suites' settings set here (see guestEnv).
 func passedEnv() []string {

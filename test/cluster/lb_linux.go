@@ -153,8 +153,15 @@ func (t *Topology) NodeByMAC(mac net.HardwareAddr) *Node {
 // dst (all of them for an ECMP route), sorted as the kernel holds them;
 // none when there is no route.
 func (t *Topology) RouterNextHops(dst netip.Prefix) ([]netip.Addr, error) {
+	return t.Router.NextHops(dst)
+}
+
+// NextHops returns the gateways of the namespace's kernel route to dst
+// (all of them for an ECMP route), sorted as the kernel holds them; none
+// when there is no route.
+func (ns *Namespace) NextHops(dst netip.Prefix) ([]netip.Addr, error) {
 	var out []netip.Addr
-	err := t.Router.configure(func(h *netlink.Handle) error {
+	err := ns.configure(func(h *netlink.Handle) error {
 		family := netlink.FAMILY_V4
 		if dst.Addr().Is6() {
 			family = netlink.FAMILY_V6

@@ -23,7 +23,7 @@ const (
 
 // FRRFiles are the host paths a guest needs to run the router's FRR
 // (lab.Job.Extra brings their libraries along).
-var FRRFiles = []string{FRRDaemons + "/zebra", FRRDaemons + "/bgpd", Vtysh, "/etc/passwd", "/etc/group"}
+var FRRFiles = []string{FRRDaemons + "/zebra", FRRDaemons + "/bfdd", FRRDaemons + "/bgpd", Vtysh, "/etc/passwd", "/etc/group"}
 
 // vtyshConf is where vtysh reads its own configuration.
 const vtyshConf = "/etc/frr/vtysh.conf"
@@ -39,6 +39,7 @@ const frrStart = 30 * time.Second
 type FRR struct {
 	ns    *Namespace
 	dir   string
+	bfd   bool // bfdd runs too (StartFRR)
 	procs []*frrProc
 }
 
@@ -86,9 +87,17 @@ const zebraConf = `hostname router
 no zebra nexthop kernel enable
 `
 
-// startFRR starts zebra and bgpd in ns with their state in a fresh
-// directory, and returns once bgpd's vty answers.
-func startFRR(ctx context.Context, ns *Namespace, nodes []*Node) (_ *FRR, err error) {
+// startFRR starts the router's zebra and bgpd in ns with their state in
+// a fresh directory, and returns once bgpd's vty answers.
+func startFRR(ctx context.Context, ns *Namespace, nodes []*Node) (*FRR, error) {
+	return StartFRR(ctx, ns, frrConf(nodes), false)
+}
+
+// StartFRR starts zebra, bfdd when bfd is set, and bgpd with bgpdConf in
+// ns (a LAN router of AddLANRouter, or the router's), with their state in
+// a fresh directory, and returns once bgpd's vty answers. Close stops
+// them.
+func StartFRR(ctx context.Context, ns *Namespace, bgpdConf string, bfd bool) (_ *FRR, err error) {
 	// Policy 1 (layer 4) would take a forwarded packet's hash from the
 	// sender's socket when it has one, and in one kernel it does: the
 	// client's packets reach the router over veth with their socket's
@@ -112,7 +121,7 @@ func startFRR(ctx context.Context, ns *Namespace, nodes []*Node) (_ *FRR, err er
 	if err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
-	r := &FRR{ns: ns, dir: dir}
+	r := &FRR{ns: ns, dir: dir, bfd: bfd}
 	defer func() {
 		if err != nil {
 			r.Close()
@@ -139,7 +148,7 @@ func startFRR(ctx context.Context, ns *Namespace, nodes []*Node) (_ *FRR, err er
 			return nil, fmt.Errorf("cluster: %w", err)
 		}
 	}
-	for name, body := range map[string]string{"zebra.conf": zebraConf, "bgpd.conf": frrConf(nodes)} {
+	for name, body := range map[string]string{"zebra.conf": zebraConf, "bfdd.conf": "", "bgpd.conf": bgpdConf} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
 			return nil, fmt.Errorf("cluster: %w", err)
 		}
@@ -150,7 +159,9 @@ func startFRR(ctx context.Context, ns *Namespace, nodes []*Node) (_ *FRR, err er
 	return r, nil
 }
 
-// launch starts zebra, then bgpd, and returns once bgpd's vty answers.
+// launch starts zebra, then bfdd (when r.bfd: before bgpd, so that
+// bgpd's "neighbor ... bfd" registers with it), then bgpd, and returns
+// once bgpd's vty answers.
 func (r *FRR) launch(ctx context.Context) error {
 	if err := r.start("zebra"); err != nil {
 		return err
@@ -161,6 +172,19 @@ func (r *FRR) launch(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
+	if r.bfd {
+		// Its control socket in the state directory, not the shared
+		// /var/run/frr.
+		if err := r.start("bfdd", "--bfdctl", filepath.Join(r.dir, "bfdd.sock")); err != nil {
+			return err
+		}
+		if err := r.waitFor(ctx, "bfdd's vty", func() error {
+			_, err := r.Vtysh(ctx, "show bfd peers")
+			return err
+		}); err != nil {
+			return err
+		}
+	}
 	if err := r.start("bgpd"); err != nil {
 		return err
 	}
@@ -170,14 +194,15 @@ func (r *FRR) launch(ctx context.Context) error {
 	})
 }
 
-func (r *FRR) start(name string) error {
+func (r *FRR) start(name string, extra ...string) error {
 	d := r.dir
 	out, err := os.Create(filepath.Join(d, name+".out"))
 	if err != nil {
 		return fmt.Errorf("cluster: %w", err)
 	}
-	cmd := exec.Command(filepath.Join(FRRDaemons, name), "-P", "0", "--vty_socket", d, "-z", d+"/zserv.api",
-		"-i", d+"/"+name+".pid", "-f", d+"/"+name+".conf", "--log", "file:"+d+"/"+name+".log")
+	args := []string{"-P", "0", "--vty_socket", d, "-z", d + "/zserv.api",
+		"-i", d + "/" + name + ".pid", "-f", d + "/" + name + ".conf", "--log", "file:" + d + "/" + name + ".log"}
+	cmd := exec.Command(filepath.Join(FRRDaemons, name), append(args, extra...)...)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := r.ns.Command(cmd); err != nil {
@@ -226,14 +251,20 @@ func (r *FRR) Vtysh(ctx context.Context, cmds ...string) (string, error) {
 	for _, c := range cmds {
 		args = append(args, "-c", c)
 	}
+	return r.ns.output(ctx, Vtysh, args...)
+}
+
+// output runs program in the namespace and returns what it wrote to
+// stdout and stderr, with an error naming its arguments when it fails.
+func (ns *Namespace) output(ctx context.Context, program string, args ...string) (string, error) {
 	var out strings.Builder
-	cmd := exec.CommandContext(ctx, Vtysh, args...)
+	cmd := exec.CommandContext(ctx, program, args...)
 	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := r.ns.Command(cmd); err != nil {
+	if err := ns.Command(cmd); err != nil {
 		return "", err
 	}
 	if err := cmd.Wait(); err != nil {
-		return out.String(), fmt.Errorf("cluster: vtysh %s: %w: %s", strings.Join(cmds, "; "), err, out.String())
+		return out.String(), fmt.Errorf("cluster: %s %s: %w: %s", filepath.Base(program), strings.Join(args, " "), err, out.String())
 	}
 	return out.String(), nil
 }
@@ -241,7 +272,7 @@ func (r *FRR) Vtysh(ctx context.Context, cmds ...string) (string, error) {
 // Log returns the last max bytes of each daemon's log and output.
 func (r *FRR) Log(max int) string {
 	var b strings.Builder
-	for _, f := range []string{"zebra.out", "zebra.log", "bgpd.out", "bgpd.log"} {
+	for _, f := range []string{"zebra.out", "zebra.log", "bfdd.out", "bfdd.log", "bgpd.out", "bgpd.log"} {
 		data, err := os.ReadFile(filepath.Join(r.dir, f))
 		if errors.Is(err, os.ErrNotExist) || len(data) == 0 {
 			continue
@@ -269,14 +300,14 @@ func (r *FRR) LogLines(match func(string) bool) []string {
 	return out
 }
 
-// Close stops bgpd and zebra (SIGTERM, then SIGKILL after 5 s) and
+// Close stops bgpd, bfdd and zebra (SIGTERM, then SIGKILL after 5 s) and
 // removes their state.
 func (r *FRR) Close() {
 	r.stop()
 	os.RemoveAll(r.dir)
 }
 
-// stop stops bgpd and zebra (SIGTERM, then SIGKILL after 5 s).
+// stop stops bgpd, bfdd and zebra (SIGTERM, then SIGKILL after 5 s).
 func (r *FRR) stop() {
 	for i := len(r.procs) - 1; i >= 0; i-- {
 		p := r.procs[i]

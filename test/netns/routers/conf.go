@@ -3,6 +3,7 @@ package routers
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 )
 
@@ -103,8 +104,19 @@ func (p Peering) BIRDConf() string {
 		b.WriteString("  bfd on;\n")
 	}
 	b.WriteString("  ipv4 { import all; export none; };\n}\n")
-	for i, n := range p.Nodes {
-		fmt.Fprintf(&b, "protocol bgp node_%c from node { neighbor %s as %d; }\n", 'a'+i, n, p.NodeASN)
+	for _, n := range p.Nodes {
+		fmt.Fprintf(&b, "protocol bgp %s from node { neighbor %s as %d; }\n", p.BIRDProtocol(n), n, p.NodeASN)
 	}
 	return b.String()
+}
+
+// BIRDProtocol is the name of BIRDConf's protocol for the IPv4 node
+// (node_a for the first of Nodes, node_b for the second...), "" for none
+// of Nodes: what birdc's "show protocols all NAME" takes.
+func (p Peering) BIRDProtocol(node netip.Addr) string {
+	i := slices.Index(p.Nodes, node)
+	if i < 0 {
+		return ""
+	}
+	return fmt.Sprintf("node_%c", 'a'+i)
 }

@@ -117,4 +117,9 @@ protocol bgp node_b from node { neighbor 10.0.0.12 as 64512; }
 			t.Errorf("%s (-want +got):\n%s", tt.name, diff)
 		}
 	}
+	for node, want := range map[string]string{"10.0.0.11": "node_a", "10.0.0.12": "node_b", "10.0.0.13": ""} {
+		if got := bird.BIRDProtocol(netip.MustParseAddr(node)); got != want {
+			t.Errorf("BIRDProtocol(%s) = %q, want %q", node, got, want)
+		}
+	}
 }
