@@ -80,7 +80,7 @@ type Dataplane struct {
 	// reload dumped because the one-pass table read did not show it
 	// (load): the next reload resumes after it.
 	verifiedTo model.VirtualServiceKey
-	want   Desired
+	want       Desired
 	// owner is the Service whose plan holds each wanted virtual service,
 	// bySvc the virtual services each Service holds.
 	owner map[model.VirtualServiceKey]model.ServiceKey
