@@ -314,8 +314,9 @@ func (f *Fake) Destinations(k model.VirtualServiceKey) ([]ipvs.DestinationState,
 	return out, nil
 }
 
-// ReadTable returns the destinations of every virtual service with an
-// address, as /proc/net/ip_vs shows them.
+// ReadTable returns the destinations of the virtual services
+// /proc/net/ip_vs shows as ipvs.ParseProcTable reads it: not those with a
+// tunnel real server, nor firewall-mark ones without a real server.
 func (f *Fake) ReadTable() (map[model.VirtualServiceKey][]ipvs.DestinationState, error) {
 	defer f.mu.Unlock()
 	if err := f.begin(OpReadTable); err != nil {
@@ -323,7 +324,9 @@ func (f *Fake) ReadTable() (map[model.VirtualServiceKey][]ipvs.DestinationState,
 	}
 	out := map[model.VirtualServiceKey][]ipvs.DestinationState{}
 	for k, e := range f.table {
-		if _, mark := ipvs.MarkOf(k); !mark && !f.skipTable[k] && !f.hidden[k] {
+		_, mark := ipvs.MarkOf(k)
+		tunnel := slices.ContainsFunc(e.Destinations, func(d ipvs.DestinationState) bool { return d.Tunnel != (ipvs.Tunnel{}) })
+		if !tunnel && !(mark && len(e.Destinations) == 0) && !f.skipTable[k] && !f.hidden[k] {
 			out[k] = slices.Clone(e.Destinations)
 		}
 	}
