@@ -677,7 +677,8 @@ func (d *Dataplane) unwant(vk model.VirtualServiceKey) {
 // load reads the kernel: the dummy link's addresses, every service, and
 // the destinations of those the dataplane owns or wants (all in one pass
 // where the Kernel is a TableReader). The services that pass did not
-// show (firewall-mark ones, and those it skipped: see leftOut) are dumped
+// show (ParseProcTable's exceptions, and those it skipped when other
+// network namespaces hold services: see leftOut) are dumped
 // one by one, unless the cache is trusted (a periodic reload after an
 // Apply without kernel errors): then the cache's real servers stand for
 // all but verifyPerReload of them, taken in turn from reload to reload
