@@ -24,6 +24,14 @@ func (nopDataplane) Name() string                               { return "nop" }
 func (nopDataplane) Apply(context.Context, plugin.Update) error { return nil }
 func (nopDataplane) Close() error                               { return nil }
 
+// nopAnnouncer takes every set and keeps none (plugintest's Announcer
+// keeps every call).
+type nopAnnouncer struct{}
+
+func (nopAnnouncer) Name() string                                         { return "bgp" }
+func (nopAnnouncer) Announce(context.Context, []model.Announcement) error { return nil }
+func (nopAnnouncer) Close() error                                         { return nil }
+
 // benchState is Service i of a cluster: a LoadBalancer Service (a
 // ClusterIP one unless lb) with ten endpoints, the first on port
 // 8000+gen%2.
@@ -48,39 +56,16 @@ func benchState(i, gen int, lb bool) model.ServiceState {
 // LoadBalancer ones announced over BGP by this node), with the real
 // planner and a dataplane that does nothing, with or without the policy
 // stage (every Service on the built-in uniform policy, the daemon's
-// default, with the daemon's statistics interval): the reconcile loop's
-// own cost of a change, which should not grow with the cluster.
+// default, with the daemon's statistics interval), and with or without
+// gossip membership (the daemon has it whenever it has announcers): the
+// reconcile loop's own cost of a change, which should not grow with the
+// cluster.
 func BenchmarkSyncEndpointChange(b *testing.B) {
-	for _, bc := range []struct {
-		n        int
-		lb       bool
-		policies bool
-	}{{1000, false, false}, {10000, false, false}, {1000, true, false}, {10000, true, false},
-		{1000, false, true}, {10000, false, true}, {1000, true, true}, {10000, true, true}} {
-		b.Run(fmt.Sprintf("services=%d/lb=%t/policies=%t", bc.n, bc.lb, bc.policies), func(b *testing.B) {
-			n := bc.n
-			src := plugintest.NewSource()
-			src.SetSynced(true)
-			cfg := reconcile.Config{
-				NodeName: "node-a", Source: src, Planner: plan.New(plan.Options{}), Dataplane: nopDataplane{},
-				Elected: []plugin.ElectedAnnouncer{{Announcer: plugintest.NewAnnouncer("bgp"), Mode: election.BGP}},
-			}
-			if bc.policies {
-				pols := plugintest.NewPolicies(builtin.UniformName)
-				pols.Set(builtin.UniformName, builtin.Uniform{}, nil, nil)
-				cfg.PolicyStage = policystage.Config{Policies: pols, StatsInterval: 10 * time.Second}
-			}
-			loop := reconcile.New(cfg)
-			all := make(map[model.ServiceKey]model.ServiceState, n)
-			for i := range n {
-				st := benchState(i, 0, bc.lb)
-				all[st.Service.Key] = st
-			}
-			src.Push(model.Delta{Services: all, Nodes: map[string]*model.Node{"node-a": {Name: "node-a", Ready: true,
-				Addresses: []netip.Addr{netip.MustParseAddr("192.168.1.10")}}}})
-			if _, err := loop.Sync(b.Context()); err != nil {
-				b.Fatal(err)
-			}
+	for _, bc := range []benchCase{{1000, false, false, false}, {10000, false, false, false}, {1000, true, false, false}, {10000, true, false, false},
+		{1000, false, true, false}, {10000, false, true, false}, {1000, true, true, false}, {10000, true, true, false},
+		{1000, true, false, true}, {10000, true, false, true}} {
+		b.Run(bc.String(), func(b *testing.B) {
+			src, loop := benchLoop(b, bc)
 			gen := 0
 			for b.Loop() {
 				gen++
@@ -96,4 +81,73 @@ func BenchmarkSyncEndpointChange(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkSyncAddressChange is one Sync taking a change of one
+// LoadBalancer Service's address among n (with gossip, no policy stage):
+// the old address is withdrawn before the dataplane applies and the new
+// one announced after it, each time handing the announcer its whole set,
+// as Announce is declarative.
+func BenchmarkSyncAddressChange(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		bc := benchCase{n: n, lb: true, gossip: true}
+		b.Run(bc.String(), func(b *testing.B) {
+			src, loop := benchLoop(b, bc)
+			gen := 0
+			for b.Loop() {
+				gen++
+				st := benchState(42, 0, true)
+				st.Service.LoadBalancerIPs = []netip.Addr{netip.AddrFrom4([4]byte{198, 19, 0, byte(gen % 2)})}
+				src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{st.Service.Key: st}})
+				if _, err := loop.Sync(b.Context()); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// benchCase is a cluster of n Services (LoadBalancer ones when lb) for
+// a loop with or without the policy stage and gossip membership.
+type benchCase struct {
+	n                    int
+	lb, policies, gossip bool
+}
+
+func (bc benchCase) String() string {
+	s := fmt.Sprintf("services=%d/lb=%t/policies=%t", bc.n, bc.lb, bc.policies)
+	if bc.gossip {
+		s += "/gossip=true"
+	}
+	return s
+}
+
+// benchLoop returns a loop that has synced bc's cluster, and its Source.
+func benchLoop(b *testing.B, bc benchCase) (*plugintest.Source, *reconcile.Loop) {
+	src := plugintest.NewSource()
+	src.SetSynced(true)
+	cfg := reconcile.Config{
+		NodeName: "node-a", Source: src, Planner: plan.New(plan.Options{}), Dataplane: nopDataplane{},
+		Elected: []plugin.ElectedAnnouncer{{Announcer: nopAnnouncer{}, Mode: election.BGP}},
+	}
+	if bc.policies {
+		pols := plugintest.NewPolicies(builtin.UniformName)
+		pols.Set(builtin.UniformName, builtin.Uniform{}, nil, nil)
+		cfg.PolicyStage = policystage.Config{Policies: pols, StatsInterval: 10 * time.Second}
+	}
+	if bc.gossip {
+		cfg.Alive = func(string) (bool, bool) { return true, true }
+	}
+	loop := reconcile.New(cfg)
+	all := make(map[model.ServiceKey]model.ServiceState, bc.n)
+	for i := range bc.n {
+		st := benchState(i, 0, bc.lb)
+		all[st.Service.Key] = st
+	}
+	src.Push(model.Delta{Services: all, Nodes: map[string]*model.Node{"node-a": {Name: "node-a", Ready: true,
+		Addresses: []netip.Addr{netip.MustParseAddr("192.168.1.10")}}}})
+	if _, err := loop.Sync(b.Context()); err != nil {
+		b.Fatal(err)
+	}
+	return src, loop
 }
