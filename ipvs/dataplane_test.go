@@ -826,6 +826,66 @@ func TestDataplaneFullResyncReadsTableOnce(t *testing.T) {
 	}
 }
 
+// TestDataplaneFullResyncTrustsCacheForUnseen: when the one-pass table
+// read keeps leaving services out (other network namespaces hold
+// services), a periodic full resync does not dump each of them: it dumps
+// a bounded number in turn and trusts the cache for the rest, so a real
+// server someone deleted from one of them is put back a few resyncs
+// later, not at once; after a kernel error the cache is not trusted and
+// every one is dumped.
+func TestDataplaneFullResyncTrustsCacheForUnseen(t *testing.T) {
+	const n, budget = 600, 256 // budget: ipvs's verifyPerReload
+	plan := benchPlan(n)
+	r := newRig()
+	dp := r.dataplane(t)
+	if err := dp.Apply(t.Context(), plugin.Update{Plan: plan, Full: true}); err != nil {
+		t.Fatal(err)
+	}
+	want := r.kernel.Table()
+	var keys []model.VirtualServiceKey
+	for _, e := range want {
+		keys = append(keys, e.Service.VirtualServiceKey)
+	}
+	r.kernel.HideInTable(keys...)
+	victim := keys[n-1] // the last one a rotation from the first key reaches
+	gone := want[n-1].Destinations[3].DestinationKey
+	if err := r.kernel.DeleteDestination(victim, gone); err != nil {
+		t.Fatal(err)
+	}
+	resyncs := 0
+	for ; resyncs < 5 && !cmp.Equal(want, r.kernel.Table(), cmpAddrs); resyncs++ {
+		dumps := r.kernel.Calls(ipvstest.OpDestinations)
+		if err := dp.Apply(t.Context(), plugin.Update{Plan: plan, Full: true}); err != nil {
+			t.Fatal(err)
+		}
+		if got := r.kernel.Calls(ipvstest.OpDestinations) - dumps; got != budget {
+			t.Errorf("resync %d dumped %d services' real servers, want %d", resyncs+1, got, budget)
+		}
+	}
+	if diff := cmp.Diff(want, r.kernel.Table(), cmpAddrs); diff != "" {
+		t.Fatalf("table after %d full resyncs (-want +got):\n%s", resyncs, diff)
+	}
+	if wantResyncs := (n + budget - 1) / budget; resyncs != wantResyncs {
+		t.Errorf("the deleted real server came back after %d full resyncs, want %d", resyncs, wantResyncs)
+	}
+
+	// After an Apply with a kernel error the cache is not trusted: the
+	// next load dumps every service the table did not show.
+	r.kernel.SetError(ipvstest.OpUpdateDestination, errors.New("boom"))
+	plan.Services[model.ServiceKey{Namespace: "bench", Name: "svc7"}].VirtualServices[0].Destinations[0].Weight = 3
+	if err := dp.Apply(t.Context(), plugin.Update{Plan: plan, Changed: []model.ServiceKey{{Namespace: "bench", Name: "svc7"}}}); err == nil {
+		t.Fatal("Apply with a failing update: no error")
+	}
+	r.kernel.SetError(ipvstest.OpUpdateDestination, nil)
+	dumps := r.kernel.Calls(ipvstest.OpDestinations)
+	if err := dp.Apply(t.Context(), plugin.Update{Plan: plan, Full: true}); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.kernel.Calls(ipvstest.OpDestinations) - dumps; got != n {
+		t.Errorf("the reload after a kernel error dumped %d services' real servers, want %d", got, n)
+	}
+}
+
 // TestDataplaneUDPConntrackOnePass checks that the conntrack entries of
 // every UDP service and backend an Apply or a Drain removes go in one
 // pass over the table. A pass reads the whole table: one per removed

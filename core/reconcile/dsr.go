@@ -65,6 +65,9 @@ type dsrStage struct {
 	// dirty is set when a change may change the plan: a dsr Service's
 	// plan, or the nodes.
 	dirty bool
+	// planned is the plan release made in this round, which sync applies
+	// rather than planning again; track drops it when a round starts.
+	planned *dsrPlanned
 	// seeded is set once the marks the kernel holds from an earlier run
 	// were read (DSRMarksReader), so that a restart keeps them.
 	seeded bool
@@ -73,6 +76,12 @@ type dsrStage struct {
 	viewOf    *model.DSRPlan
 	viewMarks uint64
 	lastView  *DSRState
+}
+
+// dsrPlanned is a plan with the frontends that failed to plan.
+type dsrPlanned struct {
+	plan *model.DSRPlan
+	errs []error
 }
 
 // dsrTable is one frontend's planned table and what it was planned from.
@@ -94,6 +103,7 @@ func isDSR(sp *model.ServicePlan) bool {
 // track records the dsr frontends of the changed Services (of all on a
 // full sync).
 func (s *dsrStage) track(p *model.Plan, changed []model.ServiceKey, full bool) {
+	s.planned = nil
 	set := func(k model.ServiceKey, sp *model.ServicePlan) {
 		if _, had := s.frontends[k]; had || isDSR(sp) {
 			s.dirty = true
@@ -144,9 +154,15 @@ func (s *dsrStage) sync(self string, nodes map[string]*model.Node, full bool) er
 	if len(s.frontends) == 0 && !s.ever {
 		return nil // nothing in dsr mode, now or before: touch nothing
 	}
-	base, errs, err := s.plan(self, nodes)
-	if err != nil || base == nil {
-		return err
+	var base *model.DSRPlan
+	var errs []error
+	if p := s.planned; p != nil {
+		base, errs, s.planned = p.plan, p.errs, nil
+	} else {
+		var err error
+		if base, errs, err = s.plan(self, nodes); err != nil || base == nil {
+			return err
+		}
 	}
 	// A frontend that failed to plan is left out rather than the whole
 	// plan held back: its error is returned after the rest is applied.
@@ -175,10 +191,11 @@ func (s *dsrStage) release(self string, nodes map[string]*model.Node) error {
 	if !s.dirty || s.applied == nil {
 		return nil
 	}
-	next, _, err := s.plan(self, nodes)
+	next, errs, err := s.plan(self, nodes)
 	if err != nil || next == nil {
-		return nil // sync, after the Dataplane, reports it
+		return nil // sync, after the Dataplane, plans again and reports it
 	}
+	s.planned = &dsrPlanned{plan: next, errs: errs}
 	pre, ok := releasePlan(*s.applied, *next)
 	if !ok || equalDSRPlans(*s.applied, pre) {
 		return nil

@@ -54,7 +54,9 @@ type Fake struct {
 	// skip and skipTable are the services the next Services dump and
 	// the next ReadTable leave out.
 	skip, skipTable map[model.VirtualServiceKey]bool
-	timeouts        *ipvs.Timeouts // nil: DefaultTimeouts
+	// hidden are the services every ReadTable leaves out (HideInTable).
+	hidden   map[model.VirtualServiceKey]bool
+	timeouts *ipvs.Timeouts // nil: DefaultTimeouts
 }
 
 var (
@@ -106,6 +108,20 @@ func (f *Fake) SkipInDump(keys ...model.VirtualServiceKey) {
 	f.skip, f.skipTable = map[model.VirtualServiceKey]bool{}, map[model.VirtualServiceKey]bool{}
 	for _, k := range keys {
 		f.skip[k], f.skipTable[k] = true, true
+	}
+}
+
+// HideInTable makes every later ReadTable leave out the services of keys
+// (none: shows them again), while the Services dump still lists them:
+// /proc/net/ip_vs read in a network namespace while others hold services,
+// which skips the same services read after read as long as the
+// namespaces' services stay put (see SkipInDump).
+func (f *Fake) HideInTable(keys ...model.VirtualServiceKey) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.hidden = map[model.VirtualServiceKey]bool{}
+	for _, k := range keys {
+		f.hidden[k] = true
 	}
 }
 
@@ -298,8 +314,9 @@ func (f *Fake) Destinations(k model.VirtualServiceKey) ([]ipvs.DestinationState,
 	return out, nil
 }
 
-// ReadTable returns the destinations of every virtual service with an
-// address, as /proc/net/ip_vs shows them.
+// ReadTable returns the destinations of the virtual services
+// /proc/net/ip_vs shows as ipvs.ParseProcTable reads it: not those with a
+// tunnel real server, nor firewall-mark ones without a real server.
 func (f *Fake) ReadTable() (map[model.VirtualServiceKey][]ipvs.DestinationState, error) {
 	defer f.mu.Unlock()
 	if err := f.begin(OpReadTable); err != nil {
@@ -307,7 +324,9 @@ func (f *Fake) ReadTable() (map[model.VirtualServiceKey][]ipvs.DestinationState,
 	}
 	out := map[model.VirtualServiceKey][]ipvs.DestinationState{}
 	for k, e := range f.table {
-		if _, mark := ipvs.MarkOf(k); !mark && !f.skipTable[k] {
+		_, mark := ipvs.MarkOf(k)
+		tunnel := slices.ContainsFunc(e.Destinations, func(d ipvs.DestinationState) bool { return d.Tunnel != (ipvs.Tunnel{}) })
+		if !tunnel && !(mark && len(e.Destinations) == 0) && !f.skipTable[k] && !f.hidden[k] {
 			out[k] = slices.Clone(e.Destinations)
 		}
 	}

@@ -18,9 +18,11 @@ import (
 // TestDataplaneFullResyncRepairs changes the kernel behind the
 // dataplane's back, as an administrator would: a real server deleted
 // (ipvsadm -d), a service address removed from switchyard0, elements
-// removed from the nftables table. The periodic full resync, which reads
-// the real servers from /proc/net/ip_vs in one pass, puts every one of
-// them back, and what it read agrees with the per-service dumps.
+// removed from the nftables table, a real server deleted from each
+// firewall-mark service. The periodic full resync, which reads the real
+// servers from /proc/net/ip_vs in one pass (the firewall-mark services'
+// too), puts every one of them back, and what it read agrees with the
+// per-service dumps.
 func TestDataplaneFullResyncRepairs(t *testing.T) {
 	requireGuest(t)
 	clearPlan(t)
@@ -30,6 +32,10 @@ func TestDataplaneFullResyncRepairs(t *testing.T) {
 		"web":  clusterIP(vip4.String(), 80, model.TCP, "rr", backends(false, HTTPPort, 1, 2, -1)),
 		"web6": clusterIP(vip6.String(), 80, model.TCP, "rr", backends(true, HTTPPort, 1, -1, 3)),
 		"dns":  clusterIP("10.96.3.61", 53, model.UDP, "rr", backends(false, UDPPort, -1, 1, -1)),
+		// externalTrafficPolicy Local frontends: their in-cluster traffic
+		// has a firewall-mark service, one per family.
+		"lb":  internal(frontend("10.96.3.62", 80, model.FrontendLoadBalancer, true, nil), backends(false, HTTPPort, 1, 2, -1)),
+		"lb6": internal(frontend("fd00:96::62", 80, model.FrontendLoadBalancer, true, nil), backends(true, HTTPPort, -1, 1, 1)),
 	})
 	fw := &countingFirewall{Firewall: ipvs.NewNFTables()}
 	dp := newLabDataplane(t, withFirewall(fw))
@@ -52,23 +58,35 @@ func TestDataplaneFullResyncRepairs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var marks []model.VirtualServiceKey
 	for _, s := range svcs {
 		if _, mark := ipvs.MarkOf(s.VirtualServiceKey); mark {
-			continue // not in the table: /proc/net/ip_vs does not say their family
+			marks = append(marks, s.VirtualServiceKey)
 		}
 		dumped, err := k.Destinations(s.VirtualServiceKey)
 		if err != nil {
 			t.Fatal(err)
 		}
+		if _, ok := read[s.VirtualServiceKey]; !ok {
+			t.Errorf("ReadTable left %v out", s.VirtualServiceKey)
+		}
 		if diff := cmp.Diff(dests(dumped), dests(read[s.VirtualServiceKey]), cmpLab); diff != "" {
 			t.Errorf("ReadTable of %v (-dumped +read):\n%s", s.VirtualServiceKey, diff)
 		}
+	}
+	if len(marks) != 2 {
+		t.Fatalf("firewall-mark services %v, want one per family", marks)
 	}
 
 	// The outside changes.
 	web := model.VirtualServiceKey{Addr: vip4, Port: 80, Protocol: model.TCP}
 	if err := k.DeleteDestination(web, ipvs.DestinationKey{Addr: topo.Backends[1].IPv4, Port: HTTPPort}); err != nil {
 		t.Fatalf("delete a real server: %v", err)
+	}
+	for _, m := range marks {
+		if err := k.DeleteDestination(m, ipvs.DestinationKey{Addr: backends(m.Addr.Is6(), HTTPPort, -1, 1)[0].Addr, Port: HTTPPort}); err != nil {
+			t.Fatalf("delete a real server of %v: %v", m, err)
+		}
 	}
 	if err := topo.DelVIP(vip6); err != nil {
 		t.Fatal(err)
@@ -136,4 +154,11 @@ func dests(ds []ipvs.DestinationState) []ipvs.Destination {
 		out = append(out, d.Destination)
 	}
 	return out
+}
+
+// internal is vs with in as its in-cluster destinations (the plan's
+// Internal set: a firewall-mark service).
+func internal(vs model.VirtualService, in []model.Destination) model.VirtualService {
+	vs.Internal = in
+	return vs
 }

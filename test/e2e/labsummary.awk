@@ -21,5 +21,10 @@ END {
 	printf "%-34s %12s %12s %8s\n", "", "switchyard", "floor", "ratio"
 	printf "%-34s %12s %12s %7.2fx\n", "program from scratch", ms(m["scratch-s"]), ms(m["floor-s"]), m["scratch/floor"]
 	printf "%-34s %12s %12s %7.1fx\n", "one endpoint change (weight)", ms(m["change-ms"] / 1000), ms(m["floor-change-ms"] / 1000), m["change/floor"]
-	printf "%-34s %12s %12s %8s\n", "full resync, nothing changed", ms(m["restart-resync-s"]), "-", "-"
+	printf "%-34s %12s %12s %8s\n", "restart: a new Dataplane's resync", ms(m["restart-resync-s"]), "-", "-"
+	if ("resync-s" in m) {
+		printf "%-34s %12s %12s %8s\n", "periodic full resync, no change", ms(m["resync-s"]), "-", "-"
+		printf "  its kernel reads: the service dump %s, /proc/net/ip_vs in one pass %s,\n", ms(m["dump-services-s"]), ms(m["read-table-s"])
+		printf "  against one real-server dump per virtual service %s\n", ms(m["dump-dests-s"])
+	}
 }
