@@ -94,12 +94,17 @@ func (x *announceIndex) touch(k model.ServiceKey) {
 // takeDirty returns the dirty addresses, sorted (none when all: every
 // address is elected again), and clears them.
 func (x *announceIndex) takeDirty(all bool) []netip.Addr {
-	if len(x.dirty) == 0 || all {
-		clear(x.dirty)
+	if len(x.dirty) == 0 {
 		return nil
 	}
-	out := slices.SortedFunc(maps.Keys(x.dirty), netip.Addr.Compare)
-	clear(x.dirty)
+	var out []netip.Addr
+	if !all {
+		out = slices.SortedFunc(maps.Keys(x.dirty), netip.Addr.Compare)
+	}
+	// A new map, not a cleared one: a cleared map keeps its size, and
+	// walking it after a full sync's 10,000 addresses costs as much as
+	// before.
+	x.dirty = make(map[netip.Addr]struct{})
 	return out
 }
 
