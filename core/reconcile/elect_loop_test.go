@@ -351,29 +351,11 @@ func TestIncrementalElectionMatchesWhole(t *testing.T) {
 				}
 				return model.ServiceState{Service: svc, Endpoints: eps}
 			}
-			// elsewhere changes the endpoints on other nodes than this
-			// one and adds one there.
+			// elsewhere moves the endpoints on other nodes than this one
+			// between them (the plan here stays, the election may not),
+			// and with churn also flips their readiness and adds one.
 			cur := map[int]model.ServiceState{}
-			elsewhere := func(i int) model.ServiceState {
-				st := cur[i]
-				if st.Service == nil {
-					return service(i)
-				}
-				eps := slices.Clone(st.Endpoints)
-				for j := range eps {
-					if eps[j].NodeName != "node-a" {
-						eps[j].NodeName = names[1+rnd.IntN(2)]
-						eps[j].Ready = rnd.IntN(2) == 0
-						eps[j].Serving = eps[j].Ready
-					}
-				}
-				eps = append(eps, model.Endpoint{Addr: netip.AddrFrom4([4]byte{10, 245, byte(i), byte(len(eps))}), Port: 8080, PortName: "http",
-					Protocol: model.TCP, Ready: true, Serving: true, NodeName: names[1+rnd.IntN(2)]})
-				return model.ServiceState{Service: st.Service, Endpoints: eps}
-			}
-			// moved moves the endpoints on other nodes than this one
-			// between them: the plan here stays, the election may not.
-			moved := func(i int) model.ServiceState {
+			elsewhere := func(i int, churn bool) model.ServiceState {
 				st := cur[i]
 				if st.Service == nil {
 					return service(i)
@@ -382,7 +364,15 @@ func TestIncrementalElectionMatchesWhole(t *testing.T) {
 				for j := range eps {
 					if eps[j].NodeName != "node-a" {
 						eps[j].NodeName = names[1+rnd.IntN(3)]
+						if churn {
+							eps[j].Ready = rnd.IntN(2) == 0
+							eps[j].Serving = eps[j].Ready
+						}
 					}
+				}
+				if churn {
+					eps = append(eps, model.Endpoint{Addr: netip.AddrFrom4([4]byte{10, 245, byte(i), byte(len(eps))}), Port: 8080, PortName: "http",
+						Protocol: model.TCP, Ready: true, Serving: true, NodeName: names[1+rnd.IntN(2)]})
 				}
 				return model.ServiceState{Service: st.Service, Endpoints: eps}
 			}
@@ -404,14 +394,9 @@ func TestIncrementalElectionMatchesWhole(t *testing.T) {
 					d = model.Delta{Services: map[model.ServiceKey]model.ServiceState{}}
 					for range rnd.IntN(4) {
 						i := rnd.IntN(40)
-						var st model.ServiceState
-						switch rnd.IntN(3) {
-						case 0:
-							st = service(i)
-						case 1:
-							st = elsewhere(i)
-						default:
-							st = moved(i)
+						st := service(i)
+						if r := rnd.IntN(3); r > 0 {
+							st = elsewhere(i, r == 1)
 						}
 						cur[i] = st
 						d.Services[model.ServiceKey{Namespace: "default", Name: fmt.Sprintf("svc%d", i)}] = st
