@@ -3,11 +3,14 @@ package reconcile_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/switchyard-lb/switchyard/core/election"
+	"github.com/switchyard-lb/switchyard/core/healthcheck"
 	"github.com/switchyard-lb/switchyard/core/model"
 	"github.com/switchyard-lb/switchyard/core/plan"
 	"github.com/switchyard-lb/switchyard/core/plugin"
@@ -106,6 +109,70 @@ func BenchmarkSyncAddressChange(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSyncLocalEndpointChange is one Sync taking a change of the
+// ready endpoints on this node of one of n LoadBalancer Services with
+// externalTrafficPolicy Local, each with its health check (on listeners
+// that never accept): the health check's count changes, no port does.
+func BenchmarkSyncLocalEndpointChange(b *testing.B) {
+	local := func(i, gen int) model.ServiceState {
+		st := benchState(i, 0, true)
+		st.Service.ExternalTrafficPolicy, st.Service.HealthCheckNodePort = model.PolicyLocal, uint16(10000+i)
+		st.Endpoints[0].Ready = gen%2 == 0
+		return st
+	}
+	for _, n := range []int{1000, 10000} {
+		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
+			src := plugintest.NewSource()
+			src.SetSynced(true)
+			hc := healthcheck.NewServer(nil, nil, healthcheck.WithListen(func(string, string) (net.Listener, error) {
+				return &idleListener{done: make(chan struct{})}, nil
+			}))
+			b.Cleanup(func() { hc.Close() })
+			loop := reconcile.New(reconcile.Config{
+				NodeName: "node-a", Source: src, Planner: plan.New(plan.Options{}), Dataplane: nopDataplane{}, Health: hc,
+				Elected: []plugin.ElectedAnnouncer{{Announcer: nopAnnouncer{}, Mode: election.BGP}},
+			})
+			all := make(map[model.ServiceKey]model.ServiceState, n)
+			for i := range n {
+				st := local(i, 0)
+				all[st.Service.Key] = st
+			}
+			src.Push(model.Delta{Services: all, Nodes: map[string]*model.Node{"node-a": {Name: "node-a", Ready: true,
+				Addresses: []netip.Addr{netip.MustParseAddr("192.168.1.10")}}}})
+			if _, err := loop.Sync(b.Context()); err != nil {
+				b.Fatal(err)
+			}
+			gen := 0
+			for b.Loop() {
+				gen++
+				st := local(42, gen)
+				src.Push(model.Delta{Services: map[model.ServiceKey]model.ServiceState{st.Service.Key: st}})
+				if _, err := loop.Sync(b.Context()); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// idleListener is a listener that never accepts, until closed.
+type idleListener struct {
+	done chan struct{}
+	once sync.Once
+}
+
+func (l *idleListener) Accept() (net.Conn, error) {
+	<-l.done
+	return nil, net.ErrClosed
+}
+
+func (l *idleListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return nil
+}
+
+func (l *idleListener) Addr() net.Addr { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)} }
 
 // benchCase is a cluster of n Services (LoadBalancer ones when lb) for
 // a loop with or without the policy stage and gossip membership.

@@ -126,9 +126,13 @@ type Loop struct {
 	triggers   []time.Time // EndpointSlice trigger times not yet applied
 	ann        []announcerState
 	health     map[model.ServiceKey]healthcheck.Port
-	// healthDirty is set when health changed or its last Sync failed.
-	healthDirty bool
-	counts      counts
+	// healthDirty is set when health changed or its last Sync failed;
+	// healthCounts are the Services whose health check's port stayed and
+	// whose local endpoints changed since the last Sync of health, with
+	// their counts (the health checks take them one by one).
+	healthDirty  bool
+	healthCounts map[model.ServiceKey]int
+	counts       counts
 	// policies is the policy stage; nil without
 	// Config.PolicyStage.Policies.
 	policies *policystage.Stage
@@ -186,23 +190,24 @@ func (c *counts) add(sp *model.ServicePlan, sign int) {
 // New returns a Loop for cfg.
 func New(cfg Config) *Loop {
 	l := &Loop{
-		cfg:         cfg,
-		log:         cfg.Log,
-		now:         cfg.Now,
-		m:           cfg.Metrics,
-		fullSync:    cfg.FullSyncPeriod,
-		nodes:       make(map[string]*model.Node),
-		needFull:    true,
-		announce:    newAnnounceIndex(),
-		alive:       make(map[string]aliveAnswer),
-		elections:   make(map[model.ServiceKey]electionInfo),
-		ann:         make([]announcerState, len(cfg.Elected)),
-		electedFor:  make([]electCache, len(cfg.Elected)),
-		health:      make(map[model.ServiceKey]healthcheck.Port),
-		healthDirty: true,
-		desired:     make(map[model.ServiceKey]*model.ServicePlan),
-		applied:     make(map[model.ServiceKey]*model.ServicePlan),
-		announced:   make(map[string][]model.Announcement),
+		cfg:          cfg,
+		log:          cfg.Log,
+		now:          cfg.Now,
+		m:            cfg.Metrics,
+		fullSync:     cfg.FullSyncPeriod,
+		nodes:        make(map[string]*model.Node),
+		needFull:     true,
+		announce:     newAnnounceIndex(),
+		alive:        make(map[string]aliveAnswer),
+		elections:    make(map[model.ServiceKey]electionInfo),
+		ann:          make([]announcerState, len(cfg.Elected)),
+		electedFor:   make([]electCache, len(cfg.Elected)),
+		health:       make(map[model.ServiceKey]healthcheck.Port),
+		healthDirty:  true,
+		healthCounts: make(map[model.ServiceKey]int),
+		desired:      make(map[model.ServiceKey]*model.ServicePlan),
+		applied:      make(map[model.ServiceKey]*model.ServicePlan),
+		announced:    make(map[string][]model.Announcement),
 	}
 	for i := range cfg.Elected {
 		l.announcers = append(l.announcers, cfg.Elected[i].Announcer)
@@ -463,6 +468,18 @@ func (l *Loop) Sync(ctx context.Context) (res SyncResult, err error) {
 				errs = append(errs, l.send(ctx, i, a, wants[i])...)
 			}
 		}
+		if l.cfg.Health != nil && !l.healthDirty {
+			// Counts alone: each health check takes its own, so that one
+			// change costs the same however many there are.
+			for k, n := range l.healthCounts {
+				if !l.cfg.Health.SetEndpoints(k, n) {
+					l.healthDirty = true // not open: Sync says why
+				}
+			}
+		}
+		if len(l.healthCounts) > 0 {
+			l.healthCounts = make(map[model.ServiceKey]int)
+		}
 		if l.cfg.Health != nil && l.healthDirty {
 			if err := l.cfg.Health.Sync(maps.Clone(l.health)); err != nil {
 				l.failed(metrics.StageHealthCheck, err)
@@ -644,7 +661,11 @@ func (l *Loop) track(p *model.Plan, changed []model.ServiceKey, full bool) {
 		} else {
 			l.announce.set(k, nil)
 		}
-		if now, has := l.health[k]; had != has || old != now {
+		switch now, has := l.health[k]; {
+		case had == has && old == now:
+		case had && has && old.Port == now.Port && l.cfg.Health != nil:
+			l.healthCounts[k] = now.LocalEndpoints
+		default:
 			l.healthDirty = true
 		}
 	}
