@@ -21,8 +21,7 @@ import (
 // only the addresses of the Services it took a change of (their old and
 // new addresses, with every Service sharing one), and everything when the
 // nodes (their names, readiness or labels), gossip's answers, the
-// options, an announcer's Version, or the dataplane's state (a full
-// resync) changed.
+// options or an announcer's Version changed, and on a full resync.
 
 // announceIndex is the desired announcements: each Service's addresses
 // (its plan's Announce) and each address's Services, sorted, with the
