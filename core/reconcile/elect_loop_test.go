@@ -282,12 +282,12 @@ func TestIncrementalElectionMatchesWhole(t *testing.T) {
 		steps                                 int
 		nodes, gossip, reloads, opts, resyncs bool
 	}{
-		{name: "Services and endpoints", seed: 1, steps: 300},
-		{name: "and nodes", seed: 2, steps: 300, nodes: true},
-		{name: "and gossip", seed: 3, steps: 300, gossip: true},
-		{name: "and reloads", seed: 4, steps: 300, reloads: true},
-		{name: "and options and resyncs", seed: 5, steps: 300, opts: true, resyncs: true},
-		{name: "everything", seed: 6, steps: 600, nodes: true, gossip: true, reloads: true, opts: true, resyncs: true},
+		{name: "Services and endpoints", seed: 1, steps: 150},
+		{name: "and nodes", seed: 2, steps: 150, nodes: true},
+		{name: "and gossip", seed: 3, steps: 150, gossip: true},
+		{name: "and reloads", seed: 4, steps: 150, reloads: true},
+		{name: "and options and resyncs", seed: 5, steps: 150, opts: true, resyncs: true},
+		{name: "everything", seed: 6, steps: 300, nodes: true, gossip: true, reloads: true, opts: true, resyncs: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rnd := rand.New(rand.NewPCG(tc.seed, 2))
