@@ -12,5 +12,7 @@
 // its ready endpoints, and the node does not balance across nodes again.
 //
 // Server.Sync is declarative: it opens a listener per port that appears,
-// closes those that disappear and updates the counts of the others.
+// closes those that disappear and updates the counts of the others;
+// Server.SetEndpoints updates one open health check's count alone, for a
+// change of counts whose cost should not grow with the Services.
 package healthcheck

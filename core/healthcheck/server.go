@@ -163,6 +163,21 @@ func (inst *instance) close() {
 	inst.servers = nil
 }
 
+// SetEndpoints sets the local endpoints Service k's open health check
+// reports, leaving the others as they are: Sync's form for a change of
+// counts alone, whose cost does not grow with the Services. It reports
+// false when k has no open health check (then Sync).
+func (s *Server) SetEndpoints(k model.ServiceKey, n int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	inst := s.services[k]
+	if inst == nil {
+		return false
+	}
+	inst.endpoints = n
+	return true
+}
+
 // Ports returns the open health checks by Service.
 func (s *Server) Ports() map[model.ServiceKey]Port {
 	s.mu.Lock()

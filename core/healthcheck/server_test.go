@@ -150,6 +150,32 @@ func TestSyncScenario(t *testing.T) {
 	}
 }
 
+// TestSetEndpoints: a count set alone reaches its health check's answers
+// and no other's; a Service without an open health check is refused.
+func TestSetEndpoints(t *testing.T) {
+	p1, p2 := freePort(t), freePort(t)
+	s := healthcheck.NewServer(loopback, nil)
+	t.Cleanup(func() { s.Close() })
+	if err := s.Sync(map[model.ServiceKey]healthcheck.Port{web: {Port: p1, LocalEndpoints: 2}, db: {Port: p2, LocalEndpoints: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if !s.SetEndpoints(web, 0) {
+		t.Fatal("SetEndpoints(web) = false, want true: its health check is open")
+	}
+	other := model.ServiceKey{Namespace: "default", Name: "other"}
+	if s.SetEndpoints(other, 1) {
+		t.Error("SetEndpoints(other) = true, want false: it has no health check")
+	}
+	for _, p := range []struct {
+		port uint16
+		want answer
+	}{{p1, unavailable(web, 0, true)}, {p2, ok(db, 1)}} {
+		if diff := cmp.Diff(p.want, get(t, p.port, "/")); diff != "" {
+			t.Errorf("GET :%d (-want +got):\n%s", p.port, diff)
+		}
+	}
+}
+
 func TestSamePortTwiceFailsForTheLaterService(t *testing.T) {
 	p := freePort(t)
 	s := healthcheck.NewServer(loopback, nil)

@@ -10,7 +10,8 @@
 //     nodes a cloud load balancer fronts after a node change or a
 //     reload), in the order they came, so no announcer has two writers;
 //   - the pools and node selectors a reload changes live (announcerSlot),
-//     read by the loop's election;
+//     read by the loop's election, and their version, which tells the
+//     loop to elect every address again after a reload;
 //   - gossip membership (core/membership), its encryption keys and their
 //     rotation from a Secret;
 //   - the Secrets it follows, in the daemon's namespace only;

@@ -196,6 +196,7 @@ func (m *Manager) addAnnouncer(ctx context.Context, ac config.Announcer) error {
 		Serves:    slot.serves,
 		Selector:  slot,
 		WithNodes: typ.WithNodes,
+		Version:   slot.version.Load,
 	})
 	if typ.NeedsNode {
 		return nil

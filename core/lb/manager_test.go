@@ -57,7 +57,11 @@ func TestAnnouncerSlot(t *testing.T) {
 		{Name: "range", Addresses: []string{"198.51.100.10-198.51.100.11"}},
 		{Name: "other", Addresses: []string{"203.0.113.0/24"}},
 	})
+	v := s.version.Load()
 	s.setPools(pools)
+	if s.version.Load() == v {
+		t.Error("a reload of the pools left the version (the loop would not elect again)")
+	}
 	check("after a reload of the pools", map[string]bool{
 		"192.0.2.16": true, "2001:db8::ff": false, "198.51.100.11": true, "198.51.100.12": false, "203.0.113.1": false,
 	})
@@ -67,7 +71,11 @@ func TestAnnouncerSlot(t *testing.T) {
 	if err := s.reloadable(next); err != nil {
 		t.Fatalf("reloadable(pools and nodeSelector) = %v", err)
 	}
+	v = s.version.Load()
 	s.apply(next, pools)
+	if s.version.Load() == v {
+		t.Error("a reload of the announcer left the version (the loop would not elect again)")
+	}
 	check("after a reload of the announcer", map[string]bool{"192.0.2.1": false, "203.0.113.1": true})
 	if s.Matches(map[string]string{"any": "node"}) || !s.Matches(map[string]string{"edge": "true"}) {
 		t.Error("the reloaded node selector is not in force")

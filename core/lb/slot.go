@@ -27,6 +27,10 @@ type announcerSlot struct {
 	// address (no pools listed).
 	ranges   atomic.Pointer[[]ipam.Range]
 	selector atomic.Pointer[labels.Selector]
+	// version counts the changes of ranges and selector
+	// (plugin.ElectedAnnouncer.Version): the loop elects everything
+	// again when it moves.
+	version atomic.Uint64
 }
 
 func newAnnouncerSlot(ac config.Announcer, pools []ipam.Pool) *announcerSlot {
@@ -52,6 +56,7 @@ func (s *announcerSlot) Matches(l map[string]string) bool {
 func (s *announcerSlot) setSelector(set map[string]string) {
 	sel := labels.SelectorFromSet(set) // empty: every node
 	s.selector.Store(&sel)
+	s.version.Add(1)
 }
 
 // setPools takes the current pools' addresses for the pools the
@@ -63,6 +68,7 @@ func (s *announcerSlot) setPools(pools []ipam.Pool) {
 }
 
 func (s *announcerSlot) setPoolsLocked(pools []ipam.Pool) {
+	defer s.version.Add(1) // after the store: a Sync reading the old version elects again
 	if len(s.cfg.Pools) == 0 {
 		s.ranges.Store(nil)
 		return

@@ -27,4 +27,9 @@ type ElectedAnnouncer struct {
 	// announcer that sends traffic to other nodes (cloud) needs it to
 	// honour externalTrafficPolicy Local.
 	WithNodes bool
+	// Version, when set, changes whenever Serves or Selector may answer
+	// differently (a reload of the pools or the node selector): the loop
+	// keeps each announcer's election between Syncs and elects every
+	// address again when it changes. Nil: they never change.
+	Version func() uint64
 }

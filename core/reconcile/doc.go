@@ -39,11 +39,18 @@
 // Service's externalTrafficPolicy is Local (taken from the Delta's
 // endpoints), and gossip membership (Config.Alive) ahead of Kubernetes
 // readiness. Layer 2 (ARP, cloud) elects one node per address, BGP every
-// eligible node. Ownership moves need no replanning: the set is
-// recomputed on every Sync, so a node change or a membership change
-// (the daemon triggers the runner on it) moves the address, still
-// withdrawing before the dataplane removes and announcing after it
-// serves.
+// eligible node. Ownership moves need no replanning: a Sync elects again
+// the addresses of the Services it took a change of, and every address
+// when the nodes' readiness or labels, gossip's answers (asked once per
+// node and Sync), the options or an announcer's Version (its pools or
+// node selector reloaded) changed, and on a full resync; so a node
+// change or a membership change (the daemon triggers the runner on it)
+// moves the address, still withdrawing before the dataplane removes and
+// announcing after it serves. The rest of each announcer's election is
+// kept from the last Sync (announce.go), so that one endpoint change
+// costs the same with 10 or 10,000 LoadBalancer Services; only a change
+// of what an announcer announces copies its whole set, as Announce is
+// declarative.
 //
 // With Config.DSR, the dsr stage (dsr.go) turns the plan's dsr frontends
 // and the nodes into this node's model.DSRPlan (Maglev tables, peers and

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -236,127 +237,244 @@ func TestLoopReannouncesWhenServingNodesChange(t *testing.T) {
 	}
 }
 
-// TestIncrementalElectionMatchesWhole feeds the same random changes of
-// Services and nodes to two loops: one elects again only the Services a
-// Sync took a change of, the other (its gossip view has no opinion, so
-// that every Sync elects everything) every Service every time. Their
-// layer-2, BGP and with-nodes announcers must be sent the same sets
-// after every Sync.
+// reloadable is an announcer's pools and node selector, which a reload
+// changes while the loop runs (core/lb's announcerSlot), with its
+// Version.
+type reloadable struct {
+	mu      sync.Mutex
+	pool    netip.Prefix
+	rack    string // the node selector: label rack=rack; "" selects every node
+	version atomic.Uint64
+}
+
+func (r *reloadable) set(pool netip.Prefix, rack string) {
+	r.mu.Lock()
+	r.pool, r.rack = pool, rack
+	r.mu.Unlock()
+	r.version.Add(1)
+}
+
+func (r *reloadable) serves(a netip.Addr) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.pool.Contains(a)
+}
+
+func (r *reloadable) Matches(l map[string]string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.rack == "" || l["rack"] == r.rack
+}
+
+// TestIncrementalElectionMatchesWhole feeds the same random changes to
+// two loops: one elects again only the addresses a Sync took a change of,
+// the other elects everything every time (every Sync is a full one,
+// which elects from scratch). Their layer-2, BGP and with-nodes
+// announcers must be called with the same sets, withdrawals included,
+// after every Sync. Each row mixes in other changes: of the nodes (new,
+// gone, readiness, labels), of gossip's view, reloads of the announcers'
+// pools and node selectors, of the options, and full resyncs of the
+// incremental loop.
 func TestIncrementalElectionMatchesWhole(t *testing.T) {
-	type rig struct {
-		src  *plugintest.Source
-		anns []*plugintest.Announcer
-		loop *reconcile.Loop
-	}
-	newRig := func(alive election.AliveFunc) rig {
-		r := rig{src: plugintest.NewSource()}
-		r.src.SetSynced(true)
-		var elected []plugin.ElectedAnnouncer
-		for _, ea := range []plugin.ElectedAnnouncer{{Mode: election.Layer2}, {Mode: election.BGP}, {Mode: election.BGP, WithNodes: true}} {
-			a := plugintest.NewAnnouncer(fmt.Sprintf("%d", len(r.anns)))
-			r.anns = append(r.anns, a)
-			ea.Announcer = a
-			elected = append(elected, ea)
-		}
-		r.loop = reconcile.New(reconcile.Config{NodeName: "node-a", Source: r.src, Planner: plan.New(plan.Options{}),
-			Dataplane: nopDataplane{}, Elected: elected, Alive: alive})
-		return r
-	}
-	incremental, whole := newRig(nil), newRig(func(string) (bool, bool) { return false, false })
-	rnd := rand.New(rand.NewPCG(1, 2))
-	names := []string{"node-a", "node-b", "node-c"}
-	node := func(name string, ready bool) *model.Node {
-		return &model.Node{Name: name, Ready: ready, Addresses: []netip.Addr{netip.AddrFrom4([4]byte{192, 168, 1, byte(10 + len(name))})}}
-	}
-	service := func(i int) model.ServiceState {
-		k := model.ServiceKey{Namespace: "default", Name: fmt.Sprintf("svc%d", i)}
-		if rnd.IntN(8) == 0 {
-			return model.ServiceState{} // deleted
-		}
-		etp := model.PolicyCluster
-		if rnd.IntN(2) == 0 {
-			etp = model.PolicyLocal
-		}
-		svc := &model.Service{Key: k, Type: model.LoadBalancer, ClusterIPs: []netip.Addr{netip.AddrFrom4([4]byte{10, 96, 0, byte(i)})},
-			LoadBalancerIPs:       []netip.Addr{netip.AddrFrom4([4]byte{198, 18, 0, byte(rnd.IntN(40))})},
-			Ports:                 []model.ServicePort{{Name: "http", Protocol: model.TCP, Port: 80, NodePort: uint16(30000 + i)}},
-			ExternalTrafficPolicy: etp, HealthCheckNodePort: uint16(32000 + i)}
-		var eps []model.Endpoint
-		for j := range rnd.IntN(4) {
-			ready := rnd.IntN(4) != 0
-			eps = append(eps, model.Endpoint{Addr: netip.AddrFrom4([4]byte{10, 244, byte(i), byte(j)}), Port: 8080, PortName: "http",
-				Protocol: model.TCP, Ready: ready, Serving: ready, NodeName: names[rnd.IntN(len(names))]})
-		}
-		return model.ServiceState{Service: svc, Endpoints: eps}
-	}
-	// elsewhere changes only the endpoints on other nodes than this one:
-	// the plan here stays, the election may not.
-	cur := map[int]model.ServiceState{}
-	elsewhere := func(i int) model.ServiceState {
-		st := cur[i]
-		if st.Service == nil {
-			return service(i)
-		}
-		eps := slices.Clone(st.Endpoints)
-		for j := range eps {
-			if eps[j].NodeName != "node-a" {
-				eps[j].NodeName = names[1+rnd.IntN(2)]
-				eps[j].Ready = rnd.IntN(2) == 0
-				eps[j].Serving = eps[j].Ready
+	for _, tc := range []struct {
+		name                                  string
+		seed                                  uint64
+		steps                                 int
+		nodes, gossip, reloads, opts, resyncs bool
+	}{
+		{name: "Services and endpoints", seed: 1, steps: 150},
+		{name: "and nodes", seed: 2, steps: 150, nodes: true},
+		{name: "and gossip", seed: 3, steps: 150, gossip: true},
+		{name: "and reloads", seed: 4, steps: 150, reloads: true},
+		{name: "and options and resyncs", seed: 5, steps: 150, opts: true, resyncs: true},
+		{name: "everything", seed: 6, steps: 300, nodes: true, gossip: true, reloads: true, opts: true, resyncs: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rnd := rand.New(rand.NewPCG(tc.seed, 2))
+			members := &fakeMembership{alive: map[string]bool{}}
+			pools := []*reloadable{{pool: netip.MustParsePrefix("198.18.0.0/27")}, {}, {}}
+			pools[1].set(netip.MustParsePrefix("198.18.0.0/24"), "r1")
+			pools[2].set(netip.MustParsePrefix("198.18.0.16/28"), "")
+			type rig struct {
+				src  *plugintest.Source
+				anns []*plugintest.Announcer
+				loop *reconcile.Loop
 			}
-		}
-		eps = append(eps, model.Endpoint{Addr: netip.AddrFrom4([4]byte{10, 245, byte(i), byte(len(eps))}), Port: 8080, PortName: "http",
-			Protocol: model.TCP, Ready: true, Serving: true, NodeName: names[1+rnd.IntN(2)]})
-		return model.ServiceState{Service: st.Service, Endpoints: eps}
-	}
-	first := model.Delta{Services: map[model.ServiceKey]model.ServiceState{}, Nodes: map[string]*model.Node{}}
-	for _, n := range names {
-		first.Nodes[n] = node(n, true)
-	}
-	for i := range 40 {
-		if st := service(i); st.Service != nil {
-			first.Services[st.Service.Key] = st
-			cur[i] = st
-		}
-	}
-	announcing := make([]int, len(incremental.anns))
-	for step := range 300 {
-		d := first
-		if step > 0 {
-			d = model.Delta{Services: map[model.ServiceKey]model.ServiceState{}}
-			for range 1 + rnd.IntN(3) {
-				i := rnd.IntN(40)
-				st := service(i)
-				if rnd.IntN(2) == 0 {
-					st = elsewhere(i)
+			newRig := func() rig {
+				r := rig{src: plugintest.NewSource()}
+				r.src.SetSynced(true)
+				var elected []plugin.ElectedAnnouncer
+				for i, ea := range []plugin.ElectedAnnouncer{{Mode: election.Layer2}, {Mode: election.BGP}, {Mode: election.Layer2, WithNodes: true}} {
+					a := plugintest.NewAnnouncer(fmt.Sprintf("%d", i))
+					r.anns = append(r.anns, a)
+					ea.Announcer, ea.Serves, ea.Selector, ea.Version = a, pools[i].serves, pools[i], pools[i].version.Load
+					elected = append(elected, ea)
 				}
-				cur[i] = st
-				d.Services[model.ServiceKey{Namespace: "default", Name: fmt.Sprintf("svc%d", i)}] = st
+				cfg := reconcile.Config{NodeName: "node-a", Source: r.src, Planner: plan.New(plan.Options{}),
+					Dataplane: nopDataplane{}, Elected: elected}
+				if tc.gossip {
+					cfg.Alive = members.Alive
+				}
+				r.loop = reconcile.New(cfg)
+				return r
 			}
-			if rnd.IntN(10) == 0 {
-				n := names[rnd.IntN(len(names))]
-				d.Nodes = map[string]*model.Node{n: node(n, rnd.IntN(3) != 0)}
+			incremental, whole := newRig(), newRig()
+			names := []string{"node-a", "node-b", "node-c", "node-d"}
+			node := func(name string) *model.Node {
+				return &model.Node{Name: name, Ready: rnd.IntN(8) != 0, Labels: map[string]string{"rack": fmt.Sprintf("r%d", 1+rnd.IntN(4)/3)},
+					Addresses: []netip.Addr{netip.AddrFrom4([4]byte{192, 168, 1, byte(10 + len(name))})}}
 			}
-		}
-		for _, r := range []rig{incremental, whole} {
-			r.src.Push(d)
-			if _, err := r.loop.Sync(t.Context()); err != nil {
-				t.Fatalf("step %d: %v", step, err)
+			service := func(i int) model.ServiceState {
+				k := model.ServiceKey{Namespace: "default", Name: fmt.Sprintf("svc%d", i)}
+				if rnd.IntN(8) == 0 {
+					return model.ServiceState{} // deleted
+				}
+				etp := model.PolicyCluster
+				if rnd.IntN(2) == 0 {
+					etp = model.PolicyLocal
+				}
+				svc := &model.Service{Key: k, Type: model.LoadBalancer, ClusterIPs: []netip.Addr{netip.AddrFrom4([4]byte{10, 96, 0, byte(i)})},
+					LoadBalancerIPs:       []netip.Addr{netip.AddrFrom4([4]byte{198, 18, 0, byte(rnd.IntN(40))})},
+					Ports:                 []model.ServicePort{{Name: "http", Protocol: model.TCP, Port: 80, NodePort: uint16(30000 + i)}},
+					ExternalTrafficPolicy: etp, HealthCheckNodePort: uint16(32000 + i)}
+				if rnd.IntN(6) == 0 {
+					svc.ForwardingMode = model.ForwardingDSR // elects as Cluster
+				}
+				if rnd.IntN(6) == 0 {
+					svc.LoadBalancerClass = plan.DefaultLoadBalancerClass
+				}
+				var eps []model.Endpoint
+				for j := range rnd.IntN(4) {
+					ready := rnd.IntN(4) != 0
+					eps = append(eps, model.Endpoint{Addr: netip.AddrFrom4([4]byte{10, 244, byte(i), byte(j)}), Port: 8080, PortName: "http",
+						Protocol: model.TCP, Ready: ready, Serving: ready, NodeName: names[rnd.IntN(len(names))]})
+				}
+				return model.ServiceState{Service: svc, Endpoints: eps}
 			}
-		}
-		for i := range incremental.anns {
-			if len(whole.anns[i].Current()) > 0 {
-				announcing[i]++
+			// elsewhere moves the endpoints on other nodes than this one
+			// between them (the plan here stays, the election may not),
+			// and with churn also flips their readiness and adds one.
+			cur := map[int]model.ServiceState{}
+			elsewhere := func(i int, churn bool) model.ServiceState {
+				st := cur[i]
+				if st.Service == nil {
+					return service(i)
+				}
+				eps := slices.Clone(st.Endpoints)
+				for j := range eps {
+					if eps[j].NodeName != "node-a" {
+						eps[j].NodeName = names[1+rnd.IntN(3)]
+						if churn {
+							eps[j].Ready = rnd.IntN(2) == 0
+							eps[j].Serving = eps[j].Ready
+						}
+					}
+				}
+				if churn {
+					eps = append(eps, model.Endpoint{Addr: netip.AddrFrom4([4]byte{10, 245, byte(i), byte(len(eps))}), Port: 8080, PortName: "http",
+						Protocol: model.TCP, Ready: true, Serving: true, NodeName: names[1+rnd.IntN(2)]})
+				}
+				return model.ServiceState{Service: st.Service, Endpoints: eps}
 			}
-			if diff := cmp.Diff(whole.anns[i].Current(), incremental.anns[i].Current(), cmpopts.EquateComparable(netip.Addr{})); diff != "" {
-				t.Fatalf("step %d, announcer %d: incremental election (-whole +incremental):\n%s", step, i, diff)
+			first := model.Delta{Services: map[model.ServiceKey]model.ServiceState{}, Nodes: map[string]*model.Node{}}
+			for _, n := range names[:3] {
+				first.Nodes[n] = node(n)
 			}
-		}
-	}
-	t.Logf("steps announcing something (layer 2, BGP, with nodes): %v", announcing)
-	for i, n := range announcing {
-		if n < 100 {
-			t.Errorf("announcer %d announced something in %d of 300 steps, want 100 or more: the test compares too little", i, n)
-		}
+			first.Nodes["node-a"].Ready, first.Nodes["node-a"].Labels["rack"] = true, "r1"
+			for i := range 40 {
+				if st := service(i); st.Service != nil {
+					first.Services[st.Service.Key] = st
+					cur[i] = st
+				}
+			}
+			announcing, withdrawing := make([]int, len(incremental.anns)), make([]int, len(incremental.anns))
+			for step := range tc.steps {
+				d := first
+				if step > 0 {
+					d = model.Delta{Services: map[model.ServiceKey]model.ServiceState{}}
+					for range rnd.IntN(4) {
+						i := rnd.IntN(40)
+						st := service(i)
+						if r := rnd.IntN(3); r > 0 {
+							st = elsewhere(i, r == 1)
+						}
+						cur[i] = st
+						d.Services[model.ServiceKey{Namespace: "default", Name: fmt.Sprintf("svc%d", i)}] = st
+					}
+					if rnd.IntN(10) == 0 || tc.nodes && rnd.IntN(5) == 0 {
+						n := names[rnd.IntN(3)]
+						if tc.nodes {
+							n = names[rnd.IntN(len(names))]
+						}
+						d.Nodes = map[string]*model.Node{n: node(n)}
+						if tc.nodes && n != "node-a" && rnd.IntN(4) == 0 {
+							d.Nodes[n] = nil // gone
+						}
+					}
+				}
+				if tc.gossip && rnd.IntN(5) == 0 {
+					n := names[rnd.IntN(len(names))]
+					if rnd.IntN(3) == 0 {
+						members.mu.Lock()
+						delete(members.alive, n) // no opinion
+						members.mu.Unlock()
+					} else {
+						members.set(n, rnd.IntN(3) != 0)
+					}
+				}
+				if tc.reloads && rnd.IntN(15) == 0 {
+					racks := []string{"", "", "r1", "r2"}
+					pools[rnd.IntN(len(pools))].set(netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, 0, byte(rnd.IntN(4) * 8)}), 26+rnd.IntN(3)), racks[rnd.IntN(len(racks))])
+				}
+				if tc.opts && rnd.IntN(20) == 0 {
+					opts := plan.Options{IgnoreUnclassed: rnd.IntN(2) == 0}
+					if rnd.IntN(2) == 0 {
+						opts.ForwardingMode = model.ForwardingDSR
+					}
+					incremental.loop.SetOptions(opts)
+					whole.loop.SetOptions(opts)
+				}
+				if tc.resyncs && rnd.IntN(20) == 0 {
+					incremental.loop.RequestFull()
+				}
+				whole.loop.RequestFull()
+				before := make([]int, len(incremental.anns))
+				had := make([][]model.Announcement, len(incremental.anns))
+				for i, a := range incremental.anns {
+					had[i] = a.Current()
+					before[i] = len(a.Calls())
+					if len(whole.anns[i].Calls()) != before[i] {
+						t.Fatalf("step %d, announcer %d: %d calls, the whole loop's announcer %d", step, i, before[i], len(whole.anns[i].Calls()))
+					}
+				}
+				for _, r := range []rig{incremental, whole} {
+					r.src.Push(d)
+					if _, err := r.loop.Sync(t.Context()); err != nil {
+						t.Fatalf("step %d: %v", step, err)
+					}
+				}
+				for i := range incremental.anns {
+					want, got := whole.anns[i].Calls()[before[i]:], incremental.anns[i].Calls()[before[i]:]
+					if diff := cmp.Diff(want, got, cmpopts.EquateComparable(netip.Addr{})); diff != "" {
+						t.Fatalf("step %d, announcer %d: incremental election's calls (-whole +incremental):\n%s", step, i, diff)
+					}
+					if len(whole.anns[i].Current()) > 0 {
+						announcing[i]++
+					}
+					if len(want) > 0 && slices.ContainsFunc(had[i], func(a model.Announcement) bool {
+						return !slices.ContainsFunc(want[0], func(b model.Announcement) bool { return a.Addr == b.Addr && a.Service == b.Service })
+					}) {
+						withdrawing[i]++
+					}
+				}
+			}
+			t.Logf("steps announcing something, withdrawing before the dataplane (layer 2, BGP, with nodes): %v, %v", announcing, withdrawing)
+			for i := range announcing {
+				if announcing[i] < tc.steps/4 || withdrawing[i] < tc.steps/30 {
+					t.Errorf("announcer %d announced something in %d of %d steps and withdrew in %d, want a quarter and a thirtieth: the test compares too little",
+						i, announcing[i], tc.steps, withdrawing[i])
+				}
+			}
+		})
 	}
 }

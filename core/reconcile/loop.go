@@ -1,13 +1,11 @@
 package reconcile
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
-	"net/netip"
 	"slices"
 	"sync"
 	"time"
@@ -126,24 +124,31 @@ type Loop struct {
 	// (zero before one): the next waits resyncGap times that.
 	resyncTook time.Duration
 	triggers   []time.Time // EndpointSlice trigger times not yet applied
-	announce   map[model.ServiceKey][]netip.Addr
 	ann        []announcerState
 	health     map[model.ServiceKey]healthcheck.Port
-	// healthDirty is set when health changed or its last Sync failed.
-	healthDirty bool
-	counts      counts
+	// healthDirty is set when health changed or its last Sync failed;
+	// healthCounts are the Services whose health check's port stayed and
+	// whose local endpoints changed since the last Sync of health, with
+	// their counts (the health checks take them one by one).
+	healthDirty  bool
+	healthCounts map[model.ServiceKey]int
+	counts       counts
 	// policies is the policy stage; nil without
 	// Config.PolicyStage.Policies.
 	policies *policystage.Stage
 	// dsr is the dsr stage; nil without Config.DSR.
 	dsr *dsrStage
-	// wantList is the announcements of announce, sorted, while
-	// wantValid; electedFor[i] what elect gave Elected[i] for them, while
-	// its valid is set. A Sync elects again only the Services it took a
-	// change of, unless something every election reads changed.
-	wantList   []model.Announcement
-	wantValid  bool
+	// announce is the desired announcements, by Service and by address;
+	// electedFor[i] is what elect gave Elected[i] for them. A Sync elects
+	// again only the addresses it took a change of, unless something
+	// every election reads changed (announce.go).
+	announce   announceIndex
 	electedFor []electCache
+	// alive is what gossip membership said of each node at the last
+	// Sync; electNodes is set when a change of the nodes changed what
+	// the elections read of them, until a Sync elects everything.
+	alive      map[string]aliveAnswer
+	electNodes bool
 	// earlyNodes is set when an early Sync took a change of the nodes
 	// that OnNodes and the dsr stage have not seen yet.
 	earlyNodes bool
@@ -160,12 +165,6 @@ type Loop struct {
 	// pendingFull asks the next Sync for a full apply (RequestFull).
 	pendingFull bool
 	policyView  []policystage.Status
-}
-
-// electCache is an announcer's last election result (elect's).
-type electCache struct {
-	out   []model.Announcement
-	valid bool
 }
 
 // announcerState is what the loop last sent one announcer.
@@ -191,22 +190,24 @@ func (c *counts) add(sp *model.ServicePlan, sign int) {
 // New returns a Loop for cfg.
 func New(cfg Config) *Loop {
 	l := &Loop{
-		cfg:         cfg,
-		log:         cfg.Log,
-		now:         cfg.Now,
-		m:           cfg.Metrics,
-		fullSync:    cfg.FullSyncPeriod,
-		nodes:       make(map[string]*model.Node),
-		needFull:    true,
-		announce:    make(map[model.ServiceKey][]netip.Addr),
-		elections:   make(map[model.ServiceKey]electionInfo),
-		ann:         make([]announcerState, len(cfg.Elected)),
-		electedFor:  make([]electCache, len(cfg.Elected)),
-		health:      make(map[model.ServiceKey]healthcheck.Port),
-		healthDirty: true,
-		desired:     make(map[model.ServiceKey]*model.ServicePlan),
-		applied:     make(map[model.ServiceKey]*model.ServicePlan),
-		announced:   make(map[string][]model.Announcement),
+		cfg:          cfg,
+		log:          cfg.Log,
+		now:          cfg.Now,
+		m:            cfg.Metrics,
+		fullSync:     cfg.FullSyncPeriod,
+		nodes:        make(map[string]*model.Node),
+		needFull:     true,
+		announce:     newAnnounceIndex(),
+		alive:        make(map[string]aliveAnswer),
+		elections:    make(map[model.ServiceKey]electionInfo),
+		ann:          make([]announcerState, len(cfg.Elected)),
+		electedFor:   make([]electCache, len(cfg.Elected)),
+		health:       make(map[model.ServiceKey]healthcheck.Port),
+		healthDirty:  true,
+		healthCounts: make(map[model.ServiceKey]int),
+		desired:      make(map[model.ServiceKey]*model.ServicePlan),
+		applied:      make(map[model.ServiceKey]*model.ServicePlan),
+		announced:    make(map[string][]model.Announcement),
 	}
 	for i := range cfg.Elected {
 		l.announcers = append(l.announcers, cfg.Elected[i].Announcer)
@@ -374,32 +375,29 @@ func (l *Loop) Sync(ctx context.Context) (res SyncResult, err error) {
 		}
 	}
 	l.trackDSRElections(p, changed, full)
-	want := l.wantAnnouncements()
 	// Every election reads the nodes, gossip's view of them (which may
 	// have changed with no change taken) and the options; otherwise only
-	// the Services whose plan or watched state changed can elect
-	// differently.
-	all := full || opts != nil || nodesChanged || l.cfg.Alive != nil
-	var dirty map[model.ServiceKey]bool
-	if !all {
-		dirty = make(map[model.ServiceKey]bool, len(changed)+len(d.Services))
-		for _, k := range changed {
-			dirty[k] = true
-		}
-		for k := range d.Services {
-			dirty[k] = true
-		}
+	// the addresses of the Services whose plan or watched state changed
+	// can elect differently.
+	args := electArgs{self: l.cfg.NodeName, nodes: l.nodes, infos: l.elections, index: &l.announce}
+	var aliveChanged bool
+	args.alive, aliveChanged = aliveView(l.cfg.Alive, l.nodes, l.alive)
+	for k := range d.Services {
+		l.announce.touch(k)
 	}
+	args.all = full || opts != nil || l.electNodes || aliveChanged
+	l.electNodes = false
+	args.dirty = l.announce.takeDirty(args.all)
 	wants := make([][]model.Announcement, len(l.announcers))
 	for i, ea := range l.elected {
-		wants[i] = l.electFor(i, ea, want, dirty) // read-only: send copies it
+		wants[i] = l.electedFor[i].update(ea, &args) // read-only: send copies it
 	}
 
 	var errs []error
 	// 2. Withdraw what is going away before the dataplane removes it.
 	for i, a := range l.announcers {
 		st := &l.ann[i]
-		if keep, ok := withdrawn(st.sent, wants[i]); ok {
+		if keep, ok := l.electedFor[i].withdrawn(st.sent); ok {
 			errs = append(errs, l.send(ctx, i, a, keep)...)
 		}
 	}
@@ -466,9 +464,21 @@ func (l *Loop) Sync(ctx context.Context) (res SyncResult, err error) {
 
 		// 4. Announce and report health only once the dataplane serves.
 		for i, a := range l.announcers {
-			if st := &l.ann[i]; !st.ok || !slices.EqualFunc(st.sent, wants[i], model.Announcement.Equal) {
+			if st := &l.ann[i]; !st.ok || !l.electedFor[i].holds(st.sent) {
 				errs = append(errs, l.send(ctx, i, a, wants[i])...)
 			}
+		}
+		if l.cfg.Health != nil && !l.healthDirty {
+			// Counts alone: each health check takes its own, so that one
+			// change costs the same however many there are.
+			for k, n := range l.healthCounts {
+				if !l.cfg.Health.SetEndpoints(k, n) {
+					l.healthDirty = true // not open: Sync says why
+				}
+			}
+		}
+		if len(l.healthCounts) > 0 {
+			l.healthCounts = make(map[model.ServiceKey]int)
 		}
 		if l.cfg.Health != nil && l.healthDirty {
 			if err := l.cfg.Health.Sync(maps.Clone(l.health)); err != nil {
@@ -494,6 +504,9 @@ func (l *Loop) Sync(ctx context.Context) (res SyncResult, err error) {
 // takeDelta folds the nodes and the election data of d into the loop's.
 func (l *Loop) takeDelta(d model.Delta) {
 	for name, n := range d.Nodes {
+		if !electsAlike(l.nodes[name], n) {
+			l.electNodes = true
+		}
 		if n == nil {
 			delete(l.nodes, name)
 		} else {
@@ -630,10 +643,9 @@ func (l *Loop) track(p *model.Plan, changed []model.ServiceKey, full bool) {
 	defer l.mu.Unlock()
 	if full {
 		clear(l.desired)
-		clear(l.announce)
+		l.announce.reset()
 		clear(l.health)
 		l.healthDirty = true
-		l.wantValid = false
 		for k, sp := range p.Services {
 			l.trackOne(k, sp)
 		}
@@ -642,17 +654,18 @@ func (l *Loop) track(p *model.Plan, changed []model.ServiceKey, full bool) {
 	for _, k := range changed {
 		sp := p.Services[k]
 		old, had := l.health[k]
-		oldAnnounce := l.announce[k]
 		delete(l.desired, k)
-		delete(l.announce, k)
 		delete(l.health, k)
 		if sp != nil {
 			l.trackOne(k, sp)
+		} else {
+			l.announce.set(k, nil)
 		}
-		if !slices.Equal(oldAnnounce, l.announce[k]) {
-			l.wantValid = false
-		}
-		if now, has := l.health[k]; had != has || old != now {
+		switch now, has := l.health[k]; {
+		case had == has && old == now:
+		case had && has && old.Port == now.Port && l.cfg.Health != nil:
+			l.healthCounts[k] = now.LocalEndpoints
+		default:
 			l.healthDirty = true
 		}
 	}
@@ -660,9 +673,7 @@ func (l *Loop) track(p *model.Plan, changed []model.ServiceKey, full bool) {
 
 func (l *Loop) trackOne(k model.ServiceKey, sp *model.ServicePlan) {
 	l.desired[k] = sp // the planner replaces plans, never modifies them
-	if len(sp.Announce) > 0 {
-		l.announce[k] = sp.Announce
-	}
+	l.announce.set(k, sp.Announce)
 	if sp.HealthCheckNodePort != 0 {
 		l.health[k] = healthcheck.Port{Port: sp.HealthCheckNodePort, LocalEndpoints: sp.LocalEndpoints}
 	}
@@ -693,109 +704,6 @@ func (l *Loop) markApplied(changed []model.ServiceKey, full bool) {
 	l.m.ServicesProgrammed.Set(float64(l.counts.services))
 	l.m.VirtualServicesProgrammed.Set(float64(l.counts.virtualServices))
 	l.m.RealServersProgrammed.Set(float64(l.counts.realServers))
-}
-
-// wantAnnouncements returns the announcements of the desired state,
-// sorted by address then Service; read-only, kept until announce
-// changes.
-func (l *Loop) wantAnnouncements() []model.Announcement {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.wantValid {
-		return l.wantList
-	}
-	var out []model.Announcement
-	for k, addrs := range l.announce {
-		for _, a := range addrs {
-			out = append(out, model.Announcement{Addr: a, Service: k})
-		}
-	}
-	slices.SortFunc(out, compareAnnouncements)
-	l.wantList, l.wantValid = out, true
-	return out
-}
-
-// electFor returns what announcer i (ea) announces of want: its last
-// result with the announcements of the dirty Services elected again, or
-// a whole election when dirty is nil, when there is no last result, or
-// when ea.WithNodes (an address's nodes are those of every Service
-// sharing it).
-func (l *Loop) electFor(i int, ea *plugin.ElectedAnnouncer, want []model.Announcement, dirty map[model.ServiceKey]bool) []model.Announcement {
-	c := &l.electedFor[i]
-	if dirty == nil || !c.valid || ea.WithNodes {
-		c.out = elect(ea, l.cfg.NodeName, l.nodes, l.elections, l.cfg.Alive, want)
-		c.valid = true
-		return c.out
-	}
-	if len(dirty) == 0 {
-		return c.out
-	}
-	var sub []model.Announcement // want's announcements of the dirty Services
-	for k := range dirty {
-		for _, a := range l.announce[k] {
-			sub = append(sub, model.Announcement{Addr: a, Service: k})
-		}
-	}
-	slices.SortFunc(sub, compareAnnouncements)
-	again := elect(ea, l.cfg.NodeName, l.nodes, l.elections, l.cfg.Alive, sub)
-	c.out = mergeAnnouncements(c.out, again, dirty)
-	return c.out
-}
-
-// withdrawn returns sent without the announcements (by address and
-// Service) that want lacks, and whether there were any; both are sorted.
-// One pass over both, allocating only when something is withdrawn.
-func withdrawn(sent, want []model.Announcement) ([]model.Announcement, bool) {
-	var keep []model.Announcement
-	gone := false
-	j := 0
-	for i, x := range sent {
-		for j < len(want) && compareAnnouncements(want[j], x) < 0 {
-			j++
-		}
-		if j < len(want) && compareAnnouncements(want[j], x) == 0 {
-			if gone {
-				keep = append(keep, x)
-			}
-			continue
-		}
-		if !gone {
-			gone = true
-			keep = append(make([]model.Announcement, 0, len(sent)), sent[:i]...)
-		}
-	}
-	return keep, gone
-}
-
-// mergeAnnouncements merges two sorted lists into a new one, leaving
-// out a's announcements of the Services in skip (b has none of a's
-// other announcements).
-func mergeAnnouncements(a, b []model.Announcement, skip map[model.ServiceKey]bool) []model.Announcement {
-	out := make([]model.Announcement, 0, len(a)+len(b))
-	for _, x := range a {
-		if skip[x.Service] {
-			continue
-		}
-		for len(b) > 0 && compareAnnouncements(b[0], x) < 0 {
-			out, b = append(out, b[0]), b[1:]
-		}
-		out = append(out, x)
-	}
-	return append(out, b...)
-}
-
-func compareAnnouncements(a, b model.Announcement) int {
-	return cmp.Or(a.Addr.Compare(b.Addr), a.Service.Compare(b.Service))
-}
-
-func countAddrs(set []model.Announcement) int {
-	n := 0
-	for i, a := range set {
-		if i == 0 || a.Addr != set[i-1].Addr {
-			n++
-		}
-	}
-	return n
 }
 
 // union merges two sorted key lists.
