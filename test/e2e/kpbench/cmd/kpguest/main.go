@@ -519,6 +519,7 @@ func (b *bench) measure(p *kpbench.Proxy, bin string, args []string, syncs syncM
 	}
 	syncs.printDiag(b.out, p.Name)
 	p.RSS, p.PeakRSS, _ = memory(pid)
+	fmt.Fprintf(b.out, "== %s: RSS at the end %d MiB (peak %d MiB)\n", p.Name, p.RSS>>20, p.PeakRSS>>20)
 	return syncs.checkPolicy()
 }
 
