@@ -381,6 +381,14 @@ func (b *bench) measure(p *kpbench.Proxy, bin string, args []string, syncs syncM
 	defer stop(cmd, exited, b.out, p.Name)
 	pid := cmd.Process.Pid
 	fmt.Fprintf(b.out, "== %s started (pid %d)\n", p.Name, pid)
+	// A run that fails (a table never complete at 10,000 Services) still
+	// says how much memory it held when it was given up.
+	defer func() {
+		if p.RSS == 0 {
+			p.RSS, p.PeakRSS, _ = memory(pid)
+			fmt.Fprintf(b.out, "== %s: RSS when given up %d MiB (peak %d MiB)\n", p.Name, p.RSS>>20, p.PeakRSS>>20)
+		}
+	}()
 	// profile starts switchyard's CPU profile, when asked for: at its
 	// start, or once its first full sync has ended (-profile-changes).
 	// The profile is printed before the proxy stops.
