@@ -58,10 +58,11 @@ bench: bench-peers
 # installs Debian's iptables, ipset and nftables when missing
 # (test/lab/deps.sh --netfilter-tools). About 13 minutes at the default
 # 1,000 Services x 10 endpoints on a loaded host (kube-proxy's IPVS mode's
-# first full sync alone takes 7 of them), 5.5 at 100 (README, Performance,
-# has the tables). KPBENCH_ONLY picks and orders the parts
-# (default floor,kube-proxy,kube-proxy-nftables,switchyard; kube-proxy is
-# its IPVS mode):
+# first full sync alone takes 7 of them; switchyard's policy parts, below,
+# about 1), 5.5 at 100 (README, Performance, has the tables). KPBENCH_ONLY
+# picks and orders the parts (default floor,kube-proxy,kube-proxy-nftables,
+# switchyard,switchyard-local-first,switchyard-wasm; kube-proxy is its IPVS
+# mode):
 #
 #   make bench-kubeproxy KPBENCH_SERVICES=100                # quicker
 #   make bench-kubeproxy KPBENCH_SERVICES=10000              # the 10k run
@@ -69,6 +70,28 @@ bench: bench-peers
 #   make bench-kubeproxy KPBENCH_ONLY=floor,switchyard KPBENCH_RESYNC=1
 #                      # and switchyard's CPU over one syncPeriod holding a
 #                      # periodic full resync (about a minute more)
+#
+# Switchyard by balancing policy, each a further part of KPBENCH_ONLY,
+# printed side by side (start, changes, RSS after the first full sync and
+# at the end, each kube-proxy's RSS against it) below the main table:
+#   switchyard              the default config, which has no policy
+#                           (policies.default ""; nothing turns the policy
+#                           stage off: it evaluates builtin:uniform)
+#   switchyard-local-first  policies.default: builtin:local-first, a
+#                           non-default built-in, on every Service
+#   switchyard-wasm         a WebAssembly policy on 100 Services: the guest
+#                           creates the policy ConfigMap (switchyard-system,
+#                           binaryData policy.wasm.gz) and annotates them
+#                           switchyard.dev/policy before the run, undoes
+#                           both after; the run fails unless each of them
+#                           was evaluated without a failure. The module is
+#                           KPBENCH_WASM, by default wasm-sdk's Go leastconn
+#                           (make wasm-sdk-examples' rule builds it; e.g.
+#                           KPBENCH_WASM=bin/wasm/rust/leastconn.wasm)
+# Both parts together added about a minute at 1,000 Services (the Go
+# module's compilation is most of it), 45 s at 100:
+#
+#   make bench-kubeproxy KPBENCH_SERVICES=100 KPBENCH_ONLY=floor,switchyard,switchyard-local-first,switchyard-wasm
 #
 # Before and after a change, alternated in one boot: build the other
 # revision's daemon (static, outside /tmp) and name it switchyard-base;
@@ -94,11 +117,13 @@ KPBENCH_CHANGES ?= 5
 KPBENCH_ONLY ?=
 KPBENCH_RESYNC ?=
 KPBENCH_SWITCHYARD_BASE ?=
+KPBENCH_WASM ?= $(WASM_DIR)/go/leastconn.wasm
 .PHONY: bench-kubeproxy
 bench-kubeproxy:
 	@test/lab/deps.sh --netfilter-tools >/dev/null
+	$(if $(or $(findstring switchyard-wasm,$(KPBENCH_ONLY)),$(if $(KPBENCH_ONLY),,default)),@$(MAKE) --no-print-directory $(KPBENCH_WASM))
 	@bin=$$(test/tools/kube-binaries.sh --kube-proxy) && \
-	SWITCHYARD_KUBE_BIN=$$bin KPBENCH_SWITCHYARD_BASE=$(KPBENCH_SWITCHYARD_BASE) KPBENCH_SERVICES=$(KPBENCH_SERVICES) KPBENCH_CHANGES=$(KPBENCH_CHANGES) KPBENCH_ONLY=$(KPBENCH_ONLY) KPBENCH_RESYNC=$(KPBENCH_RESYNC) \
+	SWITCHYARD_KUBE_BIN=$$bin KPBENCH_WASM=$(abspath $(KPBENCH_WASM)) KPBENCH_SWITCHYARD_BASE=$(KPBENCH_SWITCHYARD_BASE) KPBENCH_SERVICES=$(KPBENCH_SERVICES) KPBENCH_CHANGES=$(KPBENCH_CHANGES) KPBENCH_ONLY=$(KPBENCH_ONLY) KPBENCH_RESYNC=$(KPBENCH_RESYNC) \
 	$(GO) test -tags integration -count=1 -run '^$$' -bench '^BenchmarkIntegrationKubeProxyIPVS$$' -benchtime 1x -timeout 4h ./test/e2e/kpbench
 
 bench: bench-kubeproxy

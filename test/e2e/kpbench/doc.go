@@ -5,7 +5,8 @@
 // so that the ratios come from one run: TCG inflates absolute times.
 //
 // It owns the workload (N ClusterIP Services x 10 endpoints, and the
-// endpoint changes), reading the kernel's IPVS table back from
+// endpoint changes, and the policy ConfigMap and annotations of the
+// WebAssembly run), reading the kernel's IPVS table back from
 // /proc/net/ip_vs and kube-proxy's nftables table from `nft list` (the
 // service-ips map and each service chain's DNAT map), the few Prometheus
 // samples the measurements need, and the result table. The pieces that run:
@@ -28,6 +29,12 @@
 //     nftables ruleset and the ipsets, and reloads the IPVS modules: the
 //     kernel keeps deleted real servers for minutes and scans them on
 //     every one added, which made a run after another up to 2x slower.
+//     Switchyard also runs with balancing policies (policy.go): every
+//     Service on a non-default built-in policy (the cluster default of its
+//     config), and 100 Services on a WebAssembly policy that the guest
+//     delivers as the product does (a policy ConfigMap and the Services'
+//     annotation, both taken away after the run); such a run fails unless
+//     its policy was evaluated for each of its Services without a failure.
 //     With "switch" (KPBENCH_ONLY) it runs kube-proxy until the table is
 //     programmed, stops it, runs switchyard --cleanup-kube-proxy, the
 //     daemon until its table is complete (the outage is from the cleanup's

@@ -47,8 +47,8 @@ func envInt(b *testing.B, name string, def int) int {
 // (package doc). Settings: KPBENCH_SERVICES (default 1000),
 // KPBENCH_CHANGES (endpoint changes per proxy, default 5), KPBENCH_MEM
 // (guest MiB, default from the size), KPBENCH_ONLY (default
-// floor,kube-proxy,kube-proxy-nftables,switchyard, kube-proxy being its
-// IPVS mode; "switch" measures a node switching from
+// kpbench.DefaultOnly, kube-proxy being its IPVS mode, the switchyard-*
+// parts switchyard with balancing policies; "switch" measures a node switching from
 // kube-proxy to switchyard and back with --cleanup-kube-proxy and
 // --cleanup, and fails on what either leaves), KPBENCH_LOG_TAIL (bytes of each proxy's
 // log to print, default none), KPBENCH_SWITCHYARD_ARGS (extra daemon
@@ -58,13 +58,15 @@ func envInt(b *testing.B, name string, def int) int {
 // so that the profile holds the endpoint changes),
 // KPBENCH_SWITCHYARD_BASE (a switchyard binary of another revision, not
 // under /tmp, measured as "switchyard-base" in KPBENCH_ONLY),
+// KPBENCH_WASM (the WebAssembly policy module of "switchyard-wasm" in
+// KPBENCH_ONLY; "switchyard-local-first" needs nothing more),
 // KPBENCH_COMPLETE_POLL (how often the guest reads the kernel's table
 // until it is complete, default 100ms), KPBENCH_RESYNC=1 (after the
 // changes, print switchyard's CPU over one syncPeriod holding a periodic
 // full resync). kube-proxy comes from
 // $SWITCHYARD_KUBE_BIN, built by test/tools/kube-binaries.sh --kube-proxy.
 //
-//	SWITCHYARD_KUBE_BIN=$(test/tools/kube-binaries.sh --kube-proxy) \
+//	SWITCHYARD_KUBE_BIN=$(test/tools/kube-binaries.sh --kube-proxy) KPBENCH_WASM=$PWD/bin/wasm/go/leastconn.wasm \
 //	  go test -tags integration -run '^$' -bench KubeProxyIPVS -benchtime 1x -timeout 3h ./test/e2e/kpbench
 func BenchmarkIntegrationKubeProxyIPVS(b *testing.B) {
 	n := envInt(b, "KPBENCH_SERVICES", 1000)
@@ -74,7 +76,7 @@ func BenchmarkIntegrationKubeProxyIPVS(b *testing.B) {
 	mem := envInt(b, "KPBENCH_MEM", 1024+n/10)
 	only := os.Getenv("KPBENCH_ONLY")
 	if only == "" {
-		only = "floor,kube-proxy,kube-proxy-nftables,switchyard"
+		only = kpbench.DefaultOnly
 	}
 	w, err := kpbench.NewWorkload(n, 10)
 	if err != nil {
@@ -130,6 +132,9 @@ func BenchmarkIntegrationKubeProxyIPVS(b *testing.B) {
 	}
 	if err := os.WriteFile(filepath.Join(guestData, "switchyard.yaml"), []byte(kpbench.SwitchyardConfig), 0o644); err != nil {
 		b.Fatal(err)
+	}
+	if strings.Contains(only, kpbench.SwitchyardWasm) {
+		writePolicyModule(b, os.Getenv("KPBENCH_WASM"), filepath.Join(guestData, kpbench.PolicyModuleGzip))
 	}
 	// The guest reaches the host's loopback as 10.0.2.2; the serving
 	// certificate names 127.0.0.1 and localhost, so verify it as localhost.
@@ -196,6 +201,10 @@ func BenchmarkIntegrationKubeProxyIPVS(b *testing.B) {
 	b.ReportMetric(float64(kn.MedianChange().Microseconds())/1000, "kpnft-change-ms")
 	b.ReportMetric(float64(sy.MedianChange().Microseconds())/1000, "sy-change-ms")
 	for _, p := range r.Proxies {
+		// RSS at the end of each run, by the name KPBENCH_ONLY gives it.
+		b.ReportMetric(float64(p.RSS)/(1<<20), p.Name+"-rss-MiB")
+	}
+	for _, p := range r.Proxies {
 		if p.Err != "" {
 			b.Errorf("%s: %s", p.Name, p.Err)
 		}
@@ -223,8 +232,12 @@ func createObjects(b *testing.B, admin *rest.Config, w kpbench.Workload) {
 		b.Fatal(err)
 	}
 	ctx := b.Context()
-	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: kpbench.Namespace}}, metav1.CreateOptions{}); err != nil {
-		b.Fatal(err)
+	// The policy ConfigMap of switchyard-wasm lives in switchyard's
+	// namespace (the guest creates and deletes the ConfigMap itself).
+	for _, ns := range []string{kpbench.Namespace, kpbench.PolicyNamespace} {
+		if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			b.Fatal(err)
+		}
 	}
 	node := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: kpbench.NodeName},
@@ -268,6 +281,27 @@ func createObjects(b *testing.B, admin *rest.Config, w kpbench.Workload) {
 		b.Fatal(err)
 	default:
 	}
+}
+
+// writePolicyModule writes the WebAssembly module at path, gzipped, to
+// out: switchyard-wasm's policy (bench.mk passes an example of
+// wasm-sdk, built by make wasm-sdk-examples' rule).
+func writePolicyModule(b *testing.B, path, out string) {
+	if path == "" {
+		b.Fatalf("%s needs $KPBENCH_WASM, a WebAssembly policy module (make bench-kubeproxy builds wasm-sdk's Go leastconn)", kpbench.SwitchyardWasm)
+	}
+	module, err := os.ReadFile(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	gz, err := kpbench.GzipModule(module)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(out, gz, 0o644); err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("%s: policy module %s, %d KiB (%d KiB gzipped)", kpbench.SwitchyardWasm, path, len(module)>>10, len(gz)>>10)
 }
 
 func buildStatic(b *testing.B, out, pkg string) {

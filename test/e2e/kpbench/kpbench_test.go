@@ -206,6 +206,9 @@ kubeproxy_sync_proxy_rules_duration_seconds_count{ip_family="IPv4"} 3
 kubeproxy_sync_proxy_rules_duration_seconds_count{ip_family="IPv6"} 9
 kubeproxy_sync_proxy_rules_duration_seconds_sum{ip_family="IPv4"} 12.5
 weird{path="a}b"} 1e1
+switchyard_policy_evaluations_total{policy="p",result="success"} 4
+switchyard_policy_evaluations_total{policy="p",result="failure"} 1
+switchyard_policy_evaluations_total{policy="builtin:uniform",result="success"} 900
 `
 	tests := []struct {
 		name, label string
@@ -218,6 +221,9 @@ weird{path="a}b"} 1e1
 		{name: "kubeproxy_sync_proxy_rules_duration_seconds_count", label: `ip_family="IPv4"`, want: 3, wantFound: true},
 		{name: "kubeproxy_sync_proxy_rules_duration_seconds_count", label: `ip_family="IPv5"`, want: 0, wantFound: false},
 		{name: "weird", want: 10, wantFound: true},
+		{name: "switchyard_policy_evaluations_total", label: `policy="p",result="success"`, want: 4, wantFound: true},
+		{name: "switchyard_policy_evaluations_total", label: `result="failure", policy="p"`, want: 1, wantFound: true},
+		{name: "switchyard_policy_evaluations_total", label: `policy="q",result="success"`, want: 0, wantFound: false},
 		{name: "absent", want: 0, wantFound: false},
 	}
 	for _, tc := range tests {
@@ -287,15 +293,14 @@ func TestTable(t *testing.T) {
 		ChangeCPU:    []time.Duration{10 * time.Millisecond, 30 * time.Millisecond, 20 * time.Millisecond},
 		RSSFirstSync: 40 << 20, PeakRSSFirstSync: 45 << 20, RSS: 40 << 20, PeakRSS: 50 << 20,
 	}
+	localFirst := sy
+	localFirst.Name, localFirst.RSSFirstSync, localFirst.PeakRSSFirstSync, localFirst.RSS, localFirst.PeakRSS = SwitchyardLocalFirst, 50<<20, 60<<20, 80<<20, 80<<20
 	floor := Floor{VIPs: 650 * time.Millisecond, Services: 2080 * time.Millisecond, Change: 290 * time.Microsecond}
 	header := "kube-proxy (--proxy-mode=ipvs and =nftables) and switchyard (ipvs) side by side: 1000 Services x 10 endpoints, one lab guest (qemu TCG, 1 vCPU)\n" +
 		"                                               kp ipvs   kp nftables    switchyard      floor  ipvs/sy   nft/sy sy/floor\n"
-	tests := []struct {
-		name    string
-		proxies []Proxy
-		want    string
-	}{
-		{name: "all three", proxies: []Proxy{kpIPVS, kpNft, sy}, want: header + `start until table complete                     25.50 s       51.00 s        5.10 s     2.73 s     5.0x    10.0x     1.9x
+	// The three proxies' rows and their samples, shared by the cases
+	// where all three ran.
+	allThree := `start until table complete                     25.50 s       51.00 s        5.10 s     2.73 s     5.0x    10.0x     1.9x
   CPU by then                                  20.00 s       40.00 s        4.00 s          -     5.0x    10.0x        -
 start until first full sync ended             117.80 s       51.00 s        5.20 s          -    22.7x     9.8x        -
   CPU by then                                 111.80 s       40.00 s        4.10 s          -    27.3x     9.8x        -
@@ -304,10 +309,17 @@ endpoint change visible (median of 3)           2.85 s      400.0 ms       20.0 
 RSS after the first full sync (peak)       60 (75) MiB   80 (90) MiB   40 (45) MiB          -     1.5x     2.0x        -
 RSS at the end (peak)                      70 (75) MiB 100 (110) MiB   40 (50) MiB          -     1.8x     2.5x        -
 floor (cloudflare/ipvs loop): VIPs bound in 650.0 ms, services and real servers in 2.08 s
-kube-proxy endpoint changes: 3.00 s, 2.85 s, 2.00 s
+`
+	samples := `kube-proxy endpoint changes: 3.00 s, 2.85 s, 2.00 s
 kube-proxy-nftables endpoint changes: 400.0 ms, 300.0 ms, 500.0 ms
 switchyard endpoint changes: 15.0 ms, 25.0 ms, 20.0 ms
-`},
+`
+	tests := []struct {
+		name    string
+		proxies []Proxy
+		want    string
+	}{
+		{name: "all three", proxies: []Proxy{kpIPVS, kpNft, sy}, want: header + allThree + samples},
 		{name: "nftables failed, switchyard did not run", proxies: []Proxy{kpIPVS, {Name: KubeProxyNftables, Err: "nftables table never complete"}},
 			want: header + `start until table complete                     25.50 s             -             -     2.73 s        -        -        -
   CPU by then                                  20.00 s             -             -          -        -        -        -
@@ -321,6 +333,22 @@ floor (cloudflare/ipvs loop): VIPs bound in 650.0 ms, services and real servers 
 kube-proxy endpoint changes: 3.00 s, 2.85 s, 2.00 s
 kube-proxy-nftables: nftables table never complete
 switchyard: did not run
+`},
+		{name: "policy parts", proxies: []Proxy{kpIPVS, kpNft, sy, localFirst, {Name: SwitchyardWasm, Err: "policy kpbench-wasm: 0 successful evaluations"}},
+			want: header + allThree + `switchyard by policy: none (the default; builtin:uniform evaluated), builtin:local-first on every Service, WebAssembly policy kpbench-wasm on 100 Services
+                                             no policy   local-first     wasm x100
+start until table complete                      5.10 s        5.10 s             -
+  CPU by then                                   4.00 s        4.00 s             -
+start until first full sync ended               5.20 s        5.20 s             -
+  CPU by then                                   4.10 s        4.10 s             -
+endpoint change visible (median)               20.0 ms       20.0 ms             -
+  CPU per change until its sync ended          20.0 ms       20.0 ms             -
+RSS after the first full sync (peak)       40 (45) MiB   50 (60) MiB             -
+RSS at the end (peak)                      40 (50) MiB   80 (80) MiB             -
+kp ipvs RSS / this (first sync, end)        1.5x, 1.8x    1.2x, 0.9x             -
+kp nftables RSS / this (first sync, end)    2.0x, 2.5x    1.6x, 1.2x             -
+` + samples + `switchyard-local-first endpoint changes: 15.0 ms, 25.0 ms, 20.0 ms
+switchyard-wasm: policy kpbench-wasm: 0 successful evaluations
 `},
 	}
 	for _, tc := range tests {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -12,7 +13,8 @@ import (
 // MetricSum adds up the samples of the named metric in Prometheus text
 // format: the count of a histogram ("x_duration_seconds_count") or a
 // counter split by label. A non-empty label (`ip_family="IPv4"`) keeps
-// only the samples carrying that exact label pair. found is false when no
+// only the samples carrying that exact label pair (or those pairs, comma
+// separated: `policy="p",result="success"`). found is false when no
 // sample matched.
 func MetricSum(r io.Reader, name, label string) (sum float64, found bool, err error) {
 	sc := bufio.NewScanner(r)
@@ -52,15 +54,17 @@ func MetricSum(r io.Reader, name, label string) (sum float64, found bool, err er
 }
 
 // hasLabel reports whether a sample's label set ("a=\"x\",b=\"y\"") holds
-// the pair want (b="y"). Label values with commas inside quotes are rare
-// enough in these metrics to be left out.
+// every pair of want (b="y", or several comma separated). Label values
+// with commas inside quotes are rare enough in these metrics to be left
+// out.
 func hasLabel(labels, want string) bool {
-	for _, l := range strings.Split(labels, ",") {
-		if strings.TrimSpace(l) == want {
-			return true
+	have := strings.Split(labels, ",")
+	for _, w := range strings.Split(want, ",") {
+		if !slices.ContainsFunc(have, func(l string) bool { return strings.TrimSpace(l) == strings.TrimSpace(w) }) {
+			return false
 		}
 	}
-	return false
+	return true
 }
 
 // clockTick is USER_HZ, the unit of /proc/PID/stat's times: 100 on every

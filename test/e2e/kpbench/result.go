@@ -19,6 +19,11 @@ const (
 	KubeProxy         = "kube-proxy" // --proxy-mode=ipvs
 	KubeProxyNftables = "kube-proxy-nftables"
 	Switchyard        = "switchyard"
+	// SwitchyardLocalFirst is switchyard with LocalFirstPolicy on every
+	// Service, SwitchyardWasm with WasmPolicy on WasmServices Services
+	// (policy.go); their column is in the table's policy block.
+	SwitchyardLocalFirst = "switchyard-local-first"
+	SwitchyardWasm       = "switchyard-wasm"
 	// SwitchyardBase is a second switchyard binary (another revision,
 	// KPBENCH_SWITCHYARD_BASE), measured as switchyard is, so that a
 	// change is compared before and after in one boot, alternated
@@ -26,6 +31,10 @@ const (
 	// It has no column of the table: its lines and samples are printed.
 	SwitchyardBase = "switchyard-base"
 )
+
+// DefaultOnly is the measurements run when KPBENCH_ONLY is empty, in this
+// order.
+const DefaultOnly = "floor,kube-proxy,kube-proxy-nftables,switchyard,switchyard-local-first,switchyard-wasm"
 
 // Result is one benchmark run in one guest boot.
 type Result struct {
@@ -145,7 +154,8 @@ func (r Result) Table() string {
 	mems("RSS after the first full sync (peak)", func(p *Proxy) (int64, int64) { return p.RSSFirstSync, p.PeakRSSFirstSync })
 	mems("RSS at the end (peak)", func(p *Proxy) (int64, int64) { return p.RSS, p.PeakRSS })
 	fmt.Fprintf(&b, "floor (cloudflare/ipvs loop): VIPs bound in %s, services and real servers in %s\n", dur(r.Floor.VIPs), dur(r.Floor.Services))
-	for _, p := range []*Proxy{ki, kn, sy} {
+	parts := r.policyBlock(&b, ki, kn)
+	for _, p := range append([]*Proxy{ki, kn, sy}, parts...) {
 		if len(p.Changes) > 0 {
 			s := make([]string, len(p.Changes))
 			for i, c := range p.Changes {
@@ -154,12 +164,68 @@ func (r Result) Table() string {
 			fmt.Fprintf(&b, "%s endpoint changes: %s\n", p.Name, strings.Join(s, ", "))
 		}
 	}
-	for _, p := range []*Proxy{ki, kn, sy} {
+	for _, p := range append([]*Proxy{ki, kn, sy}, parts...) {
 		if p.Err != "" {
 			fmt.Fprintf(&b, "%s: %s\n", p.Name, p.Err)
 		}
 	}
 	return b.String()
+}
+
+// policyBlock renders, when a switchyard policy part ran
+// (SwitchyardLocalFirst, SwitchyardWasm), switchyard's runs side by side
+// by policy, with each kube-proxy's RSS against each, and returns those
+// parts.
+func (r Result) policyBlock(b *strings.Builder, ki, kn *Proxy) []*Proxy {
+	var cols []*Proxy
+	var headers []string
+	for _, part := range PolicyParts {
+		p := r.Proxy(part.Name)
+		if part.Name != Switchyard && p.Err == "did not run" {
+			continue
+		}
+		cols = append(cols, p)
+		headers = append(headers, part.Header)
+	}
+	if len(cols) < 2 {
+		return nil
+	}
+	fmt.Fprintf(b, "switchyard by policy: none (the default; builtin:uniform evaluated), %s on every Service, WebAssembly policy %s on %d Services\n",
+		LocalFirstPolicy, WasmPolicy, min(WasmServices, r.Services))
+	row := func(label string, get func(*Proxy) string) {
+		fmt.Fprintf(b, "%-40s", label)
+		for _, p := range cols {
+			fmt.Fprintf(b, " %13s", get(p))
+		}
+		b.WriteString("\n")
+	}
+	row("", func(p *Proxy) string { return headers[slices.Index(cols, p)] })
+	durs := func(label string, get func(*Proxy) time.Duration) {
+		row(label, func(p *Proxy) string { return dur(get(p)) })
+	}
+	durs("start until table complete", func(p *Proxy) time.Duration { return p.Complete })
+	durs("  CPU by then", func(p *Proxy) time.Duration { return p.CPUComplete })
+	durs("start until first full sync ended", func(p *Proxy) time.Duration { return p.FirstSync })
+	durs("  CPU by then", func(p *Proxy) time.Duration { return p.CPUFirstSync })
+	durs("endpoint change visible (median)", (*Proxy).MedianChange)
+	durs("  CPU per change until its sync ended", (*Proxy).medianChangeCPU)
+	row("RSS after the first full sync (peak)", func(p *Proxy) string { return mem(p.RSSFirstSync, p.PeakRSSFirstSync) })
+	row("RSS at the end (peak)", func(p *Proxy) string { return mem(p.RSS, p.PeakRSS) })
+	// Each kube-proxy's RSS over this one's, after the first sync and
+	// at the end: above 1.0x, switchyard uses less.
+	for _, k := range []struct {
+		label string
+		p     *Proxy
+	}{{"kp ipvs RSS / this (first sync, end)", ki}, {"kp nftables RSS / this (first sync, end)", kn}} {
+		row(k.label, func(p *Proxy) string {
+			first, end := memRatio(k.p.RSSFirstSync, p.RSSFirstSync), memRatio(k.p.RSS, p.RSS)
+			if first == "-" && end == "-" {
+				return "-"
+			}
+			return first + ", " + end
+		})
+	}
+	return cols[1:]
 }
 
 func anys(s []string) []any {

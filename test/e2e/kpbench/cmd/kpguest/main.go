@@ -48,6 +48,7 @@ type options struct {
 	completePoll                  time.Duration
 	logTail                       int
 	resync                        bool
+	policyModule                  string
 }
 
 func main() {
@@ -63,13 +64,14 @@ func main() {
 	flag.StringVar(&o.switchyardArgs, "switchyard-args", "", "extra switchyard flags, space-separated (such as --v=4)")
 	flag.DurationVar(&o.switchyardProfile, "switchyard-profile", 0, "when set, profile switchyard's CPU for this long from its start (--profiling) and print the profile in base64")
 	flag.BoolVar(&o.profileChanges, "profile-changes", false, "start -switchyard-profile when the first full sync has ended, so that it holds the endpoint changes rather than the start")
-	flag.StringVar(&o.only, "only", "floor,kube-proxy,kube-proxy-nftables,switchyard", "which measurements to run, in this order")
+	flag.StringVar(&o.only, "only", kpbench.DefaultOnly, "which measurements to run, in this order")
 	flag.DurationVar(&o.completeTimeout, "complete-timeout", 30*time.Minute, "how long a proxy may take to program the whole table")
 	flag.DurationVar(&o.syncTimeout, "sync-timeout", 40*time.Minute, "how long a proxy may take to end its first full sync")
 	flag.DurationVar(&o.changeTimeout, "change-timeout", 5*time.Minute, "how long one endpoint change may take to show and its sync to end")
 	flag.DurationVar(&o.completePoll, "complete-poll", 100*time.Millisecond, "how often to read the kernel's table (/proc/net/ip_vs, nft list) until it is complete, at most (reads are spaced 4 times their cost)")
 	flag.IntVar(&o.logTail, "log-tail", 0, "print the last this many bytes of each proxy's log after its run")
 	flag.BoolVar(&o.resync, "resync", false, "after the changes, measure switchyard's CPU over one syncPeriod holding a periodic full resync")
+	flag.StringVar(&o.policyModule, "policy-module", "testdata/"+kpbench.PolicyModuleGzip, "the gzipped WebAssembly policy module of "+kpbench.SwitchyardWasm)
 	flag.Parse()
 	if err := run(o, os.Stdout); err != nil {
 		fmt.Printf("kpguest: %v\n", err)
@@ -136,6 +138,26 @@ func run(o options, out io.Writer) error {
 			}
 			p := b.proxy(what, bin, args, switchyardSyncs, ipvsView{b: &b}, &round)
 			res.Proxies = append(res.Proxies, p)
+		case kpbench.SwitchyardLocalFirst:
+			cfg := "/tmp/" + what + ".yaml"
+			if err := os.WriteFile(cfg, []byte(kpbench.SwitchyardLocalFirstConfig), 0o644); err != nil {
+				return err
+			}
+			o := o
+			o.switchyardConfig = cfg
+			p := b.proxy(what, o.switchyard, switchyardArgs(o), policySyncs(kpbench.LocalFirstPolicy, o.services), ipvsView{b: &b}, &round)
+			res.Proxies = append(res.Proxies, p)
+		case kpbench.SwitchyardWasm:
+			n := min(kpbench.WasmServices, o.services)
+			undo, err := b.wasmPolicy(n)
+			if err != nil {
+				return fmt.Errorf("%s: %w", what, err)
+			}
+			p := b.proxy(what, o.switchyard, switchyardArgs(o), policySyncs(kpbench.WasmPolicy, n), ipvsView{b: &b}, &round)
+			res.Proxies = append(res.Proxies, p)
+			if err := undo(); err != nil {
+				return fmt.Errorf("%s: %w", what, err)
+			}
 		case "switch":
 			sw, err := b.switchProxies()
 			if err != nil {
@@ -149,6 +171,11 @@ func run(o options, out io.Writer) error {
 			return fmt.Errorf("-only: unknown measurement %q", what)
 		}
 		if err := cleanKernel(k); err != nil {
+			return fmt.Errorf("clean after %s: %w", what, err)
+		}
+		// The compiled policies and their last good versions
+		// (policies.cacheDir's default): the next run starts cold.
+		if err := os.RemoveAll(policyCacheDir); err != nil {
 			return fmt.Errorf("clean after %s: %w", what, err)
 		}
 		// The IPVS family is registered again, maybe under a new id.
@@ -186,12 +213,70 @@ func switchyardArgs(o options) []string {
 	return append(args, strings.Fields(o.switchyardArgs)...)
 }
 
+// policyCacheDir holds what switchyard keeps of its WebAssembly policies
+// across restarts (policies.cacheDir, default /var/cache/switchyard/wasm).
+const policyCacheDir = "/var/cache/switchyard"
+
+// policySyncs is switchyardSyncs for a run with a balancing policy: the
+// run fails unless policy evaluated services Services successfully and
+// never failed (a policy that did not load would measure the fallback).
+func policySyncs(policy string, services int) syncMetric {
+	m := switchyardSyncs
+	m.policy, m.policyServices = policy, services
+	return m
+}
+
+// wasmPolicy gives the first n Services the WebAssembly policy of
+// -policy-module, through a policy ConfigMap and the Services'
+// annotation, and returns what takes both away again.
+func (b *bench) wasmPolicy(n int) (undo func() error, err error) {
+	module, err := os.ReadFile(b.o.policyModule)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cms := b.client.CoreV1().ConfigMaps(kpbench.PolicyNamespace)
+	if _, err := cms.Create(ctx, kpbench.PolicyConfigMap(module), metav1.CreateOptions{}); err != nil {
+		return nil, fmt.Errorf("create the policy ConfigMap: %w", err)
+	}
+	annotate := func(ctx context.Context, policy string) error {
+		for _, s := range b.w.Services[:n] {
+			if _, err := b.client.CoreV1().Services(kpbench.Namespace).Patch(ctx, s.Name, types.MergePatchType,
+				kpbench.PolicyPatch(policy), metav1.PatchOptions{}); err != nil {
+				return fmt.Errorf("annotate Service %s: %w", s.Name, err)
+			}
+		}
+		return nil
+	}
+	began := time.Now()
+	if err := annotate(ctx, kpbench.WasmPolicy); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(b.out, "== policy ConfigMap %s/%s (%d KiB gzipped) on %d Services, annotated in %s\n", kpbench.PolicyNamespace,
+		kpbench.WasmPolicy, len(module)>>10, n, time.Since(began).Round(time.Millisecond))
+	return func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		if err := annotate(ctx, ""); err != nil {
+			return err
+		}
+		if err := cms.Delete(ctx, kpbench.WasmPolicy, metav1.DeleteOptions{}); err != nil {
+			return fmt.Errorf("delete the policy ConfigMap: %w", err)
+		}
+		return nil
+	}, nil
+}
+
 // switchyardSyncs counts switchyard's ended syncs: its sync duration's
 // observations, made as a sync ends. (switchyard_syncs_total counts a sync
 // before its dataplane apply: read as "ended", it let the first change
 // start while the first full sync still wrote its nftables table.)
+// Its diagnostics name the policies evaluated (builtin:uniform without
+// one) and their failures.
 var switchyardSyncs = syncMetric{name: "switchyard_sync_duration_seconds_count",
-	diag: []string{"switchyard_syncs_total", "switchyard_sync_duration_seconds_sum", "switchyard_sync_duration_seconds_count"}}
+	diag: []string{"switchyard_syncs_total", "switchyard_sync_duration_seconds_sum", "switchyard_sync_duration_seconds_count",
+		"switchyard_policy_evaluations_total", "switchyard_policy_failures_total"}}
 
 type bench struct {
 	o      options
@@ -296,6 +381,14 @@ func (b *bench) measure(p *kpbench.Proxy, bin string, args []string, syncs syncM
 	defer stop(cmd, exited, b.out, p.Name)
 	pid := cmd.Process.Pid
 	fmt.Fprintf(b.out, "== %s started (pid %d)\n", p.Name, pid)
+	// A run that fails (a table never complete at 10,000 Services) still
+	// says how much memory it held when it was given up.
+	defer func() {
+		if p.RSS == 0 {
+			p.RSS, p.PeakRSS, _ = memory(pid)
+			fmt.Fprintf(b.out, "== %s: RSS when given up %d MiB (peak %d MiB)\n", p.Name, p.RSS>>20, p.PeakRSS>>20)
+		}
+	}()
 	// profile starts switchyard's CPU profile, when asked for: at its
 	// start, or once its first full sync has ended (-profile-changes).
 	// The profile is printed before the proxy stops.
@@ -434,7 +527,8 @@ func (b *bench) measure(p *kpbench.Proxy, bin string, args []string, syncs syncM
 	}
 	syncs.printDiag(b.out, p.Name)
 	p.RSS, p.PeakRSS, _ = memory(pid)
-	return nil
+	fmt.Fprintf(b.out, "== %s: RSS at the end %d MiB (peak %d MiB)\n", p.Name, p.RSS>>20, p.PeakRSS>>20)
+	return syncs.checkPolicy()
 }
 
 // resyncCPU prints switchyard's CPU between the ends of two periodic full
@@ -583,6 +677,33 @@ var metricsClient = &http.Client{Timeout: 10 * time.Second, Transport: &http.Tra
 type syncMetric struct {
 	name, label string
 	diag        []string
+	// policy, when set, must have been evaluated successfully for
+	// policyServices Services by the end of the run, and never failed
+	// (checkPolicy).
+	policy         string
+	policyServices int
+}
+
+// checkPolicy reads the proxy's policy metrics: an error unless m.policy
+// was evaluated successfully at least m.policyServices times and never
+// failed.
+func (m syncMetric) checkPolicy() error {
+	if m.policy == "" {
+		return nil
+	}
+	label := fmt.Sprintf("policy=%q", m.policy)
+	ok, err := (syncMetric{name: "switchyard_policy_evaluations_total", label: label + `,result="success"`}).read()
+	if err != nil {
+		return err
+	}
+	failed, err := (syncMetric{name: "switchyard_policy_failures_total", label: label}).read()
+	if err != nil {
+		return err
+	}
+	if ok < float64(m.policyServices) || failed > 0 {
+		return fmt.Errorf("policy %s: %v successful evaluations (want at least %d, one per Service), %v failures", m.policy, ok, m.policyServices, failed)
+	}
+	return nil
 }
 
 // printDiag prints the proxy's samples of the diag metrics on one line.
