@@ -29,7 +29,7 @@ func ParseProcIPVS(r io.Reader) (Table, error) {
 	}
 	t := Table{}
 	for k, ds := range kernel {
-		if !k.Addr.Is4() {
+		if _, mark := ipvs.MarkOf(k); mark || !k.Addr.Is4() {
 			continue
 		}
 		dests := make(map[netip.AddrPort]int, len(ds))
