@@ -37,6 +37,10 @@ func TestDataplaneFullResyncRepairs(t *testing.T) {
 		"lb":  internal(frontend("10.96.3.62", 80, model.FrontendLoadBalancer, true, nil), backends(false, HTTPPort, 1, 2, -1)),
 		"lb6": internal(frontend("fd00:96::62", 80, model.FrontendLoadBalancer, true, nil), backends(true, HTTPPort, -1, 1, 1)),
 	})
+	// A suite before may have left firewall-mark services behind (foreign
+	// once its table was deleted): gone, so that the ones below are this
+	// suite's.
+	deleteMarkServices(t)
 	fw := &countingFirewall{Firewall: ipvs.NewNFTables()}
 	dp := newLabDataplane(t, withFirewall(fw))
 	if err := dp.Apply(t.Context(), plugin.Update{Plan: plan, Full: true}); err != nil {
@@ -161,4 +165,25 @@ func dests(ds []ipvs.DestinationState) []ipvs.Destination {
 func internal(vs model.VirtualService, in []model.Destination) model.VirtualService {
 	vs.Internal = in
 	return vs
+}
+
+// deleteMarkServices deletes every firewall-mark virtual service.
+func deleteMarkServices(t *testing.T) {
+	t.Helper()
+	k, err := ipvs.NewNetlink()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	svcs, err := k.Services()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range svcs {
+		if _, mark := ipvs.MarkOf(s.VirtualServiceKey); mark {
+			if err := k.DeleteService(s.VirtualServiceKey); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 }
