@@ -748,7 +748,7 @@ func (d *Dataplane) load(trusted bool) error {
 		}
 		have.Services[k] = e
 	}
-	cached := map[model.VirtualServiceKey][]DestinationState{}
+	var cached map[model.VirtualServiceKey][]DestinationState // nil: every unseen service dumped
 	if trusted {
 		cached = d.unverified(unseen)
 	}
