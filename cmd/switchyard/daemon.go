@@ -364,6 +364,9 @@ func runDaemon(ctx context.Context, dc daemonConfig) (err error) {
 				}
 				return errors.New("waiting for the Kubernetes caches to sync")
 			}
+			if policies != nil && !policies.HasSynced() {
+				return errors.New("waiting for the policy ConfigMaps to load")
+			}
 			return errors.New("no sync applied yet")
 		}
 		if err := src.Healthy(); err != nil {

@@ -13,7 +13,8 @@ import (
 type Policies interface {
 	// HasSynced reports whether every policy known at start has been
 	// loaded (or has failed to), so the first evaluations do not fall
-	// back only because a module is still compiling.
+	// back only because a module is still compiling. Before, Resolve
+	// fails with ErrPolicyLoading for a policy not tried yet.
 	HasSynced() bool
 	// Resolve returns the policy svc uses: its name (for metrics, Events
 	// and Changed; set even when err is not nil), the policy and the
@@ -101,6 +102,11 @@ var (
 	// Service then falls back to uniform weights at once rather than to
 	// its last good result, which came from the policy that is gone.
 	ErrNoPolicy = errors.New("no such policy")
+	// ErrPolicyLoading, wrapped by a Resolve error before HasSynced,
+	// says the policy has not been tried yet (its module may still be
+	// compiling): the loop holds the Service back, neither falling back
+	// nor reporting, until it resolves otherwise.
+	ErrPolicyLoading = errors.New("policy still loading")
 	// ErrPolicyUnusable: the policy cannot run at all (not loaded, or
 	// closed).
 	ErrPolicyUnusable = errors.New("policy unusable")

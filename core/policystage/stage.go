@@ -180,6 +180,10 @@ type Stage struct {
 	// change never walks every Service.
 	due     map[model.ServiceKey]time.Time
 	sighted map[model.ServiceKey]struct{}
+	// held holds the Services whose policy was still loading
+	// (plugin.ErrPolicyLoading) at their last evaluation: they are not
+	// in weighted, and every Weigh resolves them again.
+	held map[model.ServiceKey]struct{}
 }
 
 // New returns a Stage for cfg.
@@ -194,6 +198,7 @@ func New(cfg Config) *Stage {
 		weighted: make(map[model.ServiceKey]*model.ServicePlan),
 		due:      make(map[model.ServiceKey]time.Time),
 		sighted:  make(map[model.ServiceKey]struct{}),
+		held:     make(map[model.ServiceKey]struct{}),
 
 		loadCounted: make(map[string]bool),
 	}
@@ -224,10 +229,16 @@ func (noSchedulers) WeightedScheduler(name string) string { return name }
 func (noSchedulers) Schedulers() []string                 { return nil }
 
 // HasSynced reports whether the policies have synced
-// (plugin.Policies.HasSynced): the loop does not sync before, so that
-// the first evaluations do not fall back only because a module is still
-// compiling.
+// (plugin.Policies.HasSynced): the loop does not prune before, and
+// Services whose policy is still loading are held back (Held) rather
+// than fall back only because a module is still compiling.
 func (s *Stage) HasSynced() bool { return s.cfg.Policies.HasSynced() }
+
+// Held returns how many Services Weigh holds back because their policy
+// is still loading (plugin.ErrPolicyLoading, only before HasSynced):
+// they are in neither its plan nor its changed keys until it resolves
+// otherwise, so the loop must not prune with a plan that holds any.
+func (s *Stage) Held() int { return len(s.held) }
 
 // blind reports whether k's policy ignores statistics.
 func (s *Stage) blind(k model.ServiceKey) bool {
@@ -269,10 +280,12 @@ func (s *Stage) record(services map[model.ServiceKey]model.ServiceState, now tim
 
 // Weigh evaluates the policies of the Services that need it: those the
 // planner or the watch changed, those whose policy changed, those whose
-// Reevaluate interval passed, and all on a statistics tick. It returns
-// the keys whose weighted plan changed, sorted, and the weighted plan:
-// the stage's, read-only, valid until the next Weigh. A policy's failure
-// stays with its Service, which falls back; Weigh itself never fails.
+// Reevaluate interval passed, those held back, and all on a statistics
+// tick. It returns the keys whose weighted plan changed, sorted, and the
+// weighted plan: the stage's, read-only, valid until the next Weigh. A
+// policy's failure stays with its Service, which falls back; a Service
+// whose policy is still loading is held back (Held); Weigh itself never
+// fails.
 func (s *Stage) Weigh(ctx context.Context, r Round) ([]model.ServiceKey, *model.Plan) {
 	s.record(r.Services, r.Now)
 	now, p := r.Now, r.Plan
@@ -300,6 +313,9 @@ func (s *Stage) Weigh(ctx context.Context, r Round) ([]model.ServiceKey, *model.
 		if !now.Before(at) {
 			dirty[k] = true
 		}
+	}
+	for k := range s.held {
+		dirty[k] = true
 	}
 	if iv := s.cfg.StatsInterval; iv > 0 && now.Sub(s.lastTick) >= iv {
 		s.lastTick = now
@@ -335,10 +351,19 @@ func (s *Stage) Weigh(ctx context.Context, r Round) ([]model.ServiceKey, *model.
 			}
 			delete(s.weighted, k)
 			delete(s.sighted, k)
+			delete(s.held, k)
 			s.forget(k)
 			continue
 		}
-		jobs = append(jobs, s.prepare(k, base))
+		j := s.prepare(k, base)
+		if errors.Is(j.err, plugin.ErrPolicyLoading) {
+			// Neither a failure nor a fallback: the module may be
+			// compiling. Whatever the dataplane has of it stays.
+			s.held[k] = struct{}{}
+			continue
+		}
+		delete(s.held, k)
+		jobs = append(jobs, j)
 	}
 	// The workers only read the stage; what they found is committed
 	// below, on this goroutine and in key order, so the plan, the Events

@@ -2,11 +2,13 @@
 // from the watch (Source), replans it (plan.Planner) and drives the
 // plugins, in an order that never attracts traffic the node cannot serve:
 //
-//  1. nothing happens until the Source has synced every cache, so the
-//     loop never acts (above all never deletes) on partial data; with
-//     Config.EarlyApply, an AddOnlyDataplane is given what has arrived
-//     meanwhile to add, removing nothing and announcing nothing, and the
-//     first sync after the caches synced is the full one that prunes;
+//  1. nothing happens until the Source has synced every cache and the
+//     policy stage's policies have loaded, so the loop never acts (above
+//     all never deletes) on partial data; with Config.EarlyApply, an
+//     AddOnlyDataplane is given what has arrived meanwhile to add,
+//     removing nothing and announcing nothing, but for the Services whose
+//     policy is still loading, and the first sync after everything
+//     synced is the full one that prunes;
 //  2. announcers withdraw addresses that are going away, before the
 //     dataplane removes their virtual services;
 //  3. the dataplane applies the changed Services (everything on the first

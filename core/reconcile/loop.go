@@ -76,10 +76,13 @@ type Config struct {
 	// EarlyApply lets the loop program the dataplane while the Source's
 	// caches still list, when the Dataplane is a plugin.AddOnlyDataplane
 	// and the Source hands out changes before it has synced (core/k8s
-	// with Options.Early): a Sync then plans what arrived and applies it
-	// add-only, removing nothing, and announces and serves health checks
-	// nothing. The first Sync after the caches synced applies everything
-	// in full, pruning, as without it. The policies must have synced.
+	// with Options.Early), and while the policies load: a Sync then plans
+	// what arrived and applies it add-only, removing nothing, and
+	// announces and serves health checks nothing. A Service whose policy
+	// is still loading (plugin.ErrPolicyLoading) is held back: it neither
+	// falls back nor has its dataplane state changed. The first Sync after
+	// the caches and the policies synced applies everything in full,
+	// pruning, as without it.
 	EarlyApply bool
 
 	// DSR, when set, drives the dsr side of the dsr frontends the
@@ -296,10 +299,9 @@ type SyncResult struct {
 func (l *Loop) Sync(ctx context.Context) (res SyncResult, err error) {
 	l.syncMu.Lock()
 	defer l.syncMu.Unlock()
-	if l.policies != nil && !l.policies.HasSynced() {
-		return SyncResult{}, nil
-	}
-	if !l.cfg.Source.HasSynced() {
+	// Nothing is pruned before every cache and every policy has synced:
+	// until then a Sync is early (add-only) or does nothing.
+	if !l.cfg.Source.HasSynced() || (l.policies != nil && !l.policies.HasSynced()) {
 		if ad, ok := l.cfg.Dataplane.(plugin.AddOnlyDataplane); ok && l.cfg.EarlyApply {
 			return l.syncEarly(ctx, ad)
 		}
@@ -552,8 +554,10 @@ func (l *Loop) addTriggers(ts []time.Time) {
 	}
 }
 
-// syncEarly is a Sync before the Source has synced (Config.EarlyApply):
-// it plans what the Source handed out so far and applies it add-only. It
+// syncEarly is a Sync before the Source or the policies have synced
+// (Config.EarlyApply): it plans what the Source handed out so far and
+// applies it add-only, but for the Services the policy stage holds back
+// while their policy loads; each early Sync tries those again. It
 // records nothing as desired or applied, announces nothing and serves no
 // health check: the first full Sync does all of that over the whole
 // plan, and prunes.
@@ -561,7 +565,7 @@ func (l *Loop) syncEarly(ctx context.Context, ad plugin.AddOnlyDataplane) (SyncR
 	res := SyncResult{Early: true}
 	start := l.now()
 	d := l.cfg.Source.Take()
-	if d.Empty() {
+	if d.Empty() && (l.policies == nil || l.policies.Held() == 0) {
 		return res, nil
 	}
 	l.takeDelta(d)

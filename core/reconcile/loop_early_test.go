@@ -1,7 +1,9 @@
 package reconcile_test
 
 import (
+	"context"
 	"fmt"
+	"slices"
 	"net/netip"
 	"testing"
 	"time"
@@ -15,6 +17,7 @@ import (
 	"github.com/switchyard-lb/switchyard/core/plan"
 	"github.com/switchyard-lb/switchyard/core/plugin"
 	"github.com/switchyard-lb/switchyard/core/plugin/plugintest"
+	"github.com/switchyard-lb/switchyard/core/policystage"
 	"github.com/switchyard-lb/switchyard/core/reconcile"
 	"github.com/switchyard-lb/switchyard/ipvs"
 	"github.com/switchyard-lb/switchyard/ipvs/dryrun"
@@ -42,26 +45,9 @@ func kernelTable(k *ipvstest.Fake) []string {
 // it prunes the stale service and address, drains the real server, and
 // announces.
 func TestLoopEarlyApply(t *testing.T) {
-	kernel, addrs := ipvstest.NewFake(), ipvstest.NewFakeAddresses()
 	stale := netip.MustParseAddr("10.96.0.99")
-	if err := addrs.EnsureDummy(ipvs.DefaultDummy); err != nil {
-		t.Fatal(err)
-	}
-	if err := addrs.AddAddr(ipvs.DefaultDummy, stale); err != nil {
-		t.Fatal(err)
-	}
 	staleKey := model.VirtualServiceKey{Addr: stale, Port: 80, Protocol: model.TCP}
-	if err := kernel.AddService(ipvs.Service{VirtualServiceKey: staleKey, Scheduler: "rr"}); err != nil {
-		t.Fatal(err)
-	}
-	dp, err := ipvs.New(ipvs.Config{Kernel: kernel, Addresses: addrs, Sysctls: ipvstest.NewFakeSysctls(map[string]string{
-		"net/ipv4/ip_forward": "1", "net/ipv4/vs/conntrack": "1", "net/ipv4/vs/expire_nodest_conn": "1",
-		"net/ipv4/vs/expire_quiescent_template": "1", "net/ipv4/vs/conn_reuse_mode": "1",
-	}),
-		Firewall: &ipvstest.FakeFirewall{}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	kernel, addrs, dp := previousDaemon(t, map[model.VirtualServiceKey][]ipvs.Destination{staleKey: nil})
 	src, ann := plugintest.NewSource(), plugintest.NewAnnouncer("bgp")
 	var onNodes []int
 	loop := reconcile.New(reconcile.Config{
@@ -170,6 +156,142 @@ func TestLoopEarlyApply(t *testing.T) {
 		}
 		if last, _ := loop.LastSync(); last.IsZero() == st.synced {
 			t.Errorf("%s: LastSync = %v, want it set only once synced", st.name, last)
+		}
+	}
+}
+
+// previousDaemon returns a fake kernel holding what a previous daemon
+// left, the virtual services of left with their real servers and their
+// addresses bound, and an ipvs dataplane over it.
+func previousDaemon(t *testing.T, left map[model.VirtualServiceKey][]ipvs.Destination) (*ipvstest.Fake, *ipvstest.FakeAddresses, *ipvs.Dataplane) {
+	t.Helper()
+	kernel, addrs := ipvstest.NewFake(), ipvstest.NewFakeAddresses()
+	if err := addrs.EnsureDummy(ipvs.DefaultDummy); err != nil {
+		t.Fatal(err)
+	}
+	for k, dests := range left {
+		if err := addrs.AddAddr(ipvs.DefaultDummy, k.Addr); err != nil {
+			t.Fatal(err)
+		}
+		sched := "rr"
+		if len(dests) > 0 {
+			sched = "wrr"
+		}
+		if err := kernel.AddService(ipvs.Service{VirtualServiceKey: k, Scheduler: sched}); err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range dests {
+			if err := kernel.AddDestination(k, d); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	dp, err := ipvs.New(ipvs.Config{Kernel: kernel, Addresses: addrs, Sysctls: ipvstest.NewFakeSysctls(map[string]string{
+		"net/ipv4/ip_forward": "1", "net/ipv4/vs/conntrack": "1", "net/ipv4/vs/expire_nodest_conn": "1",
+		"net/ipv4/vs/expire_quiescent_template": "1", "net/ipv4/vs/conn_reuse_mode": "1",
+	}),
+		Firewall: &ipvstest.FakeFirewall{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kernel, addrs, dp
+}
+
+// TestLoopEarlyApplyWhilePoliciesLoad: with EarlyApply, the caches synced
+// and a policy ConfigMap's module still compiling, the loop programs
+// every Service but those of the policy that is loading, add-only. Those
+// are held back, not fallen back: what the previous daemon left of them
+// keeps its weights, and nothing is reported on them. Once their policy
+// loads they are applied (still add-only while the policies have not
+// synced); the first Sync after the policies synced is the full one.
+func TestLoopEarlyApplyWhilePoliciesLoad(t *testing.T) {
+	apiVS := model.VirtualServiceKey{Addr: modeltest.Addr("10.96.0.30"), Port: 80, Protocol: model.TCP}
+	staleVS := model.VirtualServiceKey{Addr: modeltest.Addr("10.96.0.99"), Port: 80, Protocol: model.TCP}
+	dest := func(addr string, w uint32) ipvs.Destination {
+		return ipvs.Destination{DestinationKey: ipvs.DestinationKey{Addr: modeltest.Addr(addr), Port: 8080}, Weight: w}
+	}
+	kernel, _, dp := previousDaemon(t, map[model.VirtualServiceKey][]ipvs.Destination{
+		apiVS:   {dest("10.244.4.4", 5), dest("10.244.4.5", 1)}, // the slow policy's last weights
+		staleVS: nil,
+	})
+	pols, rep := plugintest.NewPolicies("uniform"), plugintest.NewReporter()
+	weights := func(w ...uint32) *plugintest.Func {
+		return plugintest.NewFunc("fixed", func(context.Context, *plugin.PolicyInput) (plugin.PolicyResult, error) {
+			return plugin.PolicyResult{Weights: w}, nil
+		})
+	}
+	pols.Set("uniform", weights(1, 1), nil, nil)
+	pols.SetSynced(false)
+	src := plugintest.NewSource()
+	loop := reconcile.New(reconcile.Config{
+		NodeName: "node-a", Source: src, Planner: plan.New(plan.Options{}), Dataplane: dp,
+		Now: func() time.Time { return t0 }, EarlyApply: true,
+		PolicyStage: policystage.Config{Policies: pols, Reporter: rep, Deadline: time.Minute},
+	})
+	api := modeltest.State(modeltest.ClusterIP(apiKey, "10.96.0.30"), modeltest.Ready("10.244.4.4", "node-a"), modeltest.Ready("10.244.4.5", "node-b"))
+	api.Service.Policy = "slow"
+	src.Push(model.Delta{Nodes: map[string]*model.Node{"node-a": nodeA}, Services: map[model.ServiceKey]model.ServiceState{
+		webKey: modeltest.State(modeltest.ClusterIP(webKey, "10.96.0.1"), webEndpoints...),
+		apiKey: api,
+	}})
+	src.SetSynced(true)
+
+	web := []string{"TCP 10.96.0.1:80 rr", "-> 10.244.1.2:8080 w1", "-> 10.244.2.2:8080 w1"}
+	apiTable := func(w1, w2 int) []string {
+		return []string{"TCP 10.96.0.30:80 wrr", fmt.Sprintf("-> 10.244.4.4:8080 w%d", w1), fmt.Sprintf("-> 10.244.4.5:8080 w%d", w2)}
+	}
+	stale := []string{"TCP 10.96.0.99:80 rr"}
+	steps := []struct {
+		name   string
+		before func()
+		want   reconcile.SyncResult
+		table  []string
+	}{
+		{
+			name:  "slow is compiling: web is added, api keeps the previous daemon's weights",
+			want:  reconcile.SyncResult{Early: true, Applied: true, Changed: 1},
+			table: slices.Concat(web, apiTable(5, 1), stale),
+		},
+		{
+			name:  "still compiling, nothing new: nothing applied",
+			want:  reconcile.SyncResult{Early: true},
+			table: slices.Concat(web, apiTable(5, 1), stale),
+		},
+		{
+			name:   "slow loaded, others still loading: api is applied add-only",
+			before: func() { pols.Set("slow", weights(3, 1), nil, nil) },
+			want:   reconcile.SyncResult{Early: true, Applied: true, Changed: 1},
+			table:  slices.Concat(web, apiTable(3, 1), stale),
+		},
+		{
+			name:   "the policies synced: the full sync prunes",
+			before: func() { pols.SetSynced(true) },
+			want:   reconcile.SyncResult{Ran: true, Full: true, Applied: true},
+			table:  slices.Concat(web, apiTable(3, 1)),
+		},
+	}
+	for _, st := range steps {
+		if st.before != nil {
+			st.before()
+		}
+		res, err := loop.Sync(t.Context())
+		if err != nil {
+			t.Fatalf("%s: Sync: %v", st.name, err)
+		}
+		if diff := cmp.Diff(st.want, res); diff != "" {
+			t.Errorf("%s: result (-want +got):\n%s", st.name, diff)
+		}
+		if diff := cmp.Diff(st.table, kernelTable(kernel)); diff != "" {
+			t.Errorf("%s: kernel table (-want +got):\n%s", st.name, diff)
+		}
+		// Held back is not failed: no Event, no condition but ready.
+		for _, e := range rep.TakeEvents() {
+			if e.Service == apiKey && e.Reason != plugin.ReasonPolicyEvaluated {
+				t.Errorf("%s: Event on %s: %+v", st.name, apiKey, e)
+			}
+		}
+		if c, ok := rep.Conditions()[apiKey]; ok && !c.Ready {
+			t.Errorf("%s: %s's condition %+v, want none or ready", st.name, apiKey, c)
 		}
 	}
 }

@@ -569,7 +569,10 @@ func (r *Registry) Changed() []string {
 
 // Resolve returns the policy svc uses, its name and its default
 // parameters (a Service's switchyard.dev/policy-params replaces them; the
-// caller applies it). name is set even when err is not nil. A ConfigMap
+// caller applies it). name is set even when err is not nil. Before
+// HasSynced, a ConfigMap policy not loaded yet fails with
+// plugin.ErrPolicyLoading (the ConfigMaps load one by one, each
+// resolving as soon as it has). A ConfigMap
 // policy that fails after a good version was loaded resolves to that
 // version, with its parameters, and the error saying so. The policy of a
 // ConfigMap is a plugin.Versioned.
@@ -589,6 +592,8 @@ func (r *Registry) Resolve(svc *model.Service) (name string, p plugin.Policy, pa
 	}
 	e := r.entries[name]
 	switch {
+	case e == nil && !r.synced:
+		return name, nil, nil, fmt.Errorf("policy %s: %w", name, plugin.ErrPolicyLoading)
 	case e == nil:
 		return name, nil, nil, fmt.Errorf("%w: no ConfigMap %s/%s labelled %s=true", ErrNotFound, r.opts.Namespace, name, Label)
 	case e.err != nil && e.run != nil:

@@ -481,3 +481,62 @@ func damage(t *testing.T, dir *lastgood.Dir, name string) {
 		t.Fatal("damage changed the record")
 	}
 }
+
+// TestRegistryResolvesAsItLoads: before the first load is over, a
+// ConfigMap policy not tried yet is still loading (plugin.ErrPolicyLoading,
+// which the loop holds Services back for, not a failure), and each one
+// resolves as soon as it has loaded; once synced, an unknown name is not
+// found.
+func TestRegistryResolvesAsItLoads(t *testing.T) {
+	client := fake.NewClientset(
+		policyCM("a", map[string][]byte{registry.KeyModule: []byte("a")}, nil),
+		policyCM("b", map[string][]byte{registry.KeyModule: []byte("b")}, nil),
+	)
+	ld := &loader{}
+	release := make(chan struct{})
+	load := func(ctx context.Context, name string, module []byte) (registry.Module, error) {
+		if name == "b" { // a compiles at once, b takes its time
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		return ld.load(ctx, name, module)
+	}
+	r := registry.New(client, registry.Options{Load: load}, nil)
+	resolveErr := func(policy string) error {
+		_, _, _, err := r.Resolve(&model.Service{Policy: policy})
+		return err
+	}
+	for _, name := range []string{"a", "b", "missing"} {
+		if err := resolveErr(name); !errors.Is(err, plugin.ErrPolicyLoading) {
+			t.Errorf("Resolve(%s) before Run = %v, want plugin.ErrPolicyLoading", name, err)
+		}
+	}
+	if err := resolveErr("builtin:uniform"); err != nil {
+		t.Errorf("Resolve(builtin:uniform) before Run = %v, want it resolved: built-ins never load", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); r.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	harness.Poll(t, waitLimit, harness.Cond("a resolved", func() bool { return resolveErr("a") == nil }))
+	if r.HasSynced() {
+		t.Fatal("HasSynced while b is still loading")
+	}
+	for _, name := range []string{"b", "missing"} {
+		if err := resolveErr(name); !errors.Is(err, plugin.ErrPolicyLoading) {
+			t.Errorf("Resolve(%s) while b loads = %v, want plugin.ErrPolicyLoading", name, err)
+		}
+	}
+	close(release)
+	harness.Poll(t, waitLimit, harness.Cond("HasSynced", r.HasSynced))
+	if err := resolveErr("b"); err != nil {
+		t.Errorf("Resolve(b) after the load = %v", err)
+	}
+	if err := resolveErr("missing"); !errors.Is(err, plugin.ErrNoPolicy) || errors.Is(err, plugin.ErrPolicyLoading) {
+		t.Errorf("Resolve(missing) once synced = %v, want plugin.ErrNoPolicy only", err)
+	}
+}

@@ -68,7 +68,9 @@ func (f *Policies) HasSynced() bool {
 	return f.synced
 }
 
-// Resolve looks up svc.Policy, else the default.
+// Resolve looks up svc.Policy, else the default. A name never Set is
+// still loading (plugin.ErrPolicyLoading) while HasSynced is false, as in
+// plugins/registry, and unknown after.
 func (f *Policies) Resolve(svc *model.Service) (string, plugin.Policy, []byte, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -78,6 +80,8 @@ func (f *Policies) Resolve(svc *model.Service) (string, plugin.Policy, []byte, e
 	}
 	e, ok := f.policies[name]
 	switch {
+	case !ok && !f.synced:
+		return name, nil, nil, fmt.Errorf("policy %q: %w", name, plugin.ErrPolicyLoading)
 	case !ok:
 		return name, nil, nil, fmt.Errorf("%w %q", ErrUnknownPolicy, name)
 	}
