@@ -334,6 +334,36 @@ kube-proxy endpoint changes: 3.00 s, 2.85 s, 2.00 s
 kube-proxy-nftables: nftables table never complete
 switchyard: did not run
 `},
+		{name: "nftables given up waiting for its table", proxies: []Proxy{kpIPVS, {Name: KubeProxyNftables, GaveUp: 30 * time.Minute, CPUGaveUp: 1700 * time.Second,
+			RSS: 300 << 20, PeakRSS: 310 << 20, Err: "nftables table never complete: timed out"}, sy},
+			want: header + `start until table complete                     25.50 s     >30.0 min        5.10 s     2.73 s     5.0x  >352.9x     1.9x
+  CPU by then                                  20.00 s     >28.3 min        4.00 s          -     5.0x  >425.0x        -
+start until first full sync ended             117.80 s             -        5.20 s          -    22.7x        -        -
+  CPU by then                                 111.80 s             -        4.10 s          -    27.3x        -        -
+endpoint change visible (median of 3)           2.85 s             -       20.0 ms     290 µs   142.5x        -    69.0x
+  CPU per change until its sync ended           4.00 s             -       20.0 ms          -   200.0x        -        -
+RSS after the first full sync (peak)       60 (75) MiB             -   40 (45) MiB          -     1.5x        -        -
+RSS at the end (peak)                      70 (75) MiB 300 (310) MiB   40 (50) MiB          -     1.8x     7.5x        -
+floor (cloudflare/ipvs loop): VIPs bound in 650.0 ms, services and real servers in 2.08 s
+kube-proxy endpoint changes: 3.00 s, 2.85 s, 2.00 s
+switchyard endpoint changes: 15.0 ms, 25.0 ms, 20.0 ms
+kube-proxy-nftables: nftables table never complete: timed out
+`},
+		{name: "IPVS given up waiting for its first sync", proxies: []Proxy{{Name: KubeProxy, Complete: 25500 * time.Millisecond, CPUComplete: 20 * time.Second,
+			GaveUp: 40 * time.Minute, CPUGaveUp: 39 * time.Minute, RSS: 90 << 20, PeakRSS: 95 << 20, Err: "no sync ended: timed out"}, kpNft, sy},
+			want: header + `start until table complete                     25.50 s       51.00 s        5.10 s     2.73 s     5.0x    10.0x     1.9x
+  CPU by then                                  20.00 s       40.00 s        4.00 s          -     5.0x    10.0x        -
+start until first full sync ended            >40.0 min       51.00 s        5.20 s          -  >461.5x     9.8x        -
+  CPU by then                                >39.0 min       40.00 s        4.10 s          -  >570.7x     9.8x        -
+endpoint change visible (median of 3)                -      400.0 ms       20.0 ms     290 µs        -    20.0x    69.0x
+  CPU per change until its sync ended                -      200.0 ms       20.0 ms          -        -    10.0x        -
+RSS after the first full sync (peak)                 -   80 (90) MiB   40 (45) MiB          -        -     2.0x        -
+RSS at the end (peak)                      90 (95) MiB 100 (110) MiB   40 (50) MiB          -     2.2x     2.5x        -
+floor (cloudflare/ipvs loop): VIPs bound in 650.0 ms, services and real servers in 2.08 s
+kube-proxy-nftables endpoint changes: 400.0 ms, 300.0 ms, 500.0 ms
+switchyard endpoint changes: 15.0 ms, 25.0 ms, 20.0 ms
+kube-proxy: no sync ended: timed out
+`},
 		{name: "policy parts", proxies: []Proxy{kpIPVS, kpNft, sy, localFirst, {Name: SwitchyardWasm, Err: "policy kpbench-wasm: 0 successful evaluations"}},
 			want: header + allThree + `switchyard by policy: none (the default; builtin:uniform evaluated), builtin:local-first on every Service, WebAssembly policy kpbench-wasm on 100 Services
                                              no policy   local-first     wasm x100

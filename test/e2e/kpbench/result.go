@@ -85,7 +85,73 @@ type Proxy struct {
 	// when the first full sync had ended; RSS and PeakRSS at the end.
 	RSSFirstSync, PeakRSSFirstSync int64
 	RSS, PeakRSS                   int64
-	Err                            string // why the run stopped early, if it did
+	// GaveUp and CPUGaveUp are set when the run was given up waiting
+	// for a complete table (kpguest -complete-timeout; Complete unset) or
+	// for its first sync to end (-sync-timeout; Complete set): how long
+	// the proxy had run then and its CPU, what the awaited times are
+	// more than.
+	GaveUp, CPUGaveUp time.Duration `json:",omitempty"`
+	Err               string        // why the run stopped early, if it did
+}
+
+// bound is a measured duration, or, with atLeast, a lower bound of one
+// (the run was given up before it ended).
+type bound struct {
+	d       time.Duration
+	atLeast bool
+}
+
+// complete is how long p took to a complete table, or at least took.
+func (p *Proxy) complete() bound {
+	if p.Complete <= 0 && p.GaveUp > 0 {
+		return bound{p.GaveUp, true}
+	}
+	return bound{d: p.Complete}
+}
+
+func (p *Proxy) cpuComplete() bound {
+	if p.CPUComplete <= 0 && p.CPUGaveUp > 0 {
+		return bound{p.CPUGaveUp, true}
+	}
+	return bound{d: p.CPUComplete}
+}
+
+// firstSync is how long p took until its first sync ended, or at least
+// took when it was given up waiting for it.
+func (p *Proxy) firstSync() bound {
+	if p.FirstSync <= 0 && p.Complete > 0 && p.GaveUp > 0 {
+		return bound{p.GaveUp, true}
+	}
+	return bound{d: p.FirstSync}
+}
+
+func (p *Proxy) cpuFirstSync() bound {
+	if p.CPUFirstSync <= 0 && p.Complete > 0 && p.CPUGaveUp > 0 {
+		return bound{p.CPUGaveUp, true}
+	}
+	return bound{d: p.CPUFirstSync}
+}
+
+func (b bound) String() string {
+	if b.atLeast && b.d > 0 {
+		return ">" + dur(b.d)
+	}
+	return dur(b.d)
+}
+
+// boundRatio is a over b; a lower bound over a measure is a lower bound
+// of the ratio, a measure over a lower bound an upper one.
+func boundRatio(a, b bound) string {
+	r := ratio(a.d, b.d)
+	switch {
+	case r == "-" || (a.atLeast && b.atLeast):
+		return "-"
+	case a.atLeast:
+		return ">" + r
+	case b.atLeast:
+		return "<" + r
+	}
+	return r
 }
 
 // MedianChange is the median time for an endpoint change to show in IPVS.
@@ -128,14 +194,17 @@ func (r Result) Table() string {
 	}
 	// durs is one row of durations: the three proxies' values, the floor's
 	// (0 for none) and the ratios.
-	durs := func(label string, get func(*Proxy) time.Duration, floor time.Duration) {
+	bounds := func(label string, get func(*Proxy) bound, floor time.Duration) {
 		syv := get(sy)
 		syFloor := "-"
 		if floor > 0 {
-			syFloor = ratio(syv, floor)
+			syFloor = boundRatio(syv, bound{d: floor})
 		}
-		row(label, dur(get(ki)), dur(get(kn)), dur(syv), dur(floor),
-			ratio(get(ki), syv), ratio(get(kn), syv), syFloor)
+		row(label, get(ki).String(), get(kn).String(), syv.String(), dur(floor),
+			boundRatio(get(ki), syv), boundRatio(get(kn), syv), syFloor)
+	}
+	durs := func(label string, get func(*Proxy) time.Duration, floor time.Duration) {
+		bounds(label, func(p *Proxy) bound { return bound{d: get(p)} }, floor)
 	}
 	mems := func(label string, get func(*Proxy) (int64, int64)) {
 		ir, ip := get(ki)
@@ -144,10 +213,10 @@ func (r Result) Table() string {
 		row(label, mem(ir, ip), mem(nr, np), mem(sr, sp), "-", memRatio(ir, sr), memRatio(nr, sr), "-")
 	}
 	row("", "kp ipvs", "kp nftables", "switchyard", "floor", "ipvs/sy", "nft/sy", "sy/floor")
-	durs("start until table complete", func(p *Proxy) time.Duration { return p.Complete }, r.Floor.VIPs+r.Floor.Services)
-	durs("  CPU by then", func(p *Proxy) time.Duration { return p.CPUComplete }, 0)
-	durs("start until first full sync ended", func(p *Proxy) time.Duration { return p.FirstSync }, 0)
-	durs("  CPU by then", func(p *Proxy) time.Duration { return p.CPUFirstSync }, 0)
+	bounds("start until table complete", (*Proxy).complete, r.Floor.VIPs+r.Floor.Services)
+	bounds("  CPU by then", (*Proxy).cpuComplete, 0)
+	bounds("start until first full sync ended", (*Proxy).firstSync, 0)
+	bounds("  CPU by then", (*Proxy).cpuFirstSync, 0)
 	n := max(len(ki.Changes), len(kn.Changes), len(sy.Changes))
 	durs(fmt.Sprintf("endpoint change visible (median of %d)", n), (*Proxy).MedianChange, r.Floor.Change)
 	durs("  CPU per change until its sync ended", (*Proxy).medianChangeCPU, 0)
@@ -203,10 +272,10 @@ func (r Result) policyBlock(b *strings.Builder, ki, kn *Proxy) []*Proxy {
 	durs := func(label string, get func(*Proxy) time.Duration) {
 		row(label, func(p *Proxy) string { return dur(get(p)) })
 	}
-	durs("start until table complete", func(p *Proxy) time.Duration { return p.Complete })
-	durs("  CPU by then", func(p *Proxy) time.Duration { return p.CPUComplete })
-	durs("start until first full sync ended", func(p *Proxy) time.Duration { return p.FirstSync })
-	durs("  CPU by then", func(p *Proxy) time.Duration { return p.CPUFirstSync })
+	row("start until table complete", func(p *Proxy) string { return p.complete().String() })
+	row("  CPU by then", func(p *Proxy) string { return p.cpuComplete().String() })
+	row("start until first full sync ended", func(p *Proxy) string { return p.firstSync().String() })
+	row("  CPU by then", func(p *Proxy) string { return p.cpuFirstSync().String() })
 	durs("endpoint change visible (median)", (*Proxy).MedianChange)
 	durs("  CPU per change until its sync ended", (*Proxy).medianChangeCPU)
 	row("RSS after the first full sync (peak)", func(p *Proxy) string { return mem(p.RSSFirstSync, p.PeakRSSFirstSync) })
@@ -240,6 +309,8 @@ func dur(d time.Duration) string {
 	switch {
 	case d <= 0:
 		return "-"
+	case d >= 10*time.Minute:
+		return fmt.Sprintf("%.1f min", d.Minutes())
 	case d >= time.Second:
 		return fmt.Sprintf("%.2f s", d.Seconds())
 	case d >= time.Millisecond:

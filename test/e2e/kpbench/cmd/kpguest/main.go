@@ -438,6 +438,9 @@ func (b *bench) measure(p *kpbench.Proxy, bin string, args []string, syncs syncM
 		return missing == 0, nil
 	})
 	if err != nil {
+		// How long it ran without one, for the table's lower bound.
+		p.GaveUp = time.Since(start)
+		p.CPUGaveUp, _ = cpu(pid)
 		return fmt.Errorf("%s table never complete: %w", view, err)
 	}
 	p.Complete = time.Since(start)
@@ -451,6 +454,8 @@ func (b *bench) measure(p *kpbench.Proxy, bin string, args []string, syncs syncM
 		return err == nil && n >= 1, nil
 	})
 	if err != nil {
+		p.GaveUp = time.Since(start)
+		p.CPUGaveUp, _ = cpu(pid)
 		return fmt.Errorf("no sync ended (%s): %w", syncs.name, err)
 	}
 	p.FirstSync = time.Since(start)
