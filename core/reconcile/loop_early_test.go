@@ -3,8 +3,8 @@ package reconcile_test
 import (
 	"context"
 	"fmt"
-	"slices"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
