@@ -14,9 +14,10 @@ import (
 	"github.com/switchyard-lb/switchyard/core/membership"
 )
 
-// gossipTiming is membership's LAN timing with the failure detector's
-// knobs the config sets (core/config fills their defaults).
-func gossipTiming(mc config.Membership) membership.Timing {
+// GossipTiming is membership's LAN timing with the failure detector's
+// knobs the config sets (core/config fills their defaults): the timing
+// the daemon gossips with.
+func GossipTiming(mc config.Membership) membership.Timing {
 	t := membership.LANTiming()
 	if mc.ProbeInterval > 0 {
 		t.ProbeInterval = mc.ProbeInterval.Std()

@@ -132,7 +132,7 @@ func TestGossipRotation(t *testing.T) {
 // and the failure detector's knobs the config sets reach membership.
 func TestGossipTiming(t *testing.T) {
 	defaults := config.Default().Membership
-	if diff := cmp.Diff(membership.LANTiming(), gossipTiming(defaults)); diff != "" {
+	if diff := cmp.Diff(membership.LANTiming(), GossipTiming(defaults)); diff != "" {
 		t.Errorf("the config's defaults are not membership's LAN timing (-want +got):\n%s", diff)
 	}
 	tolerant := defaults
@@ -141,7 +141,7 @@ func TestGossipTiming(t *testing.T) {
 	tolerant.SuspicionMult = 4
 	want := membership.LANTiming()
 	want.ProbeInterval, want.ProbeTimeout, want.SuspicionMult = time.Second, 500*time.Millisecond, 4
-	if diff := cmp.Diff(want, gossipTiming(tolerant)); diff != "" {
+	if diff := cmp.Diff(want, GossipTiming(tolerant)); diff != "" {
 		t.Errorf("tolerant timing (-want +got):\n%s", diff)
 	}
 }

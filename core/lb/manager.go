@@ -143,7 +143,7 @@ func (m *Manager) startMembership(ctx context.Context, mc config.Membership) err
 		BindAddr:     mc.BindAddress,
 		BindPort:     mc.Port,
 		Keys:         keys,
-		Timing:       gossipTiming(mc),
+		Timing:       GossipTiming(mc),
 		RestartGrace: restartGrace(mc),
 		Logger:       m.cfg.Log.With("component", "membership"),
 		// core/config documents the trade; unset means on.

@@ -216,3 +216,29 @@ func TestGuardAlive(t *testing.T) {
 		}
 	}
 }
+
+// TestFailoverBound: the design's longest time from a death to the
+// survivors acting on it, by its parts (a probe round, the unconfirmed
+// suspicion, two gossip rounds and half a tick, the fence).
+func TestFailoverBound(t *testing.T) {
+	tolerant := LANTiming()
+	tolerant.ProbeInterval, tolerant.ProbeTimeout, tolerant.SuspicionMult = time.Second, 500*time.Millisecond, 4
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	for _, tc := range []struct {
+		name    string
+		timing  Timing
+		members int
+		guard   bool
+		want    time.Duration
+	}{
+		{"shipped, 3, guard", LANTiming(), 3, true, ms(300 + 900 + 100 + 50 + 600)},
+		{"shipped, 3, no guard", LANTiming(), 3, false, ms(300 + 900 + 100 + 50)},
+		{"shipped, 100: log10 scales the suspicion, the fence grows", LANTiming(), 100, true, ms(10000 + 1800 + 100 + 50 + 20000)},
+		{"the lab's tolerant timing, 3", tolerant, 3, true, ms(3000 + 12000 + 100 + 500 + 8000)},
+		{"one member", LANTiming(), 0, false, ms(100 + 900 + 100 + 50)},
+	} {
+		if got := tc.timing.FailoverBound(tc.members, tc.guard); got != tc.want {
+			t.Errorf("%s: FailoverBound = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

@@ -17,6 +17,9 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/switchyard-lb/switchyard/core/config"
+	"github.com/switchyard-lb/switchyard/core/lb"
 )
 
 // DefaultDaemonConfig is the daemons' SwitchyardConfig: the shipped
@@ -93,6 +96,19 @@ type Cluster struct {
 	// holds each node's, by node index, nil while APIDown.
 	apiListen, apiTarget string
 	forwards             []io.Closer
+}
+
+// FailoverBound is the longest, by the gossip timing of the daemons'
+// config and with its quorum guard, from a node's death to the other
+// daemons moving its layer-2 addresses (membership's
+// Timing.FailoverBound over every node).
+func (c *Cluster) FailoverBound() (time.Duration, error) {
+	cfg, err := config.Parse([]byte(c.opts.DaemonConfig))
+	if err != nil {
+		return 0, fmt.Errorf("cluster: the daemons' config: %w", err)
+	}
+	guard := cfg.Membership.QuorumGuard == nil || *cfg.Membership.QuorumGuard
+	return lb.GossipTiming(cfg.Membership).FailoverBound(len(c.Nodes), guard), nil
 }
 
 // New builds the topology, starts the router's FRR (Options.FRR),
