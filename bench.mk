@@ -105,6 +105,8 @@ bench: bench-peers
 # A CPU profile of switchyard's changes (not its start): KPBENCH_PROFILE=60s
 # KPBENCH_PROFILE_FROM=changes profiles it for 60 s from the end of its
 # first full sync, saved to KPBENCH_PROFILE_OUT (go tool pprof).
+# KPBENCH_HEAP=1 saves its heap profile as its first full sync ended to
+# KPBENCH_HEAP_OUT (-sample_index=alloc_space: what the start allocated).
 #
 # KPBENCH_ONLY=switch measures instead a node switching from kube-proxy to
 # switchyard with --cleanup-kube-proxy (seconds without service) and back

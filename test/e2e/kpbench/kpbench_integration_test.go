@@ -60,7 +60,8 @@ func envInt(b *testing.B, name string, def int) int {
 // under /tmp, measured as "switchyard-base" in KPBENCH_ONLY),
 // KPBENCH_WASM (the WebAssembly policy module of "switchyard-wasm" in
 // KPBENCH_ONLY; "switchyard-local-first" needs nothing more),
-// KPBENCH_COMPLETE_POLL (how often the guest reads the kernel's table
+// KPBENCH_HEAP=1 (switchyard's heap profile when its first full sync
+// ended, saved to KPBENCH_HEAP_OUT), KPBENCH_COMPLETE_POLL (how often the guest reads the kernel's table
 // until it is complete, default 100ms), KPBENCH_RESYNC=1 (after the
 // changes, print switchyard's CPU over one syncPeriod holding a periodic
 // full resync). kube-proxy comes from
@@ -165,6 +166,7 @@ func BenchmarkIntegrationKubeProxyIPVS(b *testing.B) {
 			"-kube-proxy", kubeProxy, "-switchyard", switchyard, "-switchyard-base", base, "-only", only,
 			"-switchyard-args", os.Getenv("KPBENCH_SWITCHYARD_ARGS"), "-switchyard-profile", envDuration(b, "KPBENCH_PROFILE").String(),
 			"-profile-changes=" + strconv.FormatBool(os.Getenv("KPBENCH_PROFILE_FROM") == "changes"),
+			"-switchyard-heap=" + strconv.FormatBool(os.Getenv("KPBENCH_HEAP") == "1"),
 			"-complete-poll", cmp.Or(envDuration(b, "KPBENCH_COMPLETE_POLL"), 100*time.Millisecond).String(),
 			"-log-tail", strconv.Itoa(envInt(b, "KPBENCH_LOG_TAIL", 0)),
 			"-resync=" + strconv.FormatBool(os.Getenv("KPBENCH_RESYNC") == "1")},
@@ -324,27 +326,30 @@ func envDuration(b *testing.B, name string) time.Duration {
 	return d
 }
 
-// saveProfile writes the switchyard CPU profile the guest printed, if
-// any, to $KPBENCH_PROFILE_OUT (default: switchyard.cpu.pprof in the
-// temporary directory), for go tool pprof.
+// saveProfile writes the switchyard CPU and heap profiles the guest
+// printed, if any, to $KPBENCH_PROFILE_OUT and $KPBENCH_HEAP_OUT (default:
+// switchyard.cpu.pprof and switchyard.heap.pprof in the temporary
+// directory), for go tool pprof.
 func saveProfile(b *testing.B, out string) {
-	for _, line := range strings.Split(out, "\n") {
-		data, ok := strings.CutPrefix(line, kpbench.ProfileMarker)
-		if !ok {
-			continue
+	for _, p := range []struct{ marker, env, file, what string }{
+		{kpbench.ProfileMarker, "KPBENCH_PROFILE_OUT", "switchyard.cpu.pprof", "CPU"},
+		{kpbench.HeapMarker, "KPBENCH_HEAP_OUT", "switchyard.heap.pprof", "heap (at its first full sync's end; -sample_index=alloc_space for the start's allocations)"},
+	} {
+		for _, line := range strings.Split(out, "\n") {
+			data, ok := strings.CutPrefix(line, p.marker)
+			if !ok {
+				continue
+			}
+			prof, err := base64.StdEncoding.DecodeString(data)
+			if err != nil {
+				b.Fatalf("guest profile: %v", err)
+			}
+			path := cmp.Or(os.Getenv(p.env), filepath.Join(os.TempDir(), p.file))
+			if err := os.WriteFile(path, prof, 0o644); err != nil {
+				b.Fatal(err)
+			}
+			b.Logf("switchyard %s profile: go tool pprof %s", p.what, path)
 		}
-		prof, err := base64.StdEncoding.DecodeString(data)
-		if err != nil {
-			b.Fatalf("guest profile: %v", err)
-		}
-		path := os.Getenv("KPBENCH_PROFILE_OUT")
-		if path == "" {
-			path = filepath.Join(os.TempDir(), "switchyard.cpu.pprof")
-		}
-		if err := os.WriteFile(path, prof, 0o644); err != nil {
-			b.Fatal(err)
-		}
-		b.Logf("switchyard CPU profile: go tool pprof %s", path)
 	}
 }
 
@@ -372,7 +377,7 @@ type prefixWriter struct {
 
 func (p prefixWriter) Write(data []byte) (int, error) {
 	for _, line := range strings.SplitAfter(string(data), "\n") {
-		if line == "" || strings.HasPrefix(line, kpbench.ResultMarker) || strings.HasPrefix(line, kpbench.ProfileMarker) {
+		if line == "" || strings.HasPrefix(line, kpbench.ResultMarker) || strings.HasPrefix(line, kpbench.ProfileMarker) || strings.HasPrefix(line, kpbench.HeapMarker) {
 			continue
 		}
 		if _, err := io.WriteString(p.w, p.prefix+line); err != nil {

@@ -14,6 +14,10 @@ const ResultMarker = "KPBENCH_RESULT "
 // profile in base64 (KPBENCH_PROFILE).
 const ProfileMarker = "KPBENCH_PROFILE "
 
+// HeapMarker starts the guest's output line carrying switchyard's heap
+// profile in base64 (KPBENCH_HEAP), taken when its first full sync ended.
+const HeapMarker = "KPBENCH_HEAP "
+
 // The proxies, by the names results carry (and KPBENCH_ONLY takes).
 const (
 	KubeProxy         = "kube-proxy" // --proxy-mode=ipvs

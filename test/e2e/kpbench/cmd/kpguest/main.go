@@ -40,6 +40,7 @@ type options struct {
 	switchyardBase                string
 	switchyardConfig              string
 	switchyardArgs                string
+	switchyardHeap                bool
 	switchyardProfile             time.Duration
 	profileChanges                bool
 	only                          string
@@ -62,6 +63,7 @@ func main() {
 	flag.StringVar(&o.switchyardBase, "switchyard-base", "", "a second switchyard binary (static), measured as switchyard-base")
 	flag.StringVar(&o.switchyardConfig, "switchyard-config", "testdata/switchyard.yaml", "switchyard configuration")
 	flag.StringVar(&o.switchyardArgs, "switchyard-args", "", "extra switchyard flags, space-separated (such as --v=4)")
+	flag.BoolVar(&o.switchyardHeap, "switchyard-heap", false, "print switchyard's heap profile when its first full sync ended")
 	flag.DurationVar(&o.switchyardProfile, "switchyard-profile", 0, "when set, profile switchyard's CPU for this long from its start (--profiling) and print the profile in base64")
 	flag.BoolVar(&o.profileChanges, "profile-changes", false, "start -switchyard-profile when the first full sync has ended, so that it holds the endpoint changes rather than the start")
 	flag.StringVar(&o.only, "only", kpbench.DefaultOnly, "which measurements to run, in this order")
@@ -129,7 +131,7 @@ func run(o options, out io.Writer) error {
 			}
 		case kpbench.Switchyard, kpbench.SwitchyardBase:
 			args := switchyardArgs(o)
-			if o.switchyardProfile > 0 && what == kpbench.Switchyard {
+			if (o.switchyardProfile > 0 || o.switchyardHeap) && what == kpbench.Switchyard {
 				args = append(args, "--profiling")
 			}
 			bin := o.switchyard
@@ -406,7 +408,8 @@ func (b *bench) measure(p *kpbench.Proxy, bin string, args []string, syncs syncM
 		profiled = done
 		go func() {
 			defer close(done)
-			printProfile(b.out, p.Name, b.o.switchyardProfile)
+			d := b.o.switchyardProfile
+			printProfile(b.out, p.Name, fmt.Sprintf("profile?seconds=%d", int(d.Seconds())), kpbench.ProfileMarker, d+time.Minute)
 		}()
 	}
 	if !b.o.profileChanges {
@@ -464,6 +467,11 @@ func (b *bench) measure(p *kpbench.Proxy, bin string, args []string, syncs syncM
 	fmt.Fprintf(b.out, "== %s: first sync ended after %s (CPU %s, RSS %d MiB)\n", p.Name, p.FirstSync.Round(time.Millisecond), p.CPUFirstSync, p.RSSFirstSync>>20)
 	if b.o.profileChanges {
 		profile()
+	}
+	if p.Name == kpbench.Switchyard && b.o.switchyardHeap {
+		// Every allocation since the start (alloc_space) and what is
+		// live (inuse_space, as of the last collection).
+		printProfile(b.out, p.Name, "heap", kpbench.HeapMarker, time.Minute)
 	}
 	syncs.printDiag(b.out, p.Name)
 
@@ -598,9 +606,9 @@ func memory(pid int) (rss, peak int64, err error) {
 // printProfile fetches a CPU profile of length d from the proxy's
 // /debug/pprof/profile, starting as soon as its metrics listener answers,
 // and prints it in base64 on one line after ProfileMarker.
-func printProfile(out io.Writer, proxy string, d time.Duration) {
-	client := &http.Client{Timeout: d + time.Minute}
-	url := fmt.Sprintf("http://127.0.0.1:10249/debug/pprof/profile?seconds=%d", int(d.Seconds()))
+func printProfile(out io.Writer, proxy, path, marker string, timeout time.Duration) {
+	client := &http.Client{Timeout: timeout}
+	url := "http://127.0.0.1:10249/debug/pprof/" + path
 	deadline := time.Now().Add(time.Minute)
 	for {
 		resp, err := client.Get(url)
@@ -614,7 +622,7 @@ func printProfile(out io.Writer, proxy string, d time.Duration) {
 				fmt.Fprintf(out, "== %s profile: %v\n", proxy, err)
 				return
 			}
-			fmt.Fprintf(out, "%s%s\n", kpbench.ProfileMarker, base64.StdEncoding.EncodeToString(data))
+			fmt.Fprintf(out, "%s%s\n", marker, base64.StdEncoding.EncodeToString(data))
 			return
 		}
 		if time.Now().After(deadline) {
