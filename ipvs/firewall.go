@@ -139,7 +139,7 @@ const stampVersion = "switchyard-fw-v6"
 // rather than hashing up to hundreds of thousands of endpoints each time.
 func (s FirewallSpec) Stamp() string {
 	var sum elementSum
-	for _, e := range s.elements() {
+	for e := range s.elements {
 		sum.add(e.encode(), 1)
 	}
 	for _, r := range s.SourceRanges {

@@ -103,25 +103,39 @@ func stampOf(local LocalDetector, masqueradeAll bool, sum elementSum) string {
 	return hexString(h[:])
 }
 
-// elements returns spec's element-set members (Owned excepted).
-func (s FirewallSpec) elements() []element {
-	var out []element
+// elements yields spec's element-set members (Owned excepted), without
+// gathering them: a spec of 10,000 Services has over 100,000.
+func (s FirewallSpec) elements(yield func(element) bool) {
 	for _, a := range s.ClusterIPs {
-		out = append(out, element{kind: elemClusterIP, addr: a})
+		if !yield(element{kind: elemClusterIP, addr: a}) {
+			return
+		}
 	}
 	for _, a := range s.ExternalIPs {
-		out = append(out, element{kind: elemExternalIP, addr: a})
+		if !yield(element{kind: elemExternalIP, addr: a}) {
+			return
+		}
 	}
 	for _, k := range s.NodePorts {
-		out = append(out, element{kind: elemNodePort, key: k})
+		if !yield(element{kind: elemNodePort, key: k}) {
+			return
+		}
 	}
 	for _, a := range s.Endpoints {
-		out = append(out, element{kind: elemEndpoint, addr: a})
+		if !yield(element{kind: elemEndpoint, addr: a}) {
+			return
+		}
 	}
 	for _, im := range s.Internal {
-		out = append(out, element{kind: elemInternal, key: im.Key, mark: im.Mark})
+		if !yield(element{kind: elemInternal, key: im.Key, mark: im.Mark}) {
+			return
+		}
 	}
-	return out
+}
+
+// elementCount is how many members elements yields.
+func (s FirewallSpec) elementCount() int {
+	return len(s.ClusterIPs) + len(s.ExternalIPs) + len(s.NodePorts) + len(s.Endpoints) + len(s.Internal)
 }
 
 // fwIndex keeps the FirewallSpec of the desired state up to date as

@@ -164,15 +164,16 @@ func (n *NFTables) Sync(spec FirewallSpec) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.stamp = ""
+	stamp := spec.Stamp() // hashes every element: once
 	before, err := n.generation()
 	if err == nil {
-		err = n.rewrite(spec)
+		err = n.rewrite(spec, stamp)
 	}
 	if err := n.check(err); err != nil {
 		return err
 	}
 	n.written(before, true)
-	n.stamp = spec.Stamp()
+	n.stamp = stamp
 	return nil
 }
 
@@ -242,7 +243,7 @@ func (n *NFTables) generation() (uint32, error) {
 }
 
 // rewrite replaces the table with spec's in one transaction.
-func (n *NFTables) rewrite(spec FirewallSpec) error {
+func (n *NFTables) rewrite(spec FirewallSpec, stamp string) error {
 	elems := len(spec.ClusterIPs) + len(spec.ExternalIPs) + len(spec.NodePorts) + 2*len(spec.Endpoints) + len(spec.Owned) + len(spec.Internal)
 	c, err := n.open(elems)
 	if err != nil {
@@ -432,7 +433,7 @@ func (n *NFTables) rewrite(spec FirewallSpec) error {
 
 	masq := c.AddChain(&nftables.Chain{Name: "masquerade", Table: table, Type: nftables.ChainTypeNAT,
 		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource})
-	for _, es := range elementSets(table, spec, spec.Stamp()) {
+	for _, es := range elementSets(table, spec, stamp) {
 		if err := addSet(c, es.set, es.elems); err != nil {
 			return fmt.Errorf("ipvs: nftables set %s: %w", es.set.Name, err)
 		}
@@ -801,6 +802,14 @@ func setBuffers(nc *netlink.Conn, size int) error {
 	return nil
 }
 
+// addrLen is the length of an address of fam.
+func addrLen(fam ipFamily) int {
+	if fam == ipv4 {
+		return 4
+	}
+	return 16
+}
+
 // elementSet is a set whose elements change with endpoints and ownership
 // alone, without a rule change.
 type elementSet struct {
@@ -819,10 +828,29 @@ func elementSets(table *nftables.Table, spec FirewallSpec, stamp string) []eleme
 			typ = nftables.MustConcatSetType(nftables.TypeIP6Addr, nftables.TypeIP6Addr)
 		}
 		es := elementSet{set: &nftables.Set{Table: table, Name: "hairpin" + fam.suffix, KeyType: typ, Concatenation: true}}
+		// Every endpoint: one allocation for the elements and one for
+		// their keys, not three per endpoint.
+		n := 0
 		for _, a := range spec.Endpoints {
 			if a.Is4() == (fam == ipv4) {
-				es.elems = append(es.elems, nftables.SetElement{Key: append(a.AsSlice(), a.AsSlice()...)})
+				n++
 			}
+		}
+		es.elems = make([]nftables.SetElement, 0, n)
+		keys := make([]byte, 0, 2*n*addrLen(fam))
+		for _, a := range spec.Endpoints {
+			if a.Is4() != (fam == ipv4) {
+				continue
+			}
+			start := len(keys)
+			if fam == ipv4 {
+				b := a.As4()
+				keys = append(append(keys, b[:]...), b[:]...)
+			} else {
+				b := a.As16()
+				keys = append(append(keys, b[:]...), b[:]...)
+			}
+			es.elems = append(es.elems, nftables.SetElement{Key: keys[start:len(keys):len(keys)]})
 		}
 		out = append(out, es)
 	}
@@ -867,7 +895,7 @@ func (n *NFTables) Update(delta FirewallDelta) error {
 }
 
 func (n *NFTables) update(delta FirewallDelta) error {
-	c, err := n.open(2*len(delta.Add.Endpoints) + 2*len(delta.Remove.Endpoints) + len(delta.Add.elements()) + len(delta.Remove.elements()))
+	c, err := n.open(2*len(delta.Add.Endpoints) + 2*len(delta.Remove.Endpoints) + delta.Add.elementCount() + delta.Remove.elementCount())
 	if err != nil {
 		return err
 	}
