@@ -332,6 +332,10 @@ func (d *Dataplane) ensureTimeouts() error {
 // resync costs the kernel's reading and diffing, not re-deriving what
 // did not change.
 func (d *Dataplane) updateWant(u plugin.Update) (Scope, error) {
+	// With no stamp known the next firewall sync writes the table whole
+	// (syncFirewall), or a reload comes first and flushes: the element
+	// changes need not be kept.
+	d.fw.whole = d.fwStamp == ""
 	var scope Scope
 	keys := slices.Clone(u.Changed) // the update is the caller's
 	if u.Full {

@@ -156,6 +156,10 @@ type fwIndex struct {
 	// applies.
 	pending      map[element]int
 	rulesChanged bool
+	// whole is set while the table is to be written whole (the
+	// dataplane knows no stamp of it): pending, which only an in-place
+	// update reads, is then not kept (at a start, every element).
+	whole bool
 }
 
 func newFWIndex() fwIndex {
@@ -169,6 +173,9 @@ func newFWIndex() fwIndex {
 // member records that e joined (sign 1) or left (-1) the spec.
 func (x *fwIndex) member(e element, sign int) {
 	x.sum.add(e.encode(), sign)
+	if x.whole {
+		return
+	}
 	if n := x.pending[e] + sign; n == 0 {
 		delete(x.pending, e)
 	} else {
@@ -318,6 +325,7 @@ func (x *fwIndex) delta() (add, remove FirewallSpec) {
 func (x *fwIndex) flush() {
 	x.pending = map[element]int{}
 	x.rulesChanged = false
+	x.whole = false
 }
 
 // sort sorts the spec's lists, as a FirewallSpec holds them.

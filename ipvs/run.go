@@ -232,7 +232,9 @@ func (d *Dataplane) done(op Op) {
 	h := d.have
 	switch op.Kind {
 	case OpAddService:
-		h.Services[k] = Entry{Service: op.Service}
+		// Sized for the real servers wanted, which usually follow: one
+		// allocation rather than one per doubling as they come.
+		h.Services[k] = Entry{Service: op.Service, Destinations: make([]DestinationState, 0, len(d.want.Services[k].Destinations))}
 		h.Recorded[k] = true
 	case OpUpdateService:
 		e := h.Services[k]
