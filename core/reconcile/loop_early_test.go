@@ -134,16 +134,7 @@ func TestLoopEarlyApply(t *testing.T) {
 			src.Push(*st.push)
 		}
 		src.SetSynced(st.synced)
-		res, err := loop.Sync(t.Context())
-		if err != nil {
-			t.Fatalf("%s: Sync: %v", st.name, err)
-		}
-		if diff := cmp.Diff(st.want, res); diff != "" {
-			t.Errorf("%s: result (-want +got):\n%s", st.name, diff)
-		}
-		if diff := cmp.Diff(st.table, kernelTable(kernel)); diff != "" {
-			t.Errorf("%s: kernel table (-want +got):\n%s", st.name, diff)
-		}
+		syncStep(t, loop, kernel, st.name, st.want, st.table)
 		bound, _ := addrs.Addrs(ipvs.DefaultDummy)
 		if diff := cmp.Diff(st.bound, bound, cmpopts.EquateComparable(netip.Addr{})); diff != "" {
 			t.Errorf("%s: addresses on %s (-want +got):\n%s", st.name, ipvs.DefaultDummy, diff)
@@ -157,6 +148,22 @@ func TestLoopEarlyApply(t *testing.T) {
 		if last, _ := loop.LastSync(); last.IsZero() == st.synced {
 			t.Errorf("%s: LastSync = %v, want it set only once synced", st.name, last)
 		}
+	}
+}
+
+// syncStep runs one Sync of a step named name and checks its result and
+// the fake kernel's table.
+func syncStep(t *testing.T, loop *reconcile.Loop, kernel *ipvstest.Fake, name string, want reconcile.SyncResult, table []string) {
+	t.Helper()
+	res, err := loop.Sync(t.Context())
+	if err != nil {
+		t.Fatalf("%s: Sync: %v", name, err)
+	}
+	if diff := cmp.Diff(want, res); diff != "" {
+		t.Errorf("%s: result (-want +got):\n%s", name, diff)
+	}
+	if diff := cmp.Diff(table, kernelTable(kernel)); diff != "" {
+		t.Errorf("%s: kernel table (-want +got):\n%s", name, diff)
 	}
 }
 
@@ -274,16 +281,7 @@ func TestLoopEarlyApplyWhilePoliciesLoad(t *testing.T) {
 		if st.before != nil {
 			st.before()
 		}
-		res, err := loop.Sync(t.Context())
-		if err != nil {
-			t.Fatalf("%s: Sync: %v", st.name, err)
-		}
-		if diff := cmp.Diff(st.want, res); diff != "" {
-			t.Errorf("%s: result (-want +got):\n%s", st.name, diff)
-		}
-		if diff := cmp.Diff(st.table, kernelTable(kernel)); diff != "" {
-			t.Errorf("%s: kernel table (-want +got):\n%s", st.name, diff)
-		}
+		syncStep(t, loop, kernel, st.name, st.want, st.table)
 		// Held back is not failed: no Event, no condition but ready.
 		for _, e := range rep.TakeEvents() {
 			if e.Service == apiKey && e.Reason != plugin.ReasonPolicyEvaluated {
