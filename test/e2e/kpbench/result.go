@@ -86,7 +86,9 @@ type Proxy struct {
 	Changes      []time.Duration // each endpoint change: API patch to visible in the kernel
 	ChangeCPU    []time.Duration // CPU from each patch until its sync ended
 	// RSSFirstSync and PeakRSSFirstSync are VmRSS and VmHWM in bytes
-	// when the first full sync had ended; RSS and PeakRSS at the end.
+	// two seconds after the first full sync had ended (kpguest's
+	// rssSettle; until 2026-12-07, session 12, at once); RSS and PeakRSS
+	// at the end.
 	RSSFirstSync, PeakRSSFirstSync int64
 	RSS, PeakRSS                   int64
 	// GaveUp and CPUGaveUp are set when the run was given up waiting

@@ -349,6 +349,10 @@ func (b *bench) floor() (kpbench.Floor, error) {
 	return f, nil
 }
 
+// rssSettle is how long after a proxy's first full sync its RSS is read
+// (Proxy.RSSFirstSync).
+const rssSettle = 2 * time.Second
+
 // proxy runs one proxy through the measurements. Failures end up in
 // Proxy.Err with the tail of its log, so that the other proxy still runs.
 func (b *bench) proxy(name, bin string, args []string, syncs syncMetric, view kernelView, round *int) kpbench.Proxy {
@@ -463,8 +467,15 @@ func (b *bench) measure(p *kpbench.Proxy, bin string, args []string, syncs syncM
 	}
 	p.FirstSync = time.Since(start)
 	p.CPUFirstSync, _ = cpu(pid)
+	rss, _, _ := memory(pid)
+	// The memory after the start settles: sampled rssSettle after the
+	// first sync ended, for every proxy alike, rather than at the
+	// instant its metric changed (switchyard returns the start's garbage
+	// to the kernel right after, and the instant raced it).
+	time.Sleep(rssSettle)
 	p.RSSFirstSync, p.PeakRSSFirstSync, _ = memory(pid)
-	fmt.Fprintf(b.out, "== %s: first sync ended after %s (CPU %s, RSS %d MiB)\n", p.Name, p.FirstSync.Round(time.Millisecond), p.CPUFirstSync, p.RSSFirstSync>>20)
+	fmt.Fprintf(b.out, "== %s: first sync ended after %s (CPU %s, RSS %d MiB then, %d MiB %s later)\n", p.Name, p.FirstSync.Round(time.Millisecond),
+		p.CPUFirstSync, rss>>20, p.RSSFirstSync>>20, rssSettle)
 	if b.o.profileChanges {
 		profile()
 	}
