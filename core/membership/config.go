@@ -142,7 +142,9 @@ func LANTiming() Timing {
 //
 // With LANTiming and three daemons: 0.3 + 0.9 + 0.15 + 0.6 = 1.95 s. The
 // daemon's sync and its gratuitous ARP come on top. A confirmation from
-// another daemon (four or more) shortens the suspicion to its minimum.
+// another survivor's probe shortens the suspicion towards its minimum
+// (SuspicionMult x max(1, log10(members)) intervals), so most failovers
+// take well under the bound.
 func (t Timing) FailoverBound(members int, guard bool) time.Duration {
 	members = max(members, 1)
 	probe := time.Duration(members) * t.ProbeInterval
