@@ -127,7 +127,9 @@ func (o Op) String() string {
 // Diff returns the operations that take have to want within scope, in an
 // order the kernel accepts: bind addresses, add or update services, add or
 // update destinations, drain unwanted destinations, delete unwanted
-// services, unbind unwanted addresses. It deletes and drains only what
+// services, unbind unwanted addresses. want's and have's destinations
+// must be sorted by key, as DesiredService and Entry hold them (FromModel
+// and every read of the kernel sort them). It deletes and drains only what
 // have.Owns; a destination that is already draining (weight 0 and not
 // wanted) is drained again, which changes nothing in the kernel. It is
 // pure.
@@ -186,11 +188,6 @@ func Diff(want Desired, have State, scope Scope) []Op {
 // of the two, with no map per service, which at 10,000 services was most
 // of a full resync's garbage.
 func diffDestinations(key Service, want []Destination, have []DestinationState, dests, drains []Op) ([]Op, []Op) {
-	byKey := func(a, b Destination) int { return a.DestinationKey.Compare(b.DestinationKey) }
-	byStateKey := func(a, b DestinationState) int { return a.DestinationKey.Compare(b.DestinationKey) }
-	if !slices.IsSortedFunc(want, byKey) || !slices.IsSortedFunc(have, byStateKey) {
-		return diffDestinationsUnsorted(key, want, have, dests, drains)
-	}
 	i, j := 0, 0
 	for i < len(want) || j < len(have) {
 		c := 0
@@ -214,31 +211,6 @@ func diffDestinations(key Service, want []Destination, have []DestinationState, 
 				dests = append(dests, Op{Kind: OpUpdateDestination, Service: key, Dest: want[i]})
 			}
 			i, j = i+1, j+1
-		}
-	}
-	return dests, drains
-}
-
-// diffDestinationsUnsorted is diffDestinations for input that breaks
-// the sort order, which no caller should give: the same ops, by a map.
-func diffDestinationsUnsorted(key Service, want []Destination, have []DestinationState, dests, drains []Op) ([]Op, []Op) {
-	cur := make(map[DestinationKey]DestinationState, len(have))
-	for _, d := range have {
-		cur[d.DestinationKey] = d
-	}
-	for _, d := range want {
-		c, ok := cur[d.DestinationKey]
-		delete(cur, d.DestinationKey)
-		switch {
-		case !ok:
-			dests = append(dests, Op{Kind: OpAddDestination, Service: key, Dest: d})
-		case c.Destination != d:
-			dests = append(dests, Op{Kind: OpUpdateDestination, Service: key, Dest: d})
-		}
-	}
-	for _, d := range have {
-		if _, ok := cur[d.DestinationKey]; ok {
-			drains = append(drains, Op{Kind: OpDrainDestination, Service: key, Dest: d.Destination})
 		}
 	}
 	return dests, drains

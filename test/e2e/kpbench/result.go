@@ -107,35 +107,23 @@ type bound struct {
 	atLeast bool
 }
 
-// complete is how long p took to a complete table, or at least took.
-func (p *Proxy) complete() bound {
-	if p.Complete <= 0 && p.GaveUp > 0 {
-		return bound{p.GaveUp, true}
+// awaited is measured, or, when it is unset and the run was given up
+// waiting for it, how long the run had gone then: a lower bound.
+func awaited(measured, gaveUp time.Duration, waiting bool) bound {
+	if measured <= 0 && waiting && gaveUp > 0 {
+		return bound{gaveUp, true}
 	}
-	return bound{d: p.Complete}
+	return bound{d: measured}
 }
 
-func (p *Proxy) cpuComplete() bound {
-	if p.CPUComplete <= 0 && p.CPUGaveUp > 0 {
-		return bound{p.CPUGaveUp, true}
-	}
-	return bound{d: p.CPUComplete}
-}
-
-// firstSync is how long p took until its first sync ended, or at least
-// took when it was given up waiting for it.
-func (p *Proxy) firstSync() bound {
-	if p.FirstSync <= 0 && p.Complete > 0 && p.GaveUp > 0 {
-		return bound{p.GaveUp, true}
-	}
-	return bound{d: p.FirstSync}
-}
-
+// complete and firstSync are how long p took to a complete table and
+// until its first sync ended, or at least took; the cpu ones its CPU by
+// then. A run given up with its table complete waited for its first sync.
+func (p *Proxy) complete() bound    { return awaited(p.Complete, p.GaveUp, true) }
+func (p *Proxy) cpuComplete() bound { return awaited(p.CPUComplete, p.CPUGaveUp, true) }
+func (p *Proxy) firstSync() bound   { return awaited(p.FirstSync, p.GaveUp, p.Complete > 0) }
 func (p *Proxy) cpuFirstSync() bound {
-	if p.CPUFirstSync <= 0 && p.Complete > 0 && p.CPUGaveUp > 0 {
-		return bound{p.CPUGaveUp, true}
-	}
-	return bound{d: p.CPUFirstSync}
+	return awaited(p.CPUFirstSync, p.CPUGaveUp, p.Complete > 0)
 }
 
 func (b bound) String() string {
