@@ -173,5 +173,5 @@ bench-cluster: cluster-deps
 	echo "  $(CLUSTER_BENCH_L2_KILLS) layer-2 kills and $(CLUSTER_BENCH_BFD_KILLS) BGP node losses per run, $(CLUSTER_BENCH_ROLLING_FLOWS) flows in each rolling restart, 3 nodes,"; \
 	echo "  FRR $$(dpkg-query -W -f='$${Version}' frr 2>/dev/null) and BIRD $$(dpkg-query -W -f='$${Version}' bird2 2>/dev/null) with BGP timers 3/9 s, BFD 300 ms x 3 where named,"; \
 	echo "  gossip timing $(CLUSTER_BENCH_GOSSIP) ($(if $(filter shipped,$(CLUSTER_BENCH_GOSSIP)),probes 100ms/50ms x 3,1s/500ms x 4)) with the quorum guard; host load $$(cut -d' ' -f1-3 /proc/loadavg) on $$(nproc) CPUs"; \
-	awk -f test/cluster/metrics.awk $(CLUSTER_BENCH_OUT) || st=1; \
+	awk -f test/cluster/metrics/metrics.awk $(CLUSTER_BENCH_OUT) || st=1; \
 	exit $$st

@@ -40,7 +40,7 @@ const failoverReaction = 250 * time.Millisecond
 // the lab guest's one emulated CPU.
 const failoverMargin = 1.5
 
-// claimBound logs, for `make bench-cluster` (test/cluster/metrics.awk,
+// claimBound logs, for `make bench-cluster` (test/cluster/metrics/metrics.awk,
 // which fails when the median of a measurement is over its bound), the
 // failover claim with its margin as the bound of each named measurement:
 // "cluster-bound NAME=MILLISECONDS". The suites themselves bound waits
