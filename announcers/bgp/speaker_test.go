@@ -308,6 +308,12 @@ func TestCloseForRestart(t *testing.T) {
 				t.Errorf("session established before the first Announce")
 			}
 			announce(t, s2, "10.96.0.2")
+			// The router's stale path keeps pointing at its peer's info,
+			// which GoBGP (v3.37.0) rewrites unsynchronized with ListPath
+			// while the new session's OPEN is handled (a data race under
+			// -race, in the test router, not the speaker): list its RIB
+			// once the session is up again.
+			peer.waitSession(t, api.PeerState_ESTABLISHED)
 			peer.waitRIB(t, map[string]route{"10.96.0.2/32": {NextHop: node.String()}})
 		})
 	}
