@@ -117,14 +117,48 @@ type decision struct {
 	flags     []string
 }
 
+// groupDecisions are decisions by group. A Service has a handful of
+// groups (one a port and traffic locality), so a slice: a map of one
+// entry takes ten times the entry's size (at 10,000 Services the last
+// good decisions held 7.5 MB as maps).
+type groupDecisions []groupDecision
+
+type groupDecision struct {
+	group    groupKey
+	decision decision
+}
+
+// get returns g's decision.
+func (ds groupDecisions) get(g groupKey) (decision, bool) {
+	for _, e := range ds {
+		if e.group == g {
+			return e.decision, true
+		}
+	}
+	return decision{}, false
+}
+
+// with returns ds with g's decision set to d; ds, which may be shared,
+// is unchanged.
+func (ds groupDecisions) with(g groupKey, d decision) groupDecisions {
+	out := make(groupDecisions, 0, len(ds)+1)
+	for _, e := range ds {
+		if e.group != g {
+			out = append(out, e)
+		}
+	}
+	return append(out, groupDecision{g, d})
+}
+
 // service is everything the stage knows of one Service: what the watch
 // last said of it, and what its evaluations found. A Service the watch
 // deleted keeps the latter until its plan is gone too (forget).
 type service struct {
 	// watch is the watch's view; its Service is nil once deleted.
 	watch model.ServiceState
-	// firstSeen is when each endpoint of watch was first seen.
-	firstSeen map[model.EndpointKey]time.Time
+	// firstSeen is when each endpoint of watch was first seen, index for
+	// index; read only once set (jobs share it).
+	firstSeen []time.Time
 	// policy is the name the Service's policy last resolved to; blind
 	// is set when that policy ignores statistics (plugin.StatsBlind).
 	policy string
@@ -137,7 +171,7 @@ type service struct {
 	// re-evaluates the Service.
 	standIn bool
 	// lastGood are the last good decisions, by group.
-	lastGood map[groupKey]decision
+	lastGood groupDecisions
 	// status is the PolicyReady condition, once evaluated (reported).
 	status   policyStatus
 	reported bool
@@ -262,20 +296,40 @@ func (s *Stage) record(services map[model.ServiceKey]model.ServiceState, now tim
 			sv = &service{}
 			s.services[k] = sv
 		}
+		sv.firstSeen = firstSeen(sv.watch.Endpoints, sv.firstSeen, st.Endpoints, now)
 		sv.watch = st
-		if sv.firstSeen == nil {
-			sv.firstSeen = make(map[model.EndpointKey]time.Time, len(st.Endpoints))
-		}
-		keep := make(map[model.EndpointKey]bool, len(st.Endpoints))
-		for _, ep := range st.Endpoints {
-			key := ep.Key()
-			keep[key] = true
-			if _, ok := sv.firstSeen[key]; !ok {
-				sv.firstSeen[key] = now
+	}
+}
+
+// firstSeen returns when each of eps was first seen, index for index:
+// when an endpoint of the same identity in old was (oldAt, index for
+// index), now for the others. It returns oldAt itself when eps has old's
+// identities in old's order (a change of readiness or of a label).
+func firstSeen(old []model.Endpoint, oldAt []time.Time, eps []model.Endpoint, now time.Time) []time.Time {
+	if len(eps) == 0 {
+		return nil
+	}
+	if len(old) == len(eps) && len(oldAt) == len(old) && slices.EqualFunc(old, eps, func(a, b model.Endpoint) bool { return a.Key() == b.Key() }) {
+		return oldAt
+	}
+	var prev map[model.EndpointKey]time.Time
+	if len(old) > 0 && len(oldAt) == len(old) {
+		prev = make(map[model.EndpointKey]time.Time, len(old))
+		for i, ep := range old {
+			if _, ok := prev[ep.Key()]; !ok {
+				prev[ep.Key()] = oldAt[i]
 			}
 		}
-		maps.DeleteFunc(sv.firstSeen, func(key model.EndpointKey, _ time.Time) bool { return !keep[key] })
 	}
+	at := make([]time.Time, len(eps))
+	for i, ep := range eps {
+		if t, ok := prev[ep.Key()]; ok {
+			at[i] = t
+		} else {
+			at[i] = now
+		}
+	}
+	return at
 }
 
 // Weigh evaluates the policies of the Services that need it: those the
@@ -494,8 +548,8 @@ type evalJob struct {
 	key  model.ServiceKey
 	base *model.ServicePlan
 	st   model.ServiceState
-	seen map[model.EndpointKey]time.Time // when st's endpoints were first seen; read only
-	good map[groupKey]decision           // the last good decisions; read only
+	seen []time.Time    // when st's endpoints were first seen, index for index; read only
+	good groupDecisions // the last good decisions; read only
 
 	// What Resolve returned: pol is nil when err is set, unless an
 	// earlier version of the policy stands in; version is pol's.
@@ -515,7 +569,7 @@ type evalOutcome struct {
 	failReason string
 	fallbacks  []string
 	// good, when not nil, replaces the Service's last good decisions.
-	good   map[groupKey]decision
+	good   groupDecisions
 	reeval time.Duration
 }
 
@@ -562,27 +616,23 @@ func (s *Stage) evaluate(ctx context.Context, now time.Time, node *model.Node, j
 	if j.err != nil { // counted by commit, once per failure
 		out.failure, out.failReason = j.err, plugin.FailureLoad
 	}
-	decisions := make(map[groupKey]decision)
+	var decisions groupDecisions
 	good := j.good
 	for _, vs := range j.base.VirtualServices {
 		g := groupKey{vs.PortName, vs.Protocol, vs.Local}
-		if _, done := decisions[g]; done || len(vs.Destinations) == 0 {
+		if _, done := decisions.get(g); done || len(vs.Destinations) == 0 {
 			continue
 		}
 		in := s.input(now, node, j.st, j.seen, j.base, vs, j.params)
 		if j.pol != nil {
 			d, re, err := s.evaluateGroup(ctx, j.name, j.pol, in)
 			if err == nil {
-				decisions[g] = d
+				decisions = append(decisions, groupDecision{g, d})
 				if j.err != nil { // an earlier version stands in
 					out.fallbacks = append(out.fallbacks, fmt.Sprintf("port %s: %s", portLabel(vs), lastGoodVersion(j.version)))
 				}
-				if out.good == nil {
-					out.good = make(map[groupKey]decision, max(len(good), 1))
-					maps.Copy(out.good, good)
-					good = out.good
-				}
-				good[g] = d
+				good = good.with(g, d)
+				out.good = good
 				if re > 0 && (out.reeval == 0 || re < out.reeval) {
 					out.reeval = re
 				}
@@ -595,8 +645,8 @@ func (s *Stage) evaluate(ctx context.Context, now time.Time, node *model.Node, j
 		}
 		// Fall back: the last good decision when it covers the same
 		// endpoints, else the planner's uniform weights.
-		if d, ok := good[g]; ok && sameEndpoints(d, in.Endpoints) {
-			decisions[g] = d
+		if d, ok := good.get(g); ok && sameEndpoints(d, in.Endpoints) {
+			decisions = append(decisions, groupDecision{g, d})
 			out.fallbacks = append(out.fallbacks, fmt.Sprintf("port %s: the last good result", portLabel(vs)))
 		} else {
 			out.fallbacks = append(out.fallbacks, fmt.Sprintf("port %s: uniform weights", portLabel(vs)))
@@ -742,7 +792,7 @@ func policyConditionReason(failure string) string {
 // ClusterIP, NodePorts, LoadBalancer and external IPs, of either traffic
 // locality): they are all traffic this node sends to that endpoint, which
 // is what a least-connections policy must compare.
-func (s *Stage) input(now time.Time, node *model.Node, st model.ServiceState, seen map[model.EndpointKey]time.Time, base *model.ServicePlan, vs model.VirtualService, params []byte) *plugin.PolicyInput {
+func (s *Stage) input(now time.Time, node *model.Node, st model.ServiceState, seen []time.Time, base *model.ServicePlan, vs model.VirtualService, params []byte) *plugin.PolicyInput {
 	in := &plugin.PolicyInput{Service: st.Service, Node: node, Now: now, Params: params}
 	for _, p := range st.Service.Ports {
 		if p.Name == vs.PortName && p.Protocol == vs.Protocol {
@@ -758,7 +808,10 @@ func (s *Stage) input(now time.Time, node *model.Node, st model.ServiceState, se
 		if i < 0 {
 			continue
 		}
-		ep := plugin.PolicyEndpoint{Endpoint: st.Endpoints[i], FirstSeen: seen[st.Endpoints[i].Key()]}
+		ep := plugin.PolicyEndpoint{Endpoint: st.Endpoints[i]}
+		if i < len(seen) {
+			ep.FirstSeen = seen[i]
+		}
 		if s.stats != nil {
 			ep.Stats = s.endpointStats(base, vs, netip.AddrPortFrom(d.Addr, d.Port))
 		}
@@ -817,10 +870,10 @@ func sameEndpoints(d decision, eps []plugin.PolicyEndpoint) bool {
 // Service on a scheduler that ignores weights moves to the dataplane's
 // WeightedScheduler of it when the weights differ (IPVS: rr to wrr; a
 // scheduler the switchyard.dev/scheduler annotation chose is kept).
-func fold(base *model.ServicePlan, decisions map[groupKey]decision, pinned bool, schedulers plugin.SchedulerSet) *model.ServicePlan {
+func fold(base *model.ServicePlan, decisions groupDecisions, pinned bool, schedulers plugin.SchedulerSet) *model.ServicePlan {
 	var vss []model.VirtualService
 	for i, vs := range base.VirtualServices {
-		d, ok := decisions[groupKey{vs.PortName, vs.Protocol, vs.Local}]
+		d, ok := decisions.get(groupKey{vs.PortName, vs.Protocol, vs.Local})
 		if !ok {
 			continue
 		}
