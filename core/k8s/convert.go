@@ -361,7 +361,9 @@ func convertSlice(slice *discoveryv1.EndpointSlice) ([]model.Endpoint, []error) 
 		return nil, c.problems
 	}
 
-	var out []model.Endpoint
+	// Sized once: the tracker keeps this slice for as long as the
+	// EndpointSlice lives (growing it by appends left a third unused).
+	out := make([]model.Endpoint, 0, len(slice.Endpoints)*len(ports))
 	for i, ep := range slice.Endpoints {
 		if len(ep.Addresses) == 0 {
 			continue
@@ -408,6 +410,9 @@ func convertSlice(slice *discoveryv1.EndpointSlice) ([]model.Endpoint, []error) 
 			e.Port, e.PortName, e.Protocol = p.port, p.name, p.proto
 			out = append(out, e)
 		}
+	}
+	if len(out) == 0 {
+		return nil, c.problems
 	}
 	slices.SortFunc(out, compareEndpoint)
 	return out, c.problems
