@@ -391,14 +391,23 @@ const annotationLastApplied = "kubectl.kubernetes.io/last-applied-configuration"
 
 // dropUnread is the informers' transform: it drops, before an object is
 // cached, what the Source never reads and that can weigh more than the
-// rest of the object: managed fields, kubectl's last applied
-// configuration, and a Node's container images and volumes. It changes
-// the object in place (client-go hands the transform the decoded object
-// first) and is idempotent.
+// rest of the object: managed fields, owner references, kubectl's last
+// applied configuration, an EndpointSlice endpoint's target reference
+// (five strings naming its Pod, for each of a cluster's endpoints),
+// hostname and deprecated topology, and a Node's container images and
+// volumes. It changes the object in place (client-go hands the transform
+// the decoded object first) and is idempotent.
 func dropUnread(obj any) (any, error) {
 	if m, ok := obj.(metav1.Object); ok {
 		m.SetManagedFields(nil)
+		m.SetOwnerReferences(nil)
 		delete(m.GetAnnotations(), annotationLastApplied)
+	}
+	if s, ok := obj.(*discoveryv1.EndpointSlice); ok {
+		for i := range s.Endpoints {
+			ep := &s.Endpoints[i]
+			ep.TargetRef, ep.Hostname, ep.DeprecatedTopology = nil, nil, nil
+		}
 	}
 	if n, ok := obj.(*corev1.Node); ok {
 		n.Status.Images = nil

@@ -11,8 +11,9 @@ import (
 	"github.com/switchyard-lb/switchyard/core/k8s/k8stest"
 )
 
-// TestDropUnread: the cache's transform drops the managed fields,
-// kubectl's last applied configuration and a Node's images and volumes,
+// TestDropUnread: the cache's transform drops the managed fields, owner
+// references, kubectl's last applied configuration, an EndpointSlice
+// endpoint's target, hostname and topology, and a Node's images and volumes,
 // and keeps everything the conversions read: each object converts to
 // the same model before and after it, twice (it is idempotent).
 func TestDropUnread(t *testing.T) {
@@ -30,6 +31,10 @@ func TestDropUnread(t *testing.T) {
 	slice := k8stest.Slice("ns", "web-1", "web", true, "10.0.0.1")
 	slice.Annotations = map[string]string{annotationTriggerTime: "2026-12-03T21:00:00Z"}
 	slice.ObjectMeta = meta(slice.ObjectMeta)
+	slice.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Service", Name: "web", UID: "5d2f"}}
+	slice.Endpoints[0].TargetRef = &corev1.ObjectReference{Kind: "Pod", Namespace: "ns", Name: "web-7c9d-x2x4q", UID: "9a1e"}
+	slice.Endpoints[0].Hostname = ptr("web-0")
+	slice.Endpoints[0].DeprecatedTopology = map[string]string{"kubernetes.io/hostname": "n1"}
 	node := &corev1.Node{
 		ObjectMeta: meta(metav1.ObjectMeta{Name: "n1", Labels: map[string]string{labelZone: "z1"}, Annotations: map[string]string{}}),
 		Spec:       corev1.NodeSpec{PodCIDRs: []string{"10.244.1.0/24"}},
@@ -81,6 +86,10 @@ func TestDropUnread(t *testing.T) {
 		"Service managed fields": len(svc.ManagedFields), "EndpointSlice managed fields": len(slice.ManagedFields),
 		"Node managed fields": len(node.ManagedFields), "Node images": len(node.Status.Images),
 		"Node volumes in use": len(node.Status.VolumesInUse), "Node volumes attached": len(node.Status.VolumesAttached),
+		"EndpointSlice owner references": len(slice.OwnerReferences),
+	}
+	if ep := slice.Endpoints[0]; ep.TargetRef != nil || ep.Hostname != nil || ep.DeprecatedTopology != nil {
+		dropped["EndpointSlice endpoint's target, hostname or topology"]++
 	}
 	for _, a := range []map[string]string{svc.Annotations, node.Annotations} {
 		if _, ok := a[annotationLastApplied]; ok {
@@ -89,7 +98,7 @@ func TestDropUnread(t *testing.T) {
 	}
 	if diff := cmp.Diff(map[string]int{
 		"Service managed fields": 0, "EndpointSlice managed fields": 0, "Node managed fields": 0, "Node images": 0,
-		"Node volumes in use": 0, "Node volumes attached": 0,
+		"Node volumes in use": 0, "Node volumes attached": 0, "EndpointSlice owner references": 0,
 	}, dropped); diff != "" {
 		t.Errorf("left after the transform (-want +got):\n%s", diff)
 	}
