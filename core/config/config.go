@@ -238,7 +238,9 @@ type Policies struct {
 	// annotation: a policy ConfigMap's name or "builtin:<name>". Default
 	// "": no policy, every endpoint gets the same weight.
 	Default string `yaml:"default"`
-	// EvaluationDeadline bounds one policy evaluation. Default 50ms.
+	// EvaluationDeadline bounds one policy evaluation. Default 50ms. A
+	// built-in policy's late result stands (plugin.Builtin): it cannot run
+	// away, and late there means a busy node.
 	EvaluationDeadline Duration `yaml:"evaluationDeadline"`
 	// MemoryLimit caps a policy instance's memory, as a byte count or
 	// with a Ki, Mi or Gi suffix. Default 32Mi.

@@ -57,6 +57,18 @@ type StatsBlind interface {
 	IgnoresStats() bool
 }
 
+// Builtin is implemented by the daemon's own policies (plugins/builtin):
+// Go of a small, known cost, which no deadline interrupts. Such a
+// policy's result stands when it returns after the evaluation deadline:
+// on a busy node (a start, a WebAssembly module compiling beside it on
+// one CPU) that is the evaluating goroutine waiting for a CPU, not a
+// runaway policy, and failing it would report a fallback to equal
+// weights the user did nothing to cause. The deadline bounds every other
+// policy.
+type Builtin interface {
+	Builtin() bool
+}
+
 // PolicyReporter tells the user about a Service's policy: the daemon
 // records Events and writes the Service's switchyard.dev/PolicyReady
 // condition (plugins/registry.Reporter). Calls are made from the control

@@ -713,7 +713,7 @@ func (s *Stage) evaluateGroup(ctx context.Context, name string, pol plugin.Polic
 	if err == nil {
 		err = plugin.CheckResult(res, len(in.Endpoints), s.schedulers)
 	}
-	if err == nil && ctx.Err() != nil {
+	if b, ok := pol.(plugin.Builtin); err == nil && ctx.Err() != nil && (!ok || !b.Builtin()) {
 		err = fmt.Errorf("policy returned after its deadline of %v: %w", s.deadline, context.DeadlineExceeded)
 	}
 	if err != nil {

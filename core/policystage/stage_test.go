@@ -913,3 +913,53 @@ func TestPolicySeesDataplaneStats(t *testing.T) {
 		}
 	}
 }
+
+// builtinFunc is a test policy that says it is one of the daemon's own
+// (plugin.Builtin), as plugins/builtin's are.
+type builtinFunc struct{ *plugintest.Func }
+
+func (builtinFunc) Builtin() bool { return true }
+
+// TestBuiltinLateReturnStands: a built-in policy that returns after the
+// evaluation deadline (a busy node: seen at 10,000 Services while a
+// WebAssembly module compiled on the guest's one CPU) is not failed: its
+// weights stand and nothing is reported; an error it returns still
+// fails it. TestPolicyFailures' "returns after its deadline" is the
+// same late return from a policy that is not built in.
+func TestBuiltinLateReturnStands(t *testing.T) {
+	late := func(ctx context.Context, in *plugin.PolicyInput) (plugin.PolicyResult, error) {
+		<-ctx.Done()
+		return weights(3, 1)(ctx, in)
+	}
+	for _, tc := range []struct {
+		name      string
+		fn        func(context.Context, *plugin.PolicyInput) (plugin.PolicyResult, error)
+		wantWeb   []string
+		wantReady bool
+	}{
+		{name: "late, with weights", fn: late, wantWeb: webWeighted, wantReady: true},
+		{name: "late, with the deadline's error", fn: func(ctx context.Context, _ *plugin.PolicyInput) (plugin.PolicyResult, error) {
+			<-ctx.Done()
+			return plugin.PolicyResult{}, ctx.Err()
+		}, wantWeb: webUniform},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newPolicyHarnessDeadline(t, 0, shortDeadline)
+			h.pols.Set("weights", builtinFunc{plugintest.NewFunc("weights", tc.fn)}, nil, nil)
+			h.start(t)
+			if diff := cmp.Diff(cat(tc.wantWeb, apiTable), table(h.dry)); diff != "" {
+				t.Errorf("dataplane (-want +got):\n%s", diff)
+			}
+			if c := h.rep.Conditions()[webKey]; c.Ready != tc.wantReady {
+				t.Errorf("web's PolicyReady = %+v, want ready %v", c, tc.wantReady)
+			}
+			wantFailures := 1.0
+			if tc.wantReady {
+				wantFailures = 0
+			}
+			if got := testutil.ToFloat64(h.pm.Failures.WithLabelValues("weights", plugin.FailureDeadline)); got != wantFailures {
+				t.Errorf("failures{weights,deadline} = %v, want %v", got, wantFailures)
+			}
+		})
+	}
+}

@@ -14,11 +14,15 @@ const (
 	TopologyAwareName = "topology-aware"
 )
 
-// The built-in policies never read statistics (plugin.StatsBlind).
+// The built-in policies never read statistics (plugin.StatsBlind), and
+// the evaluation deadline does not fail them (plugin.Builtin).
 var (
 	_ plugin.StatsBlind = Uniform{}
 	_ plugin.StatsBlind = LocalFirst{}
 	_ plugin.StatsBlind = TopologyAware{}
+	_ plugin.Builtin    = Uniform{}
+	_ plugin.Builtin    = LocalFirst{}
+	_ plugin.Builtin    = TopologyAware{}
 )
 
 // Lookup returns the built-in policy called name.
@@ -47,6 +51,9 @@ func (Uniform) Name() string { return UniformName }
 // IgnoresStats: its decisions never read the live statistics.
 func (Uniform) IgnoresStats() bool { return true }
 
+// Builtin: a late return is a busy node's, not a runaway policy's.
+func (Uniform) Builtin() bool { return true }
+
 func (Uniform) Evaluate(_ context.Context, in *plugin.PolicyInput) (plugin.PolicyResult, error) {
 	return weigh(in, usable(in), nil), nil
 }
@@ -59,6 +66,9 @@ func (LocalFirst) Name() string { return LocalFirstName }
 
 // IgnoresStats: its decisions never read the live statistics.
 func (LocalFirst) IgnoresStats() bool { return true }
+
+// Builtin: a late return is a busy node's, not a runaway policy's.
+func (LocalFirst) Builtin() bool { return true }
 
 func (LocalFirst) Evaluate(_ context.Context, in *plugin.PolicyInput) (plugin.PolicyResult, error) {
 	return weigh(in, usable(in), func(ep *plugin.PolicyEndpoint) bool { return ep.Local }), nil
@@ -75,6 +85,9 @@ func (TopologyAware) Name() string { return TopologyAwareName }
 
 // IgnoresStats: its decisions never read the live statistics.
 func (TopologyAware) IgnoresStats() bool { return true }
+
+// Builtin: a late return is a busy node's, not a runaway policy's.
+func (TopologyAware) Builtin() bool { return true }
 
 func (TopologyAware) Evaluate(_ context.Context, in *plugin.PolicyInput) (plugin.PolicyResult, error) {
 	ok := usable(in)
