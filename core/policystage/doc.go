@@ -24,7 +24,9 @@
 // Weigh's goroutine in key order, so the plan, the Events and the
 // conditions do not depend on which evaluation ended first. A policy's
 // failure (load, trap, deadline, invalid output, panic; named by
-// plugin.FailureReason) stays with its Service: it falls back per port to
+// plugin.FailureReason) stays with its Service (a built-in policy,
+// plugin.Builtin, is not failed for returning after the deadline: that is
+// a busy CPU, not a runaway policy): it falls back per port to
 // its last good result when that covers the same endpoints, else to
 // uniform weights, and the PolicyReporter (Events, the PolicyReady
 // condition), Metrics and Status say why. When Policies resolves a policy
