@@ -309,16 +309,16 @@ func firstSeen(old []model.Endpoint, oldAt []time.Time, eps []model.Endpoint, no
 	if len(eps) == 0 {
 		return nil
 	}
-	if len(old) == len(eps) && len(oldAt) == len(old) && slices.EqualFunc(old, eps, func(a, b model.Endpoint) bool { return a.Key() == b.Key() }) {
+	if len(oldAt) != len(old) { // not the pair record keeps: nothing known
+		old = nil
+	}
+	if len(old) == len(eps) && slices.EqualFunc(old, eps, func(a, b model.Endpoint) bool { return a.Key() == b.Key() }) {
 		return oldAt
 	}
-	var prev map[model.EndpointKey]time.Time
-	if len(old) > 0 && len(oldAt) == len(old) {
-		prev = make(map[model.EndpointKey]time.Time, len(old))
-		for i, ep := range old {
-			if _, ok := prev[ep.Key()]; !ok {
-				prev[ep.Key()] = oldAt[i]
-			}
+	prev := make(map[model.EndpointKey]time.Time, len(old))
+	for i, ep := range old {
+		if _, ok := prev[ep.Key()]; !ok {
+			prev[ep.Key()] = oldAt[i]
 		}
 	}
 	at := make([]time.Time, len(eps))
@@ -713,7 +713,7 @@ func (s *Stage) evaluateGroup(ctx context.Context, name string, pol plugin.Polic
 	if err == nil {
 		err = plugin.CheckResult(res, len(in.Endpoints), s.schedulers)
 	}
-	if b, ok := pol.(plugin.Builtin); err == nil && ctx.Err() != nil && (!ok || !b.Builtin()) {
+	if err == nil && ctx.Err() != nil && !builtin(pol) {
 		err = fmt.Errorf("policy returned after its deadline of %v: %w", s.deadline, context.DeadlineExceeded)
 	}
 	if err != nil {
@@ -726,6 +726,13 @@ func (s *Stage) evaluateGroup(ctx context.Context, name string, pol plugin.Polic
 		d.weights[in.Endpoints[i].Key()] = res.Weights[i]
 	}
 	return d, res.Reevaluate, nil
+}
+
+// builtin reports whether pol is one of the daemon's own policies
+// (plugin.Builtin), whose late result stands.
+func builtin(pol plugin.Policy) bool {
+	b, ok := pol.(plugin.Builtin)
+	return ok && b.Builtin()
 }
 
 // safeEvaluate turns a panic of an in-process policy into an error, so
