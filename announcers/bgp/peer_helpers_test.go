@@ -8,7 +8,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/netip"
 	"sort"
 	"sync/atomic"
@@ -44,16 +43,6 @@ type testPeer struct {
 	port int
 }
 
-func freePort(t *testing.T, addr netip.Addr) int {
-	t.Helper()
-	l, err := net.Listen("tcp", netip.AddrPortFrom(addr, 0).String())
-	if err != nil {
-		t.Fatalf("finding a free port on %s: %v", addr, err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // newTestPeer starts a router with AS asn on addr that accepts a session
 // from speakerAddr with AS speakerASN.
 func newTestPeer(t *testing.T, addr netip.Addr, asn uint32, speakerAddr netip.Addr, speakerASN uint32) *testPeer {
@@ -76,7 +65,7 @@ func newTestPeerGR(t *testing.T, addr netip.Addr, asn uint32, speakerAddr netip.
 func startTestPeer(t *testing.T, addr netip.Addr, asn uint32, speakerAddr netip.Addr, speakerASN uint32, password string, grHelper bool) *testPeer {
 	t.Helper()
 	ctx := context.Background()
-	port := freePort(t, addr)
+	port := harness.FreePort(t, addr)
 	srv := server.NewBgpServer(server.LoggerOption(slogAdapter{testLog}))
 	go srv.Serve()
 	t.Cleanup(func() {

@@ -228,7 +228,7 @@ func TestSessions(t *testing.T) {
 	node := nextLoopback()
 	up := newTestPeer(t, nextLoopback(), routerASN, node, nodeASN)
 	dead := nextLoopback() // nothing listens here
-	deadPeer := Peer{Address: dead, ASN: routerASN, Port: uint16(freePort(t, dead)), SourceAddress: node, ConnectRetry: 1e9}
+	deadPeer := Peer{Address: dead, ASN: routerASN, Port: uint16(harness.FreePort(t, dead)), SourceAddress: node, ConnectRetry: 1e9}
 	s := newSpeaker(t, Config{LocalASN: nodeASN, RouterID: netip.MustParseAddr("10.0.0.11"),
 		Peers: []Peer{up.peerConf(routerASN, node), deadPeer}})
 	var got []Session

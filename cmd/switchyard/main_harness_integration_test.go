@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/netip"
 	"strconv"
 	"testing"
 	"time"
@@ -111,12 +112,7 @@ func setNodeReady(t *testing.T, client kubernetes.Interface, name, addr string, 
 func freeGossipPort(t *testing.T) int {
 	t.Helper()
 	for range 20 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		l.Close()
+		port := harness.FreePort(t, netip.MustParseAddr("127.0.0.1"))
 		free := true
 		for _, host := range []string{"127.0.0.1", "127.0.0.2"} {
 			addr := net.JoinHostPort(host, strconv.Itoa(port))

@@ -16,6 +16,7 @@ import (
 
 	"github.com/switchyard-lb/switchyard/core/healthcheck"
 	"github.com/switchyard-lb/switchyard/core/model"
+	"github.com/switchyard-lb/switchyard/test/harness"
 )
 
 var (
@@ -28,12 +29,7 @@ var loopback = []netip.Addr{netip.MustParseAddr("127.0.0.1")}
 // freePort returns a loopback port that was free a moment ago.
 func freePort(t *testing.T) uint16 {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return uint16(l.Addr().(*net.TCPAddr).Port)
+	return uint16(harness.FreePort(t, loopback[0]))
 }
 
 type answer struct {

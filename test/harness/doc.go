@@ -4,8 +4,10 @@
 // PollStable waits until a condition has held for a whole window, the
 // state from which a test measures an event on a loaded machine;
 // WatchAbsent measures how long conditions that must hold did not),
-// Buffer, a goroutine-safe sink for a daemon's logs, FreeAddr for the
-// daemon's servers, and Get for reading them.
+// Buffer, a goroutine-safe sink for a daemon's logs, FreePort and
+// FreeAddr for the daemon's servers (picked below the kernel's ephemeral
+// range, where no other process's connection can take them before the
+// daemon binds), and Get for reading them.
 //
 // It is also the daemon harness of every daemon-level suite on the host
 // (cmd/switchyard's unit, integration and end-to-end tests, deploy's):
