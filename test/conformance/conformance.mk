@@ -65,6 +65,9 @@ CONFORMANCE_PROXIES ?= switchyard,kube-proxy-nftables,kube-proxy-ipvs
 CONFORMANCE_FOCUS ?=
 CONFORMANCE_SKIP ?=
 CONFORMANCE_TIMEOUT ?= 6h
+# CONFORMANCE_NODES=2: two guests (test/node), so that the multi-node specs
+# run instead of skipping; each proxy then runs on both.
+CONFORMANCE_NODES ?= 1
 CONFORMANCE_RESULTS ?= $(CACHE)/conformance
 CONFORMANCE_SMOKE_FOCUS := \[sig-network\] Services should (find a service from listing all namespaces|serve a basic endpoint from pods|serve multiport endpoints from pods|be able to create a functioning NodePort service) \[Conformance\]
 CONFORMANCE := $(BIN)/conformance
@@ -82,7 +85,7 @@ define conformance-run
 	$(CONFORMANCE) -kube-bin "$$bin" -rootfs "$$rootfs" -userland "$$userland" \
 		-image $(BIN)/image/switchyard.tar -switchyard-bin $(BIN)/image/bin/switchyard \
 		-proxies '$(1)' $(if $(2),-focus '$(2)') $(if $(3),-skip '$(3)') -results '$(4)' \
-		-timeout $(CONFORMANCE_TIMEOUT) $(5)
+		-timeout $(CONFORMANCE_TIMEOUT) -nodes $(CONFORMANCE_NODES) $(5)
 endef
 
 CONFORMANCE_KEEP_NODE ?=

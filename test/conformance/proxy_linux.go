@@ -63,7 +63,7 @@ func (p Proxies) Others(proxy Proxy) []Proxy {
 	return []Proxy{switchyard{p}}
 }
 
-// cleanup runs `switchyard FLAG` in the guest (--cleanup or
+// cleanup runs `switchyard FLAG` in every guest (--cleanup or
 // --cleanup-kube-proxy) and logs what it printed.
 func (p Proxies) cleanup(ctx context.Context, n *node.Node, flag string) error {
 	bin, err := os.ReadFile(p.SwitchyardBin)
@@ -74,12 +74,14 @@ func (p Proxies) cleanup(ctx context.Context, n *node.Node, flag string) error {
 	if err != nil {
 		return err
 	}
-	began := time.Now()
-	out, err := n.Exec(ctx, path+" "+flag)
-	if err != nil {
-		return fmt.Errorf("conformance: switchyard %s: %w", flag, err)
+	for _, g := range n.Guests {
+		began := time.Now()
+		out, err := g.Exec(ctx, path+" "+flag)
+		if err != nil {
+			return fmt.Errorf("conformance: switchyard %s on %s: %w", flag, g.Name, err)
+		}
+		p.Log.Info("cleanup", "node", g.Name, "cmd", "switchyard "+flag, "elapsed", time.Since(began).Round(100*time.Millisecond), "output", strings.TrimSpace(out))
 	}
-	p.Log.Info("cleanup", "cmd", "switchyard "+flag, "elapsed", time.Since(began).Round(100*time.Millisecond), "output", strings.TrimSpace(out))
 	return nil
 }
 
@@ -126,7 +128,7 @@ func (s switchyard) delete(ctx context.Context, n *node.Node) error {
 
 // kubeProxy is upstream's kube-proxy in mode (ipvs, nftables) as upstream
 // ships it: the static binary with a KubeProxyConfiguration, run as a
-// process on the node (kubeadm would run the same binary in a hostNetwork
+// process on each node (kubeadm would run the same binary in a hostNetwork
 // DaemonSet pod), as system:kube-proxy.
 type kubeProxy struct {
 	Proxies
@@ -139,10 +141,10 @@ func (k kubeProxy) Name() string { return "kube-proxy-" + k.mode }
 // (tmpfs: a reboot forgets it with the process).
 const kubeProxyPidFile = "/run/kube-proxy.pid"
 
-// kubeProxyConfig is the KubeProxyConfiguration for mode: upstream's
-// defaults but for the mode, the lab's pod network as the cluster CIDR
-// and the node's name.
-func kubeProxyConfig(mode string) string {
+// kubeProxyConfig is the KubeProxyConfiguration for mode on the node
+// called name: upstream's defaults but for the mode, the lab's pod
+// network as the cluster CIDR and the node's name.
+func kubeProxyConfig(mode, name string) string {
 	return fmt.Sprintf(`apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 clientConnection:
@@ -150,7 +152,7 @@ clientConnection:
 mode: %s
 clusterCIDR: %s
 hostnameOverride: %s
-`, node.KubeProxyKubeconfig, mode, node.PodCIDR, node.NodeName)
+`, node.KubeProxyKubeconfig, mode, node.ClusterPodCIDR, name)
 }
 
 func (k kubeProxy) Start(ctx context.Context, n *node.Node) error {
@@ -162,21 +164,32 @@ func (k kubeProxy) Start(ctx context.Context, n *node.Node) error {
 	if err != nil {
 		return err
 	}
-	cfgPath, err := n.PutFile("kube-proxy-"+k.mode+".yaml", []byte(kubeProxyConfig(k.mode)), 0o644)
-	if err != nil {
+	if err := k.kill(ctx, n); err != nil {
 		return err
 	}
-	if err := k.kill(ctx, n); err != nil {
+	for _, g := range n.Guests {
+		if err := k.start(ctx, g, binPath); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// start starts kube-proxy on guest g, its binary at binPath there, and
+// waits until it serves.
+func (k kubeProxy) start(ctx context.Context, g *node.Guest, binPath string) error {
+	cfgPath, err := g.PutFile("kube-proxy-"+k.mode+".yaml", []byte(kubeProxyConfig(k.mode, g.Name)), 0o644)
+	if err != nil {
 		return err
 	}
 	logFile := "/var/log/" + k.Name() + ".log"
 	script := fmt.Sprintf("setsid %s --config=%s --v=2 >>%s 2>&1 </dev/null & echo $! >%s", binPath, cfgPath, logFile, kubeProxyPidFile)
-	if _, err := n.Exec(ctx, script); err != nil {
-		return fmt.Errorf("conformance: start %s: %w", k.Name(), err)
+	if _, err := g.Exec(ctx, script); err != nil {
+		return fmt.Errorf("conformance: start %s on %s: %w", k.Name(), g.Name, err)
 	}
 	// /healthz answers 200 once kube-proxy has synced its rules.
-	return poll(ctx, k.Name()+" healthy", func() error {
-		out, err := n.Exec(ctx, fmt.Sprintf("kill -0 $(cat %s) || { echo exited; tail -n 20 %s; exit 2; }; busybox wget -qO- http://127.0.0.1:10256/healthz", kubeProxyPidFile, logFile))
+	return poll(ctx, k.Name()+" healthy on "+g.Name, func() error {
+		out, err := g.Exec(ctx, fmt.Sprintf("kill -0 $(cat %s) || { echo exited; tail -n 20 %s; exit 2; }; busybox wget -qO- http://127.0.0.1:10256/healthz", kubeProxyPidFile, logFile))
 		var ee *node.ExitError
 		if errors.As(err, &ee) && ee.Code == 2 {
 			return fmt.Errorf("%w: %s", errGone, out)
@@ -194,7 +207,8 @@ func (k kubeProxy) Stop(ctx context.Context, n *node.Node) error {
 	return k.cleanup(ctx, n, "--cleanup-kube-proxy")
 }
 
-// kill ends the running kube-proxy, if any (SIGTERM, then waits).
+// kill ends the running kube-proxy on every guest, if any (SIGTERM, then
+// waits).
 func (k kubeProxy) kill(ctx context.Context, n *node.Node) error {
 	script := fmt.Sprintf(`if [ -e %[1]s ]; then
 	p=$(cat %[1]s)
@@ -202,8 +216,10 @@ func (k kubeProxy) kill(ctx context.Context, n *node.Node) error {
 	while kill -0 $p 2>/dev/null; do sleep 0.5; done
 	rm -f %[1]s
 fi`, kubeProxyPidFile)
-	if _, err := n.Exec(ctx, script); err != nil {
-		return fmt.Errorf("conformance: stop kube-proxy: %w", err)
+	for _, g := range n.Guests {
+		if _, err := g.Exec(ctx, script); err != nil {
+			return fmt.Errorf("conformance: stop kube-proxy on %s: %w", g.Name, err)
+		}
 	}
 	return nil
 }

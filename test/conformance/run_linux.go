@@ -142,8 +142,8 @@ func Run(ctx context.Context, n *node.Node, p Proxy, others []Proxy, e E2E, s St
 	return info, nil
 }
 
-// e2eArgs runs the selection against the node (its admin kubeconfig, one
-// node), writing the JUnit report to dir; no log dumps (the node's logs
+// e2eArgs runs the selection against the node (its admin kubeconfig,
+// every guest a Node), writing the JUnit report to dir; no log dumps (the node's logs
 // stay in the guest), no colour in the log file.
 func e2eArgs(n *node.Node, e E2E, dir string) []string {
 	args := []string{

@@ -38,11 +38,11 @@ func adminKubeconfig(dir string) string { return filepath.Join(dir, "kubeconfig"
 
 // writePKI makes a CA, the API server's serving certificate (HostIP, the
 // Service's first address, the in-cluster names), the service-account key
-// pair, the admin kubeconfig, the kubelet's (system:node:NodeName in
-// system:nodes, which the Node authorizer needs) and kube-proxy's
-// (system:kube-proxy, which the default RBAC binds to system:node-proxier)
-// in the share.
-func writePKI(dir, share string) error {
+// pair, the admin kubeconfig, and in each guest's share its kubelet's
+// (system:node:NAME in system:nodes, which the Node authorizer needs) and
+// kube-proxy's (system:kube-proxy, which the default RBAC binds to
+// system:node-proxier).
+func writePKI(dir string, guests []*Guest) error {
 	ca, err := pki.NewCA("switchyard-node-ca")
 	if err != nil {
 		return err
@@ -55,10 +55,6 @@ func writePKI(dir, share string) error {
 		return err
 	}
 	admin, err := ca.IssueClient("switchyard-node-admin", []string{"system:masters"})
-	if err != nil {
-		return err
-	}
-	kubelet, err := ca.IssueClient("system:node:"+NodeName, []string{"system:nodes"})
 	if err != nil {
 		return err
 	}
@@ -82,8 +78,14 @@ func writePKI(dir, share string) error {
 		p.saPublic():         saPub,
 		p.saPrivate():        saPriv,
 		adminKubeconfig(dir): kubeconfig(server, ca.CertPEM, admin),
-		filepath.Join(share, "kubelet.kubeconfig"): kubeconfig(server, ca.CertPEM, kubelet),
-		filepath.Join(share, KubeProxyKubeconfig):  kubeconfig(server, ca.CertPEM, kubeProxy),
+	}
+	for _, g := range guests {
+		kubelet, err := ca.IssueClient("system:node:"+g.Name, []string{"system:nodes"})
+		if err != nil {
+			return err
+		}
+		files[filepath.Join(g.share(), "kubelet.kubeconfig")] = kubeconfig(server, ca.CertPEM, kubelet)
+		files[filepath.Join(g.share(), KubeProxyKubeconfig)] = kubeconfig(server, ca.CertPEM, kubeProxy)
 	}
 	for path, data := range files {
 		if err := os.WriteFile(path, data, 0o600); err != nil {

@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/switchyard-lb/switchyard/test/lab"
@@ -68,11 +67,14 @@ func writeBootInitramfs(cacheDir string, k lab.Kernel, busybox string) (string, 
 // agnhost and pause images (seen), which no registry can bring back.
 const diskGrowth = 4 << 30
 
-// ensureDisk returns the node's disk: a copy of rootfs made once per
-// rootfs image and kept, so that images imported stay imported, grown by
-// diskGrowth (a disk made before is grown too).
-func ensureDisk(cacheDir, rootfs string) (string, error) {
+// ensureDisk returns guest g's disk: a copy of rootfs made once per
+// rootfs image and guest and kept, so that images imported stay
+// imported, grown by diskGrowth (a disk made before is grown too).
+func ensureDisk(cacheDir, rootfs string, g *Guest) (string, error) {
 	key := filepath.Base(filepath.Dir(rootfs)) // rootfs-HASH
+	if g.Index > 0 {
+		key += "-" + g.Name
+	}
 	disk := filepath.Join(cacheDir, "disk-"+key+".ext4")
 	if _, err := os.Stat(disk); err != nil {
 		cmd := exec.Command("cp", "--sparse=always", rootfs, disk+".tmp")
@@ -117,10 +119,12 @@ const containerdConfig = `version = 2
     conf_dir = "/etc/cni/net.d"
 `
 
-// cniConfig is the pod network: the bridge cni0, host-local IPAM on
-// PodCIDR, hairpin on (a pod reaching itself through a Service), no
-// masquerade (the host routes the pod network to the node).
-const cniConfig = `{
+// cniConfig is a guest's pod network: the bridge cni0, host-local IPAM
+// on its pod CIDR, hairpin on (a pod reaching itself through a Service),
+// no masquerade (the host and the other guests route each pod CIDR to
+// its guest).
+func cniConfig(podCIDR string) string {
+	return `{
   "cniVersion": "1.0.0",
   "name": "lab",
   "plugins": [
@@ -132,13 +136,14 @@ const cniConfig = `{
       "hairpinMode": true,
       "ipam": {
         "type": "host-local",
-        "ranges": [[{"subnet": "` + PodCIDR + `"}]],
+        "ranges": [[{"subnet": "` + podCIDR + `"}]],
         "routes": [{"dst": "0.0.0.0/0"}]
       }
     }
   ]
 }
 `
+}
 
 // kubeletConfig: cgroup v2 with the cgroupfs driver (containerd 1.6 has no
 // RuntimeConfig RPC), anonymous access for the API server's exec, logs
@@ -166,9 +171,11 @@ evictionHard:
 serializeImagePulls: false
 `
 
-// writeShare fills the 9p share: the init script, its settings, the
+// writeShare fills guest g's 9p share: the init script, its settings
+// (its names and addresses, the routes to the other guests' pods), the
 // configurations, the kubelet and the images (copies).
-func writeShare(share, kubeBin string, images []Image) error {
+func writeShare(g *Guest, all []*Guest, kubeBin string, images []Image) error {
+	share := g.share()
 	for _, d := range []string{"bin", "images", "agent", "state"} {
 		if err := os.MkdirAll(filepath.Join(share, d), 0o755); err != nil {
 			return fmt.Errorf("node: %w", err)
@@ -191,13 +198,14 @@ func writeShare(share, kubeBin string, images []Image) error {
 			rest = append(rest, n+"="+img.Ref)
 		}
 	}
-	env := fmt.Sprintf("NODE_NAME=%s\nNODE_IP=%s\nNODE_MAC=%s\nHOST_IP=%s\nPREFIX_LEN=%d\nMODULES=%q\nFIRST_IMAGES=%q\nIMAGES=%q\n",
-		NodeName, NodeIP, NodeMAC, HostIP, PrefixLen, strings.Join(nodeModules, " "), strings.Join(first, " "), strings.Join(rest, " "))
+	env := fmt.Sprintf("NODE_NAME=%s\nNODE_IP=%s\nNODE_MAC=%s\nHOST_IP=%s\nPREFIX_LEN=%d\nROUTES=%q\nMODULES=%q\nFIRST_IMAGES=%q\nIMAGES=%q\n",
+		g.Name, g.IP, g.MAC, HostIP, PrefixLen, strings.Join(g.routes(all), " "),
+		strings.Join(nodeModules, " "), strings.Join(first, " "), strings.Join(rest, " "))
 	files := map[string]string{
 		"init.sh":         initScript,
 		"node.env":        env,
 		"containerd.toml": containerdConfig,
-		"cni.conflist":    cniConfig,
+		"cni.conflist":    cniConfig(g.PodCIDR),
 		"kubelet.yaml":    kubeletConfig,
 	}
 	for name, data := range files {
@@ -227,10 +235,10 @@ func copyFile(src, dst string) error {
 	return out.Close()
 }
 
-// qemuArgv boots vmlinux with the initramfs, the disk as virtio-blk, the
-// tap as a virtio NIC and the share as 9p. -smp 2 with multi-threaded TCG:
-// a node runs many processes at once (kubelet-lab.md).
-func qemuArgv(o Options, vmlinux, initrd, disk, share, console string) []string {
+// qemuArgv boots guest g: vmlinux with the initramfs, the disk as
+// virtio-blk, its tap as a virtio NIC and its share as 9p. -smp 2 with
+// multi-threaded TCG: a node runs many processes at once (kubelet-lab.md).
+func qemuArgv(o Options, g *Guest, vmlinux, initrd, disk string) []string {
 	return []string{
 		"qemu-system-x86_64",
 		"-accel", "tcg,thread=multi", "-cpu", "max",
@@ -238,77 +246,13 @@ func qemuArgv(o Options, vmlinux, initrd, disk, share, console string) []string 
 		"-kernel", vmlinux, "-initrd", initrd,
 		"-append", "console=ttyS0 panic=-1 quiet loglevel=3 no_timer_check",
 		"-drive", "file=" + disk + ",format=raw,if=virtio,cache=writeback",
-		"-netdev", "tap,id=n0,ifname=" + TapName + ",script=no,downscript=no",
-		"-device", "virtio-net-pci,netdev=n0,mac=" + NodeMAC,
-		"-virtfs", "local,path=" + share + ",mount_tag=host,security_model=none,id=host",
+		"-netdev", "tap,id=n0,ifname=" + g.Tap + ",script=no,downscript=no",
+		"-device", "virtio-net-pci,netdev=n0,mac=" + g.MAC,
+		"-virtfs", "local,path=" + g.share() + ",mount_tag=host,security_model=none,id=host",
 		"-display", "none", "-vga", "none", "-nodefaults", "-no-user-config",
 		"-no-reboot", "-monitor", "none",
-		"-serial", "file:" + console,
+		"-serial", "file:" + g.console(),
 	}
-}
-
-var agentSeq atomic.Int64
-
-// ExitError is a guest command that ran and exited non-zero.
-type ExitError struct {
-	Code   int
-	Output string
-}
-
-func (e *ExitError) Error() string {
-	return fmt.Sprintf("exit status %d: %s", e.Code, strings.TrimSpace(e.Output))
-}
-
-// Exec runs script with sh in the guest (as root, in /root) and returns
-// its standard output and error. A non-zero exit is an *ExitError; ctx
-// bounds the wait (the script keeps running in the guest).
-func (n *Node) Exec(ctx context.Context, script string) (string, error) {
-	dir := filepath.Join(n.Dir, "share", "agent")
-	id := fmt.Sprintf("%d-%d-%d", os.Getpid(), time.Now().UnixNano(), agentSeq.Add(1))
-	base := filepath.Join(dir, id)
-	if err := os.WriteFile(base+".tmp", []byte(script), 0o644); err != nil {
-		return "", fmt.Errorf("node: exec: %w", err)
-	}
-	if err := os.Rename(base+".tmp", base+".sh"); err != nil {
-		return "", fmt.Errorf("node: exec: %w", err)
-	}
-	var rc []byte
-	err := poll(ctx, "guest command", func() error {
-		var err error
-		rc, err = os.ReadFile(base + ".rc")
-		return err
-	}, nil)
-	if err != nil {
-		return "", err
-	}
-	out, _ := os.ReadFile(base + ".out")
-	for _, ext := range []string{".rc", ".out", ".run"} {
-		os.Remove(base + ext)
-	}
-	code, err := strconv.Atoi(strings.TrimSpace(string(rc)))
-	if err != nil {
-		return string(out), fmt.Errorf("node: exec: malformed exit status %q", rc)
-	}
-	if code != 0 {
-		return string(out), &ExitError{Code: code, Output: string(out)}
-	}
-	return string(out), nil
-}
-
-// guestMark reads a stage marker guest/init.sh wrote: the guest's uptime
-// in seconds when it reached the stage.
-func (n *Node) guestMark(stage string) (float64, bool) {
-	b, err := os.ReadFile(filepath.Join(n.Dir, "share", "state", stage))
-	if err != nil {
-		return 0, false
-	}
-	v, err := strconv.ParseFloat(strings.TrimSpace(string(b)), 64)
-	return v, err == nil
-}
-
-// consoleTail is the end of the guest's console, for errors.
-func (n *Node) consoleTail(lines int) string {
-	return tail(filepath.Join(n.Dir, "console.log"), lines)
 }
 
 func tail(path string, lines int) string {
@@ -349,44 +293,3 @@ func poll(ctx context.Context, what string, try func() error, check func() error
 const pollInterval = 250 * time.Millisecond
 
 var errGone = errors.New("exited")
-
-// GuestFilesDir is where PutFile's files are in the guest (the share).
-const GuestFilesDir = "/mnt/host/files"
-
-// PutFile writes data to the share as name and returns its path in the
-// guest (under GuestFilesDir): a binary or a configuration a guest
-// command then runs or reads.
-func (n *Node) PutFile(name string, data []byte, mode os.FileMode) (string, error) {
-	dir := filepath.Join(n.Dir, "share", "files")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("node: %w", err)
-	}
-	path := filepath.Join(dir, name)
-	if err := os.WriteFile(path+".tmp", data, mode); err != nil {
-		return "", fmt.Errorf("node: %w", err)
-	}
-	if err := os.Rename(path+".tmp", path); err != nil {
-		return "", fmt.Errorf("node: %w", err)
-	}
-	return GuestFilesDir + "/" + name, nil
-}
-
-// Import imports img into the running node's containerd unless this disk
-// already has this content (guest/init.sh's markers) and containerd still
-// has the reference, as Up does for Options.Images: a node reused by
-// another command gets the current image.
-func (n *Node) Import(ctx context.Context, img Image) error {
-	name, err := img.importName()
-	if err != nil {
-		return err
-	}
-	if err := copyFile(img.Path, filepath.Join(n.Dir, "share", "images", name+".tar")); err != nil {
-		return err
-	}
-	marker := "/var/lib/switchyard-node/imported/" + name
-	script := fmt.Sprintf("{ [ -e %[1]s ] && ctr -n k8s.io images ls -q | grep -q '%[3]s$'; } || { ctr -n k8s.io images import --platform linux/amd64 /mnt/host/images/%[2]s.tar >/dev/null && touch %[1]s; }", marker, name, img.Ref)
-	if _, err := n.Exec(ctx, script); err != nil {
-		return fmt.Errorf("node: import %s: %w", img.Ref, err)
-	}
-	return nil
-}

@@ -17,9 +17,10 @@
 #
 #   make node-up                       # then: bin/nodelab kubectl get nodes
 #   make node-up NODE_IMAGE=1          # also make image's switchyard image
+#   make node-up NODE_UP_FLAGS='-nodes 2'   # two guests on one L2 (node1, node2)
 #   make node-down
 #
-# NODE_UP_FLAGS goes to `nodelab up` (-mem 3072 -cpus 2).
+# NODE_UP_FLAGS goes to `nodelab up` (-nodes 2 -mem 3072 -cpus 2).
 NODE_UP_FLAGS ?=
 NODE_IMAGE ?=
 NODELAB := $(BIN)/nodelab
@@ -43,7 +44,10 @@ node-down:
 # pod and reaches it from the host namespace, the guest and kubectl exec,
 # deploys Switchyard from make image's image with
 # test/tools/image/deploy and reaches a ClusterIP Service through it, and
-# takes the node down. Not part of `make test`. NODE_RUN is -run.
+# takes the node down; TestTwoNodes (NODE_RUN=TestTwoNodes) does the same
+# across two guests: pod to pod between the nodes, Switchyard on both, a
+# ClusterIP and a NodePort reaching a backend on the other node. Not part
+# of `make test`. NODE_RUN is -run.
 NODE_RUN ?= ^TestNode$$
 .PHONY: test-node
 test-node: image
@@ -51,4 +55,4 @@ test-node: image
 	@$(NODE_DEPS)
 	@assets=$$(test/node/assets.sh $(NODE_KUBE_FLAGS)) && eval "$$assets" && \
 	SWITCHYARD_KUBE_BIN=$$bin SWITCHYARD_NODE_ROOTFS=$$rootfs SWITCHYARD_NODE_USERLAND=$$userland SWITCHYARD_NODE_IMAGE=$(CURDIR)/$(BIN)/image/switchyard.tar \
-	$(GO) test -tags node -count=1 -v -timeout 40m -run '$(NODE_RUN)' $(GOTEST_FLAGS) ./test/node/
+	$(GO) test -tags node -count=1 -v -timeout 60m -run '$(NODE_RUN)' $(GOTEST_FLAGS) ./test/node/

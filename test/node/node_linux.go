@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -13,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,15 +29,17 @@ import (
 )
 
 // The node's fixed names and addresses. The namespace keeps them off the
-// host's own network.
+// host's own network. TapName, NodeIP, NodeMAC, NodeName and PodCIDR are
+// the first guest's (Guest has every guest's).
 const (
-	NetnsName = "switchyard-node"
-	TapName   = "synode0"
-	HostIP    = "192.168.100.1" // the tap, where the API server listens
-	NodeIP    = "192.168.100.2" // the guest's NIC, the Node's InternalIP
-	PrefixLen = 24
-	NodeMAC   = "52:54:00:53:59:02"
-	NodeName  = "node1"
+	NetnsName  = "switchyard-node"
+	BridgeName = "synodebr"      // the guests' taps are its ports
+	HostIP     = "192.168.100.1" // the bridge, where the API server listens
+	TapName    = "synode0"
+	NodeIP     = "192.168.100.2" // the guest's NIC, the Node's InternalIP
+	PrefixLen  = 24
+	NodeMAC    = "52:54:00:53:59:02"
+	NodeName   = "node1"
 	// APIPort is 443 and the namespace also holds KubernetesServiceIP, so
 	// that in-cluster clients (a service proxy's DaemonSet among them)
 	// reach the API server at the kubernetes Service's ClusterIP before any
@@ -46,6 +48,7 @@ const (
 	// Service, the guest's own dataplane takes that traffic.
 	APIPort             = 443
 	PodCIDR             = "10.244.0.0/24"
+	ClusterPodCIDR      = "10.244.0.0/16" // every guest's PodCIDR
 	ServiceCIDR         = "10.96.0.0/16"
 	KubernetesServiceIP = "10.96.0.1"
 	ClusterDNSIP        = "10.96.0.10"
@@ -73,7 +76,15 @@ type Options struct {
 	// Images are docker archives imported besides pause and agnhost
 	// (make image's bin/image/switchyard.tar), by reference.
 	Images []Image
-	// MemoryMB and CPUs size the guest: default 2048 and 2.
+	// Guests is how many nodes (VMs) to run: default 1, at most
+	// MaxGuests. Each has its own disk, imports the images on its first
+	// boot, and costs a TCG guest's memory and CPU again.
+	Guests int
+	// MemoryMB and CPUs size each guest: default 2048 and 2 for a lone
+	// guest, 1 CPU each for more. Two 2-CPU guests on this 2-core host
+	// (four TCG vCPU threads) booted together locked one up: both vCPUs of
+	// node1 in kubelet threads, "soft lockup - CPU#0 stuck for 223s",
+	// its agent silent, while node2 imported its images (2026-12-07).
 	MemoryMB, CPUs int
 	// Timeout bounds Up: default 30 minutes. A first boot imports the
 	// images under TCG: at load average 37 agnhost's import alone took
@@ -101,7 +112,10 @@ type Node struct {
 	KubeBin string
 	Admin   *rest.Config
 	Client  kubernetes.Interface
-	// Timings of Up, for reports.
+	// Guests are the nodes' VMs, the first one's first.
+	Guests []*Guest
+	// Timings of Up, for reports (the last guest's boot, the first
+	// guest's stages).
 	Timings Timings
 
 	ns *netns.Unnamed
@@ -110,8 +124,8 @@ type Node struct {
 // Timings are what Up measured.
 type Timings struct {
 	ControlPlane time.Duration // namespace and control plane up to /readyz
-	BootToReady  time.Duration // qemu start to the Node Ready
-	BootToImages time.Duration // qemu start to the images imported
+	BootToReady  time.Duration // qemu start to every Node Ready
+	BootToImages time.Duration // qemu start to the images imported on every guest
 	// Guest stages, the guest's uptime when guest/init.sh reached them.
 	GuestInit, GuestContainerd, GuestKubelet float64
 }
@@ -130,6 +144,9 @@ func Up(ctx context.Context, o Options) (_ *Node, err error) {
 	log := o.Log
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
+	if o.Guests < 1 || o.Guests > MaxGuests {
+		return nil, fmt.Errorf("node: %d guests, want 1 to %d", o.Guests, MaxGuests)
+	}
 	if procs := readProcs(o.Dir); len(procs) > 0 {
 		return nil, fmt.Errorf("node: already up (%s runs, pid %d): take it down first (make node-down)", procs[0].Name, procs[0].PID)
 	}
@@ -151,9 +168,12 @@ func Up(ctx context.Context, o Options) (_ *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
-	disk, err := ensureDisk(cache, o.Rootfs)
-	if err != nil {
-		return nil, err
+	guests := guestsAt(o.Dir, o.Guests)
+	disks := make([]string, len(guests))
+	for i, g := range guests {
+		if disks[i], err = ensureDisk(cache, o.Rootfs, g); err != nil {
+			return nil, err
+		}
 	}
 	images, err := EnsureImages(ctx, filepath.Join(cache, "images"), o.KubeBin, o.Userland)
 	if err != nil {
@@ -165,28 +185,35 @@ func Up(ctx context.Context, o Options) (_ *Node, err error) {
 	if err := os.RemoveAll(o.Dir); err != nil {
 		return nil, fmt.Errorf("node: clear %s: %w", o.Dir, err)
 	}
-	share := filepath.Join(o.Dir, "share")
-	if err := os.MkdirAll(share, 0o755); err != nil {
-		return nil, fmt.Errorf("node: %w", err)
+	for _, g := range guests {
+		if err := os.MkdirAll(g.share(), 0o755); err != nil {
+			return nil, fmt.Errorf("node: %w", err)
+		}
 	}
-	if err := writePKI(o.Dir, share); err != nil {
+	if err := writePKI(o.Dir, guests); err != nil {
 		return nil, err
 	}
-	if err := writeShare(share, o.KubeBin, images); err != nil {
-		return nil, err
+	for _, g := range guests {
+		if err := writeShare(g, guests, o.KubeBin, images); err != nil {
+			return nil, err
+		}
 	}
-	if err := os.WriteFile(filepath.Join(o.Dir, "kube-bin"), []byte(o.KubeBin), 0o644); err != nil {
-		return nil, fmt.Errorf("node: %w", err)
+	for name, data := range map[string]string{"kube-bin": o.KubeBin, guestCountFile: strconv.Itoa(len(guests))} {
+		if err := os.WriteFile(filepath.Join(o.Dir, name), []byte(data), 0o644); err != nil {
+			return nil, fmt.Errorf("node: %w", err)
+		}
 	}
 	defer func() {
 		if err != nil {
-			err = fmt.Errorf("%w\nguest console (last lines):\n%s", err, tail(filepath.Join(o.Dir, "console.log"), 30))
+			for _, g := range guests {
+				err = fmt.Errorf("%w\n%s console (last lines):\n%s", err, g.Name, tail(g.console(), 30))
+			}
 			_ = Down(context.Background(), o.Dir)
 		}
 	}()
 
 	began := time.Now()
-	if err := createNetns(); err != nil {
+	if err := createNetns(guests); err != nil {
 		return nil, err
 	}
 	n, err := Open(o.Dir)
@@ -210,32 +237,36 @@ func Up(ctx context.Context, o Options) (_ *Node, err error) {
 	n.Timings.ControlPlane = time.Since(began)
 	log.Info("control plane ready", "elapsed", n.Timings.ControlPlane.Round(time.Millisecond))
 
-	console := filepath.Join(o.Dir, "console.log")
+	// One guest after the other, each once the one before is Ready:
+	// two booted at once is when one locked up (Options.CPUs).
 	booted := time.Now()
-	if _, err := startProc(o.Dir, "qemu", qemuArgv(o, assets.Vmlinux, initrd, disk, share, console), os.Environ()); err != nil {
-		return nil, err
-	}
-	log.Info("guest booting", "disk", disk)
-	if err := n.waitNodeReady(ctx); err != nil {
-		return nil, err
+	for i, g := range guests {
+		if _, err := startProc(o.Dir, g.qemuName(), qemuArgv(o, g, assets.Vmlinux, initrd, disks[i]), os.Environ()); err != nil {
+			return nil, err
+		}
+		log.Info("guest booting", "node", g.Name, "disk", disks[i])
+		if err := poll(ctx, "Node "+g.Name+" Ready", func() error { return n.guestReady(ctx, g) }, n.checkGuest); err != nil {
+			return nil, err
+		}
+		log.Info("Node Ready", "node", g.Name, "elapsed", time.Since(booted).Round(time.Millisecond))
 	}
 	n.Timings.BootToReady = time.Since(booted)
-	log.Info("node Ready", "elapsed", n.Timings.BootToReady.Round(time.Millisecond))
+	log.Info("nodes Ready", "nodes", len(guests), "elapsed", n.Timings.BootToReady.Round(time.Millisecond))
 	if err := poll(ctx, "the images imported", func() error {
-		if b, err := os.ReadFile(filepath.Join(share, "state", "import-failed")); err == nil {
-			return fmt.Errorf("%w: import failed: %s", errGone, strings.TrimSpace(string(b)))
-		}
-		if _, ok := n.guestMark("images"); !ok {
-			return errors.New("not yet")
+		for _, g := range guests {
+			if err := g.imported(); err != nil {
+				return err
+			}
 		}
 		return nil
 	}, n.checkGuest); err != nil {
 		return nil, err
 	}
 	n.Timings.BootToImages = time.Since(booted)
-	n.Timings.GuestInit, _ = n.guestMark("init")
-	n.Timings.GuestContainerd, _ = n.guestMark("containerd")
-	n.Timings.GuestKubelet, _ = n.guestMark("kubelet")
+	first := guests[0]
+	n.Timings.GuestInit, _ = first.mark("init")
+	n.Timings.GuestContainerd, _ = first.mark("containerd")
+	n.Timings.GuestKubelet, _ = first.mark("kubelet")
 	log.Info("images imported", "elapsed", n.Timings.BootToImages.Round(time.Millisecond))
 	if err := n.ApplyDNS(ctx); err != nil {
 		return nil, err
@@ -247,11 +278,17 @@ func (o Options) withDefaults() Options {
 	if o.Dir == "" {
 		o.Dir = DefaultDir()
 	}
+	if o.Guests == 0 {
+		o.Guests = 1
+	}
 	if o.MemoryMB == 0 {
 		o.MemoryMB = 2048
 	}
 	if o.CPUs == 0 {
 		o.CPUs = 2
+		if o.Guests > 1 {
+			o.CPUs = 1
+		}
 	}
 	if o.Timeout == 0 {
 		o.Timeout = 30 * time.Minute
@@ -270,7 +307,8 @@ func Open(dir string) (*Node, error) {
 		return nil, fmt.Errorf("node: is it up? %w", err)
 	}
 	kubeBin, _ := os.ReadFile(filepath.Join(dir, "kube-bin"))
-	n := &Node{Dir: dir, Kubeconfig: adminKubeconfig(dir), KubeBin: string(kubeBin), ns: ns}
+	n := &Node{Dir: dir, Kubeconfig: adminKubeconfig(dir), KubeBin: string(kubeBin),
+		Guests: guestsAt(dir, readGuestCount(dir)), ns: ns}
 	cfg, err := clientcmd.BuildConfigFromFlags("", n.Kubeconfig)
 	if err != nil {
 		ns.Close()
@@ -308,15 +346,20 @@ func (n *Node) Kubectl(ctx context.Context, args ...string) *exec.Cmd {
 	return n.Command(ctx, filepath.Join(n.KubeBin, kubectlBin), args...)
 }
 
-// waitNodeReady waits for the Node object's Ready condition.
-func (n *Node) waitNodeReady(ctx context.Context) error {
-	return poll(ctx, "Node "+NodeName+" Ready", func() error { return n.Ready(ctx) }, n.checkGuest)
+// Ready says whether every guest's Node is Ready now: nil, or why not. A
+// command that Opens a node checks it is really up with it.
+func (n *Node) Ready(ctx context.Context) error {
+	for _, g := range n.Guests {
+		if err := n.guestReady(ctx, g); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
-// Ready says whether the Node is Ready now: nil, or why not. A command
-// that Opens a node checks it is really up with it.
-func (n *Node) Ready(ctx context.Context) error {
-	node, err := n.Client.CoreV1().Nodes().Get(ctx, NodeName, metav1.GetOptions{})
+// guestReady is nil when g's Node is Ready, or why not.
+func (n *Node) guestReady(ctx context.Context, g *Guest) error {
+	node, err := n.Client.CoreV1().Nodes().Get(ctx, g.Name, metav1.GetOptions{})
 	if err != nil {
 		return err
 	}
@@ -325,10 +368,10 @@ func (n *Node) Ready(ctx context.Context) error {
 			if c.Status == corev1.ConditionTrue {
 				return nil
 			}
-			return fmt.Errorf("condition Ready is %s: %s", c.Status, c.Message)
+			return fmt.Errorf("Node %s: condition Ready is %s: %s", g.Name, c.Status, c.Message)
 		}
 	}
-	return errors.New("no Ready condition yet")
+	return fmt.Errorf("Node %s: no Ready condition yet", g.Name)
 }
 
 // checkProcs fails when a control-plane process died.
@@ -346,39 +389,73 @@ func (n *Node) checkProcs() error {
 	return nil
 }
 
-// checkGuest is checkProcs, qemu included, plus the boot's own failures.
+// checkGuest is checkProcs, the guests' qemu included, plus their boots'
+// own failures.
 func (n *Node) checkGuest() error {
 	if err := n.checkProcs(); err != nil {
 		return err
 	}
-	if c := n.consoleTail(5); strings.Contains(c, "node boot:") && !strings.Contains(c, "switching root") {
-		return fmt.Errorf("boot failed: %s", c)
+	for _, g := range n.Guests {
+		if err := g.bootFailed(); err != nil {
+			return err
+		}
 	}
 	return nil
 }
 
-// Down stops the node whose state is in dir: the guest is asked to sync
-// and power off (its disk is kept), then every recorded process is
-// stopped and the namespace deleted. It succeeds when nothing runs.
+// Exec runs script in the first guest (Guest.Exec).
+func (n *Node) Exec(ctx context.Context, script string) (string, error) {
+	return n.Guests[0].Exec(ctx, script)
+}
+
+// PutFile writes data as name to every guest's share and returns its path
+// in the guests (Guest.PutFile).
+func (n *Node) PutFile(name string, data []byte, mode os.FileMode) (string, error) {
+	var path string
+	for _, g := range n.Guests {
+		var err error
+		if path, err = g.PutFile(name, data, mode); err != nil {
+			return "", err
+		}
+	}
+	return path, nil
+}
+
+// Import imports img on every guest (Guest.Import), as a DaemonSet's
+// image must be on each node.
+func (n *Node) Import(ctx context.Context, img Image) error {
+	for _, g := range n.Guests {
+		if err := g.Import(ctx, img); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Down stops the node whose state is in dir: the guests are asked to
+// sync and power off (their disks are kept), then every recorded process
+// is stopped and the namespace deleted. It succeeds when nothing runs.
 func Down(ctx context.Context, dir string) error {
 	procs := readProcs(dir)
-	for _, p := range procs {
-		if p.Name != "qemu" {
+	var wg sync.WaitGroup
+	for _, g := range guestsAt(dir, readGuestCount(dir)) {
+		i := slices.IndexFunc(procs, func(p proc) bool { return p.Name == g.qemuName() })
+		if i < 0 {
 			continue
 		}
-		if n, err := Open(dir); err == nil {
+		p := procs[i]
+		wg.Go(func() {
 			ectx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			_, _ = n.Exec(ectx, "sync; (sleep 1; busybox poweroff -f) >/dev/null 2>&1 &")
+			_, _ = g.Exec(ectx, "sync; (sleep 1; busybox poweroff -f) >/dev/null 2>&1 &")
 			cancel()
-			n.Close()
-		}
-		deadline := time.Now().Add(60 * time.Second)
-		for p.alive() && time.Now().Before(deadline) {
-			time.Sleep(200 * time.Millisecond)
-		}
-		p.stop(10 * time.Second)
+			deadline := time.Now().Add(60 * time.Second)
+			for p.alive() && time.Now().Before(deadline) {
+				time.Sleep(200 * time.Millisecond)
+			}
+			p.stop(10 * time.Second)
+		})
 	}
-	var wg sync.WaitGroup
+	wg.Wait()
 	for _, p := range procs {
 		wg.Go(func() { p.stop(10 * time.Second) })
 	}
@@ -391,20 +468,26 @@ func Down(ctx context.Context, dir string) error {
 }
 
 // createNetns makes the namespace with lo up (and KubernetesServiceIP on
-// it, see APIPort), the tap with HostIP and the route to the pod network
-// via the node. A namespace left by a node that
-// is no longer running is replaced.
-func createNetns() error {
+// it, see APIPort), the bridge with HostIP, each guest's tap a port of it,
+// and a route to each guest's pod network via the guest. A namespace left
+// by a node that is no longer running is replaced.
+func createNetns(guests []*Guest) error {
 	deleteNetns()
-	for _, argv := range [][]string{
+	argvs := [][]string{
 		{"ip", "netns", "add", NetnsName},
 		{"ip", "-n", NetnsName, "link", "set", "lo", "up"},
-		{"ip", "-n", NetnsName, "tuntap", "add", "dev", TapName, "mode", "tap"},
-		{"ip", "-n", NetnsName, "addr", "add", HostIP + "/" + strconv.Itoa(PrefixLen), "dev", TapName},
-		{"ip", "-n", NetnsName, "link", "set", TapName, "up"},
-		{"ip", "-n", NetnsName, "route", "add", PodCIDR, "via", NodeIP, "dev", TapName, "onlink"},
-		{"ip", "-n", NetnsName, "addr", "add", KubernetesServiceIP + "/32", "dev", "lo"},
-	} {
+		{"ip", "-n", NetnsName, "link", "add", BridgeName, "type", "bridge"},
+		{"ip", "-n", NetnsName, "addr", "add", HostIP + "/" + strconv.Itoa(PrefixLen), "dev", BridgeName},
+		{"ip", "-n", NetnsName, "link", "set", BridgeName, "up"},
+	}
+	for _, g := range guests {
+		argvs = append(argvs,
+			[]string{"ip", "-n", NetnsName, "tuntap", "add", "dev", g.Tap, "mode", "tap"},
+			[]string{"ip", "-n", NetnsName, "link", "set", g.Tap, "master", BridgeName, "up"},
+			[]string{"ip", "-n", NetnsName, "route", "add", g.PodCIDR, "via", g.IP, "dev", BridgeName, "onlink"})
+	}
+	argvs = append(argvs, []string{"ip", "-n", NetnsName, "addr", "add", KubernetesServiceIP + "/32", "dev", "lo"})
+	for _, argv := range argvs {
 		if b, err := exec.Command(argv[0], argv[1:]...).CombinedOutput(); err != nil {
 			return fmt.Errorf("node: %s: %w: %s", strings.Join(argv, " "), err, strings.TrimSpace(string(b)))
 		}
@@ -447,7 +530,7 @@ func deleteNetns() {
 }
 
 // PodHTTP makes one HTTP GET from the host namespace to a pod address and
-// returns the body (the route to PodCIDR goes via the node).
+// returns the body (the route to each pod CIDR goes via its guest).
 func (n *Node) PodHTTP(ctx context.Context, addr, path string) (string, error) {
 	port, err := netns.NextSourcePort()
 	if err != nil {

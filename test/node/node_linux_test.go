@@ -44,33 +44,8 @@ const (
 // kubectl apply -k test/tools/image/deploy) and reaches a ClusterIP
 // Service through it; then takes the node down.
 func TestNode(t *testing.T) {
-	kubeBin, rootfs, userland, image := os.Getenv(envKubeBin), os.Getenv(envRootfs), os.Getenv(envUserland), os.Getenv(envImage)
-	if kubeBin == "" || rootfs == "" || userland == "" || image == "" {
-		t.Fatalf("%s, %s, %s and %s must be set (make test-node sets them)", envKubeBin, envRootfs, envUserland, envImage)
-	}
 	ctx := t.Context()
-	n, err := node.Up(ctx, node.Options{
-		KubeBin: kubeBin, Rootfs: rootfs, Userland: userland,
-		Images: []node.Image{{Ref: "switchyard:dev", Path: image}},
-		Log:    slog.New(slog.NewTextHandler(testWriter{t}, nil)),
-	})
-	if err != nil {
-		t.Fatalf("node up: %v", err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			out, _ := n.Exec(context.Background(), "tail -n 40 /var/log/kubelet.log")
-			t.Logf("kubelet log:\n%s", out)
-		}
-		n.Close()
-		if err := node.Down(context.Background(), n.Dir); err != nil {
-			t.Errorf("node down: %v", err)
-		}
-		if _, err := os.Stat("/run/netns/" + node.NetnsName); err == nil {
-			t.Errorf("namespace %s left after Down", node.NetnsName)
-		}
-	})
-	t.Logf("node up: %s", n.Timings)
+	n := up(t, 1)
 
 	t.Run("ImagesImported", func(t *testing.T) {
 		out := guest(t, n, "ctr -n k8s.io images ls -q")
@@ -131,21 +106,7 @@ func TestNode(t *testing.T) {
 		}
 		waitPodReady(t, n, "default", pod.Name)
 		url := "http://" + svc.Spec.ClusterIP + "/hostname"
-		// The Service reaches IPVS once Switchyard sees the EndpointSlice;
-		// until then the ClusterIP refuses (it is on switchyard0 already).
-		deadline := time.Now().Add(podTimeout)
-		for {
-			// busybox wget: its -T (timeout) option segfaults in Debian 12's busybox-static.
-			out, err := guestTry(t, n, "busybox wget -qO- "+url)
-			if err == nil && out == pod.Name {
-				break
-			}
-			if time.Now().After(deadline) {
-				table, _ := guestTry(t, n, "ipvsadm -Ln")
-				t.Fatalf("GET %s from the guest = %q, %v; want %q\nIPVS:\n%s", url, out, err, pod.Name, table)
-			}
-			time.Sleep(2 * time.Second)
-		}
+		waitGuestGet(t, n, url, pod.Name)
 		// From inside the pod too: hairpin through its own Service.
 		out, err := kubectl(t, n, "exec", "-n", "default", pod.Name, "--", "wget", "-qO-", url)
 		if err != nil || out != pod.Name {
@@ -154,9 +115,64 @@ func TestNode(t *testing.T) {
 	})
 }
 
+// up brings the node up with guests guests and the switchyard image, and
+// takes it down when the test ends (checking the namespace is gone).
+func up(t *testing.T, guests int) *node.Node {
+	t.Helper()
+	kubeBin, rootfs, userland, image := os.Getenv(envKubeBin), os.Getenv(envRootfs), os.Getenv(envUserland), os.Getenv(envImage)
+	if kubeBin == "" || rootfs == "" || userland == "" || image == "" {
+		t.Fatalf("%s, %s, %s and %s must be set (make test-node sets them)", envKubeBin, envRootfs, envUserland, envImage)
+	}
+	n, err := node.Up(t.Context(), node.Options{
+		KubeBin: kubeBin, Rootfs: rootfs, Userland: userland, Guests: guests,
+		Images: []node.Image{{Ref: "switchyard:dev", Path: image}},
+		Log:    slog.New(slog.NewTextHandler(testWriter{t}, nil)),
+	})
+	if err != nil {
+		t.Fatalf("node up: %v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, g := range n.Guests {
+				out, _ := g.Exec(context.Background(), "tail -n 40 /var/log/kubelet.log")
+				t.Logf("%s kubelet log:\n%s", g.Name, out)
+			}
+		}
+		n.Close()
+		if err := node.Down(context.Background(), n.Dir); err != nil {
+			t.Errorf("node down: %v", err)
+		}
+		if _, err := os.Stat("/run/netns/" + node.NetnsName); err == nil {
+			t.Errorf("namespace %s left after Down", node.NetnsName)
+		}
+	})
+	t.Logf("node up (%d guests): %s", guests, n.Timings)
+	return n
+}
+
+// waitGuestGet GETs url from the guest until it answers want. A Service
+// reaches the kernel once the proxy sees its EndpointSlice; until then
+// its ClusterIP refuses.
+func waitGuestGet(t *testing.T, g execer, url, want string) {
+	t.Helper()
+	deadline := time.Now().Add(podTimeout)
+	for {
+		// busybox wget: its -T (timeout) option segfaults in Debian 12's busybox-static.
+		out, err := guestTry(t, g, "busybox wget -qO- "+url)
+		if err == nil && out == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			table, _ := guestTry(t, g, "ipvsadm -Ln")
+			t.Fatalf("GET %s from the guest = %q, %v; want %q\nIPVS:\n%s", url, out, err, want, table)
+		}
+		time.Sleep(2 * time.Second)
+	}
+}
+
 // waitDaemonSetReady waits until every scheduled pod of the DaemonSet is
-// ready, at least one.
-func waitDaemonSetReady(t *testing.T, n *node.Node, ns, name string) {
+// ready, at least one, and returns how many are.
+func waitDaemonSetReady(t *testing.T, n *node.Node, ns, name string) int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), podTimeout)
 	defer cancel()
@@ -167,7 +183,7 @@ func waitDaemonSetReady(t *testing.T, n *node.Node, ns, name string) {
 			st := ds.Status
 			last = fmt.Sprintf("desired %d, ready %d", st.DesiredNumberScheduled, st.NumberReady)
 			if st.DesiredNumberScheduled > 0 && st.NumberReady == st.DesiredNumberScheduled {
-				return
+				return int(st.NumberReady)
 			}
 		} else {
 			last = err.Error()
@@ -227,10 +243,16 @@ func waitPodReady(t *testing.T, n *node.Node, ns, name string) string {
 	}
 }
 
+// execer runs a script in a guest: a *node.Node (its first guest) or a
+// *node.Guest.
+type execer interface {
+	Exec(ctx context.Context, script string) (string, error)
+}
+
 // guest runs script in the guest and returns its trimmed output.
-func guest(t *testing.T, n *node.Node, script string) string {
+func guest(t *testing.T, g execer, script string) string {
 	t.Helper()
-	out, err := guestTry(t, n, script)
+	out, err := guestTry(t, g, script)
 	if err != nil {
 		t.Fatalf("guest %q: %v", script, err)
 	}
@@ -238,10 +260,10 @@ func guest(t *testing.T, n *node.Node, script string) string {
 }
 
 // guestTry runs script in the guest within callTimeout.
-func guestTry(t *testing.T, n *node.Node, script string) (string, error) {
+func guestTry(t *testing.T, g execer, script string) (string, error) {
 	ctx, cancel := context.WithTimeout(t.Context(), callTimeout)
 	defer cancel()
-	out, err := n.Exec(ctx, script)
+	out, err := g.Exec(ctx, script)
 	return strings.TrimSpace(out), err
 }
 

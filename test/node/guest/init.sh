@@ -50,6 +50,11 @@ done
 ip addr add "$NODE_IP/$PREFIX_LEN" dev "$nic"
 ip link set "$nic" up
 ip route add default via "$HOST_IP"
+# The other guests' pod networks, each via its guest (CIDR=VIA): one L2,
+# no overlay.
+for r in $ROUTES; do
+	ip route add "${r%%=*}" via "${r#*=}" dev "$nic" || echo "node init: route $r failed"
+done
 mark network
 
 mkdir -p /etc/containerd /etc/cni/net.d /var/lib/switchyard-node/imported /usr/local/bin

@@ -77,6 +77,7 @@ func run(ctx context.Context, args []string) error {
 	rollout := fs.Bool("rollout", false, "instead of e2e.test: kubectl rollout restart of the Switchyard DaemonSet under traffic, measured (results in -results/rollout.json)")
 	switchProxies := fs.Bool("switch", false, "instead of e2e.test: the node switched from kube-proxy (IPVS mode) to Switchyard with --cleanup-kube-proxy and back with --cleanup under traffic, measured (results in -results/switch.json)")
 	detectLocal := fs.Bool("detect-local", false, "instead of e2e.test: Switchyard's detect-local picking up the Node's pod CIDR (patched in when it has none) without a restart (results in -results/detect-local.json)")
+	nodes := fs.Int("nodes", 1, fmt.Sprintf("how many nodes (guests) the cluster has, 1 to %d: the multi-node specs need 2 (a running node with another count is not reused)", node.MaxGuests))
 	requirePass := fs.Bool("require-pass", false, "fail when a selected spec failed or none passed")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -92,7 +93,7 @@ func run(ctx context.Context, args []string) error {
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	cfg := runConfig{
 		dir: *dir, kubeBin: *kubeBin, rootfs: *rootfs, userland: *userland, image: *image,
-		swBin: *swBin, deploy: *deploy, proxies: strings.Split(*proxies, ","),
+		swBin: *swBin, deploy: *deploy, proxies: strings.Split(*proxies, ","), nodes: *nodes,
 		e2e: conformance.E2E{
 			Bin: filepath.Join(*kubeBin, "e2e.test"), Kubectl: filepath.Join(*kubeBin, "kubectl"),
 			Focus: *focus, Skip: *skip, Timeout: *timeout,
@@ -177,6 +178,10 @@ func openNode(ctx context.Context, log *slog.Logger, c runConfig) (*node.Node, e
 		err = n.Ready(rctx)
 		cancel()
 	}
+	if err == nil && len(n.Guests) != c.nodes {
+		n.Close()
+		return nil, fmt.Errorf("conformance: the running node has %d guests, want %d: take it down first (make node-down)", len(n.Guests), c.nodes)
+	}
 	if err == nil {
 		log.Info("reusing the running node", "dir", c.dir)
 		if err := n.Import(ctx, swImage); err != nil {
@@ -194,7 +199,7 @@ func openNode(ctx context.Context, log *slog.Logger, c runConfig) (*node.Node, e
 		log.Info("bringing the node up")
 		n, err = node.Up(ctx, node.Options{
 			Dir: c.dir, KubeBin: c.kubeBin, Rootfs: c.rootfs, Userland: c.userland,
-			Images: []node.Image{swImage}, Log: log,
+			Guests: c.nodes, Images: []node.Image{swImage}, Log: log,
 		})
 		if err != nil {
 			return nil, err
@@ -207,6 +212,7 @@ func openNode(ctx context.Context, log *slog.Logger, c runConfig) (*node.Node, e
 type runConfig struct {
 	dir, kubeBin, rootfs, userland, image, swBin, deploy string
 	proxies                                              []string
+	nodes                                                int
 	e2e                                                  conformance.E2E
 }
 

@@ -1,13 +1,14 @@
 // Command nodelab brings test/node's real Kubernetes node up and down and
 // runs commands on it (make node-up, make node-down):
 //
-//	nodelab up -kube-bin DIR -rootfs FILE -userland FILE [-image REF=ARCHIVE]... [-mem MB] [-cpus N]
+//	nodelab up -kube-bin DIR -rootfs FILE -userland FILE [-image REF=ARCHIVE]... [-nodes N] [-mem MB] [-cpus N]
 //	nodelab down
 //	nodelab kubectl ARGS...      kubectl with the admin kubeconfig, in the node's namespace
 //	nodelab host CMD ARGS...     any host command in the node's namespace (curl a pod IP)
-//	nodelab exec SCRIPT          a shell script in the guest, through the command agent
+//	nodelab exec [-node NAME] SCRIPT
+//	                             a shell script in a guest (default the first), through its command agent
 //
-// up and down take flags after the command; -dir is the state directory
+// up, down and exec take flags after the command; -dir is the state directory
 // (default $SWITCHYARD_CACHE/node/run, which the other commands use).
 package main
 
@@ -20,6 +21,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -56,13 +58,15 @@ func run(ctx context.Context, args []string) (int, error) {
 	userland := fs.String("userland", "", "agnhost's userland tar (test/node/userland.sh)")
 	mem := fs.Int("mem", 0, "guest memory in MiB (default 2048)")
 	cpus := fs.Int("cpus", 0, "guest CPUs (default 2)")
+	guests := fs.Int("nodes", 1, fmt.Sprintf("how many nodes (guests) to run, 1 to %d", node.MaxGuests))
+	guestName := fs.String("node", node.NodeName, "exec: the guest to run the script in")
 	var images imageFlags
 	fs.Var(&images, "image", "REF=ARCHIVE: a docker archive to import too (repeatable)")
 	if len(args) == 0 {
 		return 2, errors.New("usage: nodelab up|down|kubectl|host|exec [flags] [args]")
 	}
 	command, rest := args[0], args[1:]
-	if command == "up" || command == "down" {
+	if command == "up" || command == "down" || command == "exec" {
 		if err := fs.Parse(rest); err != nil {
 			return 2, nil
 		}
@@ -76,13 +80,17 @@ func run(ctx context.Context, args []string) (int, error) {
 		log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 		n, err := node.Up(ctx, node.Options{
 			Dir: *dir, KubeBin: *kubeBin, Rootfs: *rootfs, Userland: *userland, Images: images,
-			MemoryMB: *mem, CPUs: *cpus, Log: log,
+			Guests: *guests, MemoryMB: *mem, CPUs: *cpus, Log: log,
 		})
 		if err != nil {
 			return 1, err
 		}
 		defer n.Close()
-		fmt.Printf("node %s Ready: %s\n", node.NodeName, n.Timings)
+		names := make([]string, len(n.Guests))
+		for i, g := range n.Guests {
+			names[i] = g.Name
+		}
+		fmt.Printf("nodes %s Ready: %s\n", strings.Join(names, ", "), n.Timings)
 		fmt.Printf("kubectl: %s kubectl get pods -A    guest: %s exec 'ctr -n k8s.io containers ls'    down: make node-down\n", os.Args[0], os.Args[0])
 		return 0, nil
 	case "down":
@@ -110,7 +118,11 @@ func run(ctx context.Context, args []string) (int, error) {
 			return 1, err
 		}
 		defer n.Close()
-		out, err := n.Exec(ctx, strings.Join(rest, " "))
+		i := slices.IndexFunc(n.Guests, func(g *node.Guest) bool { return g.Name == *guestName })
+		if i < 0 {
+			return 2, fmt.Errorf("no node %q", *guestName)
+		}
+		out, err := n.Guests[i].Exec(ctx, strings.Join(rest, " "))
 		fmt.Print(out)
 		var ee *node.ExitError
 		if errors.As(err, &ee) {
