@@ -32,6 +32,16 @@ const (
 	// CoreDNSImage is the CoreDNS kubeadm v1.36 deploys
 	// (kube-binaries.sh --coredns builds the binary).
 	CoreDNSImage = "registry.k8s.io/coredns/coredns:v1.14.2"
+	// The images of the multi-node Conntrack and KubeProxy specs
+	// (test/utils/image's configs): BusyBox runs an init container's
+	// `sh -c "echo ... && sleep 15"`, distroless-iptables a hostNetwork
+	// pod's `sleep 600`, `test -f /proc/net/nf_conntrack` and `cat | grep`;
+	// both are stand-ins over agnhost's userland, which has those tools.
+	// regression-issue-74839 is upstream's program (kube-binaries.sh
+	// --agnhost builds it) over the same userland, as its Debian base.
+	BusyBoxImage            = "registry.k8s.io/e2e-test-images/busybox:1.37.0-1"
+	DistrolessIptablesImage = "registry.k8s.io/build-image/distroless-iptables:v0.9.6"
+	Regression74839Image    = "registry.k8s.io/e2e-test-images/regression-issue-74839:1.4"
 )
 
 // KubeVersion is the kubernetes release the node's binaries and images
@@ -75,12 +85,14 @@ func (i Image) importName() (string, error) {
 	return r.Replace(i.Ref) + "-" + h[:12], nil
 }
 
-// EnsureImages builds the pause, agnhost and CoreDNS images from source,
+// EnsureImages builds the images the node imports from source,
 // once, into cacheDir: pause from upstream's build/pause/linux/pause.c in
 // the k8s.io/kubernetes module (gcc -static); agnhost from the static
 // binary kube-binaries.sh --agnhost built (kubeBin/agnhost) over userland,
 // the tar test/node/userland.sh writes (upstream's image's tools from
-// Debian); CoreDNS from kube-binaries.sh --coredns's kubeBin/coredns.
+// Debian); CoreDNS from kube-binaries.sh --coredns's kubeBin/coredns;
+// BusyBox, distroless-iptables and regression-issue-74839 over the same
+// userland (their constants say why).
 func EnsureImages(ctx context.Context, cacheDir, kubeBin, userland string) ([]Image, error) {
 	if err := os.MkdirAll(cacheDir, 0o755); err != nil {
 		return nil, fmt.Errorf("node: %w", err)
@@ -100,6 +112,10 @@ func EnsureImages(ctx context.Context, cacheDir, kubeBin, userland string) ([]Im
 	if err != nil {
 		return nil, fmt.Errorf("node: coredns (test/tools/kube-binaries.sh --coredns): %w", err)
 	}
+	regression, err := os.ReadFile(filepath.Join(kubeBin, "regression-issue-74839"))
+	if err != nil {
+		return nil, fmt.Errorf("node: regression-issue-74839 (test/tools/kube-binaries.sh --agnhost): %w", err)
+	}
 	specs := []imageSpec{
 		{
 			Ref:        PauseImage,
@@ -112,6 +128,14 @@ func EnsureImages(ctx context.Context, cacheDir, kubeBin, userland string) ([]Im
 			Ref:        CoreDNSImage,
 			Files:      []imageFile{{Name: "coredns", Mode: 0o755, Data: coredns}},
 			Entrypoint: []string{"/coredns"},
+		},
+		{Ref: BusyBoxImage, Base: userland, Cmd: []string{"sh"}},
+		{Ref: DistrolessIptablesImage, Base: userland},
+		{
+			Ref:        Regression74839Image,
+			Base:       userland,
+			Files:      []imageFile{{Name: "regression-issue-74839", Mode: 0o755, Data: regression}},
+			Entrypoint: []string{"/regression-issue-74839"},
 		},
 	}
 	var out []Image

@@ -49,7 +49,8 @@ func TestNode(t *testing.T) {
 
 	t.Run("ImagesImported", func(t *testing.T) {
 		out := guest(t, n, "ctr -n k8s.io images ls -q")
-		for _, ref := range []string{node.PauseImage, node.AgnhostImage, node.CoreDNSImage, switchyardImage} {
+		for _, ref := range []string{node.PauseImage, node.AgnhostImage, node.CoreDNSImage, switchyardImage,
+			node.BusyBoxImage, node.DistrolessIptablesImage, node.Regression74839Image} {
 			if !slices.Contains(strings.Fields(out), ref) {
 				t.Errorf("image %s not in containerd:\n%s", ref, out)
 			}

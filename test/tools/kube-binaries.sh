@@ -17,7 +17,9 @@
 #                                                     control plane, test/node).
 #        test/tools/kube-binaries.sh --agnhost -> also builds agnhost, the e2e test image's
 #                                                     program (k8s.io/kubernetes/test/images/agnhost,
-#                                                     static; test/node makes its image).
+#                                                     static; test/node makes its image), and
+#                                                     regression-issue-74839 (the program of the
+#                                                     Conntrack invalid-state spec's image).
 #        test/tools/kube-binaries.sh --e2e  -> also builds upstream's e2e.test (`go test -c
 #                                                     k8s.io/kubernetes/test/e2e`, static, vet off;
 #                                                     6 minutes at load 17 to 40 at load 18-50, and
@@ -151,10 +153,12 @@ build_coredns() {
 	log "coredns built in ${SECONDS}s"
 }
 
-# build_cmd NAME [PACKAGE [test]]: k8s.io/kubernetes/cmd/NAME (or PACKAGE of
-# k8s.io/kubernetes; with "test", PACKAGE's test binary, go test -c) from its
-# own throwaway module (same replaces as kube-apiserver), statically linked
-# so that it runs in the kernel lab's guest whatever its libc.
+# build_cmd NAME [PACKAGE [test|nohelp]]: k8s.io/kubernetes/cmd/NAME (or
+# PACKAGE of k8s.io/kubernetes; with "test", PACKAGE's test binary, go test
+# -c) from its own throwaway module (same replaces as kube-apiserver),
+# statically linked so that it runs in the kernel lab's guest whatever its
+# libc. The binary must answer --help, but with "nohelp" (a program with no
+# flags, which would run).
 build_cmd() {
 	local cmd=$1 pkg=${2:-k8s.io/kubernetes/cmd/$1} gocmd=(build)
 	# go test -c runs vet too, over every package the test imports (its
@@ -176,7 +180,7 @@ GO
 	 log "building $cmd $KUBE_VERSION (a few minutes, once)"
 	 SECONDS=0
 	 CGO_ENABLED=0 GOFLAGS=-mod=mod go "${gocmd[@]}" -trimpath -ldflags "$ld" -o "$bin/$cmd.tmp" "$pkg"
-	 "$bin/$cmd.tmp" --help >/dev/null 2>&1
+	 [ "${3:-}" = nohelp ] || "$bin/$cmd.tmp" --help >/dev/null 2>&1
 	 mv "$bin/$cmd.tmp" "$bin/$cmd"
 	 log "$cmd built in ${SECONDS}s")
 }
@@ -188,6 +192,8 @@ GO
 [ "$with_cp" = 0 ] || [ -x "$bin/kube-controller-manager" ] || build_cmd kube-controller-manager
 [ "$with_cp" = 0 ] || [ -x "$bin/kube-scheduler" ] || build_cmd kube-scheduler
 [ "$with_agnhost" = 0 ] || [ -x "$bin/agnhost" ] || build_cmd agnhost k8s.io/kubernetes/test/images/agnhost
+[ "$with_agnhost" = 0 ] || [ -x "$bin/regression-issue-74839" ] ||
+	build_cmd regression-issue-74839 k8s.io/kubernetes/test/images/regression-issue-74839 nohelp
 [ "$with_e2e" = 0 ] || [ -x "$bin/e2e.test" ] || build_cmd e2e.test k8s.io/kubernetes/test/e2e test
 [ "$with_coredns" = 0 ] || [ -x "$bin/coredns" ] || build_coredns
 echo "$bin"
