@@ -122,7 +122,9 @@ const containerdConfig = `version = 2
 // cniConfig is a guest's pod network: the bridge cni0, host-local IPAM
 // on its pod CIDR, hairpin on (a pod reaching itself through a Service),
 // no masquerade (the host and the other guests route each pod CIDR to
-// its guest).
+// its guest), and portmap for hostPort (KubeProxy's CLOSE_WAIT spec
+// serves on one: without it the client's connection to the other node
+// never opened and the spec found no conntrack entry).
 func cniConfig(podCIDR string) string {
 	return `{
   "cniVersion": "1.0.0",
@@ -139,7 +141,8 @@ func cniConfig(podCIDR string) string {
         "ranges": [[{"subnet": "` + podCIDR + `"}]],
         "routes": [{"dst": "0.0.0.0/0"}]
       }
-    }
+    },
+    {"type": "portmap", "capabilities": {"portMappings": true}}
   ]
 }
 `

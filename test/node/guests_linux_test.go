@@ -2,6 +2,7 @@ package node
 
 import (
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
 	"os"
 	"path/filepath"
@@ -103,8 +104,31 @@ func TestWriteShare(t *testing.T) {
 	if diff := cmp.Diff(want, env, cmpopts.IgnoreMapEntries(func(k, _ string) bool { _, ok := want[k]; return !ok })); diff != "" {
 		t.Errorf("node2's node.env (-want +got):\n%s", diff)
 	}
-	if cni := read(guests[1], "cni.conflist"); !strings.Contains(cni, `"subnet": "10.244.1.0/24"`) {
-		t.Errorf("node2's CNI configuration has no subnet 10.244.1.0/24:\n%s", cni)
+	var cni struct {
+		Plugins []struct {
+			Type string
+			IPAM struct {
+				Ranges [][]struct{ Subnet string }
+			}
+		}
+	}
+	if err := json.Unmarshal([]byte(read(guests[1], "cni.conflist")), &cni); err != nil {
+		t.Fatalf("node2's CNI configuration: %v", err)
+	}
+	var types, subnets []string
+	for _, p := range cni.Plugins {
+		types = append(types, p.Type)
+		for _, r := range p.IPAM.Ranges {
+			for _, sub := range r {
+				subnets = append(subnets, sub.Subnet)
+			}
+		}
+	}
+	if diff := cmp.Diff([]string{"bridge", "portmap"}, types); diff != "" {
+		t.Errorf("node2's CNI plugins (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"10.244.1.0/24"}, subnets); diff != "" {
+		t.Errorf("node2's pod subnets (-want +got):\n%s", diff)
 	}
 	for _, g := range guests {
 		cfg, err := clientcmd.Load([]byte(read(g, "kubelet.kubeconfig")))
