@@ -45,9 +45,9 @@ node-down:
 # deploys Switchyard from make image's image with
 # test/tools/image/deploy and reaches a ClusterIP Service through it, and
 # takes the node down; TestTwoNodes (NODE_RUN=TestTwoNodes) does the same
-# across two guests: pod to pod between the nodes, Switchyard on both, a
-# ClusterIP and a NodePort reaching a backend on the other node. Not part
-# of `make test`. NODE_RUN is -run.
+# across two guests: pod to pod between the nodes (and through a hostPort),
+# Switchyard on both, a ClusterIP and a NodePort reaching a backend on the
+# other node. Not part of `make test`. NODE_RUN is -run.
 NODE_RUN ?= ^TestNode$$
 .PHONY: test-node
 test-node: image

@@ -73,8 +73,8 @@ type Options struct {
 	Userland string
 	// Lab is the kernel lab's configuration (kernel, busybox).
 	Lab lab.Config
-	// Images are docker archives imported besides pause and agnhost
-	// (make image's bin/image/switchyard.tar), by reference.
+	// Images are docker archives imported besides EnsureImages' (make
+	// image's bin/image/switchyard.tar), by reference.
 	Images []Image
 	// Guests is how many nodes (VMs) to run: default 1, at most
 	// MaxGuests. Each has its own disk, imports the images on its first
@@ -114,8 +114,8 @@ type Node struct {
 	Client  kubernetes.Interface
 	// Guests are the nodes' VMs, the first one's first.
 	Guests []*Guest
-	// Timings of Up, for reports (the last guest's boot, the first
-	// guest's stages).
+	// Timings of Up, for reports (boot times from the first guest's
+	// start; the stages are the first guest's).
 	Timings Timings
 
 	ns *netns.Unnamed

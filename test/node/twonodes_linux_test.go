@@ -18,12 +18,14 @@ import (
 // TestTwoNodes brings up two guests on one L2 and checks what upstream's
 // multi-node Services specs rest on: both Nodes Ready, a pod on each in
 // its own guest's pod CIDR, pods reachable across the nodes (from the
-// other guest, from the other pod, from the host namespace), Switchyard's
+// other guest, from the other pod, through the other guest's hostPort,
+// from the host namespace), Switchyard's
 // DaemonSet on both, and a guest's own proxy sending traffic to a backend
 // on the other: a ClusterIP from each guest without a local endpoint, and
 // node1's NodePort from the host namespace to a backend on node2 (which
 // answers through node1 only if the proxy masquerades it).
 func TestTwoNodes(t *testing.T) {
+	const hostPort = 18080
 	ctx := t.Context()
 	n := up(t, 2)
 	if len(n.Guests) != 2 {
@@ -34,6 +36,7 @@ func TestTwoNodes(t *testing.T) {
 	for i, g := range n.Guests {
 		pods[i] = netexecPod("web-" + g.Name)
 		pods[i].Spec.NodeName = g.Name
+		pods[i].Spec.Containers[0].Ports[0].HostPort = hostPort
 		if _, err := n.Client.CoreV1().Pods("default").Create(ctx, pods[i], metav1.CreateOptions{}); err != nil {
 			t.Fatalf("create pod on %s: %v", g.Name, err)
 		}
@@ -55,6 +58,12 @@ func TestTwoNodes(t *testing.T) {
 			}
 			if out, err := kubectl(t, n, "exec", "-n", "default", pods[i].Name, "--", "wget", "-qO-", url); err != nil || out != pods[other].Name {
 				t.Errorf("GET %s from the pod on %s = %q, %v; want %q", url, g.Name, out, err, pods[other].Name)
+			}
+			// The other guest's hostPort (the CNI's portmap), as KubeProxy's
+			// CLOSE_WAIT spec reaches its server.
+			hp := "http://" + net.JoinHostPort(n.Guests[other].IP, strconv.Itoa(hostPort)) + "/hostname"
+			if out, err := kubectl(t, n, "exec", "-n", "default", pods[i].Name, "--", "wget", "-qO-", hp); err != nil || out != pods[other].Name {
+				t.Errorf("GET %s from the pod on %s = %q, %v; want %q", hp, g.Name, out, err, pods[other].Name)
 			}
 			hctx, cancel := context.WithTimeout(ctx, callTimeout)
 			body, err := n.PodHTTP(hctx, net.JoinHostPort(ips[i], "8080"), "/hostname")
