@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/switchyard-lb/switchyard/test/netns"
 )
@@ -73,8 +74,16 @@ func TestPeersNetnsCleanup(t *testing.T) {
 		name = n.Name()
 		c := n.Start(t, "sleep", "300")
 		pid = c.Process.Pid
-		out := n.Run(t, "ip", "netns", "identify", strconv.Itoa(pid))
-		if strings.TrimSpace(out) != name {
+		// Start returns once ip(8) is forked; it enters the namespace
+		// (setns) a moment later, so "not yet" is not a failure: wait.
+		var out string
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+			out = strings.TrimSpace(n.Run(t, "ip", "netns", "identify", strconv.Itoa(pid)))
+			if out == name || time.Now().After(deadline) {
+				break
+			}
+		}
+		if out != name {
 			t.Errorf("started process is in netns %q, want %q", out, name)
 		}
 	})
