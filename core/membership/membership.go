@@ -71,7 +71,12 @@ type Peer struct {
 }
 
 // leaveTimeout bounds Close's graceful leave when ctx has no deadline.
-const leaveTimeout = time.Second
+// The two broadcasts take a few gossip rounds (about 200 ms with
+// LANTiming); the bound is for a loaded node, whose gossip may stall for
+// a second or more, and is well inside a pod's termination grace. It is
+// only waited for while another member is alive and the broadcast has
+// not gone out yet.
+const leaveTimeout = 5 * time.Second
 
 // Membership is this daemon's view of the gossip cluster. Its methods are
 // safe for concurrent use.
@@ -574,7 +579,7 @@ func (m *Membership) withPort(addr string) string {
 
 // Close leaves the cluster gracefully (so that the others see "left" at
 // once instead of detecting a death, and move this node's addresses),
-// waiting at most until ctx's deadline or one second, then stops
+// waiting at most until ctx's deadline or five seconds, then stops
 // gossiping and ends Run.
 func (m *Membership) Close(ctx context.Context) error {
 	return m.close(ctx, metaLeaving)
