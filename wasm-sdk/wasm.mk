@@ -136,7 +136,7 @@ $(WASM_DIR)/assemblyscript/%.wasm: $(WASM_AS)/examples/%.ts $(wildcard $(WASM_AS
 # Part of `make test`: a missing module fails the suite (SWITCHYARD_WASM_DIR
 # is set), unlike plain `go test ./...`, where it skips.
 wasm-conformance: wasm-sdk-examples
-	SWITCHYARD_WASM_DIR=$(abspath $(WASM_DIR)) $(GO) test -race -count=1 $(GOTEST_FLAGS) ./wasm-sdk/conformance/
+	SWITCHYARD_WASM_DIR=$(abspath $(WASM_DIR)) $(GO) test -race -count=1 -timeout 30m $(GOTEST_FLAGS) ./wasm-sdk/conformance/
 	$(MAKE) --no-print-directory wasm-scenarios
 
 # The expectations are the same for every language: the examples decide

@@ -27,9 +27,9 @@ test-lab::
 	cp $(WASM_DIR)/rust/canary.wasm $(WASM_DIR)/rust/leastconn.wasm ipvs/labtest/testdata/
 	$(GO) build -o $(LABRUN) ./test/lab/cmd/labrun
 	@$(LABRUN) assets >/dev/null
-	CGO_ENABLED=0 $(GO) test -count=1 -exec '$(LABRUN) run $(LAB_RUN_FLAGS)' $(GOTEST_FLAGS) $(LAB_GUEST_PKGS)
+	CGO_ENABLED=0 $(GO) test -count=1 -timeout 30m -exec '$(LABRUN) run $(LAB_RUN_FLAGS)' $(GOTEST_FLAGS) $(LAB_GUEST_PKGS)
 	$(MAKE) --no-print-directory test-lab-dsr
-	SWITCHYARD_LAB_VM=1 $(GO) test -count=1 $(GOTEST_FLAGS) ./test/lab/...
+	SWITCHYARD_LAB_VM=1 $(GO) test -count=1 -timeout 30m $(GOTEST_FLAGS) ./test/lab/...
 
 # test-lab-dsr: the dsr data path (ipvs/dsrlab, docs/dsr.md) in a guest
 # with the ipip, fou, nft_hash, ip6_tunnel and sctp modules loaded too. `make test-lab` runs
@@ -42,7 +42,7 @@ test-lab-dsr:
 	@test/lab/deps.sh >/dev/null
 	$(GO) build -o $(LABRUN) ./test/lab/cmd/labrun
 	@$(LABRUN) assets >/dev/null
-	CGO_ENABLED=0 $(GO) test -count=1 -exec '$(LABRUN) run -mem 512 -modules $(LAB_DSR_MODULES) $(LAB_DSR_RUN_FLAGS)' $(GOTEST_FLAGS) ./ipvs/dsrlab
+	CGO_ENABLED=0 $(GO) test -count=1 -timeout 30m -exec '$(LABRUN) run -mem 512 -modules $(LAB_DSR_MODULES) $(LAB_DSR_RUN_FLAGS)' $(GOTEST_FLAGS) ./ipvs/dsrlab
 
 # demo-lab: `make demo` in the kernel lab, failing rather than falling back
 # to the dry run (test/demo/run.sh --lab).
@@ -81,5 +81,5 @@ test-lab-cleanup:
 	@test/lab/deps.sh --netfilter-tools >/dev/null
 	$(GO) build -o $(LABRUN) ./test/lab/cmd/labrun
 	@$(LABRUN) assets >/dev/null
-	CGO_ENABLED=0 $(GO) test -count=1 -v -run '^TestCleanup' \
+	CGO_ENABLED=0 $(GO) test -count=1 -timeout 30m -v -run '^TestCleanup' \
 		-exec '$(LABRUN) run -env SWITCHYARD_LAB_NETFILTER_TOOLS=1 -extra $(LAB_NETFILTER_EXTRA) -modules $(LAB_NETFILTER_MODULES)' ./ipvs/labtest

@@ -21,7 +21,7 @@ PEERS_KUBE_BIN = SWITCHYARD_KUBE_BIN=$$(test/tools/kube-binaries.sh) || exit 1; 
 # is filtered out, and go test's exit status is kept.
 test-peers:: peers-deps
 	@set -o pipefail; $(PEERS_KUBE_BIN); \
-	SWITCHYARD_PEERS=1 $(GO) test -tags peers -count=1 -v -run '^TestPeers' $(GOTEST_FLAGS) ./... 2>&1 \
+	SWITCHYARD_PEERS=1 $(GO) test -tags peers -count=1 -timeout 45m -v -run '^TestPeers' $(GOTEST_FLAGS) ./... 2>&1 \
 		| grep -vE '^=== (RUN|PAUSE|CONT|NAME)|^\?.*\[no test files\]|^testing: warning: no tests to run|^PASS$$|^ok .*\[no tests to run\]'
 
 # bench-peers: the measurements issue 5 asks `make bench` for, taken
