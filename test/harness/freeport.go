@@ -37,11 +37,17 @@ var handedOut = struct {
 // get distinct ports.
 func FreePort(t testing.TB, addr netip.Addr) int {
 	t.Helper()
-	p, err := freePort(addr, ephemeralFirst())
+	p, err := PickPort(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// PickPort is FreePort for code outside a test (a test's control plane
+// picking its etcd and API server ports).
+func PickPort(addr netip.Addr) (int, error) {
+	return freePort(addr, ephemeralFirst())
 }
 
 // FreeAddr returns a loopback address with a port that was free a moment

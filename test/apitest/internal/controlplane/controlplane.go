@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/switchyard-lb/switchyard/test/apitest/pki"
+	"github.com/switchyard-lb/switchyard/test/harness"
 )
 
 // Binary names expected in Options.BinDir.
@@ -287,15 +288,18 @@ func readyz(ctx context.Context, client *http.Client, host string) error {
 
 // freePorts returns n distinct loopback TCP ports that were free a moment
 // ago. They are held open together so that they differ.
+// freePorts picks n distinct loopback ports below the kernel's ephemeral
+// range (harness.PickPort): StopAPIServer leaves the API server's port
+// unbound for the whole outage, and one from inside the range could be
+// given to any process's connection meanwhile, failing the restart.
 func freePorts(n int) ([]int, error) {
 	out := make([]int, 0, n)
 	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		p, err := harness.PickPort(netip.MustParseAddr("127.0.0.1"))
 		if err != nil {
 			return nil, fmt.Errorf("pick a free port: %w", err)
 		}
-		defer l.Close()
-		out = append(out, l.Addr().(*net.TCPAddr).Port)
+		out = append(out, p)
 	}
 	return out, nil
 }
