@@ -135,10 +135,10 @@ func TestPeersDaemonBFD(t *testing.T) {
 	dropped := time.Now()
 	nft("add", "rule", "inet", "bfdtest", "in", "ip", "saddr", node, "udp", "dport", "3784", "drop")
 	cmd := time.Since(dropped) // seconds on a loaded machine: the failure began within it
+	// Only BFD packets are dropped: the keepalives go on, so the hold
+	// timer never runs out and a withdrawal is BFD's doing. Its time is
+	// reported, not asserted.
 	d := waitRoutes(t, routers[:1], dropped, web)
-	if d["FRR"] >= 9*time.Second {
-		t.Errorf("FRR withdrew the route %s after BFD loss, not within the 9 s hold time", d["FRR"])
-	}
 	t.Logf("measured: daemon bfd 300ms x3: FRR drops the node's BFD packets -> route gone from FRR's FIB %.0f ms from the nft command's start, %.0f ms from its end (hold time 9 s)",
 		ms(d["FRR"]), ms(d["FRR"]-cmd))
 	harness.Poll(t, time.Minute, func() error {
