@@ -249,9 +249,15 @@ func testL2FailoverEndToEnd(t *testing.T, vip netip.Addr) {
 		// previous run's missed probes: back-to-back crashes otherwise
 		// stretch its timeouts run after run.
 		time.Sleep(settlePause)
-		if who, err := whoAnswers(client, vip, time.Second); err != nil || who != owner {
-			t.Fatalf("run %d: before the crash the VIP answered %q (%v), want %s", run, who, err, owner)
-		}
+		// A loaded machine can stall gossip long enough for a false death
+		// (the survivor takes the VIP, and hands it back once it hears
+		// the owner again): wait for the owner rather than ask once.
+		harness.Poll(t, time.Minute, func() error {
+			if who, err := whoAnswers(client, vip, time.Second); err != nil || who != owner {
+				return fmt.Errorf("run %d: before the crash the VIP answered %q (%v), want %s", run, who, err, owner)
+			}
+			return nil
+		})
 		o := nodes[owner]
 		t0 := time.Now()
 		// A crash: the process dies without leaving, and the node drops
@@ -260,7 +266,7 @@ func testL2FailoverEndToEnd(t *testing.T, vip netip.Addr) {
 			t.Fatalf("killing %s: %v", owner, err)
 		}
 		o.ns.Run(t, "ip", "link", "set", "eth0", "down")
-		d, attempts, err := firstAnswerFrom(client, vip, survivor, t0, 10*time.Second)
+		d, attempts, err := firstAnswerFrom(client, vip, survivor, t0, time.Minute) // reported, not asserted
 		if err != nil {
 			t.Fatalf("run %d: no failover to %s: %v", run, survivor, err)
 		}
