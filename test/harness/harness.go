@@ -79,29 +79,44 @@ func (a Absences) String() string {
 // WatchAbsent checks every named condition every interval until the test
 // ends, and returns a function that says for how long each did not hold
 // so far: a route that must stay installed through a restart, say.
+//
+// Each time a condition did not hold counts from its first failing check
+// to its last, plus one interval: a lower bound, so that a watcher the
+// machine did not run for a while (a loaded host) never stretches an
+// absence it saw once into one as long as the stall. Any failing check
+// counts (at least one interval).
 func WatchAbsent(t testing.TB, interval time.Duration, holds map[string]func() bool) func() Absences {
 	t.Helper()
+	type run struct{ first, last time.Time } // a run of failing checks
 	var mu sync.Mutex
 	missing := map[string]time.Duration{}
+	open := map[string]run{}
 	stop, done := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
-		last := time.Now()
 		for {
 			select {
 			case <-stop:
 				return
 			case <-time.After(interval):
 			}
-			now := time.Now()
 			for name, ok := range holds {
-				if !ok() {
-					mu.Lock()
-					missing[name] += now.Sub(last)
-					mu.Unlock()
+				held := ok()
+				now := time.Now()
+				mu.Lock()
+				r, failing := open[name]
+				switch {
+				case !held && failing:
+					r.last = now
+					open[name] = r
+				case !held:
+					open[name] = run{first: now, last: now}
+				case failing:
+					missing[name] += r.last.Sub(r.first) + interval
+					delete(open, name)
 				}
+				mu.Unlock()
 			}
-			last = now
 		}
 	}()
 	t.Cleanup(func() { close(stop); <-done })
@@ -111,6 +126,9 @@ func WatchAbsent(t testing.TB, interval time.Duration, holds map[string]func() b
 		out := Absences{}
 		for name, d := range missing {
 			out[name] = d
+		}
+		for name, r := range open {
+			out[name] += r.last.Sub(r.first) + interval
 		}
 		return out
 	}

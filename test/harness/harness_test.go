@@ -123,6 +123,35 @@ func TestWatchAbsent(t *testing.T) {
 	}
 }
 
+// TestWatchAbsentStallNotCounted: a watcher held up for 200 ms just
+// before the one check that failed counts one interval, not the stall.
+func TestWatchAbsentStallNotCounted(t *testing.T) {
+	var mu sync.Mutex
+	calls := 0
+	absent := WatchAbsent(t, time.Millisecond, map[string]func() bool{
+		"route": func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			calls++
+			switch calls {
+			case 2:
+				time.Sleep(200 * time.Millisecond) // the machine did not run the watcher
+			case 3:
+				return false
+			}
+			return true
+		},
+	})
+	called := func() int { mu.Lock(); defer mu.Unlock(); return calls }
+	for deadline := time.Now().Add(time.Minute); called() < 5 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	got := absent()["route"]
+	if got <= 0 || got >= 100*time.Millisecond {
+		t.Errorf("absence counted %s, want one interval (more than 0, far less than the 200 ms stall)", got)
+	}
+}
+
 func TestCondNamesWhatItWaitsFor(t *testing.T) {
 	holds := false
 	f := Cond("the answer", func() bool { return holds })
