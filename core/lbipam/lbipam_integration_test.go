@@ -265,9 +265,9 @@ func setup(t *testing.T, pools func(ns string) []ipam.Pool, mod ...func(*lbipam.
 	s, c := apiServer(t)
 	ns := s.Namespace(t)
 	cfg := lbipam.Config{
-		Client:        client(t, s, nil),
-		Identity:      "node-a",
-		Pools:         pools(ns),
+		Client:   client(t, s, nil),
+		Identity: "node-a",
+		Pools:    pools(ns),
 		// The defaults' lease: a shorter one is lost whenever the API
 		// server stalls for two seconds (a loaded machine), and Stats
 		// says nothing while it is.
