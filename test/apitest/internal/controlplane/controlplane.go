@@ -286,10 +286,9 @@ func readyz(ctx context.Context, client *http.Client, host string) error {
 	return nil
 }
 
-// freePorts returns n distinct loopback TCP ports that were free a moment
-// ago. They are held open together so that they differ.
-// freePorts picks n distinct loopback ports below the kernel's ephemeral
-// range (harness.PickPort): StopAPIServer leaves the API server's port
+// freePorts picks n distinct loopback ports that were free a moment ago,
+// below the kernel's ephemeral range (harness.PickPort, which never hands
+// a port out twice): StopAPIServer leaves the API server's port
 // unbound for the whole outage, and one from inside the range could be
 // given to any process's connection meanwhile, failing the restart.
 func freePorts(n int) ([]int, error) {
