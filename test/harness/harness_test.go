@@ -113,9 +113,7 @@ func TestWatchAbsent(t *testing.T) {
 	set(false)
 	// A loaded machine may not run the watcher for a while: wait until it
 	// has counted 20 ms of absence (bounded), rather than for a fixed time.
-	for deadline := time.Now().Add(time.Minute); absent()["gone"] < 20*time.Millisecond && time.Now().Before(deadline); {
-		time.Sleep(10 * time.Millisecond)
-	}
+	Poll(t, time.Minute, Cond("20 ms of absence counted", func() bool { return absent()["gone"] >= 20*time.Millisecond }))
 	set(true)
 	got := absent().String()
 	if !strings.HasPrefix(got, "gone ") || strings.Contains(got, "always") || got == "gone 0 ms" {
@@ -142,10 +140,7 @@ func TestWatchAbsentStallNotCounted(t *testing.T) {
 			return true
 		},
 	})
-	called := func() int { mu.Lock(); defer mu.Unlock(); return calls }
-	for deadline := time.Now().Add(time.Minute); called() < 5 && time.Now().Before(deadline); {
-		time.Sleep(10 * time.Millisecond)
-	}
+	Poll(t, time.Minute, Cond("five checks", func() bool { mu.Lock(); defer mu.Unlock(); return calls >= 5 }))
 	got := absent()["route"]
 	if got <= 0 || got >= 100*time.Millisecond {
 		t.Errorf("absence counted %s, want one interval (more than 0, far less than the 200 ms stall)", got)

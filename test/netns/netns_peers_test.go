@@ -4,6 +4,7 @@ package netns_test
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchyard-lb/switchyard/test/harness"
 	"github.com/switchyard-lb/switchyard/test/netns"
 )
 
@@ -76,16 +78,12 @@ func TestPeersNetnsCleanup(t *testing.T) {
 		pid = c.Process.Pid
 		// Start returns once ip(8) is forked; it enters the namespace
 		// (setns) a moment later, so "not yet" is not a failure: wait.
-		var out string
-		for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
-			out = strings.TrimSpace(n.Run(t, "ip", "netns", "identify", strconv.Itoa(pid)))
-			if out == name || time.Now().After(deadline) {
-				break
+		harness.Poll(t, time.Minute, func() error {
+			if out := strings.TrimSpace(n.Run(t, "ip", "netns", "identify", strconv.Itoa(pid))); out != name {
+				return fmt.Errorf("started process is in netns %q, want %q", out, name)
 			}
-		}
-		if out != name {
-			t.Errorf("started process is in netns %q, want %q", out, name)
-		}
+			return nil
+		})
 	})
 	if _, err := os.Stat("/run/netns/" + name); !os.IsNotExist(err) {
 		t.Errorf("netns %s still exists after cleanup (stat: %v)", name, err)
