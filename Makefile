@@ -51,9 +51,7 @@ check:
 # test: everything. Each part prints its own go test summary; the last,
 # test-conformance (test/conformance/conformance.mk), runs upstream's e2e
 # smoke specs against Switchyard on a real node and prints their table.
-# Cold on 2 cores (2026-12-08, a new machine, quiet): 34 min to the end of
-# wasm-conformance, then 9.5 min for test-conformance's own builds, the
-# node's first boot and the specs.
+# Cold and warm timings: test/conformance/README.md, "The cold budget".
 test: check test-unit test-integration test-lab test-lab-cleanup test-cluster test-peers wasm-conformance test-conformance
 
 test-unit:

@@ -60,9 +60,7 @@
 # "ip saddr PODCIDR" without a restart; detect-local.json), then the smoke
 # specs, which must all pass. Cold, this builds e2e.test, the kubelet,
 # the control plane, agnhost, CoreDNS, the node's root filesystem and
-# images: 9 min 31 s after a cold `make test`'s other parts, of which
-# 5.5 min of builds (the Go build cache already holds kube-apiserver's
-# packages) and 2.5 min of the first boot's image imports; warm about 5.
+# images (timings: test/conformance/README.md, "The cold budget").
 CONFORMANCE_PROXIES ?= switchyard,kube-proxy-nftables,kube-proxy-ipvs
 CONFORMANCE_FOCUS ?=
 CONFORMANCE_SKIP ?=
